@@ -1,0 +1,47 @@
+// Deterministic, portable random numbers.
+//
+// Starling needs bit-identical random streams on every machine and compiler: every node derives
+// round r's graph from (seed, r) without talking, and simulate/run must agree. The standard
+// library's engines are portable but its distributions are not, so the few distributions we need
+// are defined here on top of std::mt19937_64 (whose output sequence the standard fixes).
+// Not thread-safe: one Rng per owner.
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+namespace starling::core {
+
+// SplitMix64 finaliser: a bijective 64-bit mix. Used to derive independent seeds from tuples.
+constexpr uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Seed for a named stream: deriveSeed(seed, kTopologySalt, round) etc. Order matters.
+constexpr uint64_t deriveSeed(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+  return mix64(mix64(mix64(mix64(seed) ^ a) ^ b) ^ c);
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : engine_(seed) {}
+
+  uint64_t nextU64() { return engine_(); }
+  // Uniform in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+  // Uniform integer in [0, n), n > 0. Rejection sampling: no modulo bias.
+  uint64_t below(uint64_t n);
+  // Standard normal (Box-Muller, both values used).
+  double normal();
+  bool bernoulli(double p) { return uniform() < p; }
+
+ private:
+  std::mt19937_64 engine_;
+  bool hasSpare_ = false;
+  double spare_ = 0.0;
+};
+
+}  // namespace starling::core
