@@ -1,0 +1,148 @@
+#include "compression/frame.h"
+
+#include <isa-l/crc.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace starling::compression {
+namespace {
+
+constexpr size_t padTo8(size_t n) { return (n + 7) & ~size_t{7}; }
+
+// Little-endian stores and loads, byte by byte: the format never depends on the host's layout.
+template <typename U>
+void storeLe(std::byte* p, U v) {
+  for (size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+template <typename U>
+U loadLe(const std::byte* p) {
+  U v = 0;
+  for (size_t i = 0; i < sizeof(U); ++i) v |= static_cast<U>(std::to_integer<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+size_t elementSize(ElementType t) {
+  switch (t) {
+    case ElementType::kFloat32: return 4;
+    case ElementType::kFloat64: return 8;
+  }
+  return 0;
+}
+
+}  // namespace
+
+uint32_t crc32c(std::span<const std::byte> bytes) {
+  // ISA-L's crc32_iscsi takes and returns the raw register; the standard CRC32C (RFC 3720) uses
+  // an initial value of ~0 and a final inversion.
+  return ~crc32_iscsi(const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>(bytes.data())),
+                      static_cast<int>(bytes.size()), 0xFFFFFFFFu);
+}
+
+void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
+                std::span<const std::byte> params, std::span<const std::byte> payload,
+                std::vector<std::byte>& out) {
+  const size_t paramsPadded = padTo8(params.size());
+  out.assign(kFrameHeaderBytes + paramsPadded + payload.size() + kFrameTrailerBytes, std::byte{0});
+  std::byte* p = out.data();
+  storeLe<uint32_t>(p + 0, kFrameMagic);
+  p[4] = std::byte{kFrameVersion};
+  p[5] = static_cast<std::byte>(codec);
+  p[6] = static_cast<std::byte>(type);
+  storeLe<uint64_t>(p + 8, elementCount);
+  storeLe<uint32_t>(p + 16, static_cast<uint32_t>(params.size()));
+  storeLe<uint64_t>(p + 24, payload.size());
+  if (!params.empty()) std::memcpy(p + kFrameHeaderBytes, params.data(), params.size());
+  if (!payload.empty()) std::memcpy(p + kFrameHeaderBytes + paramsPadded, payload.data(), payload.size());
+  const size_t body = out.size() - kFrameTrailerBytes;
+  storeLe<uint32_t>(p + body, crc32c({p, body}));
+}
+
+core::Result<FrameView> parseFrame(std::span<const std::byte> frame) {
+  if (frame.size() < kFrameHeaderBytes + kFrameTrailerBytes) {
+    return core::corruption("frame truncated: " + std::to_string(frame.size()) +
+                            " bytes, the header alone needs " +
+                            std::to_string(kFrameHeaderBytes + kFrameTrailerBytes));
+  }
+  const std::byte* p = frame.data();
+  if (loadLe<uint32_t>(p) != kFrameMagic) return core::corruption("bad frame magic");
+  const auto version = std::to_integer<uint8_t>(p[4]);
+  if (version != kFrameVersion) {
+    return core::corruption("unsupported frame version " + std::to_string(version));
+  }
+  const auto type = static_cast<ElementType>(std::to_integer<uint8_t>(p[6]));
+  if (elementSize(type) == 0) {
+    return core::corruption("unknown element type " + std::to_string(std::to_integer<int>(p[6])));
+  }
+  if (p[7] != std::byte{0} || loadLe<uint32_t>(p + 20) != 0) {
+    return core::corruption("reserved header bytes are not zero");
+  }
+  const uint64_t count = loadLe<uint64_t>(p + 8);
+  const uint32_t paramsLen = loadLe<uint32_t>(p + 16);
+  const uint64_t payloadLen = loadLe<uint64_t>(p + 24);
+  if (count > kMaxFrameElements) return core::corruption("element count too large");
+  if (paramsLen > kMaxFrameParamsBytes) return core::corruption("params length too large");
+  const uint64_t room = frame.size() - kFrameHeaderBytes - kFrameTrailerBytes;
+  const uint64_t paramsPadded = padTo8(paramsLen);
+  if (paramsPadded > room || payloadLen != room - paramsPadded) {
+    return core::corruption("frame lengths do not match its size: params " +
+                            std::to_string(paramsLen) + " + payload " +
+                            std::to_string(payloadLen) + " in " + std::to_string(room) + " bytes");
+  }
+  const size_t body = frame.size() - kFrameTrailerBytes;
+  if (crc32c(frame.first(body)) != loadLe<uint32_t>(p + body)) {
+    return core::corruption("frame CRC32C mismatch");
+  }
+  FrameView view;
+  view.codec = static_cast<CodecId>(std::to_integer<uint8_t>(p[5]));
+  view.elementType = type;
+  view.elementCount = count;
+  view.params = frame.subspan(kFrameHeaderBytes, paramsLen);
+  view.payload = frame.subspan(kFrameHeaderBytes + paramsPadded, payloadLen);
+  return view;
+}
+
+template <typename T>
+void encodeDense(std::span<const T> x, std::vector<std::byte>& out) {
+  static_assert(std::endian::native == std::endian::little,
+                "the dense payload is written with memcpy; add a byte-swapping path for "
+                "big-endian hosts");
+  writeFrame(CodecId::kIdentity, elementTypeOf<T>(), x.size(), {}, std::as_bytes(x), out);
+}
+
+template <typename T>
+core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, size_t expectedCount,
+                                             std::vector<T>& scratch) {
+  auto parsed = parseFrame(frame);
+  if (!parsed) return parsed.status();
+  const FrameView& v = *parsed;
+  if (v.codec != CodecId::kIdentity) {
+    return core::corruption("expected an identity frame, got codec " +
+                            std::to_string(static_cast<int>(v.codec)));
+  }
+  if (v.elementType != elementTypeOf<T>()) return core::corruption("element type mismatch");
+  if (v.elementCount != expectedCount || v.payload.size() != expectedCount * sizeof(T)) {
+    return core::corruption("expected " + std::to_string(expectedCount) + " elements, frame has " +
+                            std::to_string(v.elementCount));
+  }
+  std::span<const T> values;
+  if (reinterpret_cast<uintptr_t>(v.payload.data()) % alignof(T) == 0) {
+    values = {reinterpret_cast<const T*>(v.payload.data()), expectedCount};
+  } else {
+    scratch.resize(expectedCount);
+    std::memcpy(scratch.data(), v.payload.data(), v.payload.size());
+    values = scratch;
+  }
+  return values;
+}
+
+template void encodeDense<float>(std::span<const float>, std::vector<std::byte>&);
+template void encodeDense<double>(std::span<const double>, std::vector<std::byte>&);
+template core::Result<std::span<const float>> decodeDense<float>(std::span<const std::byte>, size_t,
+                                                                 std::vector<float>&);
+template core::Result<std::span<const double>> decodeDense<double>(std::span<const std::byte>,
+                                                                   size_t, std::vector<double>&);
+
+}  // namespace starling::compression

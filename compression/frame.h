@@ -1,0 +1,84 @@
+// The versioned wire frame that carries every Starling message, and the identity codec.
+//
+// Layout (little-endian, specified byte by byte in docs/wire_format.md):
+//   magic "STRL" | version | codec id | element type | reserved | element count (u64) |
+//   params length (u32) | reserved (u32) | payload length (u64) | params (padded to 8) |
+//   payload | CRC32C of everything before it (u32)
+// The payload starts 8-byte aligned, so a receiver can read float64 values in place.
+//
+// Decoding is hostile-input safe: every length is checked against the bytes actually present and
+// against sane maxima before it is used; failures return kCorruption and never read out of
+// bounds. Thread-safety: free functions over caller-owned buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace starling::compression {
+
+// Codec ids are part of the wire format: never renumber, only append.
+enum class CodecId : uint8_t { kIdentity = 0 };
+
+// Element types of the model state.
+enum class ElementType : uint8_t { kFloat32 = 1, kFloat64 = 2 };
+
+template <typename T>
+constexpr ElementType elementTypeOf();
+template <>
+constexpr ElementType elementTypeOf<float>() { return ElementType::kFloat32; }
+template <>
+constexpr ElementType elementTypeOf<double>() { return ElementType::kFloat64; }
+
+inline constexpr uint32_t kFrameMagic = 0x4C525453;  // "STRL" read as a little-endian u32
+inline constexpr uint8_t kFrameVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 32;
+inline constexpr size_t kFrameTrailerBytes = 4;
+inline constexpr uint64_t kMaxFrameElements = uint64_t{1} << 32;  // 4 Gi elements
+inline constexpr uint32_t kMaxFrameParamsBytes = 4096;
+
+// A parsed, CRC-checked frame. The spans point into the caller's buffer.
+struct FrameView {
+  CodecId codec;
+  ElementType elementType;
+  uint64_t elementCount;
+  std::span<const std::byte> params;
+  std::span<const std::byte> payload;
+};
+
+// Appends one complete frame to `out` (cleared first). Payload bytes are written as given: the
+// codec is responsible for their little-endian layout.
+void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
+                std::span<const std::byte> params, std::span<const std::byte> payload,
+                std::vector<std::byte>& out);
+
+// Checks magic, version, lengths, padding and CRC. kCorruption with a specific message on any
+// mismatch; unknown codec ids are accepted here and rejected by the codec dispatch.
+core::Result<FrameView> parseFrame(std::span<const std::byte> frame);
+
+// CRC32C (Castagnoli) of `bytes`, hardware-accelerated through ISA-L.
+uint32_t crc32c(std::span<const std::byte> bytes);
+
+// Total frame size for a dense identity frame of `count` elements of T.
+template <typename T>
+constexpr size_t denseFrameBytes(size_t count) {
+  return kFrameHeaderBytes + count * sizeof(T) + kFrameTrailerBytes;
+}
+
+// Identity codec: the vector itself, in the state's own precision.
+template <typename T>
+void encodeDense(std::span<const T> x, std::vector<std::byte>& out);
+
+// Decodes an identity frame of exactly `expectedCount` elements of T. On a little-endian host with
+// an aligned buffer the result views the frame's payload in place (no copy); otherwise the values
+// are copied into `scratch` and the result views that. kCorruption for a wrong codec, element
+// type or count. Identity frames may carry any IEEE value: a diverging run must show up as NaN in
+// its metrics, not as a corrupt frame.
+template <typename T>
+core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, size_t expectedCount,
+                                             std::vector<T>& scratch);
+
+}  // namespace starling::compression

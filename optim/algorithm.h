@@ -1,0 +1,79 @@
+// Decentralized algorithms as pure state machines.
+//
+// Each round the engine (runtime/node.h) asks the algorithm for the message it sends to every
+// neighbour (prepare), moves the bytes, and hands back the neighbours' messages sorted by peer id
+// together with that round's mixing weights (absorb). The algorithm never sees a transport, a
+// thread, a file or a rank-to-address map, so the same object runs in a 1,000-node simulation, in
+// a UCX peer process and inside a user's trainer.
+//
+// Thread-safety: none; one algorithm object belongs to one node and is driven by one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "optim/step_size.h"
+#include "runtime/core/status.h"
+
+namespace starling::optim {
+
+// Where an algorithm gets its local gradients: full-batch, minibatch or (later) variance-reduced
+// estimates of grad f_i. Called from prepare()/absorb() on the node's thread.
+template <typename T>
+class GradientOracle {
+ public:
+  virtual ~GradientOracle() = default;
+  virtual void gradient(std::span<const T> x, std::span<T> out) = 0;
+};
+
+// One neighbour's message for this round, with its mixing weight w_ij.
+template <typename T>
+struct NeighborMessage {
+  int peer;
+  double weight;
+  std::span<const T> message;
+};
+
+struct RoundInfo {
+  uint64_t round = 0;
+  double stepSize = 0.0;
+  double selfWeight = 1.0;  // w_ii of this round's mixing matrix
+};
+
+enum class AlgorithmKind { kDsgd, kExactDiffusion, kGradientTracking };
+
+const char* algorithmKindName(AlgorithmKind kind);
+
+struct AlgorithmSpec {
+  AlgorithmKind kind = AlgorithmKind::kExactDiffusion;
+  StepSizeSchedule stepSize;
+};
+
+template <typename T>
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+
+  // Elements in the message sent to each neighbour every round.
+  virtual size_t messageSize() const = 0;
+  // Local work before communication; writes this round's outgoing message.
+  virtual void prepare(const RoundInfo& info, std::span<T> outgoing) = 0;
+  // Combines the node's own message (as written by prepare) with its neighbours' and advances
+  // the state. `neighbors` is sorted by peer id, so the result never depends on arrival order.
+  virtual void absorb(const RoundInfo& info, std::span<const T> own,
+                      std::span<const NeighborMessage<T>> neighbors) = 0;
+  // The node's current model x_i.
+  virtual std::span<const T> model() const = 0;
+};
+
+// Builds the algorithm for one node, starting from x0 (copied). `oracle` is borrowed and must
+// outlive the algorithm.
+template <typename T>
+std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::span<const T> x0,
+                                              GradientOracle<T>& oracle);
+
+}  // namespace starling::optim

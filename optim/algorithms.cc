@@ -1,0 +1,166 @@
+// DSGD (adapt-then-combine diffusion), exact diffusion and gradient tracking (DIGing), written
+// from ../shared/ALGORITHMS.md sections 1-3. The vector arithmetic goes through Eigen maps.
+#include <Eigen/Core>
+
+#include "optim/algorithm.h"
+
+namespace starling::optim {
+namespace {
+
+template <typename T>
+using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+template <typename T>
+using Map = Eigen::Map<Vec<T>>;
+template <typename T>
+using CMap = Eigen::Map<const Vec<T>>;
+
+template <typename T>
+CMap<T> cmap(std::span<const T> s) { return CMap<T>(s.data(), static_cast<Eigen::Index>(s.size())); }
+template <typename T>
+Map<T> map(std::span<T> s) { return Map<T>(s.data(), static_cast<Eigen::Index>(s.size())); }
+
+// out = a_self * own + sum_j a_j * m_j, with a_j = scale * w_j and a_self = selfScale(w_ii).
+template <typename T>
+void combine(Map<T> out, T selfWeight, CMap<T> own, std::span<const NeighborMessage<T>> nbrs,
+             T neighborScale, Eigen::Index offset, Eigen::Index len) {
+  out = selfWeight * own.segment(offset, len);
+  for (const auto& n : nbrs) {
+    out += static_cast<T>(n.weight) * neighborScale * cmap(n.message).segment(offset, len);
+  }
+}
+
+// Adapt-then-combine diffusion (ALGORITHMS.md §1 (c)):
+//   psi_i = x_i - eta g_i(x_i);  x_i = sum_j w_ij psi_j.   Sends psi (d values).
+template <typename T>
+class Dsgd final : public Algorithm<T> {
+ public:
+  Dsgd(std::span<const T> x0, GradientOracle<T>& oracle)
+      : x_(x0.begin(), x0.end()), grad_(x0.size()), oracle_(oracle) {}
+
+  size_t messageSize() const override { return x_.size(); }
+
+  void prepare(const RoundInfo& info, std::span<T> out) override {
+    oracle_.gradient(x_, grad_);
+    map<T>(out) = cmap<T>(x_) - static_cast<T>(info.stepSize) * cmap<T>(grad_);
+  }
+
+  void absorb(const RoundInfo& info, std::span<const T> own,
+              std::span<const NeighborMessage<T>> nbrs) override {
+    const auto d = static_cast<Eigen::Index>(x_.size());
+    combine<T>(map<T>(std::span<T>(x_)), static_cast<T>(info.selfWeight), cmap<T>(own), nbrs, T(1), 0, d);
+  }
+
+  std::span<const T> model() const override { return x_; }
+
+ private:
+  std::vector<T> x_, grad_;
+  GradientOracle<T>& oracle_;
+};
+
+// Exact diffusion, ATC form (ALGORITHMS.md §2; Yuan et al. 2019, Part I Alg. 1):
+//   psi_i = w_i - mu grad J_i(w_i);  phi_i = psi_i + w_i - psi_i^prev;  w_i = sum_l abar_il phi_l,
+// with Abar = (I + W)/2 (abar_ii = (1 + w_ii)/2, abar_il = w_il/2). psi^prev starts at w^{-1} = x0,
+// so the first round is a plain diffusion step. Sends phi (d values).
+template <typename T>
+class ExactDiffusion final : public Algorithm<T> {
+ public:
+  ExactDiffusion(std::span<const T> x0, GradientOracle<T>& oracle)
+      : w_(x0.begin(), x0.end()), psiPrev_(x0.begin(), x0.end()), grad_(x0.size()), oracle_(oracle) {}
+
+  size_t messageSize() const override { return w_.size(); }
+
+  void prepare(const RoundInfo& info, std::span<T> out) override {
+    oracle_.gradient(w_, grad_);
+    // psi = w - mu g (kept in grad_'s storage: grad_ <- psi), phi = psi + w - psi_prev.
+    auto w = cmap<T>(w_);
+    auto psi = map<T>(std::span<T>(grad_));
+    psi = w - static_cast<T>(info.stepSize) * psi;
+    map<T>(out) = psi + w - cmap<T>(psiPrev_);
+    psiPrev_.swap(grad_);
+  }
+
+  void absorb(const RoundInfo& info, std::span<const T> own,
+              std::span<const NeighborMessage<T>> nbrs) override {
+    const auto d = static_cast<Eigen::Index>(w_.size());
+    combine<T>(map<T>(std::span<T>(w_)), static_cast<T>((1.0 + info.selfWeight) / 2.0), cmap<T>(own),
+               nbrs, T(0.5), 0, d);
+  }
+
+  std::span<const T> model() const override { return w_; }
+
+ private:
+  std::vector<T> w_, psiPrev_, grad_;
+  GradientOracle<T>& oracle_;
+};
+
+// Gradient tracking, DIGing in its CTA form (ALGORITHMS.md §3), so that one exchange per round
+// carries both mixed quantities:
+//   x_i <- sum_j w_ij x_j - alpha y_i;   y_i <- sum_j w_ij y_j + grad f_i(x_i new) - grad f_i(x_i old),
+// with y_i^0 = grad f_i(x_i^0). Sends [x_i, y_i] (2d values).
+template <typename T>
+class GradientTracking final : public Algorithm<T> {
+ public:
+  GradientTracking(std::span<const T> x0, GradientOracle<T>& oracle)
+      : x_(x0.begin(), x0.end()), y_(x0.size()), gPrev_(x0.size()), gNew_(x0.size()), oracle_(oracle) {
+    oracle_.gradient(x_, gPrev_);
+    y_ = gPrev_;
+  }
+
+  size_t messageSize() const override { return 2 * x_.size(); }
+
+  void prepare(const RoundInfo&, std::span<T> out) override {
+    std::copy(x_.begin(), x_.end(), out.begin());
+    std::copy(y_.begin(), y_.end(), out.begin() + static_cast<std::ptrdiff_t>(x_.size()));
+  }
+
+  void absorb(const RoundInfo& info, std::span<const T> own,
+              std::span<const NeighborMessage<T>> nbrs) override {
+    const auto d = static_cast<Eigen::Index>(x_.size());
+    const auto self = static_cast<T>(info.selfWeight);
+    auto x = map<T>(std::span<T>(x_));
+    auto y = map<T>(std::span<T>(y_));
+    combine<T>(x, self, cmap<T>(own), nbrs, T(1), 0, d);
+    x -= static_cast<T>(info.stepSize) * y;  // y still holds y^k here
+    combine<T>(y, self, cmap<T>(own), nbrs, T(1), d, d);
+    oracle_.gradient(x_, gNew_);
+    y += cmap<T>(gNew_) - cmap<T>(gPrev_);
+    gPrev_.swap(gNew_);
+  }
+
+  std::span<const T> model() const override { return x_; }
+
+ private:
+  std::vector<T> x_, y_, gPrev_, gNew_;
+  GradientOracle<T>& oracle_;
+};
+
+}  // namespace
+
+const char* algorithmKindName(AlgorithmKind kind) {
+  switch (kind) {
+    case AlgorithmKind::kDsgd: return "dsgd";
+    case AlgorithmKind::kExactDiffusion: return "exact_diffusion";
+    case AlgorithmKind::kGradientTracking: return "gradient_tracking";
+  }
+  return "unknown";
+}
+
+template <typename T>
+std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::span<const T> x0,
+                                              GradientOracle<T>& oracle) {
+  switch (spec.kind) {
+    case AlgorithmKind::kDsgd: return std::make_unique<Dsgd<T>>(x0, oracle);
+    case AlgorithmKind::kExactDiffusion: return std::make_unique<ExactDiffusion<T>>(x0, oracle);
+    case AlgorithmKind::kGradientTracking: return std::make_unique<GradientTracking<T>>(x0, oracle);
+  }
+  return nullptr;
+}
+
+template std::unique_ptr<Algorithm<float>> createAlgorithm<float>(const AlgorithmSpec&,
+                                                                  std::span<const float>,
+                                                                  GradientOracle<float>&);
+template std::unique_ptr<Algorithm<double>> createAlgorithm<double>(const AlgorithmSpec&,
+                                                                    std::span<const double>,
+                                                                    GradientOracle<double>&);
+
+}  // namespace starling::optim

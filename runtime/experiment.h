@@ -1,0 +1,35 @@
+// Experiment: everything a run derives from its scenario before the first round, built once.
+// The data set and its split over the nodes, the round-by-round topology, and the central optimum
+// x* that the metrics compare against. simulate and (later) every peer process build the same
+// Experiment from the same scenario.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "optim/dataset.h"
+#include "optim/problem.h"
+#include "runtime/core/status.h"
+#include "runtime/scenario.h"
+#include "topology/schedule.h"
+
+namespace starling::runtime {
+
+struct Experiment {
+  Scenario scenario;
+  optim::Dataset data;
+  std::vector<std::vector<size_t>> parts;  // sample indices of each node
+  std::unique_ptr<topology::Schedule> schedule;
+  std::vector<double> xStar;  // empty when not computed (ExperimentOptions::solve = false)
+};
+
+struct ExperimentOptions {
+  bool solve = true;  // compute x* centrally (needed for rel_error)
+};
+
+// Errors are kInvalidArgument naming the scenario file and JSON path of the cause, e.g.
+// "s.json: /problem/data/path: data/a.svm:3: expected index:value, got \"x\"".
+core::Result<Experiment> prepareExperiment(const Scenario& scenario,
+                                           const ExperimentOptions& options = {});
+
+}  // namespace starling::runtime

@@ -1,0 +1,121 @@
+#include "runtime/metrics.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "optim/algorithm.h"
+#include "topology/spec.h"
+
+namespace starling::runtime {
+namespace {
+
+using nlohmann::json;
+
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json metricsJson(const RoundMetrics& m) {
+  return json{{"round", m.round},
+              {"objective", number(m.objective)},
+              {"rel_error", number(m.relError)},
+              {"consensus_distance", number(m.consensusDistance)},
+              {"mean_square_deviation", number(m.meanSquareDeviation)},
+              {"bytes_sent", m.bytesSent},
+              {"corrupt_messages", m.corruptMessages},
+              {"wall_s", m.wallS}};
+}
+
+}  // namespace
+
+template <typename T>
+RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
+                           std::vector<double>& xMean) {
+  const size_t n = models.size();
+  const size_t d = static_cast<size_t>(e.data.features);
+  xMean.assign(d, 0.0);
+  for (const auto& x : models) {
+    for (size_t k = 0; k < d; ++k) xMean[k] += static_cast<double>(x[k]);
+  }
+  for (double& v : xMean) v /= static_cast<double>(n);
+
+  RoundMetrics m;
+  double cons = 0, msd = 0;
+  for (const auto& x : models) {
+    for (size_t k = 0; k < d; ++k) {
+      const double xi = static_cast<double>(x[k]);
+      cons += (xi - xMean[k]) * (xi - xMean[k]);
+      if (!e.xStar.empty()) msd += (xi - e.xStar[k]) * (xi - e.xStar[k]);
+    }
+  }
+  m.consensusDistance = cons / static_cast<double>(n);
+  m.meanSquareDeviation = e.xStar.empty() ? NAN : msd / static_cast<double>(n);
+  m.objective = optim::GlobalObjective(e.scenario.problem.spec, e.data).value(xMean);
+  if (e.xStar.empty()) {
+    m.relError = NAN;
+  } else {
+    double num = 0, den = 0;
+    for (size_t k = 0; k < d; ++k) {
+      num += (xMean[k] - e.xStar[k]) * (xMean[k] - e.xStar[k]);
+      den += e.xStar[k] * e.xStar[k];
+    }
+    // x* = 0 happens (e.g. a zero-label least-squares problem): fall back to the absolute error.
+    m.relError = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  }
+  return m;
+}
+
+template RoundMetrics measureModels<float>(const Experiment&, const std::vector<std::span<const float>>&,
+                                           std::vector<double>&);
+template RoundMetrics measureModels<double>(const Experiment&,
+                                            const std::vector<std::span<const double>>&,
+                                            std::vector<double>&);
+
+std::string metricsLine(const RoundMetrics& m) { return metricsJson(m).dump(); }
+
+core::Result<std::unique_ptr<MetricsLog>> MetricsLog::create(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return core::ioError("cannot create output folder " + dir.string() + ": " + ec.message());
+  std::ofstream out(dir / "metrics.jsonl", std::ios::trunc);
+  if (!out) return core::ioError("cannot write " + (dir / "metrics.jsonl").string());
+  return std::unique_ptr<MetricsLog>(new MetricsLog(dir, std::move(out)));
+}
+
+core::Status MetricsLog::append(const RoundMetrics& m) {
+  out_ << metricsLine(m) << '\n';
+  out_.flush();
+  if (!out_) return core::ioError("write failed: " + (dir_ / "metrics.jsonl").string());
+  return core::Status::ok();
+}
+
+core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& last,
+                                      std::span<const double> xMean, const std::string& mode) {
+  json j{{"scenario", s.name},
+         {"scenario_file", s.file},
+         {"mode", mode},
+         {"nodes", s.nodes},
+         {"rounds", s.rounds},
+         {"seed", s.seed},
+         {"precision", precisionName(s.precision)},
+         {"algorithm", optim::algorithmKindName(s.algorithm.kind)},
+         {"topology", topology::graphKindName(s.topology.base.kind)},
+         {"schedule", topology::scheduleKindName(s.topology.schedule.kind)},
+         {"final", metricsJson(last)},
+         {"x_mean", std::vector<double>(xMean.begin(), xMean.end())}};
+  // The final values also at the top level, where scripts look first.
+  for (auto& [k, v] : j["final"].items()) {
+    if (k != "round") j[k] = v;
+  }
+  const auto tmp = dir_ / "summary.json.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(2) << '\n';
+    if (!out) return core::ioError("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, dir_ / "summary.json", ec);
+  if (ec) return core::ioError("cannot write summary.json: " + ec.message());
+  return core::Status::ok();
+}
+
+}  // namespace starling::runtime

@@ -1,0 +1,62 @@
+// Run metrics: what is measured at a logged round, and the files they are written to.
+//
+//   metrics.jsonl  one JSON object per logged round, flushed as it is written
+//   summary.json   the scenario, the final metrics and x_mean, written at the end of a run
+// Formats: README.md "Output files". Thread-safety: none.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/experiment.h"
+
+namespace starling::runtime {
+
+struct RoundMetrics {
+  uint64_t round = 0;                   // rounds completed
+  double objective = 0;                 // F(x_mean)
+  double relError = 0;                  // ||x_mean - x*|| / ||x*|| (NaN without x*)
+  double consensusDistance = 0;         // (1/n) sum_i ||x_i - x_mean||^2
+  double meanSquareDeviation = 0;       // (1/n) sum_i ||x_i - x*||^2 (NaN without x*)
+  uint64_t bytesSent = 0;               // cumulative frame bytes, all nodes
+  uint64_t corruptMessages = 0;         // cumulative, all nodes
+  double wallS = 0;                     // seconds since the first round started
+};
+
+// Measures the models of all n nodes (double accumulation whatever T is). Fills everything but
+// round, bytesSent, corruptMessages and wallS. `xMean` receives the average model.
+template <typename T>
+RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
+                           std::vector<double>& xMean);
+
+class MetricsLog {
+ public:
+  // Creates `dir` (and parents) and truncates dir/metrics.jsonl.
+  static core::Result<std::unique_ptr<MetricsLog>> create(const std::filesystem::path& dir);
+
+  // Appends one line and flushes it to the operating system.
+  core::Status append(const RoundMetrics& m);
+
+  // Writes dir/summary.json (through a temporary file and a rename, so it is never half written).
+  core::Status writeSummary(const Scenario& s, const RoundMetrics& last,
+                            std::span<const double> xMean, const std::string& mode);
+
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  MetricsLog(std::filesystem::path dir, std::ofstream out)
+      : dir_(std::move(dir)), out_(std::move(out)) {}
+  std::filesystem::path dir_;
+  std::ofstream out_;
+};
+
+// The JSON object of one metrics.jsonl line (NaN and infinity are written as null).
+std::string metricsLine(const RoundMetrics& m);
+
+}  // namespace starling::runtime

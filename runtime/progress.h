@@ -1,0 +1,31 @@
+// A one-line progress report on stderr for runs that take longer than a second: rewritten in
+// place on a terminal, one line every few seconds otherwise (logs and CI).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace starling::runtime {
+
+class ProgressLine {
+ public:
+  ProgressLine(std::string label, uint64_t total, bool enabled);
+  ~ProgressLine();
+  // Reports that `done` of `total` steps are complete; prints at most a few times a second.
+  void update(uint64_t done, const std::string& detail);
+  // Ends the line (if anything was printed).
+  void finish();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::string label_;
+  uint64_t total_;
+  bool enabled_;
+  bool tty_;
+  bool printed_ = false;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_{};
+};
+
+}  // namespace starling::runtime

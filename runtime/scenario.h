@@ -1,0 +1,68 @@
+// Scenarios: a run described in a JSON file (format: scenarios/README.md), parsed once into typed
+// structs and validated field by field.
+//
+// Every error names the file, the JSON path and what was expected, e.g.
+//   scenarios/x.json: /topology/kind: unknown topology "rign"; expected one of ring, line, ...
+// Unknown keys are errors. Thread-safety: free functions and values.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "optim/algorithm.h"
+#include "optim/problem.h"
+#include "runtime/core/status.h"
+#include "runtime/data.h"
+#include "topology/spec.h"
+
+namespace starling::runtime {
+
+inline constexpr int kScenarioSchemaVersion = 1;
+
+enum class Precision { kFloat32, kFloat64 };
+const char* precisionName(Precision p);
+
+struct DataSource {
+  enum class Kind { kSynthetic, kLibsvm };
+  Kind kind = Kind::kSynthetic;
+  SyntheticSpec synthetic;       // kSynthetic
+  std::string path;              // kLibsvm: resolved against the scenario file's folder
+  std::optional<int> features;   // kLibsvm: fixes d
+};
+
+struct ProblemConfig {
+  optim::ProblemSpec spec;
+  DataSource data;
+  PartitionKind partition = PartitionKind::kContiguous;
+  size_t batch = 0;  // 0: full local gradients
+};
+
+struct Scenario {
+  std::string file;  // the path as given, for messages
+  std::string name;
+  std::string description;
+  int nodes = 0;
+  uint64_t seed = 0;
+  uint64_t rounds = 0;
+  uint64_t logEvery = 1;
+  Precision precision = Precision::kFloat64;
+  topology::TopologySpec topology;
+  ProblemConfig problem;
+  optim::AlgorithmSpec algorithm;
+};
+
+// Parses and validates the JSON of one scenario. `file` names it in messages; relative data paths
+// resolve against `baseDir`. Errors: kInvalidArgument "<file>: <json path>: <what>".
+core::Result<Scenario> parseScenario(std::string_view text, const std::string& file,
+                                     const std::filesystem::path& baseDir);
+
+// Reads and parses a scenario file (kNotFound / kIoError if it cannot be read).
+core::Result<Scenario> loadScenario(const std::string& path);
+
+// Overrides from the command line, applied after parsing; they keep the scenario valid.
+void applyOverrides(Scenario& s, std::optional<uint64_t> rounds, std::optional<uint64_t> seed);
+
+}  // namespace starling::runtime

@@ -1,0 +1,37 @@
+// The simulator: all n nodes of a scenario in one process, on one thread, round by round.
+//
+// Each round every node starts (prepares and sends over the in-process transport), then every
+// node completes (receives, decodes, absorbs): the same Node code and wire frames as a real peer,
+// without a thread per node, so thousands of nodes fit. Deterministic: the same scenario and seed
+// give the same metrics, apart from wall-clock fields.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/experiment.h"
+#include "runtime/metrics.h"
+
+namespace starling::runtime {
+
+struct SimulateOptions {
+  // Where metrics.jsonl and summary.json go; nothing is written when empty.
+  std::filesystem::path outDir;
+  // Prints a progress line on stderr once the run has taken more than a second.
+  bool progress = false;
+  // Called with every logged round's metrics (tests and tools).
+  std::function<void(const RoundMetrics&)> onLog;
+};
+
+struct SimulateResult {
+  RoundMetrics last;
+  std::vector<double> xMean;
+  std::vector<std::vector<double>> models;  // final x_i of every node
+};
+
+core::Result<SimulateResult> simulate(const Experiment& experiment, const SimulateOptions& options);
+
+}  // namespace starling::runtime

@@ -1,0 +1,148 @@
+#include "runtime/transport/inproc/inproc_transport.h"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace starling::transport::inproc {
+
+struct MessageKey {
+  int from;
+  Tag tag;
+  friend auto operator<=>(const MessageKey&, const MessageKey&) = default;
+};
+
+struct PendingRecv {
+  Clock::time_point deadline;
+  RecvCallback done;
+};
+
+struct Mailbox {
+  std::map<MessageKey, SharedBytes> arrived;  // sent, not yet asked for
+  std::map<MessageKey, PendingRecv> waiting;  // asked for, not yet sent
+  std::deque<std::function<void()>> ready;    // completions to run in the owner's progress()
+  TransportStats stats;
+};
+
+struct InprocHub::State {
+  explicit State(int ranks) : boxes_(ranks) {}
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Mailbox> boxes_;
+};
+
+InprocHub::InprocHub(int ranks) : state_(std::make_unique<State>(ranks)) {}
+InprocHub::~InprocHub() = default;
+
+namespace {
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(InprocHub& hub, int rank) : hub_(hub.state()), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+
+  void send(int to, Tag tag, SharedBytes bytes, SendCallback done) override {
+    {
+      std::lock_guard lock(hub_.mu);
+      Mailbox& self = hub_.boxes_[rank_];
+      if (to < 0 || to >= static_cast<int>(hub_.boxes_.size())) {
+        self.ready.push_back([done = std::move(done), to] {
+          done(core::peerGone("no rank " + std::to_string(to) + " in this process"));
+        });
+        return;
+      }
+      const size_t size = bytes->size();
+      self.stats.messagesSent++;
+      self.stats.bytesSent += size;
+      Mailbox& box = hub_.boxes_[to];
+      const MessageKey key{rank_, tag};
+      if (auto it = box.waiting.find(key); it != box.waiting.end()) {
+        box.ready.push_back([cb = std::move(it->second.done), b = std::move(bytes)]() mutable {
+          cb(core::Status::ok(), std::move(b));
+        });
+        box.waiting.erase(it);
+        box.stats.messagesReceived++;
+        box.stats.bytesReceived += size;
+      } else if (!box.arrived.emplace(key, std::move(bytes)).second) {
+        box.stats.corruptMessages++;  // a duplicate (sender, round, channel): keep the first
+      }
+      self.ready.push_back([done = std::move(done)] { done(core::Status::ok()); });
+    }
+    hub_.cv.notify_all();
+  }
+
+  void recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) override {
+    std::lock_guard lock(hub_.mu);
+    Mailbox& box = hub_.boxes_[rank_];
+    const MessageKey key{from, tag};
+    if (auto it = box.arrived.find(key); it != box.arrived.end()) {
+      box.stats.messagesReceived++;
+      box.stats.bytesReceived += it->second->size();
+      box.ready.push_back([cb = std::move(done), b = std::move(it->second)]() mutable {
+        cb(core::Status::ok(), std::move(b));
+      });
+      box.arrived.erase(it);
+    } else {
+      box.waiting[key] = PendingRecv{deadline, std::move(done)};
+    }
+  }
+
+  core::Result<int> progress(Clock::time_point until) override {
+    std::deque<std::function<void()>> batch;
+    {
+      std::unique_lock lock(hub_.mu);
+      Mailbox& box = hub_.boxes_[rank_];
+      for (;;) {
+        expireLocked(box, Clock::now());
+        if (!box.ready.empty()) break;
+        Clock::time_point wake = until;
+        for (const auto& [key, pending] : box.waiting) wake = std::min(wake, pending.deadline);
+        if (Clock::now() >= until) break;
+        hub_.cv.wait_until(lock, wake);
+      }
+      batch.swap(box.ready);
+    }
+    for (auto& fn : batch) fn();
+    return static_cast<int>(batch.size());
+  }
+
+  TransportStats stats() const override {
+    std::lock_guard lock(hub_.mu);
+    return hub_.boxes_[rank_].stats;
+  }
+
+ private:
+  void expireLocked(Mailbox& box, Clock::time_point now) {
+    for (auto it = box.waiting.begin(); it != box.waiting.end();) {
+      if (it->second.deadline <= now) {
+        const int from = it->first.from;
+        const uint64_t round = it->first.tag.round;
+        box.stats.timeouts++;
+        box.ready.push_back([cb = std::move(it->second.done), from, round] {
+          cb(core::timeout("no message from rank " + std::to_string(from) + " for round " +
+                           std::to_string(round)),
+             nullptr);
+        });
+        it = box.waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  InprocHub::State& hub_;
+  const int rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<InprocHub> createHub(int ranks) { return std::make_unique<InprocHub>(ranks); }
+
+std::unique_ptr<Transport> createTransport(InprocHub& hub, int rank) {
+  return std::make_unique<InprocTransport>(hub, rank);
+}
+
+}  // namespace starling::transport::inproc

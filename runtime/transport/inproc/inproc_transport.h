@@ -1,0 +1,34 @@
+// In-process transport: every rank of a run lives in this process.
+//
+// An InprocHub holds one mailbox per rank; createTransport(hub, rank) returns that rank's endpoint.
+// A message is the sender's shared buffer itself (no copy), delivered when the receiver calls
+// progress(). Used by the simulator (many ranks on one thread) and by tests (ranks on threads).
+//
+// Thread-safety: the hub is internally locked, so endpoints may be driven from different threads;
+// each endpoint must be driven by one thread at a time. The hub must outlive its endpoints.
+#pragma once
+
+#include <memory>
+
+#include "runtime/transport/transport.h"
+
+namespace starling::transport::inproc {
+
+// The mailboxes of every rank of a run. Opaque; see the file comment for thread-safety.
+class InprocHub {
+ public:
+  struct State;
+  explicit InprocHub(int ranks);
+  ~InprocHub();
+  InprocHub(const InprocHub&) = delete;
+  InprocHub& operator=(const InprocHub&) = delete;
+  State& state() { return *state_; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+std::unique_ptr<InprocHub> createHub(int ranks);
+std::unique_ptr<Transport> createTransport(InprocHub& hub, int rank);
+
+}  // namespace starling::transport::inproc

@@ -1,0 +1,73 @@
+// Transport: moves opaque byte messages between the peers of a run.
+//
+// The transport knows nothing of gradients, graphs or algorithms. Messages are tagged with
+// (round, channel) and matched on (sender, round, channel), so the order in which they arrive never
+// matters. Every operation completes exactly once with a Status, delivered through its callback
+// from progress() on the thread that calls progress(): ok, kTimeout (deadline passed),
+// kPeerGone (the peer disconnected or failed), kCancelled (the transport was shut down), or
+// kCorruption (bytes that broke the transport's own framing; counted in stats()).
+//
+// Backends: runtime/transport/inproc (this process; the simulator and tests). Each backend folder
+// has a single construction point and nothing outside it includes its headers.
+//
+// Thread-safety: one Transport object is driven by one thread (its node's); see each backend for
+// what may be shared between transports.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace starling::transport {
+
+using Clock = std::chrono::steady_clock;
+using Bytes = std::vector<std::byte>;
+// Messages are immutable once sent; one encoded buffer is shared by every neighbour it goes to.
+using SharedBytes = std::shared_ptr<const Bytes>;
+
+struct Tag {
+  uint64_t round = 0;
+  uint32_t channel = 0;
+  friend bool operator==(const Tag&, const Tag&) = default;
+  friend auto operator<=>(const Tag&, const Tag&) = default;
+};
+
+using SendCallback = std::function<void(const core::Status&)>;
+using RecvCallback = std::function<void(const core::Status&, SharedBytes)>;
+
+struct TransportStats {
+  uint64_t messagesSent = 0;
+  uint64_t bytesSent = 0;
+  uint64_t messagesReceived = 0;
+  uint64_t bytesReceived = 0;
+  uint64_t corruptMessages = 0;  // rejected by the transport's own framing
+  uint64_t timeouts = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+
+  // Queues `bytes` for peer `to`. Never blocks; `done` runs from progress() once the transport no
+  // longer needs the buffer (or with an error).
+  virtual void send(int to, Tag tag, SharedBytes bytes, SendCallback done) = 0;
+
+  // Asks for the message from `from` tagged `tag`. `done` runs from progress() with the bytes, or
+  // with kTimeout once `deadline` has passed without it.
+  virtual void recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) = 0;
+
+  // Runs every completion that is ready, waiting until `until` at most for the first one. Returns
+  // the number of callbacks run. Never waits past `until`.
+  virtual core::Result<int> progress(Clock::time_point until) = 0;
+
+  virtual TransportStats stats() const = 0;
+};
+
+}  // namespace starling::transport
