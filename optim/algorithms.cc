@@ -19,13 +19,18 @@ CMap<T> cmap(std::span<const T> s) { return CMap<T>(s.data(), static_cast<Eigen:
 template <typename T>
 Map<T> map(std::span<T> s) { return Map<T>(s.data(), static_cast<Eigen::Index>(s.size())); }
 
-// out = a_self * own + sum_j a_j * m_j, with a_j = scale * w_j and a_self = selfScale(w_ii).
+// out = own + sum_j scale * w_ij * (m_j - own), the combine in difference form. It equals
+// (1 - scale * sum_j w_ij) own + sum_j scale * w_ij m_j, but never uses the self weight, so the
+// combine weights sum to exactly one whatever the rounding of w_ij in T. With the self weight
+// written out, its rounding error (about 3e-8 in float32) biases the average of every round, and
+// exact diffusion's invariant sum_i (w_i - psi_i) = 0 drifts linearly with the round count.
 template <typename T>
-void combine(Map<T> out, T selfWeight, CMap<T> own, std::span<const NeighborMessage<T>> nbrs,
-             T neighborScale, Eigen::Index offset, Eigen::Index len) {
-  out = selfWeight * own.segment(offset, len);
+void combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, T scale,
+             Eigen::Index offset, Eigen::Index len) {
+  const auto self = own.segment(offset, len);
+  out = self;
   for (const auto& n : nbrs) {
-    out += static_cast<T>(n.weight) * neighborScale * cmap(n.message).segment(offset, len);
+    out += (static_cast<T>(n.weight) * scale) * (cmap(n.message).segment(offset, len) - self);
   }
 }
 
@@ -44,10 +49,10 @@ class Dsgd final : public Algorithm<T> {
     map<T>(out) = cmap<T>(x_) - static_cast<T>(info.stepSize) * cmap<T>(grad_);
   }
 
-  void absorb(const RoundInfo& info, std::span<const T> own,
+  void absorb(const RoundInfo&, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     const auto d = static_cast<Eigen::Index>(x_.size());
-    combine<T>(map<T>(std::span<T>(x_)), static_cast<T>(info.selfWeight), cmap<T>(own), nbrs, T(1), 0, d);
+    combine<T>(map<T>(std::span<T>(x_)), cmap<T>(own), nbrs, T(1), 0, d);
   }
 
   std::span<const T> model() const override { return x_; }
@@ -79,11 +84,10 @@ class ExactDiffusion final : public Algorithm<T> {
     psiPrev_.swap(grad_);
   }
 
-  void absorb(const RoundInfo& info, std::span<const T> own,
+  void absorb(const RoundInfo&, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     const auto d = static_cast<Eigen::Index>(w_.size());
-    combine<T>(map<T>(std::span<T>(w_)), static_cast<T>((1.0 + info.selfWeight) / 2.0), cmap<T>(own),
-               nbrs, T(0.5), 0, d);
+    combine<T>(map<T>(std::span<T>(w_)), cmap<T>(own), nbrs, T(0.5), 0, d);
   }
 
   std::span<const T> model() const override { return w_; }
@@ -116,12 +120,11 @@ class GradientTracking final : public Algorithm<T> {
   void absorb(const RoundInfo& info, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     const auto d = static_cast<Eigen::Index>(x_.size());
-    const auto self = static_cast<T>(info.selfWeight);
     auto x = map<T>(std::span<T>(x_));
     auto y = map<T>(std::span<T>(y_));
-    combine<T>(x, self, cmap<T>(own), nbrs, T(1), 0, d);
+    combine<T>(x, cmap<T>(own), nbrs, T(1), 0, d);
     x -= static_cast<T>(info.stepSize) * y;  // y still holds y^k here
-    combine<T>(y, self, cmap<T>(own), nbrs, T(1), d, d);
+    combine<T>(y, cmap<T>(own), nbrs, T(1), d, d);
     oracle_.gradient(x_, gNew_);
     y += cmap<T>(gNew_) - cmap<T>(gPrev_);
     gPrev_.swap(gNew_);

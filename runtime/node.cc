@@ -14,12 +14,13 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
 }
 
 template <typename T>
-core::Status Node<T>::startRound(const topology::RoundTopology& topology, double stepSize,
+core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& topology,
+                                 double stepSize,
                                  transport::Clock::time_point deadline) {
   if (inRound_) return core::failedPrecondition("startRound called twice without finishRound");
   inRound_ = true;
   const topology::MixingRow& row = topology.weights.rows[rank_];
-  info_ = optim::RoundInfo{topology.round, stepSize, row.self};
+  info_ = optim::RoundInfo{round, stepSize, row.self};
 
   algorithm_->prepare(info_, outgoing_);
   auto frame = std::make_shared<transport::Bytes>();
@@ -29,7 +30,7 @@ core::Status Node<T>::startRound(const topology::RoundTopology& topology, double
   for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}});
   pending_ = slots_.size();
   sendStatus_ = core::Status::ok();
-  const transport::Tag tag{topology.round, kModelChannel};
+  const transport::Tag tag{round, kModelChannel};
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int peer = slots_[s].peer;
     bytesSent_ += frame->size();

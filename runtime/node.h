@@ -5,7 +5,7 @@
 //
 // The same Node runs inside the simulator (many nodes, one thread, in-process transport) and as a
 // peer process. Round protocol:
-//   startRound(topology, step, deadline)  -> sends, posts receives (never blocks)
+//   startRound(round, topology, step, deadline)  -> sends, posts receives (never blocks)
 //   while (!roundComplete()) transport.progress(...)
 //   finishRound()                          -> decodes and absorbs; errors name the neighbour
 // Thread-safety: none; a Node and its transport are driven by one thread.
@@ -31,7 +31,7 @@ class Node {
  public:
   Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm, transport::Transport& transport);
 
-  core::Status startRound(const topology::RoundTopology& topology, double stepSize,
+  core::Status startRound(uint64_t round, const topology::RoundTopology& topology, double stepSize,
                           transport::Clock::time_point deadline);
   bool roundComplete() const { return pending_ == 0; }
   core::Status finishRound();

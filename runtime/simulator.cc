@@ -70,7 +70,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     const auto topo = e.schedule->at(r);
     const double step = s.algorithm.stepSize.at(r);
     const auto deadline = transport::Clock::now() + kRoundDeadline;
-    for (auto& node : nodes) STARLING_RETURN_IF_ERROR(node->startRound(*topo, step, deadline));
+    for (auto& node : nodes) STARLING_RETURN_IF_ERROR(node->startRound(r, *topo, step, deadline));
     for (int i = 0; i < n; ++i) {
       while (!nodes[i]->roundComplete()) {
         auto ran = transports[i]->progress(deadline);

@@ -6,7 +6,7 @@
 
 namespace starling::runtime {
 
-std::string describeRound(const topology::RoundTopology& r, ReportFormat format) {
+std::string describeRound(uint64_t round, const topology::RoundTopology& r, ReportFormat format) {
   const topology::Graph& g = r.graph;
   const int n = g.nodes();
   const int diam = topology::diameter(g);
@@ -18,14 +18,14 @@ std::string describeRound(const topology::RoundTopology& r, ReportFormat format)
   if (format == ReportFormat::kJson) {
     nlohmann::json edges = nlohmann::json::array();
     for (auto [i, j] : g.edges()) edges.push_back({i, j});
-    nlohmann::json j{{"round", r.round},     {"nodes", n},        {"edges", edges},
+    nlohmann::json j{{"round", round},     {"nodes", n},        {"edges", edges},
                      {"degrees", degrees},   {"diameter", diam},  {"weights", dense},
                      {"spectral_gap", gap},  {"connected", topology::isConnected(g)}};
     return j.dump() + "\n";
   }
   std::ostringstream os;
   if (format == ReportFormat::kDot) {
-    os << "graph round_" << r.round << " {\n";
+    os << "graph round_" << round << " {\n";
     for (int i = 0; i < n; ++i) {
       os << "  " << i << " [label=\"" << i << "\\nw_ii=" << r.weights.rows[i].self << "\"];\n";
     }
@@ -33,7 +33,7 @@ std::string describeRound(const topology::RoundTopology& r, ReportFormat format)
     os << "}\n";
     return os.str();
   }
-  os << "round " << r.round << ": " << n << " nodes, " << g.edgeCount() << " edges, diameter "
+  os << "round " << round << ": " << n << " nodes, " << g.edgeCount() << " edges, diameter "
      << (diam < 0 ? std::string("inf (disconnected this round)") : std::to_string(diam))
      << ", spectral gap " << gap << "\n";
   for (int i = 0; i < n; ++i) {

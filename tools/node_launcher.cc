@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     const auto fmt = format == "json"  ? runtime::ReportFormat::kJson
                      : format == "dot" ? runtime::ReportFormat::kDot
                                        : runtime::ReportFormat::kText;
-    std::fputs(runtime::describeRound(*(*schedule)->at(round), fmt).c_str(), stdout);
+    std::fputs(runtime::describeRound(round, *(*schedule)->at(round), fmt).c_str(), stdout);
     return 0;
   }
 

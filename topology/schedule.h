@@ -19,6 +19,8 @@ namespace starling::topology {
 // One round's communication graph with its mixing weights. Immutable; shared between the nodes
 // of a simulation through std::shared_ptr<const RoundTopology>.
 struct RoundTopology {
+  // The round this object was built for. Cached objects (static and cycle schedules) are shared
+  // by many rounds and keep the first; callers track the round themselves.
   uint64_t round = 0;
   Graph graph;
   MixingMatrix weights;
@@ -33,6 +35,7 @@ class Schedule {
   static core::Result<std::unique_ptr<Schedule>> create(const TopologySpec& spec);
 
   // Round r's graph and weights. Cheap for static schedules (the same object every round).
+  // Hold the returned pointer while using the graph: per-round kinds build a fresh object.
   std::shared_ptr<const RoundTopology> at(uint64_t round) const;
 
   int nodes() const { return spec_.nodes; }

@@ -1,0 +1,209 @@
+// node-launcher as a user runs it: exit codes, messages, output files, determinism.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Output {
+  int status;
+  std::string text;  // stdout and stderr
+};
+
+Output launch(const std::string& args) {
+  const std::string cmd = std::string(NODE_LAUNCHER) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  const int raw = pclose(p);
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, text};
+}
+
+fs::path tempDir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("starling-cli-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void writeFile(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const char* kGood = R"({"schema_version": 1, "name": "good", "nodes": 4, "seed": 1, "rounds": 40,
+  "log_every": 10, "topology": {"kind": "ring"},
+  "problem": {"kind": "least_squares", "l2": 0.1,
+              "data": {"synthetic": {"samples": 40, "features": 3}}},
+  "algorithm": {"kind": "exact_diffusion", "step_size": 0.3}})";
+
+}  // namespace
+
+TEST_CASE("every scenario shipped in scenarios/ validates", "[integration][scenario]") {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(SCENARIO_DIR)) {
+    if (entry.path().extension() != ".json") continue;
+    ++count;
+    const auto out = launch("validate " + entry.path().string());
+    INFO(entry.path() << "\n" << out.text);
+    CHECK(out.status == 0);
+  }
+  CHECK(count >= 9);
+}
+
+TEST_CASE("malformed scenarios exit 2 naming the file and the JSON path", "[integration][scenario]") {
+  const auto dir = tempDir("bad");
+  writeFile(dir / "bad.svm", "1 1:0.5 2:1\n-1 3:x\n");
+  struct Case {
+    std::string name, json, expect;
+  };
+  // Each case breaks one thing of kGood; `expect` is what the message must contain.
+  const std::string base = kGood;
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = base;
+    const auto pos = s.find(from);
+    REQUIRE(pos != std::string::npos);
+    return s.replace(pos, from.size(), to);
+  };
+  const std::vector<Case> cases = {
+      {"syntax", "{\"schema_version\": 1,\n \"nodes\": }", "syntax.json:2:"},
+      {"not_object", "[1, 2]", ": /: expected an object"},
+      {"typo_topology", replace("\"ring\"", "\"rign\""),
+       "/topology/kind: unknown topology \"rign\"; expected one of ring, line"},
+      {"unknown_key", replace("\"seed\"", "\"sede\""), "/sede: unknown key"},
+      {"unknown_nested", replace("\"l2\"", "\"l3\""), "/problem/l3: unknown key"},
+      {"wrong_type", replace("\"nodes\": 4", "\"nodes\": \"4\""), "/nodes: expected an integer"},
+      {"fractional", replace("\"nodes\": 4", "\"nodes\": 4.5"), "/nodes: expected an integer"},
+      {"zero_nodes", replace("\"nodes\": 4", "\"nodes\": 0"), "/nodes: must be between"},
+      {"negative_step", replace("\"step_size\": 0.3", "\"step_size\": -1"),
+       "/algorithm/step_size: must be in"},
+      {"missing_rounds", replace("\"rounds\": 40,", ""), "missing required key \"rounds\""},
+      {"schema", replace("\"schema_version\": 1", "\"schema_version\": 9"),
+       "/schema_version: unsupported schema version 9"},
+      {"grid_size", replace("{\"kind\": \"ring\"}", "{\"kind\": \"grid\", \"rows\": 3, \"cols\": 5}"),
+       "/topology/rows: grid 3 x 5 does not have 4 nodes"},
+      {"random_p", replace("{\"kind\": \"ring\"}", "{\"kind\": \"random\", \"p\": 1.5}"),
+       "/topology/p: must be in (0, 1]"},
+      {"p_on_ring", replace("{\"kind\": \"ring\"}", "{\"kind\": \"ring\", \"p\": 0.5}"),
+       "/topology/p: unknown key"},
+      {"dropout_p", replace("{\"kind\": \"ring\"}",
+                            "{\"kind\": \"ring\", \"schedule\": {\"kind\": \"edge_dropout\", \"p\": 1}}"),
+       "/topology/schedule/p: must be in [0, 1)"},
+      {"uniform_star", replace("{\"kind\": \"ring\"}", "{\"kind\": \"star\", \"weights\": \"uniform\"}"),
+       ": /topology: "},
+      {"precision", replace("\"seed\": 1", "\"seed\": 1, \"precision\": \"float16\""),
+       "/precision: unknown precision \"float16\""},
+      {"samples", replace("\"samples\": 40", "\"samples\": 2"), "/problem/data/synthetic/samples"},
+      {"density", replace("\"features\": 3", "\"features\": 3, \"density\": 0"),
+       "/problem/data/synthetic/density: must be in (0, 1]"},
+      {"missing_file", replace("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
+                               "{\"format\": \"libsvm\", \"path\": \"nowhere.svm\"}"),
+       "/problem/data/path: "},
+      {"bad_libsvm", replace("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
+                             "{\"format\": \"libsvm\", \"path\": \"bad.svm\"}"),
+       "bad.svm:2:"},
+      {"data_both", replace("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
+                            "{\"format\": \"csv\", \"path\": \"x\"}"),
+       "/problem/data/format: unknown data format \"csv\""},
+  };
+  for (const auto& c : cases) {
+    const auto path = dir / (c.name + ".json");
+    writeFile(path, c.json);
+    for (const char* verb : {"validate", "simulate"}) {
+      const std::string out_arg = std::string(verb) == "simulate" ? " --out " + (dir / "out").string() : "";
+      const auto out = launch(std::string(verb) + " " + path.string() + out_arg);
+      INFO(c.name << " (" << verb << "): " << out.text);
+      CHECK(out.status == 2);
+      CHECK(out.text.find(path.string()) != std::string::npos);
+      CHECK(out.text.find(c.expect) != std::string::npos);
+      // One clear message, not a cascade.
+      CHECK(std::count(out.text.begin(), out.text.end(), '\n') == 1);
+    }
+  }
+  // Nothing ran, so nothing was written.
+  CHECK_FALSE(fs::exists(dir / "out" / "metrics.jsonl"));
+  CHECK(launch("validate " + (dir / "absent.json").string()).status == 2);
+}
+
+TEST_CASE("simulate writes metrics.jsonl and summary.json, deterministically", "[integration][scenario]") {
+  const auto dir = tempDir("det");
+  writeFile(dir / "good.json", kGood);
+  const auto a = launch("simulate " + (dir / "good.json").string() + " --out " + (dir / "a").string());
+  const auto b = launch("simulate " + (dir / "good.json").string() + " --out " + (dir / "b").string());
+  REQUIRE(a.status == 0);
+  REQUIRE(b.status == 0);
+  auto lines = [](const fs::path& p) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(readFile(p));
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  auto la = lines(dir / "a" / "metrics.jsonl");
+  auto lb = lines(dir / "b" / "metrics.jsonl");
+  REQUIRE(la.size() == 5);  // rounds 0, 10, 20, 30, 40
+  REQUIRE(la.size() == lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    for (const char* key : {"round", "objective", "rel_error", "consensus_distance", "bytes_sent"}) {
+      REQUIRE(la[i].contains(key));
+    }
+    CHECK(la[i]["round"] == 10 * i);
+    la[i].erase("wall_s");
+    lb[i].erase("wall_s");
+    CHECK(la[i] == lb[i]);
+  }
+  // bytes_sent counts real frames: 4 nodes x 2 neighbours x (32 + 3*8 + 4) bytes per round.
+  CHECK(la.back()["bytes_sent"] == 40 * 4 * 2 * (32 + 3 * 8 + 4));
+  auto summary = nlohmann::json::parse(readFile(dir / "a" / "summary.json"));
+  CHECK(summary["scenario"] == "good");
+  CHECK(summary["nodes"] == 4);
+  CHECK(summary["algorithm"] == "exact_diffusion");
+  CHECK(summary["x_mean"].size() == 3);
+  CHECK(summary["rel_error"] == la.back()["rel_error"]);
+  // A different seed changes the data, hence the metrics.
+  const auto c = launch("simulate " + (dir / "good.json").string() + " --seed 2 --out " +
+                        (dir / "c").string());
+  REQUIRE(c.status == 0);
+  auto lc = lines(dir / "c" / "metrics.jsonl");
+  CHECK(lc.back()["objective"] != lines(dir / "b" / "metrics.jsonl").back()["objective"]);
+}
+
+TEST_CASE("topology prints the round's graph as JSON", "[integration][topology]") {
+  const auto dir = tempDir("topo");
+  std::string s = kGood;
+  s.replace(s.find("\"nodes\": 4"), 10, "\"nodes\": 8");
+  s.replace(s.find("\"samples\": 40"), 13, "\"samples\": 80");
+  writeFile(dir / "ring8.json", s);
+  const auto out = launch("topology " + (dir / "ring8.json").string() + " --format json --round 3");
+  INFO(out.text);
+  REQUIRE(out.status == 0);
+  const auto j = nlohmann::json::parse(out.text);
+  CHECK(j["round"] == 3);
+  CHECK(j["nodes"] == 8);
+  CHECK(j["edges"].size() == 8);
+  CHECK(j["edges"][0] == nlohmann::json::array({0, 1}));
+  CHECK(j["degrees"] == nlohmann::json(std::vector<int>(8, 2)));
+  CHECK(j["diameter"] == 4);
+  CHECK(j["weights"][0][1].get<double>() == Approx(1.0 / 3));
+  CHECK(j["spectral_gap"].get<double>() ==
+        Approx(1 - (1.0 / 3 + 2.0 / 3 * std::cos(2 * M_PI / 8))).epsilon(1e-12));
+  const auto dot = launch("topology " + (dir / "ring8.json").string() + " --format dot");
+  CHECK(dot.status == 0);
+  CHECK(dot.text.find("0 -- 1") != std::string::npos);
+  CHECK(launch("topology " + (dir / "ring8.json").string() + " --format xml").status == 2);
+}
