@@ -36,9 +36,9 @@ struct SyntheticSpec {
   double density = 1.0;  // fraction of non-zero features per sample, in (0, 1]
 };
 
-// Samples are generated in `nodes` contiguous groups (group g = sample j * nodes / samples), each
-// from its own model x_g = x_true + heterogeneity * delta_g; with a contiguous partition node i
-// therefore holds group i. Deterministic in `seed`.
+// Samples are generated in `nodes` contiguous groups, exactly the blocks that a contiguous
+// partitionSamples() hands out, each from its own model x_g = x_true + heterogeneity * delta_g;
+// with a contiguous partition node i therefore holds group i. Deterministic in `seed`.
 core::Result<optim::Dataset> makeSynthetic(const SyntheticSpec& spec, optim::LossKind loss,
                                            int nodes, uint64_t seed);
 
