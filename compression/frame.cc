@@ -113,6 +113,29 @@ void encodeDense(std::span<const T> x, std::vector<std::byte>& out) {
 }
 
 template <typename T>
+std::span<T> beginDense(size_t count, std::vector<std::byte>& out) {
+  static_assert(std::endian::native == std::endian::little,
+                "dense payloads are read and written in place; add a byte-swapping path for "
+                "big-endian hosts");
+  const size_t payload = count * sizeof(T);
+  out.assign(kFrameHeaderBytes + payload + kFrameTrailerBytes, std::byte{0});
+  std::byte* p = out.data();
+  storeLe<uint32_t>(p + 0, kFrameMagic);
+  p[4] = std::byte{kFrameVersion};
+  p[5] = static_cast<std::byte>(CodecId::kIdentity);
+  p[6] = static_cast<std::byte>(elementTypeOf<T>());
+  storeLe<uint64_t>(p + 8, count);
+  storeLe<uint64_t>(p + 24, payload);
+  // operator new aligns to at least 16 bytes and the header is 32, so the payload is aligned.
+  return {reinterpret_cast<T*>(p + kFrameHeaderBytes), count};
+}
+
+void sealFrame(std::vector<std::byte>& out) {
+  const size_t body = out.size() - kFrameTrailerBytes;
+  storeLe<uint32_t>(out.data() + body, crc32c({out.data(), body}));
+}
+
+template <typename T>
 core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, size_t expectedCount,
                                              std::vector<T>& scratch) {
   auto parsed = parseFrame(frame);
@@ -138,6 +161,8 @@ core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, s
   return values;
 }
 
+template std::span<float> beginDense<float>(size_t, std::vector<std::byte>&);
+template std::span<double> beginDense<double>(size_t, std::vector<std::byte>&);
 template void encodeDense<float>(std::span<const float>, std::vector<std::byte>&);
 template void encodeDense<double>(std::span<const double>, std::vector<std::byte>&);
 template core::Result<std::span<const float>> decodeDense<float>(std::span<const std::byte>, size_t,

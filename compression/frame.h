@@ -72,6 +72,13 @@ constexpr size_t denseFrameBytes(size_t count) {
 template <typename T>
 void encodeDense(std::span<const T> x, std::vector<std::byte>& out);
 
+// Zero-copy encoding: beginDense() sizes `out` for an identity frame of `count` elements, writes the
+// header and returns the (8-byte aligned) payload for the caller to fill in place; sealFrame() then
+// writes the CRC32C. The span stays valid until `out` is resized.
+template <typename T>
+std::span<T> beginDense(size_t count, std::vector<std::byte>& out);
+void sealFrame(std::vector<std::byte>& out);
+
 // Decodes an identity frame of exactly `expectedCount` elements of T. On a little-endian host with
 // an aligned buffer the result views the frame's payload in place (no copy); otherwise the values
 // are copied into `scratch` and the result views that. kCorruption for a wrong codec, element

@@ -1,6 +1,7 @@
 // DSGD (adapt-then-combine diffusion), exact diffusion and gradient tracking (DIGing), written
 // from ../shared/ALGORITHMS.md sections 1-3. The vector arithmetic goes through Eigen maps.
 #include <Eigen/Core>
+#include <algorithm>
 
 #include "optim/algorithm.h"
 
@@ -24,13 +25,20 @@ Map<T> map(std::span<T> s) { return Map<T>(s.data(), static_cast<Eigen::Index>(s
 // combine weights sum to exactly one whatever the rounding of w_ij in T. With the self weight
 // written out, its rounding error (about 3e-8 in float32) biases the average of every round, and
 // exact diffusion's invariant sum_i (w_i - psi_i) = 0 drifts linearly with the round count.
+// The vector is walked in blocks that stay in L1 while every neighbour's block is added, so each
+// input byte is read from memory once and `out` is written once.
 template <typename T>
 void combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, T scale,
              Eigen::Index offset, Eigen::Index len) {
-  const auto self = own.segment(offset, len);
-  out = self;
-  for (const auto& n : nbrs) {
-    out += (static_cast<T>(n.weight) * scale) * (cmap(n.message).segment(offset, len) - self);
+  constexpr Eigen::Index kBlock = 1024;
+  for (Eigen::Index b = 0; b < len; b += kBlock) {
+    const Eigen::Index m = std::min(kBlock, len - b);
+    const auto self = own.segment(offset + b, m);
+    auto dst = out.segment(b, m);
+    dst = self;
+    for (const auto& n : nbrs) {
+      dst += (static_cast<T>(n.weight) * scale) * (cmap(n.message).segment(offset + b, m) - self);
+    }
   }
 }
 

@@ -10,7 +10,7 @@
 namespace starling::runtime {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
@@ -103,7 +103,8 @@ core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& las
          {"final", metricsJson(last)},
          {"x_mean", std::vector<double>(xMean.begin(), xMean.end())}};
   // The final values also at the top level, where scripts look first.
-  for (auto& [k, v] : j["final"].items()) {
+  const json final = j["final"];  // a copy: inserting into j would invalidate a reference
+  for (const auto& [k, v] : final.items()) {
     if (k != "round") j[k] = v;
   }
   const auto tmp = dir_ / "summary.json.tmp";

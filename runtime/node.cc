@@ -10,7 +10,7 @@ template <typename T>
 Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
               transport::Transport& transport)
     : rank_(rank), algorithm_(std::move(algorithm)), transport_(transport) {
-  outgoing_.resize(algorithm_->messageSize());
+  messageSize_ = algorithm_->messageSize();
 }
 
 template <typename T>
@@ -22,9 +22,13 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   const topology::MixingRow& row = topology.weights.rows[rank_];
   info_ = optim::RoundInfo{round, stepSize, row.self};
 
-  algorithm_->prepare(info_, outgoing_);
+  // The algorithm writes its message straight into the frame's payload: no copy on the way out.
   auto frame = std::make_shared<transport::Bytes>();
-  compression::encodeDense<T>(outgoing_, *frame);
+  const std::span<T> payload = compression::beginDense<T>(messageSize_, *frame);
+  algorithm_->prepare(info_, payload);
+  compression::sealFrame(*frame);
+  own_ = payload;
+  ownFrame_ = frame;
 
   slots_.clear();
   for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}});
@@ -62,15 +66,16 @@ core::Status Node<T>::finishRound() {
     const std::string who = "round " + std::to_string(info_.round) + ", message from rank " +
                             std::to_string(slot.peer);
     if (!slot.status.isOk()) return slot.status.withContext(who);
-    auto values = compression::decodeDense<T>(*slot.bytes, outgoing_.size(), scratch_[s]);
+    auto values = compression::decodeDense<T>(*slot.bytes, messageSize_, scratch_[s]);
     if (!values) {
       ++corruptMessages_;
       return values.status().withContext(who);
     }
     messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, *values});
   }
-  algorithm_->absorb(info_, outgoing_, messages_);
+  algorithm_->absorb(info_, own_, messages_);
   for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
+  ownFrame_.reset();
   return core::Status::ok();
 }
 

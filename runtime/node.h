@@ -57,7 +57,9 @@ class Node {
 
   // The round in flight.
   optim::RoundInfo info_;
-  std::vector<T> outgoing_;
+  size_t messageSize_ = 0;
+  transport::SharedBytes ownFrame_;  // this round's outgoing frame
+  std::span<const T> own_;           // its payload, as the algorithm wrote it
   std::vector<Slot> slots_;
   size_t pending_ = 0;
   core::Status sendStatus_;

@@ -47,14 +47,17 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::span<const T>> models(n);
   auto measure = [&](uint64_t round) -> core::Status {
+    // Wall time when the round finished, before the metrics themselves are computed.
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (int i = 0; i < n; ++i) models[i] = nodes[i]->model();
     RoundMetrics m = measureModels<T>(e, models, result.xMean);
     m.round = round;
+    m.wallS = wall;
     for (const auto& node : nodes) {
       m.bytesSent += node->bytesSent();
       m.corruptMessages += node->corruptMessages();
     }
-    m.wallS = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.last = m;
     if (opt.onLog) opt.onLog(m);
     if (log) return log->append(m);
