@@ -297,6 +297,78 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
   o.finish();
 }
 
+void parseTransport(Obj& o, Scenario& s) {
+  auto& t = s.transport;
+  t.kind = o.choice("kind", "transport", {"ucx", "inproc"}) == 0 ? TransportConfig::Kind::kUcx
+                                                               : TransportConfig::Kind::kInproc;
+  if (t.kind == TransportConfig::Kind::kUcx) {
+    t.tls = o.choice("tls", "UCX transport selection", {"tcp", "shm"}, 0) == 0 ? "tcp" : "shm";
+    t.ucxTls = o.string("ucx_tls", "");
+    if (!t.ucxTls.empty() && t.ucxTls.find("tcp") == std::string::npos) {
+      throw ScenarioError{o.at("ucx_tls"), "must include tcp (it carries connection setup), got \"" +
+                                               t.ucxTls + "\""};
+    }
+    t.connectTimeoutMs = o.integer<uint64_t>("connect_timeout_ms", 1, 3600000, uint64_t{10000});
+    t.roundTimeoutMs = o.integer<uint64_t>("round_timeout_ms", 1, 86400000, uint64_t{30000});
+    t.maxEndpoints = o.integer<uint64_t>("max_endpoints", 1, 1 << 20, uint64_t{64});
+  }
+  o.finish();
+}
+
+void parsePeers(Obj& o, Scenario& s) {
+  auto& p = s.peers;
+  p.explicitAddresses = true;
+  auto checkHostPort = [](const std::string& path, const std::string& text) {
+    const auto colon = text.rfind(':');
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < text.size() &&
+              colon + 6 >= text.size();
+    unsigned long port = 0;
+    for (size_t i = colon + 1; ok && i < text.size(); ++i) {
+      ok = text[i] >= '0' && text[i] <= '9';
+      port = port * 10 + static_cast<unsigned long>(text[i] - '0');
+    }
+    if (!ok || port == 0 || port > 65535) {
+      throw ScenarioError{path, "expected \"host:port\", got \"" + text + "\""};
+    }
+  };
+  if (o.has("addresses")) {
+    const json& list = o.require("addresses");
+    if (!list.is_array()) throw ScenarioError{o.at("addresses"), "expected an array of \"host:port\""};
+    if (static_cast<int>(list.size()) != s.nodes) {
+      throw ScenarioError{o.at("addresses"), "has " + std::to_string(list.size()) +
+                                                 " entries for " + std::to_string(s.nodes) +
+                                                 " nodes (/nodes)"};
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = o.at("addresses") + "/" + std::to_string(i);
+      if (!list[i].is_string()) throw ScenarioError{path, "expected a string \"host:port\""};
+      checkHostPort(path, list[i].get<std::string>());
+      p.addresses.push_back(list[i].get<std::string>());
+    }
+  } else {
+    const json& hosts = o.require("hosts");
+    if (!hosts.is_array() || hosts.empty()) {
+      throw ScenarioError{o.at("hosts"), "expected a non-empty array of host names"};
+    }
+    const auto base = o.integer<int>("base_port", 1, 65535, int{kDefaultBasePort});
+    if (base + s.nodes - 1 > 65535) {
+      throw ScenarioError{o.at("base_port"), "base_port + nodes - 1 exceeds 65535"};
+    }
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      if (!hosts[i].is_string() || hosts[i].get<std::string>().empty()) {
+        throw ScenarioError{o.at("hosts") + "/" + std::to_string(i), "expected a host name"};
+      }
+    }
+    // Ranks fill the hosts in contiguous blocks: with 2 hosts and 8 nodes, ranks 0-3 on the
+    // first host and 4-7 on the second; rank r listens on base_port + r.
+    for (int r = 0; r < s.nodes; ++r) {
+      const size_t h = static_cast<size_t>(r) * hosts.size() / static_cast<size_t>(s.nodes);
+      p.addresses.push_back(hosts[h].get<std::string>() + ":" + std::to_string(base + r));
+    }
+  }
+  o.finish();
+}
+
 Scenario parseRoot(const json& root, const std::string& file, const std::filesystem::path& baseDir) {
   Obj o(root, "");
   Scenario s;
@@ -330,6 +402,18 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);
   alg.finish();
+  if (o.has("transport")) {
+    Obj tr = o.object("transport");
+    parseTransport(tr, s);
+  } else {
+    o.get("transport");
+  }
+  if (o.has("peers")) {
+    Obj pe = o.object("peers");
+    parsePeers(pe, s);
+  } else {
+    o.get("peers");
+  }
   o.finish();
   return s;
 }
@@ -377,6 +461,13 @@ core::Result<Scenario> loadScenario(const std::string& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   return parseScenario(buf.str(), path, std::filesystem::path(path).parent_path());
+}
+
+std::vector<std::string> peerAddresses(const Scenario& s) {
+  if (s.peers.explicitAddresses) return s.peers.addresses;
+  std::vector<std::string> out;
+  for (int r = 0; r < s.nodes; ++r) out.push_back("127.0.0.1:" + std::to_string(kDefaultBasePort + r));
+  return out;
 }
 
 void applyOverrides(Scenario& s, std::optional<uint64_t> rounds, std::optional<uint64_t> seed) {

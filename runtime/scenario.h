@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "optim/algorithm.h"
 #include "optim/problem.h"
@@ -40,6 +41,24 @@ struct ProblemConfig {
   size_t batch = 0;  // 0: full local gradients
 };
 
+// How peers reach each other when they run as separate processes (node-launcher run/peer).
+struct TransportConfig {
+  enum class Kind { kUcx, kInproc };
+  Kind kind = Kind::kUcx;
+  std::string tls = "tcp";      // "tcp" or "shm" (shared memory, with tcp for connection setup)
+  std::string ucxTls;           // when set, passed to UCX as UCX_TLS verbatim
+  uint64_t connectTimeoutMs = 10000;
+  uint64_t roundTimeoutMs = 30000;
+  uint64_t maxEndpoints = 64;
+};
+
+// Where each rank listens: "host:port" per rank. Empty when the scenario has no `peers` section:
+// `run` then picks free loopback ports and `peer` uses 127.0.0.1 with base port 29500 + rank.
+struct PeersConfig {
+  std::vector<std::string> addresses;
+  bool explicitAddresses = false;
+};
+
 struct Scenario {
   std::string file;  // the path as given, for messages
   std::string name;
@@ -52,7 +71,14 @@ struct Scenario {
   topology::TopologySpec topology;
   ProblemConfig problem;
   optim::AlgorithmSpec algorithm;
+  TransportConfig transport;
+  PeersConfig peers;
 };
+
+inline constexpr uint16_t kDefaultBasePort = 29500;
+
+// The listen address of every rank: the scenario's `peers` section, or 127.0.0.1:29500 + rank.
+std::vector<std::string> peerAddresses(const Scenario& s);
 
 // Parses and validates the JSON of one scenario. `file` names it in messages; relative data paths
 // resolve against `baseDir`. Errors: kInvalidArgument "<file>: <json path>: <what>".

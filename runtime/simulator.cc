@@ -3,37 +3,26 @@
 #include <chrono>
 #include <cstdio>
 
-#include "optim/oracle.h"
-#include "runtime/node.h"
+#include "runtime/node_stack.h"
 #include "runtime/progress.h"
 #include "runtime/transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {
 
-// Seeds of the per-node random streams (minibatch sampling).
-constexpr uint64_t kGradientSalt = 0x6772616421;
-
 template <typename T>
 core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptions& opt) {
   const Scenario& s = e.scenario;
   const int n = s.nodes;
-  const auto d = static_cast<size_t>(e.data.features);
 
   auto hub = transport::inproc::createHub(n);
   std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<optim::LocalObjective<T>>> objectives;
-  std::vector<std::unique_ptr<optim::ObjectiveOracle<T>>> oracles;
-  std::vector<std::unique_ptr<Node<T>>> nodes;
-  const std::vector<T> x0(d, T(0));
+  std::vector<NodeStack<T>> stacks;
+  std::vector<Node<T>*> nodes;
   for (int i = 0; i < n; ++i) {
     transports.push_back(transport::inproc::createTransport(*hub, i));
-    objectives.push_back(optim::LocalObjective<T>::create(s.problem.spec, e.data.subset(e.parts[i]),
-                                                          e.data.samples(), n));
-    oracles.push_back(std::make_unique<optim::ObjectiveOracle<T>>(
-        *objectives.back(), s.problem.batch, core::deriveSeed(s.seed, kGradientSalt, i)));
-    nodes.push_back(std::make_unique<Node<T>>(
-        i, optim::createAlgorithm<T>(s.algorithm, x0, *oracles.back()), *transports.back()));
+    stacks.push_back(buildNode<T>(e, i, *transports.back()));
+    nodes.push_back(stacks.back().node.get());
   }
 
   std::unique_ptr<MetricsLog> log;
@@ -54,7 +43,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     RoundMetrics m = measureModels<T>(e, models, result.xMean);
     m.round = round;
     m.wallS = wall;
-    for (const auto& node : nodes) {
+    for (const Node<T>* node : nodes) {
       m.bytesSent += node->bytesSent();
       m.corruptMessages += node->corruptMessages();
     }
@@ -73,7 +62,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     const auto topo = e.schedule->at(r);
     const double step = s.algorithm.stepSize.at(r);
     const auto deadline = transport::Clock::now() + kRoundDeadline;
-    for (auto& node : nodes) STARLING_RETURN_IF_ERROR(node->startRound(r, *topo, step, deadline));
+    for (Node<T>* node : nodes) STARLING_RETURN_IF_ERROR(node->startRound(r, *topo, step, deadline));
     for (int i = 0; i < n; ++i) {
       while (!nodes[i]->roundComplete()) {
         auto ran = transports[i]->progress(deadline);
@@ -91,7 +80,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   }
   progress.finish();
 
-  for (const auto& node : nodes) {
+  for (const Node<T>* node : nodes) {
     result.models.emplace_back(node->model().begin(), node->model().end());
   }
   if (log) STARLING_RETURN_IF_ERROR(log->writeSummary(s, result.last, result.xMean, "simulate"));

@@ -13,6 +13,7 @@ std::string_view statusCodeName(StatusCode code) {
     case StatusCode::kIoError: return "I/O error";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kFailedPrecondition: return "failed precondition";
+    case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

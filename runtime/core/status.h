@@ -23,6 +23,7 @@ enum class StatusCode {
   kIoError,          // the operating system refused (open, write, socket)
   kCancelled,        // the operation was stopped on purpose
   kFailedPrecondition,  // the object is not in a state that allows the call
+  kUnavailable,      // a peer could not be reached in time
   kInternal,         // a bug; should never be seen
 };
 
@@ -61,6 +62,7 @@ inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::mo
 inline Status failedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
+inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status internalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 // Either a T or a non-ok Status. Accessing value() of an error is a bug (asserted).

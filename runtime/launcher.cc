@@ -1,0 +1,309 @@
+#include "runtime/launcher.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <memory>
+
+#include "runtime/merge.h"
+#include "runtime/progress.h"
+
+namespace starling::runtime {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kKeptLines = 20;
+constexpr auto kTick = std::chrono::milliseconds(200);
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  std::unique_ptr<asio::posix::stream_descriptor> output;
+  std::array<char, 4096> buffer{};
+  std::string partial;
+  std::deque<std::string> lastLines;
+  bool exited = false;
+  bool outputClosed = false;
+  int waitStatus = 0;
+
+  bool failed() const { return exited && !(WIFEXITED(waitStatus) && WEXITSTATUS(waitStatus) == 0); }
+  std::string describeExit() const {
+    if (WIFSIGNALED(waitStatus)) {
+      return "was killed by signal " + std::to_string(WTERMSIG(waitStatus)) + " (" +
+             strsignal(WTERMSIG(waitStatus)) + ")";
+    }
+    return "exited with status " + std::to_string(WEXITSTATUS(waitStatus));
+  }
+};
+
+class Supervisor {
+ public:
+  Supervisor(const Experiment& e, const LaunchOptions& opt, MetricsLog& log)
+      : e_(e), opt_(opt), merger_(e, opt.outDir, log), signals_(io_, SIGINT, SIGTERM, SIGCHLD),
+        timer_(io_), progress_(e.scenario.name, e.scenario.rounds, opt.progress) {}
+
+  core::Status spawn(const std::vector<std::string>& addresses);
+  core::Status run();
+  const PeerLogMerger& merger() const { return merger_; }
+
+ private:
+  void readOutput(Child& c);
+  void onSignal(int signo);
+  void tick();
+  void reap();
+  void signalAll(int signo);
+  bool allDone() const;
+  std::string failureReport() const;
+
+  const Experiment& e_;
+  const LaunchOptions& opt_;
+  PeerLogMerger merger_;
+  asio::io_context io_;
+  asio::signal_set signals_;
+  asio::steady_timer timer_;
+  ProgressLine progress_;
+  std::vector<std::unique_ptr<Child>> children_;
+
+  enum class Phase { kRunning, kDraining, kTerminating };
+  Phase phase_ = Phase::kRunning;
+  Clock::time_point phaseSince_{};
+  int firstFailure_ = -1;
+  bool cancelled_ = false;
+  bool killed_ = false;
+  core::Status mergeError_;
+};
+
+core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
+  std::string peers;
+  for (const auto& a : addresses) peers += (peers.empty() ? "" : ",") + a;
+  const pid_t parent = getpid();
+  for (int r = 0; r < e_.scenario.nodes; ++r) {
+    std::vector<std::string> args = {opt_.executable, "peer", opt_.scenarioPath, "--rank",
+                                     std::to_string(r), "--out", opt_.outDir.string(), "--peers",
+                                     peers};
+    args.insert(args.end(), opt_.peerArgs.begin(), opt_.peerArgs.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return core::ioError(std::string("pipe: ") + strerror(errno));
+    const pid_t pid = fork();
+    if (pid < 0) return core::ioError(std::string("fork: ") + strerror(errno));
+    if (pid == 0) {
+      // Child: die with the launcher, whatever kills it; talk through the pipe.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    auto c = std::make_unique<Child>();
+    c->rank = r;
+    c->pid = pid;
+    c->output = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
+    children_.push_back(std::move(c));
+  }
+  return core::Status::ok();
+}
+
+void Supervisor::readOutput(Child& c) {
+  c.output->async_read_some(asio::buffer(c.buffer), [this, &c](const boost::system::error_code& ec,
+                                                               size_t n) {
+    if (ec) {
+      if (!c.partial.empty()) c.lastLines.push_back(c.partial);
+      c.outputClosed = true;
+      if (allDone()) io_.stop();
+      return;
+    }
+    c.partial.append(c.buffer.data(), n);
+    size_t start = 0;
+    for (size_t nl; (nl = c.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+      c.lastLines.push_back(c.partial.substr(start, nl - start));
+      if (c.lastLines.size() > kKeptLines) c.lastLines.pop_front();
+    }
+    c.partial.erase(0, start);
+    readOutput(c);
+  });
+}
+
+void Supervisor::signalAll(int signo) {
+  for (auto& c : children_) {
+    if (!c->exited) kill(c->pid, signo);
+  }
+}
+
+bool Supervisor::allDone() const {
+  for (const auto& c : children_) {
+    if (!c->exited || !c->outputClosed) return false;
+  }
+  return true;
+}
+
+void Supervisor::reap() {
+  for (auto& c : children_) {
+    if (c->exited) continue;
+    int status = 0;
+    if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
+      c->exited = true;
+      c->waitStatus = status;
+      if (c->failed() && firstFailure_ < 0 && !cancelled_) {
+        firstFailure_ = c->rank;
+        if (phase_ == Phase::kRunning) {
+          phase_ = Phase::kDraining;
+          phaseSince_ = Clock::now();
+        }
+      }
+    }
+  }
+  if (allDone()) io_.stop();
+}
+
+void Supervisor::onSignal(int signo) {
+  if (signo == SIGCHLD) {
+    reap();
+  } else if (!cancelled_) {
+    cancelled_ = true;
+    phase_ = Phase::kTerminating;
+    phaseSince_ = Clock::now();
+    signalAll(SIGTERM);
+  }
+  signals_.async_wait([this](const boost::system::error_code& ec, int s) {
+    if (!ec) onSignal(s);
+  });
+}
+
+void Supervisor::tick() {
+  reap();
+  if (auto merged = merger_.poll(); !merged) {
+    if (mergeError_.isOk()) mergeError_ = merged.status();
+  } else if (merger_.last()) {
+    char detail[64];
+    std::snprintf(detail, sizeof detail, "rel_error %.3e", merger_.last()->relError);
+    progress_.update(merger_.last()->round, detail);
+  }
+  const auto now = Clock::now();
+  if (phase_ == Phase::kDraining && now - phaseSince_ >= opt_.failureGrace) {
+    phase_ = Phase::kTerminating;
+    phaseSince_ = now;
+    signalAll(SIGTERM);
+  } else if (phase_ == Phase::kTerminating && !killed_ && now - phaseSince_ >= opt_.terminateGrace) {
+    killed_ = true;
+    signalAll(SIGKILL);
+  }
+  if (allDone()) {
+    io_.stop();
+    return;
+  }
+  timer_.expires_after(kTick);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) tick();
+  });
+}
+
+std::string Supervisor::failureReport() const {
+  const Child& first = *children_[firstFailure_];
+  std::string msg = "peer " + std::to_string(first.rank) + " " + first.describeExit();
+  if (!first.lastLines.empty()) {
+    msg += "; its last lines:";
+    for (const auto& l : first.lastLines) msg += "\n    " + l;
+  }
+  for (const auto& c : children_) {
+    if (c->rank == firstFailure_ || !c->failed() || c->lastLines.empty()) continue;
+    msg += "\n  peer " + std::to_string(c->rank) + " " + c->describeExit() + ": " +
+           c->lastLines.back();
+  }
+  return msg;
+}
+
+core::Status Supervisor::run() {
+  for (auto& c : children_) readOutput(*c);
+  signals_.async_wait([this](const boost::system::error_code& ec, int s) {
+    if (!ec) onSignal(s);
+  });
+  tick();
+  io_.run();
+  // Children that closed their output may not have been reaped yet.
+  for (auto& c : children_) {
+    if (!c->exited) {
+      waitpid(c->pid, &c->waitStatus, 0);
+      c->exited = true;
+    }
+  }
+  progress_.finish();
+  if (auto merged = merger_.poll(); !merged && mergeError_.isOk()) mergeError_ = merged.status();
+  if (cancelled_) return core::cancelled("stopped by a signal; every peer was stopped");
+  if (firstFailure_ >= 0) return core::unavailable(failureReport());
+  return mergeError_;
+}
+
+}  // namespace
+
+core::Result<std::vector<uint16_t>> freeLoopbackPorts(int count) {
+  std::vector<int> fds;
+  std::vector<uint16_t> ports;
+  core::Status st;
+  for (int i = 0; i < count && st.isOk(); ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      st = core::ioError(std::string("cannot find a free port: ") + strerror(errno));
+    } else {
+      ports.push_back(ntohs(a.sin_port));
+    }
+    if (fd >= 0) fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+  if (!st.isOk()) return st;
+  return ports;
+}
+
+core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& opt) {
+  std::vector<std::string> addresses;
+  if (e.scenario.peers.explicitAddresses) {
+    addresses = e.scenario.peers.addresses;
+  } else {
+    auto ports = freeLoopbackPorts(e.scenario.nodes);
+    if (!ports) return ports.status();
+    for (uint16_t p : *ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(opt.outDir / "peers", ec);  // stale logs would be merged
+  auto log = MetricsLog::create(opt.outDir);
+  if (!log) return log.status();
+
+  Supervisor sup(e, opt, **log);
+  if (auto st = sup.spawn(addresses); !st.isOk()) return st;
+  STARLING_RETURN_IF_ERROR(sup.run());
+  if (!sup.merger().last() || sup.merger().last()->round != e.scenario.rounds) {
+    return core::internalError("the peers finished but their logs stop before the last round");
+  }
+  LaunchResult result{*sup.merger().last(), sup.merger().xMean()};
+  STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run"));
+  return result;
+}
+
+}  // namespace starling::runtime

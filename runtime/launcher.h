@@ -1,0 +1,46 @@
+// The launcher of `node-launcher run`: starts one peer process per node on this machine,
+// supervises them, and merges their logs into metrics.jsonl and summary.json as they are written.
+//
+// The peers do the training; the launcher only supervises (Boost.Asio: the children's output
+// pipes, their exits through SIGCHLD, and SIGINT/SIGTERM). If a peer fails, the others get a grace
+// period to report what they saw (a lost neighbour is named in their errors), are then stopped
+// (SIGTERM, later SIGKILL), and the launcher reports which peer failed first with its last log
+// lines. Children are started with PR_SET_PDEATHSIG so that none outlives the launcher, even when
+// the launcher itself is killed. Not thread-safe; call from main().
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/experiment.h"
+#include "runtime/metrics.h"
+
+namespace starling::runtime {
+
+struct LaunchOptions {
+  std::string executable;                // node-launcher (for `node-launcher peer`)
+  std::string scenarioPath;              // as given on the command line
+  std::vector<std::string> peerArgs;     // extra arguments for every peer (--rounds, --seed)
+  std::filesystem::path outDir;
+  bool progress = true;                  // progress line on stderr
+  std::chrono::milliseconds failureGrace{3000};    // others may report after a failure
+  std::chrono::milliseconds terminateGrace{3000};  // SIGTERM, then SIGKILL
+};
+
+struct LaunchResult {
+  RoundMetrics last;
+  std::vector<double> xMean;
+};
+
+// Errors: kUnavailable when a peer failed (the message names it and quotes its last lines),
+// kCancelled after SIGINT/SIGTERM, kIoError when a process could not be started.
+core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& options);
+
+// `count` free TCP ports on 127.0.0.1 (bound, read and released; the OS hands out ports in
+// sequence, so another process taking one of them before the peer binds it is unlikely).
+core::Result<std::vector<uint16_t>> freeLoopbackPorts(int count);
+
+}  // namespace starling::runtime

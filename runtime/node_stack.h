@@ -1,0 +1,27 @@
+// NodeStack: one node and everything it owns (local objective, gradient oracle, algorithm),
+// built the same way by the simulator and by a peer process, so that both compute identical
+// iterates from identical seeds.
+#pragma once
+
+#include <memory>
+
+#include "optim/oracle.h"
+#include "optim/problem.h"
+#include "runtime/experiment.h"
+#include "runtime/node.h"
+#include "runtime/transport/transport.h"
+
+namespace starling::runtime {
+
+template <typename T>
+struct NodeStack {
+  std::unique_ptr<optim::LocalObjective<T>> objective;
+  std::unique_ptr<optim::ObjectiveOracle<T>> oracle;
+  std::unique_ptr<Node<T>> node;
+};
+
+// Node `rank` of the experiment, starting from x = 0, on the borrowed `transport`.
+template <typename T>
+NodeStack<T> buildNode(const Experiment& e, int rank, transport::Transport& transport);
+
+}  // namespace starling::runtime

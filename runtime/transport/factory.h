@@ -1,0 +1,33 @@
+// The one construction point for network transports. Only this factory knows which backends the
+// build has (STARLING_HAVE_UCX); callers describe what they need and get a Transport.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/transport/transport.h"
+
+namespace starling::transport {
+
+struct NetworkOptions {
+  int rank = 0;
+  std::vector<std::string> addresses;  // "host:port" of every rank, indexed by rank
+  std::string tls = "tcp";             // "tcp" or "shm"
+  std::string ucxTls;                  // verbatim UCX_TLS when not empty
+  std::chrono::milliseconds connectTimeout{10000};
+  size_t maxEndpoints = 64;
+  std::function<void(const std::string&)> log;  // diagnostics, one line each (default stderr)
+};
+
+// A UCX transport for `options.rank`. kFailedPrecondition when this build has no UCX;
+// kInvalidArgument for a malformed address; kIoError when UCX cannot start or listen.
+core::Result<std::unique_ptr<Transport>> createNetworkTransport(const NetworkOptions& options);
+
+// The UCX_TLS string a `tls` choice stands for.
+std::string ucxTlsFor(const std::string& tls);
+
+}  // namespace starling::transport
