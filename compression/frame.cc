@@ -2,6 +2,7 @@
 
 #include <isa-l/crc.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -37,8 +38,17 @@ size_t elementSize(ElementType t) {
 uint32_t crc32c(std::span<const std::byte> bytes) {
   // ISA-L's crc32_iscsi takes and returns the raw register; the standard CRC32C (RFC 3720) uses
   // an initial value of ~0 and a final inversion.
-  return ~crc32_iscsi(const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>(bytes.data())),
-                      static_cast<int>(bytes.size()), 0xFFFFFFFFu);
+  // ISA-L takes an int length: feed frames larger than that in pieces.
+  constexpr size_t kPiece = size_t{1} << 30;
+  auto* p = const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>(bytes.data()));
+  unsigned int crc = 0xFFFFFFFFu;
+  for (size_t left = bytes.size(); left > 0;) {
+    const size_t n = std::min(left, kPiece);
+    crc = crc32_iscsi(p, static_cast<int>(n), crc);
+    p += n;
+    left -= n;
+  }
+  return ~crc;
 }
 
 void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
@@ -90,6 +100,9 @@ core::Result<FrameView> parseFrame(std::span<const std::byte> frame) {
     return core::corruption("frame lengths do not match its size: params " +
                             std::to_string(paramsLen) + " + payload " +
                             std::to_string(payloadLen) + " in " + std::to_string(room) + " bytes");
+  }
+  for (uint64_t i = kFrameHeaderBytes + paramsLen; i < kFrameHeaderBytes + paramsPadded; ++i) {
+    if (p[i] != std::byte{0}) return core::corruption("params padding is not zero");
   }
   const size_t body = frame.size() - kFrameTrailerBytes;
   if (crc32c(frame.first(body)) != loadLe<uint32_t>(p + body)) {
@@ -155,7 +168,7 @@ core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, s
     values = {reinterpret_cast<const T*>(v.payload.data()), expectedCount};
   } else {
     scratch.resize(expectedCount);
-    std::memcpy(scratch.data(), v.payload.data(), v.payload.size());
+    if (!v.payload.empty()) std::memcpy(scratch.data(), v.payload.data(), v.payload.size());
     values = scratch;
   }
   return values;

@@ -8,8 +8,8 @@ namespace starling::runtime {
 
 template <typename T>
 Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
-              transport::Transport& transport)
-    : rank_(rank), algorithm_(std::move(algorithm)), transport_(transport) {
+              transport::Transport& transport, LogFn log)
+    : rank_(rank), log_(std::move(log)), algorithm_(std::move(algorithm)), transport_(transport) {
   messageSize_ = algorithm_->messageSize();
 }
 
@@ -31,47 +31,70 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   ownFrame_ = frame;
 
   slots_.clear();
-  for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}});
+  for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}, {}});
+  if (scratch_.size() < slots_.size()) scratch_.resize(slots_.size());
   pending_ = slots_.size();
   sendStatus_ = core::Status::ok();
-  const transport::Tag tag{round, kModelChannel};
+  tag_ = transport::Tag{round, kModelChannel};
+  deadline_ = deadline;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int peer = slots_[s].peer;
     bytesSent_ += frame->size();
-    transport_.send(peer, tag, frame, [this, peer](const core::Status& st) {
+    ++sendsInFlight_;
+    transport_.send(peer, tag_, frame, [this, peer](const core::Status& st) {
+      --sendsInFlight_;
       if (!st.isOk() && sendStatus_.isOk()) {
         sendStatus_ = st.withContext("send to rank " + std::to_string(peer));
       }
     });
-    transport_.recv(peer, tag, deadline,
-                    [this, s](const core::Status& st, transport::SharedBytes bytes) {
-                      slots_[s].status = st;
-                      slots_[s].bytes = std::move(bytes);
-                      --pending_;
-                    });
+    postReceive(s);
   }
   return core::Status::ok();
 }
 
 template <typename T>
-core::Status Node<T>::finishRound() {
-  if (!inRound_) return core::failedPrecondition("finishRound without startRound");
-  if (pending_ != 0) return core::failedPrecondition("finishRound before the round completed");
-  inRound_ = false;
-  STARLING_RETURN_IF_ERROR(sendStatus_);
-  if (scratch_.size() < slots_.size()) scratch_.resize(slots_.size());
-  messages_.clear();
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    Slot& slot = slots_[s];
-    const std::string who = "round " + std::to_string(info_.round) + ", message from rank " +
-                            std::to_string(slot.peer);
-    if (!slot.status.isOk()) return slot.status.withContext(who);
-    auto values = compression::decodeDense<T>(*slot.bytes, messageSize_, scratch_[s]);
+void Node<T>::postReceive(size_t s) {
+  transport_.recv(slots_[s].peer, tag_, deadline_,
+                  [this, s](const core::Status& st, transport::SharedBytes bytes) {
+                    onMessage(s, st, std::move(bytes));
+                  });
+}
+
+template <typename T>
+void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes bytes) {
+  Slot& slot = slots_[s];
+  if (st.isOk()) {
+    auto values = compression::decodeDense<T>(*bytes, messageSize_, scratch_[s]);
     if (!values) {
       ++corruptMessages_;
-      return values.status().withContext(who);
+      if (log_) {
+        log_("rank " + std::to_string(rank_) + ": rejected a message claiming to be from rank " +
+             std::to_string(slot.peer) + " for round " + std::to_string(tag_.round) + ": " +
+             values.status().message());
+      }
+      postReceive(s);  // the genuine message may still come before the deadline
+      return;
     }
-    messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, *values});
+    slot.values = *values;
+  }
+  slot.status = st;
+  slot.bytes = std::move(bytes);
+  --pending_;
+}
+
+template <typename T>
+core::Status Node<T>::finishRound() {
+  if (!inRound_) return core::failedPrecondition("finishRound without startRound");
+  if (!roundComplete()) return core::failedPrecondition("finishRound before the round completed");
+  inRound_ = false;
+  STARLING_RETURN_IF_ERROR(sendStatus_);
+  messages_.clear();
+  for (const Slot& slot : slots_) {
+    if (!slot.status.isOk()) {
+      return slot.status.withContext("round " + std::to_string(info_.round) +
+                                     ", message from rank " + std::to_string(slot.peer));
+    }
+    messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, slot.values});
   }
   algorithm_->absorb(info_, own_, messages_);
   for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round

@@ -7,11 +7,16 @@
 // peer process. Round protocol:
 //   startRound(round, topology, step, deadline)  -> sends, posts receives (never blocks)
 //   while (!roundComplete()) transport.progress(...)
-//   finishRound()                          -> decodes and absorbs; errors name the neighbour
+//   finishRound()                          -> absorbs; errors name the neighbour
+// Each message is checked (frame, CRC, size) when it arrives. A malformed one is counted, logged
+// through the log callback, and the neighbour's message is asked for again with the same
+// deadline, so a forged or corrupted frame never replaces the genuine one.
 // Thread-safety: none; a Node and its transport are driven by one thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <memory>
 #include <span>
 #include <vector>
@@ -29,11 +34,15 @@ inline constexpr uint32_t kModelChannel = 0;
 template <typename T>
 class Node {
  public:
-  Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm, transport::Transport& transport);
+  using LogFn = std::function<void(const std::string&)>;
+  Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm, transport::Transport& transport,
+       LogFn log = {});
 
   core::Status startRound(uint64_t round, const topology::RoundTopology& topology, double stepSize,
                           transport::Clock::time_point deadline);
-  bool roundComplete() const { return pending_ == 0; }
+  // True once every neighbour's message is in, or as soon as a send has failed (the round cannot
+  // succeed then, and waiting for the receives' deadlines would only delay the error).
+  bool roundComplete() const { return pending_ == 0 || !sendStatus_.isOk(); }
   core::Status finishRound();
 
   int rank() const { return rank_; }
@@ -42,16 +51,26 @@ class Node {
   // Frame bytes this node has put on the wire (each copy to each neighbour counted).
   uint64_t bytesSent() const { return bytesSent_; }
   uint64_t corruptMessages() const { return corruptMessages_; }
+  // Sends handed to the transport whose completion has not been reported yet. A peer drives
+  // progress until this is 0 after its last round, so its neighbours get their last messages.
+  size_t sendsInFlight() const { return sendsInFlight_; }
 
  private:
   struct Slot {
     int peer;
     double weight;
     transport::SharedBytes bytes;
+    std::span<const T> values;  // decoded view into `bytes` (or into scratch_)
     core::Status status;
   };
 
+  void postReceive(size_t slot);
+  void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
+
   const int rank_;
+  LogFn log_;
+  transport::Tag tag_;
+  transport::Clock::time_point deadline_;
   std::unique_ptr<optim::Algorithm<T>> algorithm_;
   transport::Transport& transport_;
 
@@ -69,6 +88,7 @@ class Node {
   std::vector<optim::NeighborMessage<T>> messages_;
   uint64_t bytesSent_ = 0;
   uint64_t corruptMessages_ = 0;
+  size_t sendsInFlight_ = 0;
 };
 
 }  // namespace starling::runtime

@@ -63,6 +63,15 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     const uint64_t done = r + 1;
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
   }
+  // The neighbours still need this peer's last messages: hand them all to the network before
+  // the transport is closed (its close flushes what is in flight).
+  const auto flushDeadline =
+      Clock::now() + std::chrono::milliseconds(s.transport.connectTimeoutMs);
+  while (node.sendsInFlight() > 0 && Clock::now() < flushDeadline) {
+    if (opt.stop && opt.stop->load()) break;
+    auto ran = net.progress(std::min(Clock::now() + kStopPoll, flushDeadline));
+    if (!ran) return ran.status();
+  }
   return core::Status::ok();
 }
 

@@ -2,7 +2,10 @@
 //
 // The transport knows nothing of gradients, graphs or algorithms. Messages are tagged with
 // (round, channel) and matched on (sender, round, channel), so the order in which they arrive never
-// matters. Every operation completes exactly once with a Status, delivered through its callback
+// matters. Several messages with the same key are handed out one per recv(), in arrival order: a
+// forged or corrupted message therefore cannot hide the genuine one behind it (the receiver
+// rejects the bad one and asks again). At most kMaxQueuedPerKey wait per key; more are dropped and
+// counted as corrupt. Every operation completes exactly once with a Status, delivered through its callback
 // from progress() on the thread that calls progress(): ok, kTimeout (deadline passed),
 // kPeerGone (the peer disconnected or failed), kCancelled (the transport was shut down), or
 // kCorruption (bytes that broke the transport's own framing; counted in stats()).
@@ -36,6 +39,8 @@ struct Tag {
   friend bool operator==(const Tag&, const Tag&) = default;
   friend auto operator<=>(const Tag&, const Tag&) = default;
 };
+
+inline constexpr size_t kMaxQueuedPerKey = 4;
 
 using SendCallback = std::function<void(const core::Status&)>;
 using RecvCallback = std::function<void(const core::Status&, SharedBytes)>;

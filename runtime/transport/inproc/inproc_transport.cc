@@ -20,7 +20,7 @@ struct PendingRecv {
 };
 
 struct Mailbox {
-  std::map<MessageKey, SharedBytes> arrived;  // sent, not yet asked for
+  std::map<MessageKey, std::deque<SharedBytes>> arrived;  // sent, not yet asked for
   std::map<MessageKey, PendingRecv> waiting;  // asked for, not yet sent
   std::deque<std::function<void()>> ready;    // completions to run in the owner's progress()
   TransportStats stats;
@@ -66,8 +66,10 @@ class InprocTransport final : public Transport {
         box.waiting.erase(it);
         box.stats.messagesReceived++;
         box.stats.bytesReceived += size;
-      } else if (!box.arrived.emplace(key, std::move(bytes)).second) {
-        box.stats.corruptMessages++;  // a duplicate (sender, round, channel): keep the first
+      } else if (auto& queue = box.arrived[key]; queue.size() < kMaxQueuedPerKey) {
+        queue.push_back(std::move(bytes));
+      } else {
+        box.stats.corruptMessages++;  // a flood of one (sender, round, channel): drop
       }
       self.ready.push_back([done = std::move(done)] { done(core::Status::ok()); });
     }
@@ -79,14 +81,23 @@ class InprocTransport final : public Transport {
     Mailbox& box = hub_.boxes_[rank_];
     const MessageKey key{from, tag};
     if (auto it = box.arrived.find(key); it != box.arrived.end()) {
+      SharedBytes bytes = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) box.arrived.erase(it);
       box.stats.messagesReceived++;
-      box.stats.bytesReceived += it->second->size();
-      box.ready.push_back([cb = std::move(done), b = std::move(it->second)]() mutable {
+      box.stats.bytesReceived += bytes->size();
+      box.ready.push_back([cb = std::move(done), b = std::move(bytes)]() mutable {
         cb(core::Status::ok(), std::move(b));
       });
-      box.arrived.erase(it);
+    } else if (box.waiting.count(key) != 0) {
+      // One receive per key at a time; the second completes at once, with an error.
+      box.ready.push_back([cb = std::move(done), from, round = tag.round] {
+        cb(core::failedPrecondition("a receive from rank " + std::to_string(from) + " for round " +
+                                    std::to_string(round) + " is already pending"),
+           nullptr);
+      });
     } else {
-      box.waiting[key] = PendingRecv{deadline, std::move(done)};
+      box.waiting.emplace(key, PendingRecv{deadline, std::move(done)});
     }
   }
 

@@ -28,6 +28,9 @@ constexpr uint32_t kHeaderMagic = 0x47534D53;  // "SMSG"
 constexpr size_t kHeaderBytes = 24;
 // Larger messages are refused before any buffer is allocated for them.
 constexpr size_t kMaxMessageBytes = size_t{1} << 36;
+// Messages nobody has asked for yet (a neighbour a round ahead, or junk): a bound on their number
+// keeps a misbehaving sender from growing this process without limit.
+constexpr size_t kMaxQueuedMessages = size_t{1} << 16;
 constexpr auto kRetryDelay = std::chrono::milliseconds(100);
 constexpr auto kCloseGrace = std::chrono::seconds(2);
 
@@ -74,6 +77,13 @@ struct SendOp {
   Header header;
   SharedBytes bytes;
   SendCallback done;
+};
+
+// The flush that tells when a new endpoint's wireup is complete.
+struct FlushOp {
+  UcxTransport* transport;
+  int peer;
+  uint64_t generation;
 };
 
 // One rendezvous receive in flight.
@@ -127,6 +137,7 @@ class UcxTransport final : public Transport {
 
   // Callbacks from UCX (static trampolines below).
   void onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status);
+  void onConnected(const FlushOp& op, ucs_status_t status);
   ucs_status_t onActiveMessage(const void* header, size_t headerLength, void* data, size_t length,
                                const ucp_am_recv_param_t* param);
   void onRecvComplete(std::unique_ptr<RecvOp> op, ucs_status_t status, size_t length);
@@ -152,6 +163,7 @@ class UcxTransport final : public Transport {
   void closeEndpoint(ucp_ep_h ep, bool force);
   void maintain(Clock::time_point now);
   void evictIdle();
+  void reapClosed();
   Clock::time_point nextWake(Clock::time_point until) const;
   void waitForEvents(Clock::time_point wake);
   void shutdown();
@@ -165,12 +177,14 @@ class UcxTransport final : public Transport {
   std::set<ucp_ep_h> inbound_;          // endpoints accepted from neighbours' connections
   std::set<ucp_ep_h> erroredInbound_;   // to close in progress()
   std::vector<void*> closing_;          // close requests still in flight
-  std::map<MessageKey, SharedBytes> arrived_;
+  std::map<MessageKey, std::deque<SharedBytes>> arrived_;
+  size_t queuedMessages_ = 0;  // in arrived_
   std::map<MessageKey, PendingRecv> waiting_;
   std::deque<std::function<void()>> ready_;
   TransportStats stats_;
   uint64_t useClock_ = 0;
   bool started_ = false;
+  bool shuttingDown_ = false;
 };
 
 // ---- UCX callbacks -------------------------------------------------------------------------
@@ -179,6 +193,12 @@ void sendCallback(void* request, ucs_status_t status, void* userData) {
   std::unique_ptr<SendOp> op(static_cast<SendOp*>(userData));
   UcxTransport* t = op->transport;
   t->onSendComplete(std::move(op), status);
+  ucp_request_free(request);
+}
+
+void flushCallback(void* request, ucs_status_t status, void* userData) {
+  std::unique_ptr<FlushOp> op(static_cast<FlushOp*>(userData));
+  op->transport->onConnected(*op, status);
   ucp_request_free(request);
 }
 
@@ -243,8 +263,6 @@ core::Status UcxTransport::start() {
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read"));
   core::Status st = fromUcs(ucp_config_modify(config, "TLS", options_.tls.c_str()),
                             "UCX transports \"" + options_.tls + "\"");
-  // Keep shared memory with peer-failure error handling (otherwise UCX silently uses TCP only).
-  if (st.isOk()) (void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
   if (st.isOk()) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
@@ -308,9 +326,44 @@ core::Status UcxTransport::connect(int peer) {
   p.ep = handle;
   p.errored = false;
   p.generation++;
-  p.state = p.state == OutPeer::State::kConnected ? OutPeer::State::kConnected
-                                                  : OutPeer::State::kConnecting;
+  p.state = OutPeer::State::kConnecting;
+  // Sends wait until the flush completes, i.e. until wireup has settled on its final lanes.
+  // Posting them earlier trips a UCX 1.13 bug over shared memory: requests queued during wireup
+  // keep the thresholds of the first (TCP) configuration and are then replayed on the shared
+  // memory lane as "short" messages larger than it allows ("Invalid am_short_iov length: 164
+  // (expected: <= 100)"); 8 peers on a one-peer-exponential schedule failed 5 runs of 6.
+  auto op = std::make_unique<FlushOp>(FlushOp{this, peer, p.generation});
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = flushCallback;
+  rp.user_data = op.get();
+  ucs_status_ptr_t req = ucp_ep_flush_nbx(handle, &rp);
+  if (req == nullptr) {
+    onConnected(*op, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    onConnected(*op, UCS_PTR_STATUS(req));
+  } else {
+    op.release();
+  }
   return core::Status::ok();
+}
+
+void UcxTransport::onConnected(const FlushOp& op, ucs_status_t status) {
+  OutPeer& p = peers_[op.peer];
+  if (shuttingDown_ || op.generation != p.generation || p.state != OutPeer::State::kConnecting ||
+      p.ep == nullptr) {
+    return;
+  }
+  if (status != UCS_OK) {
+    p.errored = true;  // maintain() closes the endpoint and retries or gives up
+    return;
+  }
+  p.state = OutPeer::State::kConnected;
+  while (!p.unsent.empty() && p.state == OutPeer::State::kConnected) {
+    auto next = std::move(p.unsent.front());
+    p.unsent.pop_front();
+    post(op.peer, std::move(next));
+  }
 }
 
 void UcxTransport::send(int to, Tag tag, SharedBytes bytes, SendCallback done) {
@@ -335,13 +388,17 @@ void UcxTransport::send(int to, Tag tag, SharedBytes bytes, SendCallback done) {
         finish(std::move(op), p.failure);
         return;
       }
-      post(to, std::move(op));
+      if (p.state == OutPeer::State::kConnected) {
+        post(to, std::move(op));
+      } else {
+        p.unsent.push_back(std::move(op));
+      }
       return;
     }
     case OutPeer::State::kBackoff:
+    case OutPeer::State::kConnecting:
       p.unsent.push_back(std::move(op));
       return;
-    case OutPeer::State::kConnecting:
     case OutPeer::State::kConnected:
       post(to, std::move(op));
       return;
@@ -373,7 +430,6 @@ void UcxTransport::onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t statu
   OutPeer& p = peers_[op->peer];
   if (p.inflight > 0) p.inflight--;
   if (status == UCS_OK) {
-    if (p.state == OutPeer::State::kConnecting) p.state = OutPeer::State::kConnected;
     stats_.messagesSent++;
     stats_.bytesSent += op->bytes->size();
     finish(std::move(op), core::Status::ok());
@@ -505,22 +561,39 @@ void UcxTransport::deliver(const MessageKey& key, SharedBytes bytes) {
       cb(core::Status::ok(), std::move(b));
     });
     waiting_.erase(it);
-  } else if (!arrived_.emplace(key, std::move(bytes)).second) {
-    corrupt("duplicate message from rank " + std::to_string(key.from) + " for round " +
-            std::to_string(key.tag.round));
+  } else if (queuedMessages_ >= kMaxQueuedMessages) {
+    corrupt("more than " + std::to_string(kMaxQueuedMessages) + " unclaimed messages; dropped one "
+            "from rank " + std::to_string(key.from) + " for round " + std::to_string(key.tag.round));
+  } else if (auto& queue = arrived_[key]; queue.size() < kMaxQueuedPerKey) {
+    queue.push_back(std::move(bytes));
+    queuedMessages_++;
+  } else {
+    corrupt("more than " + std::to_string(kMaxQueuedPerKey) + " messages from rank " +
+            std::to_string(key.from) + " for round " + std::to_string(key.tag.round));
   }
 }
 
 void UcxTransport::recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) {
   const MessageKey key{from, tag};
   if (auto it = arrived_.find(key); it != arrived_.end()) {
-    ready_.push_back([cb = std::move(done), b = std::move(it->second)]() mutable {
+    ready_.push_back([cb = std::move(done), b = std::move(it->second.front())]() mutable {
       cb(core::Status::ok(), std::move(b));
     });
-    arrived_.erase(it);
+    it->second.pop_front();
+    queuedMessages_--;
+    if (it->second.empty()) arrived_.erase(it);
     return;
   }
-  waiting_[key] = PendingRecv{deadline, std::move(done)};
+  if (waiting_.count(key) == 0) {
+    waiting_.emplace(key, PendingRecv{deadline, std::move(done)});
+  } else {
+    // One receive per key at a time; the second completes at once, with an error.
+    ready_.push_back([cb = std::move(done), from, round = tag.round] {
+      cb(core::failedPrecondition("a receive from rank " + std::to_string(from) + " for round " +
+                                  std::to_string(round) + " is already pending"),
+         nullptr);
+    });
+  }
 }
 
 void UcxTransport::onConnectionRequest(ucp_conn_request_h request) {
@@ -569,15 +642,7 @@ void UcxTransport::maintain(Clock::time_point now) {
                                        std::to_string(options_.connectTimeout.count()) + " ms"));
     }
     if (p.state == OutPeer::State::kBackoff && p.inflight == 0 && now >= p.retryAt) {
-      if (auto st = connect(peer); !st.isOk()) {
-        failPeer(peer, st);
-        continue;
-      }
-      while (!p.unsent.empty() && p.state != OutPeer::State::kFailed) {
-        auto op = std::move(p.unsent.front());
-        p.unsent.pop_front();
-        post(peer, std::move(op));
-      }
+      if (auto st = connect(peer); !st.isOk()) failPeer(peer, st);
     }
   }
 
@@ -596,6 +661,11 @@ void UcxTransport::maintain(Clock::time_point now) {
     }
   }
 
+  reapClosed();
+  evictIdle();
+}
+
+void UcxTransport::reapClosed() {
   for (auto it = closing_.begin(); it != closing_.end();) {
     if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
       ucp_request_free(*it);
@@ -604,7 +674,6 @@ void UcxTransport::maintain(Clock::time_point now) {
       ++it;
     }
   }
-  evictIdle();
 }
 
 void UcxTransport::evictIdle() {
@@ -673,49 +742,26 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
 }
 
 void UcxTransport::shutdown() {
+  shuttingDown_ = true;
   if (h_.worker) {
-    // Let sends in flight finish (a neighbour may still need this round's message), then close
-    // every endpoint with a flush, within a grace period.
+    // Close every endpoint with a flush, within a grace period.
     const auto deadline = Clock::now() + kCloseGrace;
-    auto inflight = [this] {
-      size_t n = 0;
-      for (const auto& p : peers_) n += p.inflight;
-      return n;
-    };
-    // Completions are not delivered any more: their callbacks may point into a Node that is
-    // already gone. Only UCX is progressed.
-    while (started_ && inflight() > 0 && Clock::now() < deadline) {
-      ucp_worker_progress(h_.worker);
-    }
     for (auto& p : peers_) {
       if (p.ep) closeEndpoint(p.ep, /*force=*/false);
       p.ep = nullptr;
+      p.state = OutPeer::State::kFailed;
+      p.unsent.clear();
     }
     for (ucp_ep_h ep : inbound_) closeEndpoint(ep, /*force=*/false);
     inbound_.clear();
     while (!closing_.empty() && Clock::now() < deadline) {
       ucp_worker_progress(h_.worker);
-      for (auto it = closing_.begin(); it != closing_.end();) {
-        if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-          ucp_request_free(*it);
-          it = closing_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      reapClosed();
     }
-    for (void* req : closing_) ucp_request_cancel(h_.worker, req);
-    while (!closing_.empty()) {
-      ucp_worker_progress(h_.worker);
-      for (auto it = closing_.begin(); it != closing_.end();) {
-        if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-          ucp_request_free(*it);
-          it = closing_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
+    // Whatever has not closed by now is released when UCX finishes with it (ucp_request_free on
+    // a request in progress), and ucp_worker_destroy tears the endpoints down.
+    for (void* req : closing_) ucp_request_free(req);
+    closing_.clear();
   }
   ready_.clear();
   if (efd_.is_open()) efd_.close();

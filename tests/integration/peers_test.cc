@@ -1,0 +1,291 @@
+// Real peer processes over UCX on loopback: node-launcher run, node-launcher peer under
+// srun/mpirun-style environments, failures, signals and hostile bytes on the wire.
+#include <catch2/catch.hpp>
+
+#include "process_helpers.h"
+
+using namespace starling::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kLauncher = NODE_LAUNCHER;
+
+// A scenario with `nodes` nodes; `topology` and `transport` are JSON objects.
+std::string scenario(const std::string& name, int nodes, int rounds, int logEvery,
+                     const std::string& topology, const std::string& transport,
+                     const std::string& extra = "") {
+  return R"({"schema_version": 1, "name": ")" + name + R"(", "nodes": )" + std::to_string(nodes) +
+         R"(, "seed": 5, "rounds": )" + std::to_string(rounds) + R"(, "log_every": )" +
+         std::to_string(logEvery) + R"(, "topology": )" + topology + R"(, "transport": )" +
+         transport + extra + R"(,
+    "problem": {"kind": "logistic", "l2": 0.05,
+                "data": {"synthetic": {"samples": 400, "features": 12, "heterogeneity": 1.0}}},
+    "algorithm": {"kind": "exact_diffusion", "step_size": 0.5}})";
+}
+
+struct Outcome {
+  int exit;
+  std::string output;
+};
+
+Outcome runLauncher(const std::vector<std::string>& args, const fs::path& log,
+                    std::chrono::milliseconds timeout = 120s) {
+  auto p = spawn(args, log);
+  const bool exited = p->waitFor(timeout);
+  INFO(p->output());
+  REQUIRE(exited);
+  return {p->exitCode(), p->output()};
+}
+
+}  // namespace
+
+TEST_CASE("node-launcher run gives the same metrics as simulate", "[integration][peers]") {
+  const auto dir = tempDir("peers-same");
+  struct Case {
+    std::string name, topology, transport;
+    int nodes;
+  };
+  const std::vector<Case> cases = {
+      {"ring-tcp", R"({"kind": "ring"})", R"({"kind": "ucx", "tls": "tcp"})", 6},
+      {"grid-shm", R"({"kind": "grid", "rows": 2, "cols": 4})", R"({"kind": "ucx", "tls": "shm"})",
+       8},
+      {"dropout-tcp", R"({"kind": "ring", "schedule": {"kind": "edge_dropout", "p": 0.3}})",
+       R"({"kind": "ucx"})", 5},
+      {"onepeer-shm", R"({"kind": "ring", "schedule": {"kind": "one_peer_exponential"}})",
+       R"({"kind": "ucx", "tls": "shm"})", 8},
+      {"matching-tcp", R"({"kind": "complete", "schedule": {"kind": "random_matching"}})",
+       R"({"kind": "ucx", "max_endpoints": 2})", 4},
+  };
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const auto file = dir / (c.name + ".json");
+      writeFile(file, scenario(c.name, c.nodes, 300, 20, c.topology, c.transport));
+      const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / (c.name + "-run")).string()},
+                                   dir / (c.name + "-run.log"));
+      INFO(run.output);
+      REQUIRE(run.exit == 0);
+      CHECK(run.output.find("peer processes") != std::string::npos);
+      const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out",
+                                    (dir / (c.name + "-sim")).string()},
+                                   dir / (c.name + "-sim.log"));
+      REQUIRE(sim.exit == 0);
+      const auto a = metricsWithoutWall(dir / (c.name + "-run") / "metrics.jsonl");
+      const auto b = metricsWithoutWall(dir / (c.name + "-sim") / "metrics.jsonl");
+      REQUIRE(a.size() == 16);  // rounds 0, 20, ..., 300
+      // float64 state and combining in neighbour order: bit-identical, no tolerance needed.
+      CHECK(a == b);
+      const auto summary = nlohmann::json::parse(readFile(dir / (c.name + "-run") / "summary.json"));
+      CHECK(summary["mode"] == "run");
+      CHECK(summary["rel_error"].get<double>() < 1e-3);
+    }
+  }
+}
+
+TEST_CASE("peers started by srun or mpirun take their rank from the environment",
+          "[integration][peers]") {
+  const auto dir = tempDir("peers-env");
+  const auto file = dir / "env.json";
+  writeFile(file, scenario("env", 3, 100, 10, R"({"kind": "ring"})", R"({"kind": "ucx"})"));
+  const auto ports = freePorts(3);
+  const char* vars[] = {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"};
+  std::vector<std::unique_ptr<Process>> peers;
+  for (int r = 0; r < 3; ++r) {
+    peers.push_back(spawn({kLauncher, "peer", file.string(), "--out", (dir / "out").string(),
+                           "--peers", peerList(ports)},
+                          dir / ("peer" + std::to_string(r) + ".log"),
+                          {{vars[r], std::to_string(r)}}));
+  }
+  for (auto& p : peers) {
+    INFO(p->output());
+    REQUIRE(p->waitFor(60s));
+    CHECK(p->exitCode() == 0);
+  }
+  const auto merged = runLauncher({kLauncher, "merge", file.string(), "--out", (dir / "out").string()},
+                                  dir / "merge.log");
+  REQUIRE(merged.exit == 0);
+  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
+                               dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl") ==
+        metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+
+  // Without --rank and without a launcher's environment, a peer refuses to guess.
+  const auto none = runLauncher({kLauncher, "peer", file.string()}, dir / "none.log");
+  CHECK(none.exit == 2);
+  CHECK(none.output.find("SLURM_PROCID") != std::string::npos);
+}
+
+TEST_CASE("a killed peer stops its neighbours with an error naming it", "[integration][peers]") {
+  const auto dir = tempDir("peers-kill");
+  const auto file = dir / "kill.json";
+  // Long enough to be mid-run when the peer is killed; a short round timeout.
+  writeFile(file, scenario("kill", 4, 2000000, 1000, R"({"kind": "ring"})",
+                           R"({"kind": "ucx", "round_timeout_ms": 2000})"));
+  const auto ports = freePorts(4);
+  std::vector<std::unique_ptr<Process>> peers;
+  for (int r = 0; r < 4; ++r) {
+    peers.push_back(spawn({kLauncher, "peer", file.string(), "--rank", std::to_string(r), "--out",
+                           (dir / "out").string(), "--peers", peerList(ports)},
+                          dir / ("peer" + std::to_string(r) + ".log")));
+  }
+  // Wait until the peers have logged a few rounds, then kill rank 2.
+  const auto logFile = dir / "out" / "peers" / "rank-2.jsonl";
+  auto lines = [&logFile] {
+    const std::string text = readFile(logFile);
+    return std::count(text.begin(), text.end(), '\n');
+  };
+  for (int i = 0; i < 500 && lines() < 3; ++i) std::this_thread::sleep_for(20ms);
+  REQUIRE(lines() >= 3);
+  peers[2]->kill(SIGKILL);
+  REQUIRE(peers[2]->waitFor(5s));
+  const auto killedAt = std::chrono::steady_clock::now();
+  // Its neighbours (1 and 3) stop within the round timeout (plus process teardown), naming it.
+  for (int r : {1, 3}) {
+    INFO("rank " << r << ": " << peers[r]->output());
+    REQUIRE(peers[r]->waitFor(15s));
+    CHECK(peers[r]->exitCode() == 1);
+    CHECK(peers[r]->output().find("rank 2") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - killedAt < 15s);
+  // Rank 0 loses both neighbours in turn and stops too; nobody hangs.
+  REQUIRE(peers[0]->waitFor(15s));
+  CHECK(peers[0]->exitCode() == 1);
+  // What was computed before the failure is on disk: merge writes the complete rounds and says
+  // the run is incomplete.
+  const auto merged = runLauncher({kLauncher, "merge", file.string(), "--out", (dir / "out").string()},
+                                  dir / "merge.log");
+  CHECK(merged.exit == 1);
+  const auto metrics = metricsWithoutWall(dir / "out" / "metrics.jsonl");
+  REQUIRE(metrics.size() >= 3);
+  CHECK(metrics[2]["round"] == 2000);
+}
+
+TEST_CASE("the launcher stops every peer when one fails, and reports which", "[integration][peers]") {
+  const auto dir = tempDir("peers-launcher-kill");
+  const auto file = dir / "lk.json";
+  writeFile(file, scenario("lk", 4, 2000000, 1000, R"({"kind": "ring"})",
+                           R"({"kind": "ucx", "round_timeout_ms": 2000})"));
+  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "out").string()},
+                        dir / "launcher.log");
+  std::vector<pid_t> peers;
+  for (int i = 0; i < 500 && peers.size() < 4; ++i) {
+    std::this_thread::sleep_for(20ms);
+    peers = childrenOf(launcher->pid);
+  }
+  REQUIRE(peers.size() == 4);
+  std::this_thread::sleep_for(500ms);
+  // Kill one peer; the launcher must notice, stop the rest and exit non-zero.
+  kill(peers[1], SIGKILL);
+  INFO(launcher->output());
+  REQUIRE(launcher->waitFor(30s));
+  CHECK(launcher->exitCode() == 1);
+  CHECK(launcher->output().find("was killed by signal 9") != std::string::npos);
+  for (pid_t p : peers) CHECK_FALSE(processAlive(p));
+  // The rounds merged before the failure are on disk.
+  CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl").size() >= 1);
+}
+
+TEST_CASE("SIGTERM to the launcher stops every peer and leaves no orphan", "[integration][peers]") {
+  const auto dir = tempDir("peers-term");
+  const auto file = dir / "term.json";
+  writeFile(file, scenario("term", 3, 2000000, 1000, R"({"kind": "ring"})", R"({"kind": "ucx"})"));
+  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "out").string()},
+                        dir / "launcher.log");
+  std::vector<pid_t> peers;
+  for (int i = 0; i < 500 && peers.size() < 3; ++i) {
+    std::this_thread::sleep_for(20ms);
+    peers = childrenOf(launcher->pid);
+  }
+  REQUIRE(peers.size() == 3);
+  std::this_thread::sleep_for(300ms);
+  launcher->kill(SIGTERM);
+  INFO(launcher->output());
+  REQUIRE(launcher->waitFor(20s));
+  CHECK(launcher->exitCode() == 1);
+  CHECK(launcher->output().find("stopped by a signal") != std::string::npos);
+  for (pid_t p : peers) CHECK_FALSE(processAlive(p));
+
+  // And when the launcher itself is killed outright, its peers die with it (PR_SET_PDEATHSIG).
+  auto second = spawn({kLauncher, "run", file.string(), "--out", (dir / "out2").string()},
+                      dir / "launcher2.log");
+  peers.clear();
+  for (int i = 0; i < 500 && peers.size() < 3; ++i) {
+    std::this_thread::sleep_for(20ms);
+    peers = childrenOf(second->pid);
+  }
+  REQUIRE(peers.size() == 3);
+  second->kill(SIGKILL);
+  REQUIRE(second->waitFor(5s));
+  bool anyAlive = true;
+  for (int i = 0; i < 250 && anyAlive; ++i) {
+    std::this_thread::sleep_for(20ms);
+    anyAlive = false;
+    for (pid_t p : peers) anyAlive = anyAlive || processAlive(p);
+  }
+  CHECK_FALSE(anyAlive);
+}
+
+TEST_CASE("an unreachable neighbour fails the peer with its rank and address",
+          "[integration][peers]") {
+  const auto dir = tempDir("peers-unreachable");
+  const auto file = dir / "un.json";
+  writeFile(file, scenario("un", 2, 100, 10, R"({"kind": "line"})",
+                           R"({"kind": "ucx", "connect_timeout_ms": 1000})"));
+  const auto ports = freePorts(2);
+  const auto start = std::chrono::steady_clock::now();
+  const auto out = runLauncher({kLauncher, "peer", file.string(), "--rank", "0", "--out",
+                                (dir / "out").string(), "--peers", peerList(ports)},
+                               dir / "peer0.log", 30s);
+  INFO(out.output);
+  CHECK(out.exit == 1);
+  CHECK(out.output.find("rank 1 (127.0.0.1:" + std::to_string(ports[1]) + ")") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+}
+
+TEST_CASE("garbage sent to a peer's listener does not disturb the run", "[integration][peers]") {
+  const auto dir = tempDir("peers-garbage");
+  const auto file = dir / "g.json";
+  const auto ports = freePorts(3);
+  std::string peers = R"(, "peers": {"addresses": [)";
+  for (size_t i = 0; i < ports.size(); ++i) {
+    peers += (i ? ", \"" : "\"") + std::string("127.0.0.1:") + std::to_string(ports[i]) + "\"";
+  }
+  peers += "]}";
+  writeFile(file, scenario("g", 3, 3000, 100, R"({"kind": "ring"})", R"({"kind": "ucx"})", peers));
+  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "out").string()},
+                        dir / "launcher.log");
+  // Blast every listener with random bytes while the run goes on.
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  int connections = 0;
+  for (int i = 0; i < 40 && !launcher->waitFor(50ms); ++i) {
+    for (uint16_t port : ports) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(port);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        ++connections;
+        std::vector<unsigned char> junk(2048);
+        for (auto& b : junk) {
+          x ^= x << 13;
+          x ^= x >> 7;
+          x ^= x << 17;
+          b = static_cast<unsigned char>(x);
+        }
+        (void)!write(fd, junk.data(), junk.size());
+      }
+      close(fd);
+    }
+  }
+  INFO(launcher->output());
+  REQUIRE(launcher->waitFor(120s));
+  CHECK(launcher->exitCode() == 0);
+  CHECK(connections > 0);
+  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
+                               dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl") ==
+        metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+}
