@@ -1,7 +1,5 @@
 #include "runtime/transport/factory.h"
 
-#include <cstdlib>
-
 #if STARLING_HAVE_UCX
 #include "runtime/transport/ucx/ucx_transport.h"
 #endif
@@ -23,14 +21,6 @@ core::Result<std::unique_ptr<Transport>> createNetworkTransport(const NetworkOpt
     o.addresses.push_back(*a);
   }
   o.tls = options.ucxTls.empty() ? ucxTlsFor(options.tls) : options.ucxTls;
-  if (o.tls.find("sysv") != std::string::npos || o.tls.find("posix") != std::string::npos ||
-      o.tls.find("sm") != std::string::npos) {
-    // Starling's endpoints use peer-failure error handling, and UCX 1.13 then silently leaves
-    // shared memory out (ep_cfg shows am(tcp/lo) only) unless this UCT setting is on. It is not
-    // reachable through ucp_config_modify, only through UCX's own environment channel, so it is
-    // set here, once, and never over a value the user chose.
-    setenv("UCX_MM_ERROR_HANDLING", "y", /*overwrite=*/0);
-  }
   o.connectTimeout = options.connectTimeout;
   o.maxEndpoints = options.maxEndpoints;
   o.log = options.log;

@@ -4,8 +4,8 @@
 // (round, channel) and matched on (sender, round, channel), so the order in which they arrive never
 // matters. Several messages with the same key are handed out one per recv(), in arrival order: a
 // forged or corrupted message therefore cannot hide the genuine one behind it (the receiver
-// rejects the bad one and asks again). At most kMaxQueuedPerKey wait per key; more are dropped and
-// counted as corrupt. Every operation completes exactly once with a Status, delivered through its callback
+// rejects the bad one and asks again). At most kMaxQueuedPerKey wait per key and
+// kMaxQueuedMessages in all; more are dropped and counted as corrupt. Every operation completes exactly once with a Status, delivered through its callback
 // from progress() on the thread that calls progress(): ok, kTimeout (deadline passed),
 // kPeerGone (the peer disconnected or failed), kCancelled (the transport was shut down), or
 // kCorruption (bytes that broke the transport's own framing; counted in stats()).
@@ -41,6 +41,9 @@ struct Tag {
 };
 
 inline constexpr size_t kMaxQueuedPerKey = 4;
+// Unclaimed messages a transport keeps in all (a neighbour a round ahead, or junk); more are
+// dropped and counted as corrupt, so a misbehaving sender cannot grow a peer without limit.
+inline constexpr size_t kMaxQueuedMessages = size_t{1} << 16;
 
 using SendCallback = std::function<void(const core::Status&)>;
 using RecvCallback = std::function<void(const core::Status&, SharedBytes)>;

@@ -21,6 +21,7 @@ struct PendingRecv {
 
 struct Mailbox {
   std::map<MessageKey, std::deque<SharedBytes>> arrived;  // sent, not yet asked for
+  size_t queued = 0;                                       // messages in `arrived`
   std::map<MessageKey, PendingRecv> waiting;  // asked for, not yet sent
   std::deque<std::function<void()>> ready;    // completions to run in the owner's progress()
   TransportStats stats;
@@ -66,8 +67,11 @@ class InprocTransport final : public Transport {
         box.waiting.erase(it);
         box.stats.messagesReceived++;
         box.stats.bytesReceived += size;
+      } else if (box.queued >= kMaxQueuedMessages) {
+        box.stats.corruptMessages++;
       } else if (auto& queue = box.arrived[key]; queue.size() < kMaxQueuedPerKey) {
         queue.push_back(std::move(bytes));
+        box.queued++;
       } else {
         box.stats.corruptMessages++;  // a flood of one (sender, round, channel): drop
       }
@@ -83,6 +87,7 @@ class InprocTransport final : public Transport {
     if (auto it = box.arrived.find(key); it != box.arrived.end()) {
       SharedBytes bytes = std::move(it->second.front());
       it->second.pop_front();
+      box.queued--;
       if (it->second.empty()) box.arrived.erase(it);
       box.stats.messagesReceived++;
       box.stats.bytesReceived += bytes->size();

@@ -28,9 +28,6 @@ constexpr uint32_t kHeaderMagic = 0x47534D53;  // "SMSG"
 constexpr size_t kHeaderBytes = 24;
 // Larger messages are refused before any buffer is allocated for them.
 constexpr size_t kMaxMessageBytes = size_t{1} << 36;
-// Messages nobody has asked for yet (a neighbour a round ahead, or junk): a bound on their number
-// keeps a misbehaving sender from growing this process without limit.
-constexpr size_t kMaxQueuedMessages = size_t{1} << 16;
 constexpr auto kRetryDelay = std::chrono::milliseconds(100);
 constexpr auto kCloseGrace = std::chrono::seconds(2);
 
@@ -263,6 +260,14 @@ core::Status UcxTransport::start() {
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read"));
   core::Status st = fromUcs(ucp_config_modify(config, "TLS", options_.tls.c_str()),
                             "UCX transports \"" + options_.tls + "\"");
+  const bool sharedMemory = options_.tls.find("sysv") != std::string::npos ||
+                            options_.tls.find("posix") != std::string::npos ||
+                            options_.tls.find("sm") != std::string::npos;
+  if (st.isOk() && sharedMemory) {
+    // Starling's endpoints use peer-failure error handling, and UCX 1.13 then leaves shared
+    // memory out silently (ep_cfg shows am(tcp/lo) only) unless this is on.
+    st = fromUcs(ucp_config_modify(config, "MM_ERROR_HANDLING", "y"), "MM_ERROR_HANDLING");
+  }
   if (st.isOk()) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
@@ -574,6 +579,12 @@ void UcxTransport::deliver(const MessageKey& key, SharedBytes bytes) {
 }
 
 void UcxTransport::recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) {
+  if (from < 0 || from >= static_cast<int>(peers_.size()) || from == options_.rank) {
+    ready_.push_back([cb = std::move(done), from] {
+      cb(core::invalidArgument("cannot receive from rank " + std::to_string(from)), nullptr);
+    });
+    return;
+  }
   const MessageKey key{from, tag};
   if (auto it = arrived_.find(key); it != arrived_.end()) {
     ready_.push_back([cb = std::move(done), b = std::move(it->second.front())]() mutable {

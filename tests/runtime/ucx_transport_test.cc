@@ -1,0 +1,979 @@
+// Tests of the UCX transport: real UCX peers over loopback, several transports in this one
+// process, driven alternately from this one thread. Every test picks its own free ports so that
+// the suite can run beside others.
+#include "runtime/transport/ucx/ucx_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/transport/transport.h"
+
+namespace starling::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using core::Status;
+using core::StatusCode;
+
+// The wire constants of ucx_transport.cc, repeated here on purpose: the test pins the format.
+constexpr unsigned kAmId = 0x5354;
+constexpr uint32_t kMagic = 0x47534D53;  // "SMSG"
+
+// ---- helpers -------------------------------------------------------------------------------
+
+// `n` distinct ports that were free on 127.0.0.1 a moment ago (bound to port 0, read, closed).
+std::vector<uint16_t> freePorts(size_t n) {
+  std::vector<int> fds;
+  std::vector<uint16_t> ports;
+  for (size_t i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+std::vector<ucx::PeerAddress> loopback(const std::vector<uint16_t>& ports) {
+  std::vector<ucx::PeerAddress> out;
+  for (uint16_t p : ports) out.push_back({"127.0.0.1", p});
+  return out;
+}
+
+// Diagnostics of one transport, kept instead of printed (shown when a check fails).
+using LogLines = std::shared_ptr<std::vector<std::string>>;
+
+// Prints the transports' diagnostics when a REQUIRE ends the test early.
+struct LogDump {
+  LogLines lines;
+  ~LogDump() {
+    if (std::uncaught_exceptions() == 0) return;
+    for (const auto& l : *lines) std::fprintf(stderr, "  log: %s\n", l.c_str());
+  }
+};
+
+ucx::Options options(int rank, const std::vector<uint16_t>& ports, const LogLines& log,
+                     std::string tls = "tcp") {
+  ucx::Options o;
+  o.rank = rank;
+  o.addresses = loopback(ports);
+  o.tls = std::move(tls);
+  o.log = [log](const std::string& line) { log->push_back(line); };
+  return o;
+}
+
+std::unique_ptr<Transport> make(const ucx::Options& o) {
+  auto t = ucx::createTransport(o);
+  INFO("rank " << o.rank << ": " << t.status().toString());
+  REQUIRE(t.isOk());
+  return std::move(t).value();
+}
+
+SharedBytes randomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto b = std::make_shared<Bytes>(n);
+  for (auto& x : *b) x = static_cast<std::byte>(rng() & 0xff);
+  return b;
+}
+
+// Byte-for-byte comparison with a short report instead of a megabyte dump.
+bool sameBytes(const SharedBytes& got, const SharedBytes& want) {
+  if (!got || !want) return got == want;
+  if (got->size() != want->size()) {
+    UNSCOPED_INFO("sizes differ: got " << got->size() << ", want " << want->size());
+    return false;
+  }
+  auto mm = std::mismatch(got->begin(), got->end(), want->begin());
+  if (mm.first != got->end()) {
+    UNSCOPED_INFO("first difference at byte " << (mm.first - got->begin()));
+    return false;
+  }
+  return true;
+}
+
+struct Received {
+  int calls = 0;
+  Status status;
+  SharedBytes bytes;
+  Clock::time_point at{};
+  RecvCallback callback() {
+    return [this](const Status& st, SharedBytes b) {
+      ++calls;
+      status = st;
+      bytes = std::move(b);
+      at = Clock::now();
+    };
+  }
+};
+
+struct Sent {
+  int calls = 0;
+  Status status;
+  Clock::time_point at{};
+  SendCallback callback() {
+    return [this](const Status& st) {
+      ++calls;
+      status = st;
+      at = Clock::now();
+    };
+  }
+};
+
+// Drives every transport (and `extra`, e.g. a raw UCX worker) in turn, each for a few
+// milliseconds, until `pred` holds or `deadline` passes. Returns whether `pred` held.
+template <typename Pred>
+bool pumpUntil(const std::vector<Transport*>& ts, Pred pred, Clock::time_point deadline,
+               const std::function<void()>& extra = {}) {
+  for (;;) {
+    if (pred()) return true;
+    if (Clock::now() >= deadline) return false;
+    for (Transport* t : ts) {
+      auto r = t->progress(Clock::now() + 2ms);
+      REQUIRE(r.isOk());
+    }
+    if (extra) extra();
+  }
+}
+
+// Drives for `d` whatever happens (to let stray completions or duplicates show up).
+void pumpFor(const std::vector<Transport*>& ts, std::chrono::milliseconds d,
+             const std::function<void()>& extra = {}) {
+  (void)pumpUntil(
+      ts, [] { return false; }, Clock::now() + d, extra);
+}
+
+// Established TCP connections on loopback whose remote end is `port` (the client side of a
+// connection to a listener there), read from /proc/net/tcp.
+int clientConnectionsTo(uint16_t port) {
+  FILE* f = std::fopen("/proc/net/tcp", "r");
+  if (f == nullptr) return -1;
+  char line[512];
+  int n = 0;
+  (void)std::fgets(line, sizeof line, f);  // column names
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned localAddr = 0, localPort = 0, remoteAddr = 0, remotePort = 0, state = 0;
+    if (std::sscanf(line, " %*d: %x:%x %x:%x %x", &localAddr, &localPort, &remoteAddr, &remotePort,
+                    &state) == 5 &&
+        state == 0x01 && remotePort == port) {
+      ++n;
+    }
+  }
+  std::fclose(f);
+  return n;
+}
+
+Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
+
+// ---- a raw UCX client, to put hand-made active messages on the wire --------------------------
+
+std::array<std::byte, 24> header(uint32_t magic, uint32_t sender, uint64_t round,
+                                 uint32_t channel) {
+  std::array<std::byte, 24> h{};
+  auto put = [&h](size_t off, uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  };
+  put(0, magic, 4);
+  put(4, sender, 4);
+  put(8, round, 8);
+  put(16, channel, 4);
+  return h;
+}
+
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    ucp_config_t* config = nullptr;
+    REQUIRE(ucp_config_read(nullptr, nullptr, &config) == UCS_OK);
+    REQUIRE(ucp_config_modify(config, "TLS", "tcp") == UCS_OK);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM;
+    const ucs_status_t st = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    REQUIRE(st == UCS_OK);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    REQUIRE(ucp_worker_create(context_, &wp, &worker_) == UCS_OK);
+
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+    ep.sockaddr.addrlen = sizeof addr;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    REQUIRE(ucp_ep_create(worker_, &ep, &ep_) == UCS_OK);
+  }
+
+  ~RawClient() {
+    if (ep_) {
+      ucp_request_param_t rp{};
+      rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t req = ucp_ep_close_nbx(ep_, &rp);
+      if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+        ucp_request_free(req);
+      }
+    }
+    for (void* req : pending_) {
+      ucp_request_cancel(worker_, req);
+      ucp_request_free(req);
+    }
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+  }
+
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  // Posts one active message; the header and payload must outlive its completion.
+  void send(const void* hdr, size_t hdrLength, const Bytes& payload) {
+    ucp_request_param_t rp{};
+    ucs_status_ptr_t req =
+        ucp_am_send_nbx(ep_, kAmId, hdr, hdrLength, payload.data(), payload.size(), &rp);
+    REQUIRE_FALSE(UCS_PTR_IS_ERR(req));
+    if (req != nullptr) pending_.push_back(req);
+  }
+
+  void progress() {
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const ucs_status_t st = ucp_request_check_status(*it);
+      if (st == UCS_INPROGRESS) {
+        ++it;
+        continue;
+      }
+      CHECK(st == UCS_OK);
+      ucp_request_free(*it);
+      it = pending_.erase(it);
+    }
+  }
+
+  bool idle() const { return pending_.empty(); }
+
+ private:
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+  std::vector<void*> pending_;
+};
+
+// Sends one message each way and checks it arrives intact (used as "still works").
+void exchange(Transport& a, Transport& b, Tag tag, size_t size, uint32_t seed) {
+  const SharedBytes ab = randomBytes(size, seed);
+  const SharedBytes ba = randomBytes(size, seed + 1);
+  Received gotB, gotA;
+  Sent sentA, sentB;
+  b.recv(a.rank(), tag, in(10s), gotB.callback());
+  a.recv(b.rank(), tag, in(10s), gotA.callback());
+  a.send(b.rank(), tag, ab, sentA.callback());
+  b.send(a.rank(), tag, ba, sentB.callback());
+  REQUIRE(pumpUntil(
+      {&a, &b}, [&] { return gotA.calls && gotB.calls && sentA.calls && sentB.calls; }, in(10s)));
+  CHECK(sentA.status.isOk());
+  CHECK(sentB.status.isOk());
+  INFO(gotB.status.toString() << " / " << gotA.status.toString());
+  REQUIRE(gotB.status.isOk());
+  REQUIRE(gotA.status.isOk());
+  CHECK(sameBytes(gotB.bytes, ab));
+  CHECK(sameBytes(gotA.bytes, ba));
+}
+
+// ---- tests ---------------------------------------------------------------------------------
+
+TEST_CASE("ucx: messages arrive intact both ways with recv before or after the send",
+          "[runtime][unit][ucx]") {
+  // 0 bytes (header only), eager, and large enough for the rendezvous protocol.
+  const size_t size = GENERATE(size_t{0}, size_t{100}, size_t{8} << 20);
+  CAPTURE(size);
+  const auto ports = freePorts(2);
+  auto log0 = std::make_shared<std::vector<std::string>>();
+  auto log1 = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log0));
+  auto t1 = make(options(1, ports, log1));
+  CHECK(t0->rank() == 0);
+  CHECK(t1->rank() == 1);
+  LogDump dump0{log0}, dump1{log1};
+
+  const Tag tag{3, 2};
+  const SharedBytes m01 = randomBytes(size, 11);
+  const SharedBytes m10 = randomBytes(size, 12);
+  Received got1, got0;
+  Sent sent0, sent1;
+
+  // Rank 1's receive is posted before rank 0 sends.
+  t1->recv(0, tag, in(20s), got1.callback());
+  t0->send(1, tag, m01, sent0.callback());
+  // Rank 0's receive is posted only after rank 1's message has arrived.
+  t1->send(0, tag, m10, sent1.callback());
+  CHECK(sent0.calls == 0);  // completions run from progress(), never inside send()
+  CHECK(sent1.calls == 0);
+  REQUIRE(pumpUntil(
+      {t0.get(), t1.get()}, [&] { return t0->stats().messagesReceived == 1 && got1.calls == 1; },
+      in(20s)));
+  CHECK(got0.calls == 0);
+  t0->recv(1, tag, in(20s), got0.callback());
+  REQUIRE(pumpUntil(
+      {t0.get(), t1.get()}, [&] { return got0.calls && sent0.calls && sent1.calls; }, in(20s)));
+  // Nothing completes twice.
+  pumpFor({t0.get(), t1.get()}, 50ms);
+
+  CHECK(sent0.calls == 1);
+  CHECK(sent1.calls == 1);
+  CHECK(sent0.status.isOk());
+  CHECK(sent1.status.isOk());
+  CHECK(got0.calls == 1);
+  CHECK(got1.calls == 1);
+  REQUIRE(got1.status.isOk());
+  REQUIRE(got0.status.isOk());
+  REQUIRE(got1.bytes != nullptr);
+  REQUIRE(got0.bytes != nullptr);
+  CHECK(sameBytes(got1.bytes, m01));
+  CHECK(sameBytes(got0.bytes, m10));
+
+  for (const auto* t : {t0.get(), t1.get()}) {
+    CAPTURE(t->rank());
+    const TransportStats s = t->stats();
+    CHECK(s.messagesSent == 1);
+    CHECK(s.bytesSent == size);
+    CHECK(s.messagesReceived == 1);
+    CHECK(s.bytesReceived == size);
+    CHECK(s.corruptMessages == 0);
+    CHECK(s.timeouts == 0);
+  }
+}
+
+TEST_CASE("ucx: interleaved rounds and channels never mix", "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  auto t1 = make(options(1, ports, log));
+  std::vector<Transport*> ts{t0.get(), t1.get()};
+  LogDump dump{log};
+
+  struct Msg {
+    int from;
+    Tag tag;
+    SharedBytes bytes;
+    Received got;
+    Sent sent;
+  };
+  // Both directions, 4 rounds x 3 channels, sizes that differ per key (some past the eager limit).
+  const size_t sizes[] = {1, 37, 4096, 300 * 1024};
+  std::vector<Msg> msgs;
+  msgs.reserve(2 * 4 * 3);
+  uint32_t seed = 100;
+  for (int from : {0, 1})
+    for (uint64_t round = 0; round < 4; ++round)
+      for (uint32_t channel = 0; channel < 3; ++channel) {
+        const size_t n = sizes[(round + channel + static_cast<uint64_t>(from)) % 4];
+        msgs.push_back(Msg{from, Tag{round, channel}, randomBytes(n, seed++), {}, {}});
+      }
+  std::vector<size_t> order(msgs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::mt19937 rng(7);
+
+  // A third of the receives before any send, the sends in shuffled order, the rest after.
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i : order) {
+    if (i % 3 == 0)
+      ts[1 - msgs[i].from]->recv(msgs[i].from, msgs[i].tag, in(20s), msgs[i].got.callback());
+  }
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i : order) {
+    ts[msgs[i].from]->send(1 - msgs[i].from, msgs[i].tag, msgs[i].bytes, msgs[i].sent.callback());
+  }
+  pumpFor(ts, 20ms);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i : order) {
+    if (i % 3 != 0)
+      ts[1 - msgs[i].from]->recv(msgs[i].from, msgs[i].tag, in(20s), msgs[i].got.callback());
+  }
+  REQUIRE(pumpUntil(
+      ts,
+      [&] {
+        return std::all_of(msgs.begin(), msgs.end(),
+                           [](const Msg& m) { return m.got.calls > 0 && m.sent.calls > 0; });
+      },
+      in(20s)));
+  pumpFor(ts, 30ms);
+  uint64_t bytes[2] = {0, 0};
+  for (const Msg& m : msgs) {
+    CAPTURE(m.from, m.tag.round, m.tag.channel, m.bytes->size());
+    CHECK(m.sent.calls == 1);
+    CHECK(m.sent.status.isOk());
+    CHECK(m.got.calls == 1);
+    REQUIRE(m.got.status.isOk());
+    CHECK(sameBytes(m.got.bytes, m.bytes));
+    bytes[m.from] += m.bytes->size();
+  }
+  for (int r : {0, 1}) {
+    CAPTURE(r);
+    CHECK(ts[r]->stats().messagesSent == 12);
+    CHECK(ts[r]->stats().bytesSent == bytes[r]);
+    CHECK(ts[r]->stats().messagesReceived == 12);
+    CHECK(ts[r]->stats().bytesReceived == bytes[1 - r]);
+  }
+}
+
+TEST_CASE("ucx: a peer nobody listens for fails the send with kUnavailable after connectTimeout",
+          "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);  // ports[1]: nobody listens there
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto o = options(0, ports, log);
+  o.connectTimeout = 500ms;
+  auto t0 = make(o);
+  LogDump dump{log};
+  const std::string where = "127.0.0.1:" + std::to_string(ports[1]);
+
+  Sent first;
+  const auto start = Clock::now();
+  t0->send(1, Tag{0, 0}, randomBytes(64, 1), first.callback());
+  REQUIRE(pumpUntil(
+      {t0.get()}, [&] { return first.calls > 0; }, start + 10s));
+  const auto took = first.at - start;
+  CAPTURE(std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+  CHECK(took >= 400ms);
+  CHECK(took <= 5s);
+  CHECK(first.calls == 1);
+  CHECK(first.status.code() == StatusCode::kUnavailable);
+  CHECK_THAT(first.status.message(), Catch::Matchers::Contains("rank 1"));
+  CHECK_THAT(first.status.message(), Catch::Matchers::Contains(where));
+  CHECK(t0->stats().messagesSent == 0);
+
+  // Later sends to the same peer fail at once, with the same status.
+  Sent second;
+  const auto again = Clock::now();
+  t0->send(1, Tag{1, 0}, randomBytes(64, 2), second.callback());
+  auto r = t0->progress(Clock::now() + 3s);
+  REQUIRE(r.isOk());
+  CHECK(*r >= 1);
+  CHECK(Clock::now() - again < 1s);
+  REQUIRE(second.calls == 1);
+  CHECK(second.status.code() == StatusCode::kUnavailable);
+  CHECK(second.status.message() == first.status.message());
+  pumpFor({t0.get()}, 50ms);
+  CHECK(first.calls == 1);
+  CHECK(second.calls == 1);
+}
+
+TEST_CASE("ucx: a recv nobody answers times out and idle progress keeps its bound",
+          "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  LogDump dump{log};
+
+  Received got;
+  const auto deadline = Clock::now() + 200ms;
+  t0->recv(1, Tag{5, 0}, deadline, got.callback());
+  REQUIRE(pumpUntil(
+      {t0.get()}, [&] { return got.calls > 0; }, deadline + 5s));
+  CHECK(got.at >= deadline);  // never before its deadline
+  CHECK(got.calls == 1);
+  CHECK(got.status.code() == StatusCode::kTimeout);
+  CHECK_THAT(got.status.message(), Catch::Matchers::Contains("rank 1"));
+  CHECK(got.bytes == nullptr);
+  CHECK(t0->stats().timeouts == 1);
+
+  // Nothing left to do: progress runs no callback and comes back by its bound (plus slack).
+  const auto until = Clock::now() + 300ms;
+  auto r = t0->progress(until);
+  const auto returned = Clock::now();
+  REQUIRE(r.isOk());
+  CHECK(*r == 0);
+  CHECK(returned <= until + 2s);
+  CHECK(got.calls == 1);
+  CHECK(t0->stats().timeouts == 1);
+}
+
+TEST_CASE("ucx: a message sent before the peer starts is delivered once it is up",
+          "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto o0 = options(0, ports, log);
+  o0.connectTimeout = 5s;
+  auto t0 = make(o0);
+  LogDump dump{log};
+
+  const SharedBytes msg = randomBytes(1000, 5);
+  Sent sent;
+  t0->send(1, Tag{1, 0}, msg, sent.callback());
+  pumpFor({t0.get()}, 300ms);
+  CHECK(sent.calls == 0);  // still retrying, neither done nor failed
+
+  auto t1 = make(options(1, ports, log));
+  Received got;
+  t1->recv(0, Tag{1, 0}, in(10s), got.callback());
+  REQUIRE(pumpUntil(
+      {t0.get(), t1.get()}, [&] { return got.calls && sent.calls; }, in(10s)));
+  CHECK(sent.calls == 1);
+  CHECK(sent.status.isOk());
+  REQUIRE(got.status.isOk());
+  CHECK(sameBytes(got.bytes, msg));
+  CHECK(t1->stats().messagesReceived == 1);
+}
+
+TEST_CASE("ucx: sends to a peer that went away fail instead of hanging", "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto o0 = options(0, ports, log);
+  o0.connectTimeout = 2s;
+  auto t0 = make(o0);
+  auto t1 = make(options(1, ports, log));
+  LogDump dump{log};
+  exchange(*t0, *t1, Tag{0, 0}, 256, 1);
+
+  t1.reset();
+  // Keep sending, one message every 100 ms, until one fails; every send must complete.
+  std::vector<std::unique_ptr<Sent>> sends;
+  auto anyFailed = [&] {
+    return std::any_of(sends.begin(), sends.end(),
+                       [](const auto& s) { return s->calls && !s->status.isOk(); });
+  };
+  const auto stop = in(10s);
+  uint64_t round = 1;
+  while (!anyFailed() && Clock::now() < stop) {
+    sends.push_back(std::make_unique<Sent>());
+    t0->send(1, Tag{round++, 0}, randomBytes(256, 3), sends.back()->callback());
+    (void)pumpUntil({t0.get()}, anyFailed, std::min(stop, in(100ms)));
+  }
+  REQUIRE(anyFailed());
+  REQUIRE(pumpUntil(
+      {t0.get()},
+      [&] {
+        return std::all_of(sends.begin(), sends.end(), [](const auto& s) { return s->calls > 0; });
+      },
+      in(10s)));
+  for (const auto& s : sends) {
+    CHECK(s->calls == 1);
+    if (s->status.isOk()) continue;
+    CAPTURE(s->status.toString());
+    const bool expected =
+        s->status.code() == StatusCode::kPeerGone || s->status.code() == StatusCode::kUnavailable;
+    CHECK(expected);
+    CHECK_THAT(s->status.message(), Catch::Matchers::Contains("rank 1"));
+  }
+  // The peer stays failed: a further send completes at once with an error.
+  Sent last;
+  t0->send(1, Tag{round, 0}, randomBytes(8, 4), last.callback());
+  REQUIRE(pumpUntil(
+      {t0.get()}, [&] { return last.calls > 0; }, in(2s)));
+  CHECK_FALSE(last.status.isOk());
+}
+
+TEST_CASE("ucx: garbage on the listening port does not disturb the transport",
+          "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  auto t1 = make(options(1, ports, log));
+  std::vector<Transport*> ts{t0.get(), t1.get()};
+  LogDump dump{log};
+
+  std::mt19937 rng(1234);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    CAPTURE(attempt);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(ports[1]);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    std::array<unsigned char, 4096> junk{};
+    for (auto& c : junk) c = static_cast<unsigned char>(rng() & 0xff);
+    // The listener may hang up early: MSG_NOSIGNAL, and a short write is fine.
+    (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    pumpFor(ts, 30ms);
+    ::close(fd);
+    pumpFor(ts, 20ms);
+  }
+  pumpFor(ts, 100ms);
+  exchange(*t0, *t1, Tag{1, 0}, 1000, 9);
+  exchange(*t0, *t1, Tag{2, 0}, size_t{2} << 20, 10);
+  CHECK(t1->stats().messagesReceived == 2);
+}
+
+TEST_CASE("ucx: malformed active messages are counted and dropped", "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  auto t1 = make(options(1, ports, log));
+  std::vector<Transport*> ts{t0.get(), t1.get()};
+  LogDump dump{log};
+  const uint64_t corruptBefore = t1->stats().corruptMessages;
+  const uint64_t receivedBefore = t1->stats().messagesReceived;
+
+  {
+    RawClient raw(ports[1]);
+    const Bytes payload(32, std::byte{0x5a});
+    const std::array<std::byte, 3> shortHeader{std::byte{0x53}, std::byte{0x4d}, std::byte{0x53}};
+    const auto badMagic = header(kMagic ^ 1u, 0, 0, 0);
+    const auto unknownSender = header(kMagic, 99, 0, 0);
+    const auto selfSender = header(kMagic, 1, 0, 0);
+    raw.send(shortHeader.data(), shortHeader.size(), payload);
+    raw.send(badMagic.data(), badMagic.size(), payload);
+    raw.send(unknownSender.data(), unknownSender.size(), payload);
+    raw.send(selfSender.data(), selfSender.size(), payload);
+    auto extra = [&raw] { raw.progress(); };
+    REQUIRE(pumpUntil(
+        ts, [&] { return raw.idle() && t1->stats().corruptMessages >= corruptBefore + 4; }, in(10s),
+        extra));
+    pumpFor(ts, 100ms, extra);  // any late extra count would show up here
+  }
+  CHECK(t1->stats().corruptMessages == corruptBefore + 4);
+  CHECK(t1->stats().messagesReceived == receivedBefore);
+
+  // None of them satisfies a receive: nothing is queued for rank 0, round 0.
+  Received nothing;
+  t1->recv(0, Tag{0, 0}, in(100ms), nothing.callback());
+  REQUIRE(pumpUntil(
+      ts, [&] { return nothing.calls > 0; }, in(5s)));
+  CHECK(nothing.status.code() == StatusCode::kTimeout);
+
+  exchange(*t0, *t1, Tag{1, 0}, 500, 20);
+  CHECK(t1->stats().corruptMessages == corruptBefore + 4);
+
+  // The same on the rendezvous path: a large message with a bad header is refused without
+  // fetching its data, and the sender's request still completes.
+  {
+    RawClient raw(ports[1]);
+    const Bytes big(size_t{4} << 20, std::byte{0x33});
+    const auto badMagic = header(kMagic ^ 0x100u, 0, 1, 0);
+    const auto unknownSender = header(kMagic, 7, 1, 0);
+    raw.send(badMagic.data(), badMagic.size(), big);
+    raw.send(unknownSender.data(), unknownSender.size(), big);
+    auto extra = [&raw] { raw.progress(); };
+    REQUIRE(pumpUntil(
+        ts, [&] { return raw.idle() && t1->stats().corruptMessages >= corruptBefore + 6; }, in(10s),
+        extra));
+    pumpFor(ts, 100ms, extra);
+  }
+  CHECK(t1->stats().corruptMessages == corruptBefore + 6);
+  CHECK(t1->stats().messagesReceived == receivedBefore + 1);
+  exchange(*t0, *t1, Tag{2, 0}, size_t{4} << 20, 21);
+  CHECK(t1->stats().corruptMessages == corruptBefore + 6);
+}
+
+TEST_CASE("ucx: a well-framed forged message is delivered in arrival order (FIFO per key)",
+          "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  auto t1 = make(options(1, ports, log));
+  std::vector<Transport*> ts{t0.get(), t1.get()};
+  LogDump dump{log};
+  const Tag tag{7, 0};
+
+  // A valid header claiming rank 0, round 7, over an unrelated connection, with a junk payload:
+  // the transport does not judge payloads (the Node's decoder does).
+  const SharedBytes forged = randomBytes(64, 77);
+  {
+    RawClient raw(ports[1]);
+    const auto h = header(kMagic, 0, tag.round, tag.channel);
+    raw.send(h.data(), h.size(), *forged);
+    auto extra = [&raw] { raw.progress(); };
+    REQUIRE(pumpUntil(
+        ts, [&] { return raw.idle() && t1->stats().messagesReceived == 1; }, in(10s), extra));
+  }
+  // Then the genuine message for the same key.
+  const SharedBytes genuine = randomBytes(64, 78);
+  Sent sent;
+  t0->send(1, tag, genuine, sent.callback());
+  REQUIRE(pumpUntil(
+      ts, [&] { return sent.calls && t1->stats().messagesReceived == 2; }, in(10s)));
+  CHECK(sent.status.isOk());
+
+  Received first, second;
+  t1->recv(0, tag, in(5s), first.callback());
+  REQUIRE(pumpUntil(
+      ts, [&] { return first.calls > 0; }, in(5s)));
+  t1->recv(0, tag, in(5s), second.callback());
+  REQUIRE(pumpUntil(
+      ts, [&] { return second.calls > 0; }, in(5s)));
+  REQUIRE(first.status.isOk());
+  REQUIRE(second.status.isOk());
+  CHECK(sameBytes(first.bytes, forged));
+  CHECK(sameBytes(second.bytes, genuine));
+  CHECK(t1->stats().corruptMessages == 0);
+}
+
+TEST_CASE("ucx: shared-memory transports carry a 1 MiB exchange", "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log, "sysv,posix,cma,tcp"));
+  auto t1 = make(options(1, ports, log, "sysv,posix,cma,tcp"));
+  LogDump dump{log};
+  std::vector<Transport*> ts{t0.get(), t1.get()};
+  // Sizes around the shared-memory short/bcopy limits, all posted at once before any endpoint
+  // exists, so that they wait for (and must survive) wireup onto the shared-memory lanes.
+  const size_t sizes[] = {0, 1, 100, 164, 1000, 8192, 65536, size_t{1} << 20};
+  struct Msg {
+    int from;
+    SharedBytes bytes;
+    Sent sent;
+    Received got;
+  };
+  std::vector<Msg> msgs;
+  msgs.reserve(2 * std::size(sizes));
+  for (int from : {0, 1})
+    for (size_t i = 0; i < std::size(sizes); ++i)
+      msgs.push_back(
+          Msg{from, randomBytes(sizes[i], static_cast<uint32_t>(40 + 10 * from + i)), {}, {}});
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    Msg& m = msgs[i];
+    const Tag tag{i % std::size(sizes), 0};
+    ts[1 - m.from]->recv(m.from, tag, in(20s), m.got.callback());
+    ts[m.from]->send(1 - m.from, tag, m.bytes, m.sent.callback());
+  }
+  REQUIRE(pumpUntil(
+      ts,
+      [&] {
+        return std::all_of(msgs.begin(), msgs.end(),
+                           [](const Msg& m) { return m.got.calls > 0 && m.sent.calls > 0; });
+      },
+      in(20s)));
+  for (const Msg& m : msgs) {
+    CAPTURE(m.from, m.bytes->size());
+    CHECK(m.sent.status.isOk());
+    REQUIRE(m.got.status.isOk());
+    CHECK(sameBytes(m.got.bytes, m.bytes));
+  }
+  // And once connected, the 1 MiB exchange again.
+  exchange(*t0, *t1, Tag{100, 0}, size_t{1} << 20, 30);
+  CHECK(t0->stats().messagesSent == std::size(sizes) + 1);
+  CHECK(t1->stats().messagesReceived == std::size(sizes) + 1);
+}
+
+TEST_CASE("ucx: with maxEndpoints 1 endpoints are closed and reopened without losing messages",
+          "[runtime][unit][ucx]") {
+  const auto ports = freePorts(3);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto o0 = options(0, ports, log);
+  o0.maxEndpoints = 1;
+  auto t0 = make(o0);
+  auto t1 = make(options(1, ports, log));
+  auto t2 = make(options(2, ports, log));
+  std::vector<Transport*> ts{t0.get(), t1.get(), t2.get()};
+  LogDump dump{log};
+
+  for (uint64_t round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    const int firstPeer = round % 2 == 0 ? 1 : 2;
+    const int secondPeer = 3 - firstPeer;
+    const SharedBytes a = randomBytes(200 + round, static_cast<uint32_t>(1000 + 2 * round));
+    const SharedBytes b = randomBytes(300 + round, static_cast<uint32_t>(1001 + 2 * round));
+    Received gotA, gotB;
+    Sent sentA, sentB;
+    ts[firstPeer]->recv(0, Tag{round, 0}, in(10s), gotA.callback());
+    ts[secondPeer]->recv(0, Tag{round, 0}, in(10s), gotB.callback());
+    t0->send(firstPeer, Tag{round, 0}, a, sentA.callback());
+    if (round < 10) {
+      // First half: one at a time, so the idle endpoint is evicted before the next send.
+      REQUIRE(pumpUntil(
+          ts, [&] { return sentA.calls && gotA.calls; }, in(10s)));
+      t0->send(secondPeer, Tag{round, 0}, b, sentB.callback());
+    } else {
+      // Second half: both in flight at once (neither endpoint is idle yet).
+      t0->send(secondPeer, Tag{round, 0}, b, sentB.callback());
+    }
+    REQUIRE(pumpUntil(
+        ts, [&] { return sentA.calls && gotA.calls && sentB.calls && gotB.calls; }, in(10s)));
+    CHECK(sentA.status.isOk());
+    CHECK(sentB.status.isOk());
+    REQUIRE(gotA.status.isOk());
+    REQUIRE(gotB.status.isOk());
+    CHECK(sameBytes(gotA.bytes, a));
+    CHECK(sameBytes(gotB.bytes, b));
+    // Only the endpoint used last stays open: the other one's connection is torn down.
+    if (clientConnectionsTo(ports[1]) < 0) continue;  // no /proc/net/tcp here
+    CHECK(pumpUntil(
+        ts,
+        [&] {
+          return clientConnectionsTo(ports[secondPeer]) == 1 &&
+                 clientConnectionsTo(ports[firstPeer]) == 0;
+        },
+        in(5s)));
+  }
+  CHECK(t0->stats().messagesSent == 40);
+  CHECK(t1->stats().messagesReceived == 20);
+  CHECK(t2->stats().messagesReceived == 20);
+  CHECK(t1->stats().corruptMessages == 0);
+  CHECK(t2->stats().corruptMessages == 0);
+}
+
+TEST_CASE("ucx: at most kMaxQueuedPerKey unclaimed messages wait per key", "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  auto t1 = make(options(1, ports, log));
+  std::vector<Transport*> ts{t0.get(), t1.get()};
+  LogDump dump{log};
+  const Tag tag{4, 1};
+  const size_t n = kMaxQueuedPerKey + 1;
+  std::vector<SharedBytes> msgs;
+  std::vector<Sent> sent(n);
+  for (size_t i = 0; i < n; ++i) {
+    msgs.push_back(randomBytes(50, static_cast<uint32_t>(500 + i)));
+    t0->send(1, tag, msgs[i], sent[i].callback());
+  }
+  REQUIRE(pumpUntil(
+      ts,
+      [&] {
+        return std::all_of(sent.begin(), sent.end(), [](const Sent& s) { return s.calls > 0; }) &&
+               t1->stats().messagesReceived + t1->stats().corruptMessages >= n;
+      },
+      in(10s)));
+  CHECK(t1->stats().corruptMessages == 1);  // the one past the bound
+  std::vector<Received> got(n);
+  for (size_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    t1->recv(0, tag, in(i < kMaxQueuedPerKey ? 5s : 100ms), got[i].callback());
+    REQUIRE(pumpUntil(
+        ts, [&] { return got[i].calls > 0; }, in(5s)));
+    if (i < kMaxQueuedPerKey) {
+      REQUIRE(got[i].status.isOk());
+      CHECK(sameBytes(got[i].bytes, msgs[i]));  // in arrival (= sending) order
+    } else {
+      CHECK(got[i].status.code() == StatusCode::kTimeout);  // the dropped one never shows up
+    }
+  }
+}
+
+TEST_CASE("ucx: sends to itself or to an unknown rank fail with kInvalidArgument",
+          "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  const int to = GENERATE(0, 2, -1);
+  CAPTURE(to);
+  Sent sent;
+  t0->send(to, Tag{0, 0}, randomBytes(10, 1), sent.callback());
+  CHECK(sent.calls == 0);
+  REQUIRE(pumpUntil(
+      {t0.get()}, [&] { return sent.calls > 0; }, in(2s)));
+  CHECK(sent.status.code() == StatusCode::kInvalidArgument);
+  CHECK(t0->stats().messagesSent == 0);
+}
+
+TEST_CASE("ucx: construction errors are reported, not half-built", "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  SECTION("rank outside the address list") {
+    auto o = options(2, ports, log);
+    auto t = ucx::createTransport(o);
+    REQUIRE_FALSE(t.isOk());
+    CHECK(t.status().code() == StatusCode::kInvalidArgument);
+  }
+  SECTION("unresolvable host") {
+    auto o = options(0, ports, log);
+    o.addresses[0].host = "no-such-host.invalid";
+    auto t = ucx::createTransport(o);
+    REQUIRE_FALSE(t.isOk());
+    CHECK(t.status().code() == StatusCode::kInvalidArgument);
+  }
+  SECTION("listen address already taken") {
+    auto first = make(options(0, ports, log));
+    auto t = ucx::createTransport(options(0, ports, log));
+    REQUIRE_FALSE(t.isOk());
+    CHECK(t.status().code() == StatusCode::kIoError);
+    CHECK_THAT(t.status().message(), Catch::Matchers::Contains(std::to_string(ports[0])));
+  }
+}
+
+TEST_CASE("ucx: parseAddress accepts host:port and rejects the rest", "[runtime][unit][ucx]") {
+  auto ok = ucx::parseAddress("127.0.0.1:4000");
+  REQUIRE(ok.isOk());
+  CHECK(ok->host == "127.0.0.1");
+  CHECK(ok->port == 4000);
+  auto v6 = ucx::parseAddress("[::1]:65535");
+  REQUIRE(v6.isOk());
+  CHECK(v6->host == "::1");
+  CHECK(v6->port == 65535);
+  for (const char* bad : {"", "host", "host:", ":80", "host:0", "host:65536", "host:12a", "host:-1",
+                          "host:99999999999999999999"}) {
+    CAPTURE(bad);
+    auto r = ucx::parseAddress(bad);
+    CHECK_FALSE(r.isOk());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+  }
+}
+
+// Runs the hidden test case tagged `tag` in a fresh copy of this executable (for a test whose
+// failure mode is a crash) and returns its wait status.
+int runChild(const std::string& tag) {
+  std::string exe = "/proc/self/exe";
+  std::vector<std::string> args{exe, tag};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  REQUIRE(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return status;
+}
+
+// Regression: recv() used to accept any `from`, and the timeout message then indexed the address
+// table out of bounds (SIGSEGV). It runs in a child process so that a crash fails this test only.
+TEST_CASE("ucx: a recv from a rank that does not exist completes instead of crashing",
+          "[runtime][unit][ucx]") {
+  const int status = runChild("[ucx_child_recv_unknown_rank]");
+  INFO("child wait status " << status);
+  CHECK(WIFEXITED(status));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+}
+
+TEST_CASE("ucx child: recv from ranks 2 5 and -1 of a 2-rank transport",
+          "[.][ucx_child_recv_unknown_rank]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto t0 = make(options(0, ports, log));
+  for (int from : {2, 5, -1}) {
+    CAPTURE(from);
+    Received got;
+    t0->recv(from, Tag{0, 0}, in(50ms), got.callback());
+    REQUIRE(pumpUntil(
+        {t0.get()}, [&] { return got.calls > 0; }, in(2s)));
+    const bool expected = got.status.code() == StatusCode::kTimeout ||
+                          got.status.code() == StatusCode::kInvalidArgument;
+    CHECK(expected);
+  }
+}
+
+}  // namespace
+}  // namespace starling::transport
