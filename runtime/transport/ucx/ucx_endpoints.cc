@@ -1,0 +1,201 @@
+// Connections and sends of the UCX transport: the per-neighbour endpoint state machine (idle,
+// connecting, connected, backoff, failed), retries until the connect timeout, and active-message
+// sends. See ucx_transport_impl.h.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "runtime/transport/ucx/ucx_transport_impl.h"
+
+namespace starling::transport::ucx::detail {
+
+// ---- sending -------------------------------------------------------------------------------
+
+core::Status UcxTransport::connect(int peer) {
+  OutPeer& p = peers_[peer];
+  auto addr = resolve(options_.addresses[peer], /*forListening=*/false);
+  if (!addr) return addr.status();
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
+  ep.sockaddr.addrlen = sockaddrLength(*addr);
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = epErrorCallback;
+  ep.err_handler.arg = this;
+  ucp_ep_h handle = nullptr;
+  STARLING_RETURN_IF_ERROR(fromUcs(ucp_ep_create(h_.worker, &ep, &handle), "connect to " + describe(peer)));
+  p.ep = handle;
+  p.errored = false;
+  p.generation++;
+  p.state = OutPeer::State::kConnecting;
+  // Sends wait until the flush completes, i.e. until wireup has settled on its final lanes.
+  // Posting them earlier trips a UCX 1.13 bug over shared memory: requests queued during wireup
+  // keep the thresholds of the first (TCP) configuration and are then replayed on the shared
+  // memory lane as "short" messages larger than it allows ("Invalid am_short_iov length: 164
+  // (expected: <= 100)"); 8 peers on a one-peer-exponential schedule failed 5 runs of 6.
+  auto op = std::make_unique<FlushOp>(FlushOp{this, peer, p.generation});
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = flushCallback;
+  rp.user_data = op.get();
+  ucs_status_ptr_t req = ucp_ep_flush_nbx(handle, &rp);
+  if (req == nullptr) {
+    onConnected(*op, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    onConnected(*op, UCS_PTR_STATUS(req));
+  } else {
+    op.release();
+  }
+  return core::Status::ok();
+}
+
+void UcxTransport::onConnected(const FlushOp& op, ucs_status_t status) {
+  OutPeer& p = peers_[op.peer];
+  if (shuttingDown_ || op.generation != p.generation || p.state != OutPeer::State::kConnecting ||
+      p.ep == nullptr) {
+    return;
+  }
+  if (status != UCS_OK) {
+    p.errored = true;  // maintain() closes the endpoint and retries or gives up
+    return;
+  }
+  p.state = OutPeer::State::kConnected;
+  while (!p.unsent.empty() && p.state == OutPeer::State::kConnected) {
+    auto next = std::move(p.unsent.front());
+    p.unsent.pop_front();
+    post(op.peer, std::move(next));
+  }
+}
+
+void UcxTransport::send(int to, Tag tag, SharedBytes bytes, SendCallback done) {
+  if (to < 0 || to >= static_cast<int>(peers_.size()) || to == options_.rank) {
+    ready_.push_back([done = std::move(done), to] {
+      done(core::invalidArgument("cannot send to rank " + std::to_string(to)));
+    });
+    return;
+  }
+  OutPeer& p = peers_[to];
+  p.lastUse = ++useClock_;
+  auto op = std::make_unique<SendOp>(SendOp{this, to, 0, tag, encodeHeader(options_.rank, tag),
+                                            std::move(bytes), std::move(done)});
+  switch (p.state) {
+    case OutPeer::State::kFailed:
+      finish(std::move(op), p.failure);
+      return;
+    case OutPeer::State::kIdle: {
+      p.connectDeadline = Clock::now() + options_.connectTimeout;
+      if (auto st = connect(to); !st.isOk()) {
+        failPeer(to, st);
+        finish(std::move(op), p.failure);
+        return;
+      }
+      if (p.state == OutPeer::State::kConnected) {
+        post(to, std::move(op));
+      } else {
+        p.unsent.push_back(std::move(op));
+      }
+      return;
+    }
+    case OutPeer::State::kBackoff:
+    case OutPeer::State::kConnecting:
+      p.unsent.push_back(std::move(op));
+      return;
+    case OutPeer::State::kConnected:
+      post(to, std::move(op));
+      return;
+  }
+}
+
+void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
+  OutPeer& p = peers_[peer];
+  op->generation = p.generation;
+  const size_t size = op->bytes->size();
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.send = sendCallback;
+  SendOp* raw = op.get();
+  rp.user_data = raw;
+  ucs_status_ptr_t req = ucp_am_send_nbx(p.ep, kAmId, raw->header.data(), raw->header.size(),
+                                         raw->bytes->data(), size, &rp);
+  if (req == nullptr) {
+    onSendComplete(std::move(op), UCS_OK);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    onSendComplete(std::move(op), UCS_PTR_STATUS(req));
+  } else {
+    p.inflight++;
+    op.release();  // owned by the request until sendCallback
+  }
+}
+
+void UcxTransport::onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status) {
+  OutPeer& p = peers_[op->peer];
+  if (p.inflight > 0) p.inflight--;
+  if (status == UCS_OK) {
+    stats_.messagesSent++;
+    stats_.bytesSent += op->bytes->size();
+    finish(std::move(op), core::Status::ok());
+    return;
+  }
+  if (p.state == OutPeer::State::kFailed) {
+    finish(std::move(op), p.failure);
+  } else if (p.state != OutPeer::State::kConnected && Clock::now() < p.connectDeadline) {
+    // The neighbour is not listening yet: close this endpoint and try again after a pause.
+    if (op->generation == p.generation && p.ep) p.errored = true;
+    p.unsent.push_front(std::move(op));
+  } else if (p.state == OutPeer::State::kConnected) {
+    failPeer(op->peer, core::peerGone(describe(op->peer) + " went away: " + ucs_status_string(status)));
+    finish(std::move(op), p.failure);
+  } else {
+    failPeer(op->peer, core::unavailable("cannot reach " + describe(op->peer) + " within " +
+                                         std::to_string(options_.connectTimeout.count()) +
+                                         " ms: " + ucs_status_string(status)));
+    finish(std::move(op), p.failure);
+  }
+}
+
+void UcxTransport::failPeer(int peer, core::Status status) {
+  OutPeer& p = peers_[peer];
+  if (p.state == OutPeer::State::kFailed) return;
+  log(status.message());
+  p.state = OutPeer::State::kFailed;
+  p.failure = std::move(status);
+  if (p.ep) {
+    closeEndpoint(p.ep, /*force=*/true);
+    p.ep = nullptr;
+  }
+  while (!p.unsent.empty()) {
+    finish(std::move(p.unsent.front()), p.failure);
+    p.unsent.pop_front();
+  }
+}
+
+void UcxTransport::onEndpointError(ucp_ep_h ep, ucs_status_t status) {
+  for (auto& p : peers_) {
+    if (p.ep == ep) {
+      p.errored = true;
+      return;
+    }
+  }
+  if (inbound_.count(ep)) {
+    // A neighbour closed (or lost) its connection to us; its absence shows up as receive
+    // deadlines, which name it. Just release the endpoint.
+    erroredInbound_.insert(ep);
+    (void)status;
+  }
+}
+
+void UcxTransport::closeEndpoint(ucp_ep_h ep, bool force) {
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  rp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &rp);
+  if (req != nullptr && !UCS_PTR_IS_ERR(req)) closing_.push_back(req);
+}
+
+}  // namespace starling::transport::ucx::detail

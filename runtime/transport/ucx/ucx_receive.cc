@@ -1,0 +1,143 @@
+// The receiving side of the UCX transport: active messages in (eager copy or rendezvous straight
+// into the frame buffer), header checks, and matching on (sender, round, channel).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "runtime/transport/ucx/ucx_transport_impl.h"
+
+namespace starling::transport::ucx::detail {
+
+// ---- receiving -----------------------------------------------------------------------------
+
+void UcxTransport::corrupt(const std::string& why) {
+  stats_.corruptMessages++;
+  log("dropped a malformed message: " + why);
+}
+
+ucs_status_t UcxTransport::onActiveMessage(const void* header, size_t headerLength, void* data,
+                                           size_t length, const ucp_am_recv_param_t* param) {
+  if (headerLength != kHeaderBytes || header == nullptr) {
+    corrupt("header of " + std::to_string(headerLength) + " bytes, expected " +
+            std::to_string(kHeaderBytes));
+    return UCS_OK;
+  }
+  const auto* h = static_cast<const std::byte*>(header);
+  const uint64_t sender = getLe(h + 4, 4);
+  if (getLe(h, 4) != kHeaderMagic || getLe(h + 20, 4) != 0) {
+    corrupt("bad header magic");
+    return UCS_OK;
+  }
+  if (sender >= peers_.size() || static_cast<int>(sender) == options_.rank) {
+    corrupt("unknown sender rank " + std::to_string(sender));
+    return UCS_OK;
+  }
+  if (length > kMaxMessageBytes) {
+    corrupt(std::to_string(length) + " bytes from rank " + std::to_string(sender));
+    return UCS_OK;
+  }
+  const MessageKey key{static_cast<int>(sender),
+                       Tag{getLe(h + 8, 8), static_cast<uint32_t>(getLe(h + 16, 4))}};
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    // Rendezvous: receive straight into the buffer the decoder will read.
+    auto op = std::make_unique<RecvOp>(RecvOp{this, key, std::make_shared<Bytes>(length)});
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.recv_am = recvDataCallback;
+    rp.user_data = op.get();
+    ucs_status_ptr_t req = ucp_am_recv_data_nbx(h_.worker, data, op->buffer->data(), length, &rp);
+    if (req == nullptr) {
+      onRecvComplete(std::move(op), UCS_OK, length);
+    } else if (UCS_PTR_IS_ERR(req)) {
+      onRecvComplete(std::move(op), UCS_PTR_STATUS(req), 0);
+    } else {
+      op.release();
+    }
+    return UCS_OK;
+  }
+  auto bytes = std::make_shared<Bytes>(length);
+  if (length) std::memcpy(bytes->data(), data, length);
+  deliver(key, std::move(bytes));
+  return UCS_OK;
+}
+
+void UcxTransport::onRecvComplete(std::unique_ptr<RecvOp> op, ucs_status_t status, size_t length) {
+  if (status != UCS_OK || length != op->buffer->size()) {
+    corrupt("rendezvous receive from rank " + std::to_string(op->key.from) + " failed: " +
+            ucs_status_string(status));
+    return;
+  }
+  deliver(op->key, std::move(op->buffer));
+}
+
+void UcxTransport::deliver(const MessageKey& key, SharedBytes bytes) {
+  stats_.messagesReceived++;
+  stats_.bytesReceived += bytes->size();
+  if (auto it = waiting_.find(key); it != waiting_.end()) {
+    ready_.push_back([cb = std::move(it->second.done), b = std::move(bytes)]() mutable {
+      cb(core::Status::ok(), std::move(b));
+    });
+    waiting_.erase(it);
+  } else if (queuedMessages_ >= kMaxQueuedMessages) {
+    corrupt("more than " + std::to_string(kMaxQueuedMessages) + " unclaimed messages; dropped one "
+            "from rank " + std::to_string(key.from) + " for round " + std::to_string(key.tag.round));
+  } else if (auto& queue = arrived_[key]; queue.size() < kMaxQueuedPerKey) {
+    queue.push_back(std::move(bytes));
+    queuedMessages_++;
+  } else {
+    corrupt("more than " + std::to_string(kMaxQueuedPerKey) + " messages from rank " +
+            std::to_string(key.from) + " for round " + std::to_string(key.tag.round));
+  }
+}
+
+void UcxTransport::recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) {
+  if (from < 0 || from >= static_cast<int>(peers_.size()) || from == options_.rank) {
+    ready_.push_back([cb = std::move(done), from] {
+      cb(core::invalidArgument("cannot receive from rank " + std::to_string(from)), nullptr);
+    });
+    return;
+  }
+  const MessageKey key{from, tag};
+  if (auto it = arrived_.find(key); it != arrived_.end()) {
+    ready_.push_back([cb = std::move(done), b = std::move(it->second.front())]() mutable {
+      cb(core::Status::ok(), std::move(b));
+    });
+    it->second.pop_front();
+    queuedMessages_--;
+    if (it->second.empty()) arrived_.erase(it);
+    return;
+  }
+  if (waiting_.count(key) == 0) {
+    waiting_.emplace(key, PendingRecv{deadline, std::move(done)});
+  } else {
+    // One receive per key at a time; the second completes at once, with an error.
+    ready_.push_back([cb = std::move(done), from, round = tag.round] {
+      cb(core::failedPrecondition("a receive from rank " + std::to_string(from) + " for round " +
+                                  std::to_string(round) + " is already pending"),
+         nullptr);
+    });
+  }
+}
+
+void UcxTransport::onConnectionRequest(ucp_conn_request_h request) {
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.conn_request = request;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = epErrorCallback;
+  ep.err_handler.arg = this;
+  ucp_ep_h handle = nullptr;
+  const ucs_status_t st = ucp_ep_create(h_.worker, &ep, &handle);
+  if (st != UCS_OK) {
+    log(std::string("could not accept a connection: ") + ucs_status_string(st));
+    return;
+  }
+  inbound_.insert(handle);
+}
+
+}  // namespace starling::transport::ucx::detail

@@ -1,0 +1,201 @@
+// Internal to runtime/transport/ucx: the UCX transport's class and the records of its operations,
+// shared by ucx_transport.cc (setup, progress, shutdown), ucx_endpoints.cc (connections and sends)
+// and ucx_receive.cc (active messages in, matching). See ucx_transport.h for the contract.
+#pragma once
+
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/transport/ucx/ucx_status.h"
+#include "runtime/transport/ucx/ucx_transport.h"
+
+namespace starling::transport::ucx::detail {
+
+
+namespace asio = boost::asio;
+
+// Active message id of Starling messages, and the header that travels with each.
+constexpr unsigned kAmId = 0x5354;
+constexpr uint32_t kHeaderMagic = 0x47534D53;  // "SMSG"
+constexpr size_t kHeaderBytes = 24;
+// Larger messages are refused before any buffer is allocated for them.
+constexpr size_t kMaxMessageBytes = size_t{1} << 36;
+constexpr auto kRetryDelay = std::chrono::milliseconds(100);
+constexpr auto kCloseGrace = std::chrono::seconds(2);
+
+using Header = std::array<std::byte, kHeaderBytes>;
+
+inline Header encodeHeader(uint32_t sender, Tag tag) {
+  Header h{};
+  auto put = [&h](size_t off, uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  };
+  put(0, kHeaderMagic, 4);
+  put(4, sender, 4);
+  put(8, tag.round, 8);
+  put(16, tag.channel, 4);
+  return h;
+}
+
+inline uint64_t getLe(const std::byte* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(std::to_integer<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+struct MessageKey {
+  int from;
+  Tag tag;
+  friend auto operator<=>(const MessageKey&, const MessageKey&) = default;
+};
+
+struct Handle {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_listener_h listener = nullptr;
+};
+
+class UcxTransport;
+
+// One send in flight or waiting for a connection.
+struct SendOp {
+  UcxTransport* transport;
+  int peer;
+  uint64_t generation;  // of the endpoint it was posted on
+  Tag tag;
+  Header header;
+  SharedBytes bytes;
+  SendCallback done;
+};
+
+// The flush that tells when a new endpoint's wireup is complete.
+struct FlushOp {
+  UcxTransport* transport;
+  int peer;
+  uint64_t generation;
+};
+
+// One rendezvous receive in flight.
+struct RecvOp {
+  UcxTransport* transport;
+  MessageKey key;
+  std::shared_ptr<Bytes> buffer;
+};
+
+// The endpoint this rank sends to one neighbour on, and the sends that wait for it.
+struct OutPeer {
+  OutPeer() = default;
+  OutPeer(OutPeer&&) = default;
+  OutPeer(const OutPeer&) = delete;  // so that std::vector moves, never copies, the queue
+  enum class State { kIdle, kConnecting, kConnected, kBackoff, kFailed };
+  State state = State::kIdle;
+  ucp_ep_h ep = nullptr;
+  uint64_t generation = 0;
+  bool errored = false;  // the error handler fired; close and decide in progress()
+  Clock::time_point connectDeadline{};
+  Clock::time_point retryAt{};
+  uint64_t lastUse = 0;
+  size_t inflight = 0;
+  std::deque<std::unique_ptr<SendOp>> unsent;
+  core::Status failure;
+};
+
+struct PendingRecv {
+  Clock::time_point deadline;
+  RecvCallback done;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(Options options) : options_(std::move(options)), efd_(io_) {
+    if (!options_.log) {
+      options_.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    }
+    peers_.resize(options_.addresses.size());
+  }
+
+  ~UcxTransport() override { shutdown(); }
+
+  core::Status start();
+
+  int rank() const override { return options_.rank; }
+  void send(int to, Tag tag, SharedBytes bytes, SendCallback done) override;
+  void recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) override;
+  core::Result<int> progress(Clock::time_point until) override;
+  TransportStats stats() const override { return stats_; }
+
+  // Callbacks from UCX (static trampolines below).
+  void onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status);
+  void onConnected(const FlushOp& op, ucs_status_t status);
+  ucs_status_t onActiveMessage(const void* header, size_t headerLength, void* data, size_t length,
+                               const ucp_am_recv_param_t* param);
+  void onRecvComplete(std::unique_ptr<RecvOp> op, ucs_status_t status, size_t length);
+  void onConnectionRequest(ucp_conn_request_h request);
+  void onEndpointError(ucp_ep_h ep, ucs_status_t status);
+
+ private:
+  void log(const std::string& line) {
+    options_.log("[rank " + std::to_string(options_.rank) + "] " + line);
+  }
+  std::string describe(int peer) const {
+    return "rank " + std::to_string(peer) + " (" + options_.addresses[peer].toString() + ")";
+  }
+  void deliver(const MessageKey& key, SharedBytes bytes);
+  // Queues the send's completion for the next progress() (callbacks never run inside UCX's).
+  void finish(std::unique_ptr<SendOp> op, core::Status status) {
+    ready_.push_back([done = std::move(op->done), st = std::move(status)] { done(st); });
+  }
+  void corrupt(const std::string& why);
+  core::Status connect(int peer);
+  void post(int peer, std::unique_ptr<SendOp> op);
+  void failPeer(int peer, core::Status status);
+  void closeEndpoint(ucp_ep_h ep, bool force);
+  void maintain(Clock::time_point now);
+  void evictIdle();
+  void reapClosed();
+  Clock::time_point nextWake(Clock::time_point until) const;
+  void waitForEvents(Clock::time_point wake);
+  void shutdown();
+
+  Options options_;
+  Handle h_;
+  asio::io_context io_;
+  asio::posix::stream_descriptor efd_;
+
+  std::vector<OutPeer> peers_;
+  std::set<ucp_ep_h> inbound_;          // endpoints accepted from neighbours' connections
+  std::set<ucp_ep_h> erroredInbound_;   // to close in progress()
+  std::vector<void*> closing_;          // close requests still in flight
+  std::map<MessageKey, std::deque<SharedBytes>> arrived_;
+  size_t queuedMessages_ = 0;  // in arrived_
+  std::map<MessageKey, PendingRecv> waiting_;
+  std::deque<std::function<void()>> ready_;
+  TransportStats stats_;
+  uint64_t useClock_ = 0;
+  bool started_ = false;
+  bool shuttingDown_ = false;
+};
+
+// UCX callbacks (C function pointers) that forward to the transport.
+void sendCallback(void* request, ucs_status_t status, void* userData);
+void flushCallback(void* request, ucs_status_t status, void* userData);
+void recvDataCallback(void* request, ucs_status_t status, size_t length, void* userData);
+ucs_status_t amCallback(void* arg, const void* header, size_t headerLength, void* data,
+                        size_t length, const ucp_am_recv_param_t* param);
+void connCallback(ucp_conn_request_h request, void* arg);
+void epErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+core::Result<sockaddr_storage> resolve(const PeerAddress& a, bool forListening);
+socklen_t sockaddrLength(const sockaddr_storage& s);
+
+}  // namespace starling::transport::ucx::detail
