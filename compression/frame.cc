@@ -131,8 +131,11 @@ std::span<T> beginDense(size_t count, std::vector<std::byte>& out) {
                 "dense payloads are read and written in place; add a byte-swapping path for "
                 "big-endian hosts");
   const size_t payload = count * sizeof(T);
-  out.assign(kFrameHeaderBytes + payload + kFrameTrailerBytes, std::byte{0});
+  // resize, not assign: a reused buffer of the same size is not cleared again (the caller
+  // overwrites the payload), which matters for frames of megabytes sent every round.
+  out.resize(kFrameHeaderBytes + payload + kFrameTrailerBytes);
   std::byte* p = out.data();
+  std::memset(p, 0, kFrameHeaderBytes);
   storeLe<uint32_t>(p + 0, kFrameMagic);
   p[4] = std::byte{kFrameVersion};
   p[5] = static_cast<std::byte>(CodecId::kIdentity);

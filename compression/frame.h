@@ -74,7 +74,8 @@ void encodeDense(std::span<const T> x, std::vector<std::byte>& out);
 
 // Zero-copy encoding: beginDense() sizes `out` for an identity frame of `count` elements, writes the
 // header and returns the (8-byte aligned) payload for the caller to fill in place; sealFrame() then
-// writes the CRC32C. The span stays valid until `out` is resized.
+// writes the CRC32C. The span stays valid until `out` is resized. The payload is not cleared when
+// `out` already has the right size: the caller must write every element.
 template <typename T>
 std::span<T> beginDense(size_t count, std::vector<std::byte>& out);
 void sealFrame(std::vector<std::byte>& out);

@@ -23,7 +23,8 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   info_ = optim::RoundInfo{round, stepSize, row.self};
 
   // The algorithm writes its message straight into the frame's payload: no copy on the way out.
-  auto frame = std::make_shared<transport::Bytes>();
+  std::shared_ptr<transport::Bytes> frame =
+      framePool_.acquire(compression::denseFrameBytes<T>(messageSize_));
   const std::span<T> payload = compression::beginDense<T>(messageSize_, *frame);
   algorithm_->prepare(info_, payload);
   compression::sealFrame(*frame);

@@ -23,6 +23,7 @@
 
 #include "optim/algorithm.h"
 #include "runtime/core/status.h"
+#include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/transport.h"
 #include "topology/schedule.h"
 
@@ -77,7 +78,8 @@ class Node {
   // The round in flight.
   optim::RoundInfo info_;
   size_t messageSize_ = 0;
-  transport::SharedBytes ownFrame_;  // this round's outgoing frame
+  transport::BufferPool framePool_{4};  // outgoing frames, reused once every neighbour let go
+  transport::SharedBytes ownFrame_;     // this round's outgoing frame
   std::span<const T> own_;           // its payload, as the algorithm wrote it
   std::vector<Slot> slots_;
   size_t pending_ = 0;

@@ -44,7 +44,7 @@ ucs_status_t UcxTransport::onActiveMessage(const void* header, size_t headerLeng
                        Tag{getLe(h + 8, 8), static_cast<uint32_t>(getLe(h + 16, 4))}};
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     // Rendezvous: receive straight into the buffer the decoder will read.
-    auto op = std::make_unique<RecvOp>(RecvOp{this, key, std::make_shared<Bytes>(length)});
+    auto op = std::make_unique<RecvOp>(RecvOp{this, key, recvPool_.acquire(length)});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv_am = recvDataCallback;
@@ -59,7 +59,7 @@ ucs_status_t UcxTransport::onActiveMessage(const void* header, size_t headerLeng
     }
     return UCS_OK;
   }
-  auto bytes = std::make_shared<Bytes>(length);
+  auto bytes = recvPool_.acquire(length);
   if (length) std::memcpy(bytes->data(), data, length);
   deliver(key, std::move(bytes));
   return UCS_OK;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/ucx/ucx_status.h"
 #include "runtime/transport/ucx/ucx_transport.h"
 
@@ -176,6 +177,7 @@ class UcxTransport final : public Transport {
   std::set<ucp_ep_h> inbound_;          // endpoints accepted from neighbours' connections
   std::set<ucp_ep_h> erroredInbound_;   // to close in progress()
   std::vector<void*> closing_;          // close requests still in flight
+  BufferPool recvPool_{32};  // receive buffers, reused once the node has let go of them
   std::map<MessageKey, std::deque<SharedBytes>> arrived_;
   size_t queuedMessages_ = 0;  // in arrived_
   std::map<MessageKey, PendingRecv> waiting_;

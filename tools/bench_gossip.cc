@@ -1,0 +1,783 @@
+// bench-gossip: how long one gossip round takes on a ring of P peer processes, over Starling's UCX
+// transport and, in the same run, over OpenMPI (bench-gossip-mpi), next to the memory-bandwidth
+// floor of the round. docs/bench_gossip.md has the results and the method.
+//
+// One round, on every rank r of the ring (neighbours r-1 and r+1): seal the frame whose payload
+// holds x (CRC32C), send it to both neighbours, receive theirs, decode them (CRC-checked, in
+// place, each as soon as it arrives) and combine (x + left + right) / 3 in one pass, reading the
+// receive buffers where they are and writing straight into the payload of a fresh frame for the
+// next round: what runtime/node.cc does in training (the algorithm writes its message into the
+// frame), without the algorithm.
+//
+//   bench-gossip [--peers 4,8] [--dims 1e3,1e5,1e6,1e7] [--tls shm,tcp] [--rounds-max 200]
+//                [--min-seconds 0.5] [--repeat 3] [--no-mpi] [--keep] [--spin] [--ucx-tls TLS]
+//   bench-gossip --worker --rank R --peers host:port,... --dim D --tls shm --out FILE
+//
+// The driver forks P workers of itself (/proc/self/exe) per configuration, and runs
+// `mpirun -np P bench-gossip-mpi` (found next to this executable) for the MPI columns. Each rank
+// writes its per-round times to a file; a round's time is the slowest rank's, and a cell is the
+// median over the timed rounds (the best of --repeat runs).
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compression/frame.h"
+#include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/factory.h"
+#include "runtime/transport/transport.h"
+
+namespace {
+
+using namespace starling;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using transport::Bytes;
+using transport::SharedBytes;
+using transport::Tag;
+
+constexpr uint32_t kModelChannel = 0;
+constexpr uint32_t kControlChannel = 1;
+constexpr auto kRoundTimeout = std::chrono::seconds(30);
+// A rank's final x may differ from the closed form by float32 rounding only.
+constexpr double kTolerance = 1e-3;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// ---- the round's data and arithmetic (kept identical in bench_gossip_mpi.cc) ----
+
+// x_r[k] = (r + 1) + g(k): a rank constant plus a pattern shared by all ranks, so that a mixed-up
+// neighbour or a shifted index shows in the closed form below.
+float pattern(size_t k) { return static_cast<float>(k & 1023) / 1024.0f; }
+
+void initialValues(int rank, std::span<float> x) {
+  for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(rank + 1) + pattern(k);
+}
+
+// out = (x + left + right) / 3 in one pass: each input is read once and out written once (a
+// blocked loop over several passes could not touch fewer bytes). `out` may be `x`.
+void combineRing(std::span<float> out, std::span<const float> x, std::span<const float> left,
+                 std::span<const float> right) {
+  const float third = 1.0f / 3.0f;
+  float* o = out.data();
+  const float* s = x.data();
+  const float* __restrict l = left.data();
+  const float* __restrict r = right.data();
+  for (size_t k = 0; k < out.size(); ++k) o[k] = (s[k] + l[k] + r[k]) * third;
+}
+
+// The ring average is linear and doubly stochastic, so after `rounds` rounds
+// x_r[k] = g(k) + c_r with c = W^rounds (1, 2, ..., P).
+double expectedOffset(int peers, int rank, int rounds) {
+  std::vector<double> c(peers), next(peers);
+  for (int i = 0; i < peers; ++i) c[i] = i + 1;
+  for (int t = 0; t < rounds; ++t) {
+    for (int i = 0; i < peers; ++i) {
+      next[i] = (c[(i + peers - 1) % peers] + c[i] + c[(i + 1) % peers]) / 3.0;
+    }
+    c.swap(next);
+  }
+  return c[rank];
+}
+
+double maxError(int peers, int rank, int rounds, std::span<const float> x) {
+  const double offset = expectedOffset(peers, rank, rounds);
+  double err = 0;
+  for (size_t k = 0; k < x.size(); ++k) {
+    err = std::max(err, std::abs(static_cast<double>(x[k]) - (offset + pattern(k))));
+  }
+  return err;
+}
+
+// ---- worker ----
+
+// Where a rank's round goes, in seconds summed over the timed rounds.
+enum Phase { kSeal, kExchange, kVerify, kFrame, kCombine, kRelease, kPhases };
+constexpr std::array<const char*, kPhases> kPhaseNames = {
+    "CRC send", "exchange", "CRC recv", "next frame (alloc+zero)", "combine", "release"};
+
+struct WorkerOptions {
+  int rank = 0;
+  std::vector<std::string> addresses;
+  size_t dim = 0;
+  std::string tls = "shm";
+  std::string ucxTls;
+  std::string out;
+  int warmup = 3;
+  int roundsMax = 200;
+  double minSeconds = 0.5;
+  bool spin = false;
+};
+
+class RingPeer {
+ public:
+  RingPeer(transport::Transport& net, int peers, size_t dim, bool spin)
+      : net_(net), peers_(peers), dim_(dim), spin_(spin) {
+    const int r = net.rank();
+    nbr_ = {(r + peers - 1) % peers, (r + 1) % peers};
+    frame_ = framePool_.acquire(compression::denseFrameBytes<float>(dim_));
+    const std::span<float> x = compression::beginDense<float>(dim_, *frame_);
+    initialValues(r, x);
+    x_ = x;
+  }
+
+  std::span<const float> x() const { return x_; }
+
+  // One gossip round; adds its phases to `phases`. x lives in the payload of the frame this round
+  // sends, and the combine writes the next x straight into the next round's frame: no copy.
+  core::Status round(uint64_t round, std::array<double, kPhases>& phases) {
+    const auto t0 = Clock::now();
+    compression::sealFrame(*frame_);
+    const auto t1 = Clock::now();
+
+    const Tag tag{round, kModelChannel};
+    const auto deadline = Clock::now() + kRoundTimeout;
+    std::array<SharedBytes, 2> got;
+    std::array<std::span<const float>, 2> values;
+    core::Status failure;
+    int pending = 2;
+    double verifyS = 0;
+    for (int s = 0; s < 2; ++s) {
+      ++sendsInFlight_;
+      net_.send(nbr_[s], tag, frame_, [this](const core::Status& st) {
+        --sendsInFlight_;
+        if (!st.isOk() && sendFailure_.isOk()) sendFailure_ = st;
+      });
+      net_.recv(nbr_[s], tag, deadline, [&, s](const core::Status& st, SharedBytes bytes) {
+        --pending;
+        if (!st.isOk()) {
+          if (failure.isOk()) failure = st;
+          return;
+        }
+        // Checked as soon as it arrives, while the other neighbour's message is still on its way.
+        const auto v0 = Clock::now();
+        auto decoded = compression::decodeDense<float>(*bytes, dim_, scratch_[s]);
+        verifyS += seconds(v0, Clock::now());
+        if (!decoded) {
+          if (failure.isOk()) failure = decoded.status();
+          return;
+        }
+        values[s] = *decoded;
+        got[s] = std::move(bytes);
+      });
+    }
+    STARLING_RETURN_IF_ERROR(pump(pending, deadline));
+    const auto t2 = Clock::now();
+    STARLING_RETURN_IF_ERROR(failure);
+    STARLING_RETURN_IF_ERROR(sendFailure_);
+
+    // Frames are recycled once the transport has let go of them (as runtime::Node does).
+    auto next = framePool_.acquire(compression::denseFrameBytes<float>(dim_));
+    const std::span<float> out = compression::beginDense<float>(dim_, *next);
+    const auto t3 = Clock::now();
+    combineRing(out, x_, values[0], values[1]);
+    const auto t4 = Clock::now();
+    got = {};
+    frame_ = std::move(next);  // the transport keeps the sent frame until both sends complete
+    x_ = out;
+    const auto t5 = Clock::now();
+
+    phases[kSeal] += seconds(t0, t1);
+    phases[kExchange] += seconds(t1, t2) - verifyS;
+    phases[kVerify] += verifyS;
+    phases[kFrame] += seconds(t2, t3);
+    phases[kCombine] += seconds(t3, t4);
+    phases[kRelease] += seconds(t4, t5);
+    return core::Status::ok();
+  }
+
+  // Rank 0 tells every rank how many rounds to time (a one-element float64 frame).
+  core::Result<int> agreeOnRounds(int proposal) {
+    const Tag tag{0, kControlChannel};
+    const auto deadline = Clock::now() + kRoundTimeout;
+    if (net_.rank() == 0) {
+      auto frame = std::make_shared<Bytes>();
+      const double value = proposal;
+      compression::encodeDense<double>(std::span<const double>(&value, 1), *frame);
+      for (int p = 1; p < peers_; ++p) {
+        ++sendsInFlight_;
+        net_.send(p, tag, frame, [this](const core::Status& st) {
+          --sendsInFlight_;
+          if (!st.isOk() && sendFailure_.isOk()) sendFailure_ = st;
+        });
+      }
+      return proposal;
+    }
+    int pending = 1;
+    core::Status failure;
+    int rounds = 0;
+    net_.recv(0, tag, deadline, [&](const core::Status& st, SharedBytes bytes) {
+      --pending;
+      if (!st.isOk()) {
+        failure = st;
+        return;
+      }
+      std::vector<double> scratch;
+      auto v = compression::decodeDense<double>(*bytes, 1, scratch);
+      if (!v) {
+        failure = v.status();
+        return;
+      }
+      rounds = static_cast<int>((*v)[0]);
+    });
+    STARLING_RETURN_IF_ERROR(pump(pending, deadline));
+    STARLING_RETURN_IF_ERROR(failure);
+    return rounds;
+  }
+
+  // The neighbours still need this rank's last frames: hand them to the network before closing.
+  core::Status flush() {
+    const auto deadline = Clock::now() + kRoundTimeout;
+    while (sendsInFlight_ > 0) {
+      if (Clock::now() > deadline) return core::timeout("sends still in flight at exit");
+      auto ran = net_.progress(deadline);
+      if (!ran) return ran.status();
+    }
+    return sendFailure_;
+  }
+
+ private:
+  transport::BufferPool framePool_{4};
+  core::Status pump(const int& pending, Clock::time_point deadline) {
+    while (pending > 0) {
+      // Receives expire at `deadline`; the margin only guards against a lost completion.
+      if (Clock::now() > deadline + std::chrono::seconds(5)) {
+        return core::internalError("round did not complete after its deadline");
+      }
+      // Spinning: never sleep in the transport, give the core away between polls.
+      auto ran = net_.progress(spin_ ? Clock::now() : deadline + std::chrono::seconds(1));
+      if (!ran) return ran.status();
+      if (spin_ && *ran == 0) sched_yield();
+    }
+    return core::Status::ok();
+  }
+
+  transport::Transport& net_;
+  int peers_;
+  size_t dim_;
+  bool spin_;
+  std::shared_ptr<Bytes> frame_;  // this round's frame; x_ views its payload
+  std::span<const float> x_;
+  std::array<int, 2> nbr_{};
+  std::array<std::vector<float>, 2> scratch_;
+  int sendsInFlight_ = 0;
+  core::Status sendFailure_;
+};
+
+int roundsFor(double roundS, const WorkerOptions& o) {
+  const int wanted = static_cast<int>(std::ceil(o.minSeconds / std::max(roundS, 1e-9)));
+  return std::clamp(wanted, std::min(5, o.roundsMax), o.roundsMax);
+}
+
+core::Status runWorker(const WorkerOptions& o) {
+  transport::NetworkOptions no;
+  no.rank = o.rank;
+  no.addresses = o.addresses;
+  no.tls = o.tls;
+  no.ucxTls = o.ucxTls;
+  auto net = transport::createNetworkTransport(no);
+  if (!net) return net.status();
+  const int peers = static_cast<int>(o.addresses.size());
+  RingPeer ring(**net, peers, o.dim, o.spin);
+
+  std::array<double, kPhases> phases{};
+  uint64_t round = 0;
+  double lastS = 0;
+  for (int w = 0; w < o.warmup; ++w, ++round) {
+    const auto t0 = Clock::now();
+    STARLING_RETURN_IF_ERROR(ring.round(round, phases).withContext("warm-up round"));
+    lastS = seconds(t0, Clock::now());
+  }
+  auto rounds = ring.agreeOnRounds(roundsFor(lastS, o));
+  if (!rounds) return rounds.status().withContext("agreeing on the round count");
+
+  phases = {};
+  std::vector<double> times;
+  for (int t = 0; t < *rounds; ++t, ++round) {
+    const auto t0 = Clock::now();
+    STARLING_RETURN_IF_ERROR(
+        ring.round(round, phases).withContext("round " + std::to_string(round)));
+    times.push_back(seconds(t0, Clock::now()));
+  }
+  STARLING_RETURN_IF_ERROR(ring.flush());
+
+  std::ofstream out(o.out);
+  out << "rounds " << *rounds << "\nmaxerr "
+      << maxError(peers, o.rank, static_cast<int>(round), ring.x()) << "\nphases";
+  for (double p : phases) out << ' ' << p / *rounds;
+  out << '\n';
+  for (double t : times) out << t << '\n';
+  out.close();
+  return out ? core::Status::ok() : core::ioError("cannot write " + o.out);
+}
+
+// ---- driver: processes ----
+
+std::vector<int> freeLoopbackPorts(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw std::runtime_error(std::string("cannot pick a free port: ") + std::strerror(errno));
+    }
+    fds.push_back(fd);  // held until all are picked, so that they differ
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, bool searchPath) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    if (searchPath) {
+      execvp(args[0], args.data());
+    } else {
+      execv(args[0], args.data());
+    }
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for every child; kills the ones still running at the deadline. True when all exited 0.
+bool waitAll(std::vector<pid_t> pids, double timeoutS) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeoutS);
+  bool ok = true;
+  while (!pids.empty()) {
+    for (auto it = pids.begin(); it != pids.end();) {
+      int status = 0;
+      const pid_t r = waitpid(*it, &status, WNOHANG);
+      if (r == *it) {
+        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        it = pids.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (pids.empty()) break;
+    if (Clock::now() > deadline) {
+      // SIGTERM first: mpirun passes it on to its ranks.
+      for (pid_t p : pids) kill(p, SIGTERM);
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return ok;
+}
+
+std::string tail(const fs::path& log, size_t maxChars = 600) {
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string s = ss.str();
+  return s.size() > maxChars ? "..." + s.substr(s.size() - maxChars) : s;
+}
+
+// ---- driver: results ----
+
+struct Cell {
+  bool ran = false;
+  double ms = 0;  // median over rounds of the slowest rank's round
+  int rounds = 0;
+  double maxErr = 0;             // largest deviation from the closed form over all ranks
+  std::vector<double> phasesMs;  // mean over ranks, per round
+  std::string error;
+  bool checked() const { return ran && maxErr <= kTolerance; }
+};
+
+Cell collect(const fs::path& dir, int peers) {
+  Cell c;
+  std::vector<std::vector<double>> times(peers);
+  for (int r = 0; r < peers; ++r) {
+    std::ifstream in(dir / ("rank-" + std::to_string(r) + ".txt"));
+    std::string word;
+    int rounds = 0;
+    double err = 0;
+    if (!(in >> word >> rounds) || word != "rounds" || !(in >> word >> err) || word != "maxerr" ||
+        !(in >> word) || word != "phases") {
+      c.error = "rank " + std::to_string(r) + " wrote no result";
+      return c;
+    }
+    std::string line;
+    std::getline(in, line);
+    std::istringstream ps(line);
+    std::vector<double> phases;
+    for (double p; ps >> p;) phases.push_back(p * 1e3);
+    if (c.phasesMs.empty()) c.phasesMs.assign(phases.size(), 0.0);
+    for (size_t i = 0; i < phases.size() && i < c.phasesMs.size(); ++i) {
+      c.phasesMs[i] += phases[i] / peers;
+    }
+    for (double t; in >> t;) times[r].push_back(t);
+    if (static_cast<int>(times[r].size()) != rounds || (r > 0 && rounds != c.rounds)) {
+      c.error = "rank " + std::to_string(r) + " timed a different number of rounds";
+      return c;
+    }
+    c.rounds = rounds;
+    c.maxErr = std::max(c.maxErr, err);
+  }
+  std::vector<double> slowest(c.rounds, 0.0);
+  for (const auto& t : times) {
+    for (int i = 0; i < c.rounds; ++i) slowest[i] = std::max(slowest[i], t[i]);
+  }
+  std::sort(slowest.begin(), slowest.end());
+  const int n = c.rounds;
+  c.ms = 1e3 * (n % 2 ? slowest[n / 2] : 0.5 * (slowest[n / 2 - 1] + slowest[n / 2]));
+  c.ran = true;
+  return c;
+}
+
+struct DriverOptions {
+  std::vector<int> peers;
+  std::vector<size_t> dims;
+  std::vector<std::string> tls;
+  int warmup = 3;
+  int roundsMax = 200;
+  double minSeconds = 0.5;
+  int repeat = 3;
+  double timeoutS = 300;
+  bool mpi = true;
+  std::string mpiBin;
+  std::string ucxTls;
+  bool spin = false;
+  bool keep = false;  // leave every run's rank files in the temporary directory
+};
+
+std::vector<std::string> commonArgs(const DriverOptions& o, size_t dim) {
+  return {
+      "--dim",        std::to_string(dim),         "--warmup",      std::to_string(o.warmup),
+      "--rounds-max", std::to_string(o.roundsMax), "--min-seconds", std::to_string(o.minSeconds)};
+}
+
+Cell runStarling(const DriverOptions& o, const fs::path& dir, int peers, size_t dim,
+                 const std::string& tls) {
+  const std::string self = fs::read_symlink("/proc/self/exe");
+  std::string addresses;
+  for (int port : freeLoopbackPorts(peers)) {
+    addresses += (addresses.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(port);
+  }
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < peers; ++r) {
+    std::vector<std::string> argv = {self,      "--worker",
+                                     "--rank",  std::to_string(r),
+                                     "--peers", addresses,
+                                     "--tls",   tls,
+                                     "--out",   dir / ("rank-" + std::to_string(r) + ".txt")};
+    for (auto& a : commonArgs(o, dim)) argv.push_back(a);
+    if (o.spin) argv.push_back("--spin");
+    if (!o.ucxTls.empty()) {
+      argv.push_back("--ucx-tls");
+      argv.push_back(o.ucxTls);
+    }
+    pids.push_back(spawn(argv, dir / ("rank-" + std::to_string(r) + ".log"), false));
+  }
+  const bool ok = waitAll(pids, o.timeoutS);
+  Cell c = collect(dir, peers);
+  if (!ok) c.error = "a worker failed: " + tail(dir / "rank-0.log");
+  if (!ok) c.ran = false;
+  return c;
+}
+
+Cell runMpi(const DriverOptions& o, const fs::path& dir, int peers, size_t dim, bool ucx) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<std::string> argv = {
+      "mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+      "-np",    std::to_string(peers)};
+  if (ucx) {
+    for (const char* a : {"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca",
+                          "pml_ucx_devices", "any"}) {
+      argv.push_back(a);
+    }
+  }
+  argv.push_back(o.mpiBin);
+  for (auto& a : commonArgs(o, dim)) argv.push_back(a);
+  argv.push_back("--out-dir");
+  argv.push_back(dir);
+  const bool ok = waitAll({spawn(argv, dir / "mpirun.log", true)}, o.timeoutS);
+  Cell c = collect(dir, peers);
+  if (!ok) c.error = "mpirun failed: " + tail(dir / "mpirun.log");
+  if (!ok) c.ran = false;
+  return c;
+}
+
+// Bytes read plus bytes written per second by one thread's memcpy, best of several.
+double memcpyBandwidth() {
+  const size_t n = size_t{256} << 20;
+  std::vector<char> a(n, 1), b(n, 2);
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), n);
+    best = std::min(best, seconds(t0, Clock::now()));
+  }
+  return 2.0 * static_cast<double>(n) / best;
+}
+
+// 1e6 rather than 1000000 for powers of ten.
+std::string dimName(size_t d) {
+  int e = 0;
+  size_t v = d;
+  while (v >= 10 && v % 10 == 0) v /= 10, ++e;
+  return v == 1 && e > 0 ? "1e" + std::to_string(e) : std::to_string(d);
+}
+
+void keepBest(Cell& best, Cell c) {
+  if (!best.ran || (c.ran && c.ms < best.ms)) {
+    if (c.ran || best.error.empty()) best = std::move(c);
+  }
+}
+
+std::string fmtMs(const Cell& c) {
+  if (!c.ran) return c.error.empty() ? "—" : "fail";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, c.ms < 1 ? "%.3f" : (c.ms < 100 ? "%.2f" : "%.1f"), c.ms);
+  return std::string(buf) + (c.checked() ? "" : " (!)");
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+double bestMs(std::initializer_list<const Cell*> cells) {
+  double best = 0;
+  for (const Cell* c : cells) {
+    if (c->ran && c->checked() && (best == 0 || c->ms < best)) best = c->ms;
+  }
+  return best;
+}
+
+std::vector<size_t> parseDims(const std::vector<std::string>& text) {
+  std::vector<size_t> dims;
+  for (const auto& t : text) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size() || !(v >= 1) || v > 4e9) {
+      throw CLI::ValidationError("--dims", "bad dimension \"" + t + "\"");
+    }
+    dims.push_back(static_cast<size_t>(std::llround(v)));
+  }
+  return dims;
+}
+
+int runDriver(DriverOptions o) {
+  const std::string self = fs::read_symlink("/proc/self/exe");
+  if (o.mpiBin.empty()) o.mpiBin = (fs::path(self).parent_path() / "bench-gossip-mpi").string();
+  const bool haveMpi =
+      o.mpi && fs::exists(o.mpiBin) && std::system("command -v mpirun >/dev/null") == 0;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double bw = memcpyBandwidth();
+  char tmpl[] = "/tmp/bench-gossip-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::fprintf(stderr, "bench-gossip: mkdtemp: %s\n", std::strerror(errno));
+    return 1;
+  }
+  const fs::path tmp = tmpl;
+
+  std::printf("bench-gossip: ring, float32, %u cores, memcpy %.1f GB/s (read+write, 1 thread)%s\n",
+              cores, bw / 1e9, haveMpi ? "" : "; no MPI (bench-gossip-mpi or mpirun missing)");
+  std::fflush(stdout);
+  struct Row {
+    int peers;
+    size_t dim;
+    Cell shm, tcp, ob1, ucx;
+  };
+  std::vector<Row> rows;
+  for (int p : o.peers) {
+    for (size_t d : o.dims) {
+      Row row{p, d, {}, {}, {}, {}};
+      const std::string name = "P" + std::to_string(p) + "-d" + std::to_string(d) + "-";
+      // Repetitions interleave the columns, so that a burst of load from elsewhere on the
+      // machine hits them alike; each column keeps its best repetition.
+      for (int rep = 0; rep < o.repeat; ++rep) {
+        const std::string tag = name + std::to_string(rep) + "-";
+        for (const auto& t : o.tls) {
+          keepBest(t == "shm" ? row.shm : row.tcp, runStarling(o, tmp / (tag + t), p, d, t));
+        }
+        if (haveMpi) {
+          keepBest(row.ob1, runMpi(o, tmp / (tag + "mpi-ob1"), p, d, false));
+          keepBest(row.ucx, runMpi(o, tmp / (tag + "mpi-ucx"), p, d, true));
+        }
+      }
+      for (const Cell* c : {&row.shm, &row.tcp, &row.ob1, &row.ucx}) {
+        if (!c->error.empty())
+          std::fprintf(stderr, "P=%d d=%s: %s\n", p, dimName(d).c_str(), c->error.c_str());
+      }
+      std::fprintf(stderr, "P=%d d=%s: shm %s, tcp %s, mpi ob1 %s, mpi ucx %s ms\n", p,
+                   dimName(d).c_str(), fmtMs(row.shm).c_str(), fmtMs(row.tcp).c_str(),
+                   fmtMs(row.ob1).c_str(), fmtMs(row.ucx).c_str());
+      rows.push_back(std::move(row));
+    }
+  }
+  if (o.keep) {
+    std::fprintf(stderr, "bench-gossip: rank files kept in %s\n", tmp.c_str());
+  } else {
+    fs::remove_all(tmp);
+  }
+
+  std::printf(
+      "\n| P | d | Starling shm ms | Starling tcp ms | MPI (ob1) ms | MPI (pml ucx) ms | floor ms |"
+      " Starling GB/s | Starling/MPI | rounds | check |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+  for (const auto& r : rows) {
+    // What a round must touch per rank: write the outgoing d floats, read them once to send,
+    // write the 2d received, read 3d and write d in the combine: 8d floats.
+    const double bytesPerRank = 8.0 * sizeof(float) * static_cast<double>(r.dim);
+    const double floorMs = 1e3 * r.peers * bytesPerRank / (bw * std::min<unsigned>(r.peers, cores));
+    const double star = bestMs({&r.shm, &r.tcp});
+    const double mpi = bestMs({&r.ob1, &r.ucx});
+    const double moved =
+        2.0 * r.peers * static_cast<double>(compression::denseFrameBytes<float>(r.dim));
+    bool allChecked = true;
+    for (const Cell* c : {&r.shm, &r.tcp, &r.ob1, &r.ucx}) allChecked &= !c->ran || c->checked();
+    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", r.peers,
+                dimName(r.dim).c_str(), fmtMs(r.shm).c_str(), fmtMs(r.tcp).c_str(),
+                fmtMs(r.ob1).c_str(), fmtMs(r.ucx).c_str(), fmt("%.3g", floorMs).c_str(),
+                star > 0 ? fmt("%.2f", moved / (star * 1e-3) / 1e9).c_str() : "—",
+                star > 0 && mpi > 0 ? fmt("%.2f", star / mpi).c_str() : "—",
+                std::max({r.shm.rounds, r.tcp.rounds, r.ob1.rounds, r.ucx.rounds}),
+                allChecked ? "ok" : "WRONG x");
+  }
+
+  std::printf(
+      "\nWhere a rank's round goes (ms, mean over ranks and timed rounds; sum = a rank's mean "
+      "round):\n\n| P | d | run |");
+  for (const char* n : kPhaseNames) std::printf(" %s |", n);
+  std::printf(" sum |\n|---:|---:|---|");
+  for (size_t i = 0; i <= kPhases; ++i) std::printf("---:|");
+  std::printf("\n");
+  for (const auto& r : rows) {
+    const std::pair<const char*, const Cell*> runs[] = {{"Starling shm", &r.shm},
+                                                        {"Starling tcp", &r.tcp},
+                                                        {"MPI ob1", &r.ob1},
+                                                        {"MPI ucx", &r.ucx}};
+    for (const auto& [name, c] : runs) {
+      if (!c->ran) continue;
+      std::printf("| %d | %s | %s |", r.peers, dimName(r.dim).c_str(), name);
+      const bool mpiRun = name[0] == 'M';
+      for (size_t i = 0; i < kPhases; ++i) {
+        // bench-gossip-mpi reports two phases: the allgather (exchange) and the combine.
+        const size_t src = mpiRun ? (i == kExchange ? 0 : i == kCombine ? 1 : SIZE_MAX) : i;
+        std::printf(" %s |", src < c->phasesMs.size() ? fmt("%.3g", c->phasesMs[src]).c_str() : "");
+      }
+      // The mean round of a rank: total time over rounds, below the median of the slowest rank.
+      double sum = 0;
+      for (double p : c->phasesMs) sum += p;
+      std::printf(" %s |\n", fmt("%.3g", sum).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench-gossip: one gossip round on a ring of peer processes, Starling vs MPI"};
+  bool worker = false, noMpi = false;
+  WorkerOptions w;
+  DriverOptions d;
+  std::vector<std::string> peers = {"4", "8"}, dims = {"1e3", "1e5", "1e6", "1e7"};
+  std::vector<std::string> tls = {"shm", "tcp"};
+  std::string dim;
+  app.add_flag("--worker", worker, "run as one rank (started by the driver)");
+  app.add_option("--peers", peers, "peer counts (driver) or host:port of every rank (worker)")
+      ->delimiter(',');
+  app.add_option("--dims", dims, "vector lengths in floats")->delimiter(',');
+  app.add_option("--tls", tls, "Starling transports: shm and/or tcp")->delimiter(',');
+  app.add_option("--rounds-max", d.roundsMax, "at most this many timed rounds")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--min-seconds", d.minSeconds, "time at least this long (5 rounds at least)");
+  app.add_option("--warmup", d.warmup, "untimed rounds first")->check(CLI::NonNegativeNumber);
+  app.add_option("--repeat", d.repeat, "runs of every configuration; the best median is kept")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--timeout", d.timeoutS, "seconds one configuration may take");
+  app.add_flag("--no-mpi", noMpi, "skip the MPI columns");
+  app.add_option("--mpi-bin", d.mpiBin, "bench-gossip-mpi (default: next to this executable)");
+  app.add_option("--ucx-tls", d.ucxTls, "UCX_TLS for every Starling run, verbatim (experiments)");
+  app.add_flag("--keep", d.keep, "keep the rank files (per-round times) and logs");
+  app.add_flag("--spin", d.spin, "workers poll the transport instead of sleeping in it");
+  app.add_option("--rank", w.rank, "worker: this rank");
+  app.add_option("--dim", dim, "worker: vector length");
+  app.add_option("--out", w.out, "worker: result file");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (worker) {
+      w.addresses = peers;
+      w.dim = parseDims({dim}).at(0);
+      w.tls = tls.at(0);
+      w.ucxTls = d.ucxTls;
+      w.spin = d.spin;
+      w.warmup = d.warmup;
+      w.roundsMax = d.roundsMax;
+      w.minSeconds = d.minSeconds;
+      if (w.addresses.size() < 3) throw CLI::ValidationError("--peers", "a ring needs 3 ranks");
+      const core::Status st = runWorker(w);
+      if (!st.isOk()) {
+        std::fprintf(stderr, "bench-gossip worker %d: %s\n", w.rank, st.toString().c_str());
+        return 1;
+      }
+      return 0;
+    }
+    for (const auto& p : peers) {
+      d.peers.push_back(std::stoi(p));
+      if (d.peers.back() < 3) throw CLI::ValidationError("--peers", "a ring needs 3 ranks");
+    }
+    d.dims = parseDims(dims);
+    for (const auto& t : tls) {
+      if (t != "shm" && t != "tcp") throw CLI::ValidationError("--tls", "shm or tcp, not " + t);
+    }
+    d.tls = tls;
+    d.mpi = !noMpi;
+    return runDriver(d);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench-gossip: %s\n", e.what());
+    return 2;
+  }
+}
