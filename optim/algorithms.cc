@@ -84,11 +84,17 @@ class ExactDiffusion final : public Algorithm<T> {
 
   void prepare(const RoundInfo& info, std::span<T> out) override {
     oracle_.gradient(w_, grad_);
-    // psi = w - mu g (kept in grad_'s storage: grad_ <- psi), phi = psi + w - psi_prev.
-    auto w = cmap<T>(w_);
-    auto psi = map<T>(std::span<T>(grad_));
-    psi = w - static_cast<T>(info.stepSize) * psi;
-    map<T>(out) = psi + w - cmap<T>(psiPrev_);
+    // psi = w - mu g (kept in grad_'s storage), phi = psi + w - psi_prev: one fused pass.
+    const T mu = static_cast<T>(info.stepSize);
+    const T* w = w_.data();
+    const T* prev = psiPrev_.data();
+    T* g = grad_.data();
+    T* phi = out.data();
+    for (size_t k = 0, d = w_.size(); k < d; ++k) {
+      const T psi = w[k] - mu * g[k];
+      phi[k] = psi + w[k] - prev[k];
+      g[k] = psi;
+    }
     psiPrev_.swap(grad_);
   }
 

@@ -118,8 +118,10 @@ void LocalObjective<T>::gradient(std::span<const T> x, std::span<T> out) const {
   // One residual vector of m_i entries per call keeps the const methods concurrent-safe.
   typename Impl::Vec r = p.a * xv;
   for (Eigen::Index j = 0; j < r.size(); ++j) r[j] = lossDerivative(p.loss, r[j], p.b[j]);
-  o.noalias() = p.a.transpose() * r;
-  o = p.scale * o + p.l2 * xv;
+  // l2 x first, then the data term added in place: one dense pass, no d-sized temporary.
+  o = p.l2 * xv;
+  r *= p.scale;
+  o.noalias() += p.a.transpose() * r;
 }
 
 template <typename T>
