@@ -40,15 +40,17 @@
 #include <vector>
 
 #include "compression/frame.h"
+#include "runtime/launcher.h"
 #include "runtime/transport/buffer_pool.h"
+#include "tools/bench_gossip_round.h"
 #include "runtime/transport/factory.h"
 #include "runtime/transport/transport.h"
 
 namespace {
 
 using namespace starling;
+using namespace starling::bench;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 using transport::Bytes;
 using transport::SharedBytes;
 using transport::Tag;
@@ -59,54 +61,7 @@ constexpr auto kRoundTimeout = std::chrono::seconds(30);
 // A rank's final x may differ from the closed form by float32 rounding only.
 constexpr double kTolerance = 1e-3;
 
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
-// ---- the round's data and arithmetic (kept identical in bench_gossip_mpi.cc) ----
-
-// x_r[k] = (r + 1) + g(k): a rank constant plus a pattern shared by all ranks, so that a mixed-up
-// neighbour or a shifted index shows in the closed form below.
-float pattern(size_t k) { return static_cast<float>(k & 1023) / 1024.0f; }
-
-void initialValues(int rank, std::span<float> x) {
-  for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(rank + 1) + pattern(k);
-}
-
-// out = (x + left + right) / 3 in one pass: each input is read once and out written once (a
-// blocked loop over several passes could not touch fewer bytes). `out` may be `x`.
-void combineRing(std::span<float> out, std::span<const float> x, std::span<const float> left,
-                 std::span<const float> right) {
-  const float third = 1.0f / 3.0f;
-  float* o = out.data();
-  const float* s = x.data();
-  const float* __restrict l = left.data();
-  const float* __restrict r = right.data();
-  for (size_t k = 0; k < out.size(); ++k) o[k] = (s[k] + l[k] + r[k]) * third;
-}
-
-// The ring average is linear and doubly stochastic, so after `rounds` rounds
-// x_r[k] = g(k) + c_r with c = W^rounds (1, 2, ..., P).
-double expectedOffset(int peers, int rank, int rounds) {
-  std::vector<double> c(peers), next(peers);
-  for (int i = 0; i < peers; ++i) c[i] = i + 1;
-  for (int t = 0; t < rounds; ++t) {
-    for (int i = 0; i < peers; ++i) {
-      next[i] = (c[(i + peers - 1) % peers] + c[i] + c[(i + 1) % peers]) / 3.0;
-    }
-    c.swap(next);
-  }
-  return c[rank];
-}
-
-double maxError(int peers, int rank, int rounds, std::span<const float> x) {
-  const double offset = expectedOffset(peers, rank, rounds);
-  double err = 0;
-  for (size_t k = 0; k < x.size(); ++k) {
-    err = std::max(err, std::abs(static_cast<double>(x[k]) - (offset + pattern(k))));
-  }
-  return err;
-}
 
 // ---- worker ----
 
@@ -332,24 +287,6 @@ core::Status runWorker(const WorkerOptions& o) {
 
 // ---- driver: processes ----
 
-std::vector<int> freeLoopbackPorts(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      throw std::runtime_error(std::string("cannot pick a free port: ") + std::strerror(errno));
-    }
-    fds.push_back(fd);  // held until all are picked, so that they differ
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
-}
 
 pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, bool searchPath) {
   std::vector<char*> args;
@@ -489,8 +426,10 @@ std::vector<std::string> commonArgs(const DriverOptions& o, size_t dim) {
 Cell runStarling(const DriverOptions& o, const fs::path& dir, int peers, size_t dim,
                  const std::string& tls) {
   const std::string self = fs::read_symlink("/proc/self/exe");
+  auto ports = runtime::freeLoopbackPorts(peers);
+  if (!ports) throw std::runtime_error(ports.status().message());
   std::string addresses;
-  for (int port : freeLoopbackPorts(peers)) {
+  for (int port : *ports) {
     addresses += (addresses.empty() ? "" : ",") + std::string("127.0.0.1:") + std::to_string(port);
   }
   fs::remove_all(dir);

@@ -22,52 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "tools/bench_gossip_round.h"
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace starling::bench;
 
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
-// ---- kept identical to bench_gossip.cc ----
-float pattern(size_t k) { return static_cast<float>(k & 1023) / 1024.0f; }
 
-void initialValues(int rank, std::span<float> x) {
-  for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>(rank + 1) + pattern(k);
-}
-
-void combineRing(std::span<float> out, std::span<const float> x, std::span<const float> left,
-                 std::span<const float> right) {
-  const float third = 1.0f / 3.0f;
-  float* o = out.data();
-  const float* s = x.data();
-  const float* __restrict l = left.data();
-  const float* __restrict r = right.data();
-  for (size_t k = 0; k < out.size(); ++k) o[k] = (s[k] + l[k] + r[k]) * third;
-}
-
-double expectedOffset(int peers, int rank, int rounds) {
-  std::vector<double> c(peers), next(peers);
-  for (int i = 0; i < peers; ++i) c[i] = i + 1;
-  for (int t = 0; t < rounds; ++t) {
-    for (int i = 0; i < peers; ++i) {
-      next[i] = (c[(i + peers - 1) % peers] + c[i] + c[(i + 1) % peers]) / 3.0;
-    }
-    c.swap(next);
-  }
-  return c[rank];
-}
-
-double maxError(int peers, int rank, int rounds, std::span<const float> x) {
-  const double offset = expectedOffset(peers, rank, rounds);
-  double err = 0;
-  for (size_t k = 0; k < x.size(); ++k) {
-    err = std::max(err, std::abs(static_cast<double>(x[k]) - (offset + pattern(k))));
-  }
-  return err;
-}
-// ---- end of the shared part ----
 
 }  // namespace
 
