@@ -21,7 +21,15 @@
 namespace starling::compression {
 
 // Codec ids are part of the wire format: never renumber, only append.
-enum class CodecId : uint8_t { kIdentity = 0 };
+enum class CodecId : uint8_t {
+  kIdentity = 0,
+  kFp16 = 1,
+  kBf16 = 2,
+  kTopK = 3,
+  kRandK = 4,
+  kSign = 5,
+  kQsgd = 6,
+};
 
 // Element types of the model state.
 enum class ElementType : uint8_t { kFloat32 = 1, kFloat64 = 2 };
