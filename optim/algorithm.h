@@ -44,14 +44,19 @@ struct RoundInfo {
   double selfWeight = 1.0;  // w_ii of this round's mixing matrix
 };
 
-enum class AlgorithmKind { kDsgd, kExactDiffusion, kGradientTracking };
+enum class AlgorithmKind { kDsgd, kExactDiffusion, kGradientTracking, kChoco };
 
 const char* algorithmKindName(AlgorithmKind kind);
 
 struct AlgorithmSpec {
   AlgorithmKind kind = AlgorithmKind::kExactDiffusion;
   StepSizeSchedule stepSize;
+  double gamma = 1.0;  // choco: consensus step size
 };
+
+// True for algorithms whose message is a difference against a reference point that sender and
+// receivers both track (CHOCO's x-hat), which is what makes a lossy compressor safe to use.
+bool sendsCompressedDifferences(AlgorithmKind kind);
 
 template <typename T>
 class Algorithm {
@@ -62,8 +67,8 @@ class Algorithm {
   virtual size_t messageSize() const = 0;
   // Local work before communication; writes this round's outgoing message.
   virtual void prepare(const RoundInfo& info, std::span<T> outgoing) = 0;
-  // Combines the node's own message (as written by prepare) with its neighbours' and advances
-  // the state. `neighbors` is sorted by peer id, so the result never depends on arrival order.
+  // Combines the node's own message with its neighbours' and advances the state. With a lossy
+  // codec, `own` is the decoded frame (what the neighbours see), not what prepare wrote. `neighbors` is sorted by peer id, so the result never depends on arrival order.
   virtual void absorb(const RoundInfo& info, std::span<const T> own,
                       std::span<const NeighborMessage<T>> neighbors) = 0;
   // The node's current model x_i.

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "optim/algorithm.h"
+#include "optim/choco.h"
 
 namespace starling::optim {
 namespace {
@@ -153,11 +154,14 @@ class GradientTracking final : public Algorithm<T> {
 
 }  // namespace
 
+bool sendsCompressedDifferences(AlgorithmKind kind) { return kind == AlgorithmKind::kChoco; }
+
 const char* algorithmKindName(AlgorithmKind kind) {
   switch (kind) {
     case AlgorithmKind::kDsgd: return "dsgd";
     case AlgorithmKind::kExactDiffusion: return "exact_diffusion";
     case AlgorithmKind::kGradientTracking: return "gradient_tracking";
+    case AlgorithmKind::kChoco: return "choco";
   }
   return "unknown";
 }
@@ -169,6 +173,7 @@ std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::sp
     case AlgorithmKind::kDsgd: return std::make_unique<Dsgd<T>>(x0, oracle);
     case AlgorithmKind::kExactDiffusion: return std::make_unique<ExactDiffusion<T>>(x0, oracle);
     case AlgorithmKind::kGradientTracking: return std::make_unique<GradientTracking<T>>(x0, oracle);
+    case AlgorithmKind::kChoco: return createChoco<T>(spec, x0, oracle);
   }
   return nullptr;
 }

@@ -8,9 +8,15 @@ namespace starling::runtime {
 
 template <typename T>
 Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
-              transport::Transport& transport, LogFn log)
-    : rank_(rank), log_(std::move(log)), algorithm_(std::move(algorithm)), transport_(transport) {
+              transport::Transport& transport, LogFn log, const compression::Compressor<T>* codec,
+              uint64_t codecSeed)
+    : rank_(rank), log_(std::move(log)), algorithm_(std::move(algorithm)), transport_(transport),
+      codec_(codec), codecRng_(codecSeed) {
   messageSize_ = algorithm_->messageSize();
+  if (codec_) {
+    outgoing_.resize(messageSize_);
+    ownDecoded_.resize(messageSize_);
+  }
 }
 
 template <typename T>
@@ -22,13 +28,23 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   const topology::MixingRow& row = topology.weights.rows[rank_];
   info_ = optim::RoundInfo{round, stepSize, row.self};
 
-  // The algorithm writes its message straight into the frame's payload: no copy on the way out.
   std::shared_ptr<transport::Bytes> frame =
       framePool_.acquire(compression::denseFrameBytes<T>(messageSize_));
-  const std::span<T> payload = compression::beginDense<T>(messageSize_, *frame);
-  algorithm_->prepare(info_, payload);
-  compression::sealFrame(*frame);
-  own_ = payload;
+  if (!codec_) {
+    // The algorithm writes its message straight into the frame's payload: no copy on the way out.
+    const std::span<T> payload = compression::beginDense<T>(messageSize_, *frame);
+    algorithm_->prepare(info_, payload);
+    compression::sealFrame(*frame);
+    own_ = payload;
+  } else {
+    // Lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
+    algorithm_->prepare(info_, outgoing_);
+    codec_->encode(outgoing_, codecRng_, *frame);
+    STARLING_RETURN_IF_ERROR(codec_->decode(*frame, ownDecoded_)
+                                 .withContext("rank " + std::to_string(rank_) +
+                                              " cannot decode its own frame"));
+    own_ = ownDecoded_;
+  }
   ownFrame_ = frame;
 
   slots_.clear();
@@ -62,10 +78,18 @@ void Node<T>::postReceive(size_t s) {
 }
 
 template <typename T>
+core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s, const transport::Bytes& bytes) {
+  if (!codec_) return compression::decodeDense<T>(bytes, messageSize_, scratch_[s]);
+  scratch_[s].resize(messageSize_);
+  STARLING_RETURN_IF_ERROR(codec_->decode(bytes, scratch_[s]));
+  return std::span<const T>(scratch_[s]);
+}
+
+template <typename T>
 void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes bytes) {
   Slot& slot = slots_[s];
   if (st.isOk()) {
-    auto values = compression::decodeDense<T>(*bytes, messageSize_, scratch_[s]);
+    auto values = decodeMessage(s, *bytes);
     if (!values) {
       ++corruptMessages_;
       if (log_) {

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "compression/compressor.h"
 #include "optim/algorithm.h"
 #include "runtime/core/status.h"
 #include "runtime/transport/buffer_pool.h"
@@ -36,8 +37,11 @@ template <typename T>
 class Node {
  public:
   using LogFn = std::function<void(const std::string&)>;
+  // `codec` (borrowed, may be null) compresses every message; null sends the vector itself in
+  // the state's precision (the identity frame), decoded in place. `codecSeed` seeds the codec's
+  // random choices (stochastic rounding, random sparsification) for this node.
   Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm, transport::Transport& transport,
-       LogFn log = {});
+       LogFn log = {}, const compression::Compressor<T>* codec = nullptr, uint64_t codecSeed = 0);
 
   core::Status startRound(uint64_t round, const topology::RoundTopology& topology, double stepSize,
                           transport::Clock::time_point deadline);
@@ -67,6 +71,7 @@ class Node {
 
   void postReceive(size_t slot);
   void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
+  core::Result<std::span<const T>> decodeMessage(size_t slot, const transport::Bytes& bytes);
 
   const int rank_;
   LogFn log_;
@@ -86,7 +91,11 @@ class Node {
   core::Status sendStatus_;
   bool inRound_ = false;
 
-  std::vector<std::vector<T>> scratch_;  // decode copies for unaligned frames
+  std::vector<std::vector<T>> scratch_;  // decode copies (unaligned frames, lossy codecs)
+  const compression::Compressor<T>* codec_ = nullptr;
+  core::Rng codecRng_{0};
+  std::vector<T> outgoing_;    // lossy codecs: what prepare wrote, before compression
+  std::vector<T> ownDecoded_;  // lossy codecs: this node's frame as its neighbours decode it
   std::vector<optim::NeighborMessage<T>> messages_;
   uint64_t bytesSent_ = 0;
   uint64_t corruptMessages_ = 0;

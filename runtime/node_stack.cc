@@ -4,23 +4,33 @@ namespace starling::runtime {
 namespace {
 // Seeds of the per-node random streams (minibatch sampling).
 constexpr uint64_t kGradientSalt = 0x6772616421;
+constexpr uint64_t kCodecSalt = 0x636f646563;
 }  // namespace
 
 template <typename T>
-NodeStack<T> buildNode(const Experiment& e, int rank, transport::Transport& transport) {
+core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
+                                     transport::Transport& transport) {
   const Scenario& s = e.scenario;
   NodeStack<T> stack;
   stack.objective = optim::LocalObjective<T>::create(s.problem.spec, e.data.subset(e.parts[rank]),
                                                      e.data.samples(), s.nodes);
   stack.oracle = std::make_unique<optim::ObjectiveOracle<T>>(
       *stack.objective, s.problem.batch, core::deriveSeed(s.seed, kGradientSalt, rank));
+  if (s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
+    auto codec = compression::createCompressor<T>(s.compression);
+    if (!codec) return codec.status();
+    stack.codec = std::move(*codec);
+  }
   const std::vector<T> x0(static_cast<size_t>(e.data.features), T(0));
   stack.node = std::make_unique<Node<T>>(
-      rank, optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle), transport);
+      rank, optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle), transport,
+      typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank));
   return stack;
 }
 
-template NodeStack<float> buildNode<float>(const Experiment&, int, transport::Transport&);
-template NodeStack<double> buildNode<double>(const Experiment&, int, transport::Transport&);
+template core::Result<NodeStack<float>> buildNode<float>(const Experiment&, int,
+                                                         transport::Transport&);
+template core::Result<NodeStack<double>> buildNode<double>(const Experiment&, int,
+                                                           transport::Transport&);
 
 }  // namespace starling::runtime

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "compression/compressor.h"
 #include "optim/oracle.h"
 #include "optim/problem.h"
 #include "runtime/experiment.h"
@@ -17,11 +18,13 @@ template <typename T>
 struct NodeStack {
   std::unique_ptr<optim::LocalObjective<T>> objective;
   std::unique_ptr<optim::ObjectiveOracle<T>> oracle;
+  std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<Node<T>> node;
 };
 
-// Node `rank` of the experiment, starting from x = 0, on the borrowed `transport`.
+// Node `rank` of the experiment, starting from x = 0, on the borrowed `transport`. Errors only for
+// a codec the scenario validated but this build cannot make (kInvalidArgument).
 template <typename T>
-NodeStack<T> buildNode(const Experiment& e, int rank, transport::Transport& transport);
+core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank, transport::Transport& transport);
 
 }  // namespace starling::runtime

@@ -18,7 +18,9 @@ constexpr auto kStopPoll = std::chrono::milliseconds(200);
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net) {
   const Scenario& s = e.scenario;
-  NodeStack<T> stack = buildNode<T>(e, opt.rank, net);
+  auto built = buildNode<T>(e, opt.rank, net);
+  if (!built) return built.status();
+  NodeStack<T> stack = std::move(*built);
   Node<T>& node = *stack.node;
 
   std::error_code ec;

@@ -167,7 +167,35 @@ const std::vector<std::string> kGraphKinds = {"ring",        "line",     "grid",
 const std::vector<std::string> kWeightRules = {"metropolis", "max_degree", "uniform"};
 const std::vector<std::string> kScheduleKinds = {"static", "cycle", "one_peer_exponential",
                                                  "random_matching", "edge_dropout"};
-const std::vector<std::string> kAlgorithms = {"dsgd", "exact_diffusion", "gradient_tracking"};
+const std::vector<std::string> kAlgorithms = {"dsgd", "exact_diffusion", "gradient_tracking",
+                                              "choco"};
+const std::vector<std::string> kCodecs = {"identity", "fp16", "bf16", "topk", "randk", "sign",
+                                          "qsgd"};
+
+void parseCompression(Obj& o, Scenario& s) {
+  using Kind = compression::CompressorSpec::Kind;
+  auto& c = s.compression;
+  c.kind = static_cast<Kind>(o.choice("kind", "codec", kCodecs));
+  if (c.kind == Kind::kTopK || c.kind == Kind::kRandK) {
+    if (o.has("k") == o.has("ratio")) {
+      throw ScenarioError{o.path(), "give exactly one of \"k\" (elements kept) or \"ratio\""};
+    }
+    if (o.has("k")) c.k = o.integer<uint64_t>("k", 1, uint64_t{1} << 40);
+    if (o.has("ratio")) c.ratio = o.number("ratio", 0.0, 1.0, std::nullopt, /*openLo=*/true);
+    if (c.kind == Kind::kRandK) c.scaled = o.boolean("scaled", true);
+  } else if (c.kind == Kind::kQsgd) {
+    c.bits = o.integer<int>("bits", 2, 8, 4);
+    c.linf = o.choice("norm", "norm", {"l2", "linf"}, 0) == 1;
+    c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
+  }
+  o.finish();
+  if (c.kind != Kind::kIdentity && !optim::sendsCompressedDifferences(s.algorithm.kind)) {
+    throw ScenarioError{"/compression/kind",
+                        std::string(optim::algorithmKindName(s.algorithm.kind)) +
+                            " sends raw vectors, so a lossy codec's error would accumulate; use "
+                            "\"choco\" (which sends compressed differences) or \"identity\""};
+  }
+}
 
 topology::GraphSpec parseGraph(Obj& o, topology::WeightRule defaultWeights) {
   topology::GraphSpec g;
@@ -401,7 +429,21 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   Obj alg = o.object("algorithm");
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);
+  if (s.algorithm.kind == optim::AlgorithmKind::kChoco) {
+    s.algorithm.gamma = alg.number("gamma", 0.0, 1.0, 1.0, /*openLo=*/true);
+    if (s.topology.schedule.kind != topology::ScheduleKind::kStatic) {
+      throw ScenarioError{"/algorithm/kind", "choco tracks sum_j w_ij x_hat_j incrementally, which "
+                                             "needs a static topology; this scenario's schedule "
+                                             "is time-varying"};
+    }
+  }
   alg.finish();
+  if (o.has("compression")) {
+    Obj co = o.object("compression");
+    parseCompression(co, s);
+  } else {
+    o.get("compression");
+  }
   if (o.has("transport")) {
     Obj tr = o.object("transport");
     parseTransport(tr, s);

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "compression/compressor.h"
 #include "optim/algorithm.h"
 #include "optim/problem.h"
 #include "runtime/core/status.h"
@@ -71,6 +72,7 @@ struct Scenario {
   topology::TopologySpec topology;
   ProblemConfig problem;
   optim::AlgorithmSpec algorithm;
+  compression::CompressorSpec compression;  // identity unless the scenario says otherwise
   TransportConfig transport;
   PeersConfig peers;
 };

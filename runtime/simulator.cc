@@ -21,7 +21,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   std::vector<Node<T>*> nodes;
   for (int i = 0; i < n; ++i) {
     transports.push_back(transport::inproc::createTransport(*hub, i));
-    stacks.push_back(buildNode<T>(e, i, *transports.back()));
+    auto stack = buildNode<T>(e, i, *transports.back());
+    if (!stack) return stack.status();
+    stacks.push_back(std::move(*stack));
     nodes.push_back(stacks.back().node.get());
   }
 

@@ -81,6 +81,13 @@ TEST_CASE("malformed scenarios exit 2 naming the file and the JSON path", "[inte
     REQUIRE(pos != std::string::npos);
     return s.replace(pos, from.size(), to);
   };
+  auto replace2 = [&](const std::string& f1, const std::string& t1, const std::string& f2,
+                      const std::string& t2) {
+    std::string s = replace(f1, t1);
+    const auto pos = s.find(f2);
+    REQUIRE(pos != std::string::npos);
+    return s.replace(pos, f2.size(), t2);
+  };
   const std::vector<Case> cases = {
       {"syntax", "{\"schema_version\": 1,\n \"nodes\": }", "syntax.json:2:"},
       {"not_object", "[1, 2]", ": /: expected an object"},
@@ -118,6 +125,17 @@ TEST_CASE("malformed scenarios exit 2 naming the file and the JSON path", "[inte
       {"bad_libsvm", replace("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
                              "{\"format\": \"libsvm\", \"path\": \"bad.svm\"}"),
        "bad.svm:2:"},
+      {"lossy_ed", replace("\"step_size\": 0.3}}", "\"step_size\": 0.3}, \"compression\": {\"kind\": \"topk\", \"k\": 2}}"),
+       "/compression/kind: exact_diffusion sends raw vectors"},
+      {"choco_dropout",
+       replace2("{\"kind\": \"ring\"}",
+                "{\"kind\": \"ring\", \"schedule\": {\"kind\": \"edge_dropout\", \"p\": 0.1}}",
+                "\"exact_diffusion\"", "\"choco\""),
+       "/algorithm/kind: choco tracks"},
+      {"topk_both", replace2("\"exact_diffusion\"", "\"choco\"", "\"step_size\": 0.3}}",
+                             "\"step_size\": 0.3}, \"compression\": {\"kind\": \"topk\", "
+                             "\"k\": 2, \"ratio\": 0.5}}"),
+       "/compression: give exactly one of"},
       {"data_both", replace("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
                             "{\"format\": \"csv\", \"path\": \"x\"}"),
        "/problem/data/format: unknown data format \"csv\""},

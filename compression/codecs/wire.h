@@ -1,0 +1,119 @@
+// Byte-level building blocks of codec payloads (internal to compression/).
+//
+// Every multi-byte field is stored little-endian, byte by byte, so the format never depends on
+// the host's layout (docs/wire_format.md). The Reader never reads past its span: each read
+// reports whether the bytes were there. Thread-safety: values and free functions.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+namespace starling::compression::codecs {
+
+template <typename U>
+void storeLe(std::byte* p, U v) {
+  static_assert(std::is_unsigned_v<U>);
+  for (size_t i = 0; i < sizeof(U); ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+template <typename U>
+U loadLe(const std::byte* p) {
+  static_assert(std::is_unsigned_v<U>);
+  U v = 0;
+  for (size_t i = 0; i < sizeof(U); ++i) {
+    v |= static_cast<U>(std::to_integer<uint8_t>(p[i])) << (8 * i);
+  }
+  return v;
+}
+
+// The unsigned integer with the bits of a float or double.
+template <typename T>
+using BitsOf = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+
+template <typename T>
+void storeValue(std::byte* p, T v) {
+  storeLe<BitsOf<T>>(p, std::bit_cast<BitsOf<T>>(v));
+}
+
+template <typename T>
+T loadValue(const std::byte* p) {
+  return std::bit_cast<T>(loadLe<BitsOf<T>>(p));
+}
+
+template <typename U>
+void appendLe(std::vector<std::byte>& out, U v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(U));
+  storeLe<U>(out.data() + at, v);
+}
+
+template <typename T>
+void appendValue(std::vector<std::byte>& out, T v) {
+  appendLe<BitsOf<T>>(out, std::bit_cast<BitsOf<T>>(v));
+}
+
+// Unsigned LEB128: 7 bits per byte, least significant group first, high bit = "more follows".
+inline size_t varintLength(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+inline void appendVarint(std::vector<std::byte>& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<std::byte>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<std::byte>(v));
+}
+
+// A bounds-checked cursor over a payload.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
+
+  size_t position() const { return pos_; }
+  size_t remaining() const { return bytes_.size() - pos_; }
+
+  bool readU8(uint8_t& v) {
+    if (remaining() < 1) return false;
+    v = std::to_integer<uint8_t>(bytes_[pos_++]);
+    return true;
+  }
+
+  template <typename U>
+  bool readLe(U& v) {
+    if (remaining() < sizeof(U)) return false;
+    v = loadLe<U>(bytes_.data() + pos_);
+    pos_ += sizeof(U);
+    return true;
+  }
+
+  // A minimal (canonical) LEB128 u64: false on truncation, on more than 64 bits of value and on
+  // a redundant trailing zero group, so that every value has exactly one encoding.
+  bool readVarint(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!readU8(b)) return false;
+      const uint64_t group = b & 0x7f;
+      if (shift == 63 && group > 1) return false;  // bits beyond 64
+      v |= group << shift;
+      if ((b & 0x80) == 0) return !(shift > 0 && b == 0);
+    }
+    return false;  // an eleventh byte would be needed
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+  size_t pos_ = 0;
+};
+
+}  // namespace starling::compression::codecs
