@@ -17,6 +17,7 @@
 #include "compression/codecs/float16.h"
 #include "compression/compressor.h"
 #include "compression/frame.h"
+#include "hex.h"
 #include "runtime/core/rng.h"
 
 namespace starling::compression {
@@ -34,35 +35,8 @@ using Bytes = std::vector<std::byte>;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-Frame fromHex(std::string_view hex) {
-  Frame out;
-  int hi = -1;
-  for (char c : hex) {
-    if (c == ' ' || c == '\n') continue;
-    const int v = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-    REQUIRE(v >= 0);
-    if (hi < 0) {
-      hi = v;
-    } else {
-      out.push_back(static_cast<std::byte>(hi * 16 + v));
-      hi = -1;
-    }
-  }
-  REQUIRE(hi < 0);
-  return out;
-}
-
-std::string toHex(std::span<const std::byte> bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string s;
-  for (std::byte b : bytes) {
-    const auto v = std::to_integer<unsigned>(b);
-    s += kDigits[v >> 4];
-    s += kDigits[v & 15];
-    s += ' ';
-  }
-  return s;
-}
+using testing::fromHex;
+using testing::toHex;
 
 // The hand-written frame body followed by its CRC32C, little-endian.
 Frame sealed(std::string_view bodyHex) {

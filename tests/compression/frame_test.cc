@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "hex.h"
+
 namespace starling::compression {
 namespace {
 
@@ -18,36 +20,8 @@ using core::StatusCode;
 
 using Frame = std::vector<std::byte>;
 
-// "53 54 52 4c ..." -> bytes. Spaces are ignored.
-Frame fromHex(std::string_view hex) {
-  Frame out;
-  int hi = -1;
-  for (char c : hex) {
-    if (c == ' ' || c == '\n') continue;
-    const int v = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-    REQUIRE(v >= 0);
-    if (hi < 0) {
-      hi = v;
-    } else {
-      out.push_back(static_cast<std::byte>(hi * 16 + v));
-      hi = -1;
-    }
-  }
-  REQUIRE(hi < 0);
-  return out;
-}
-
-std::string toHex(std::span<const std::byte> bytes) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string s;
-  for (std::byte b : bytes) {
-    const auto v = std::to_integer<unsigned>(b);
-    s += kDigits[v >> 4];
-    s += kDigits[v & 15];
-    s += ' ';
-  }
-  return s;
-}
+using testing::fromHex;
+using testing::toHex;
 
 std::span<const std::byte> asBytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
