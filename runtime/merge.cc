@@ -9,7 +9,7 @@ namespace starling::runtime {
 
 PeerLogMerger::PeerLogMerger(const Experiment& e, std::filesystem::path dir, MetricsLog& log)
     : e_(e), dir_(std::move(dir)), log_(log) {
-  for (int r = 0; r < e.scenario.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r)});
+  for (int r = 0; r < e.scenario.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}});
 }
 
 core::Status PeerLogMerger::readPeer(int rank) {
