@@ -1,0 +1,182 @@
+// Shared by the codec tests (codecs_*_test.cc): specs, encode/decode helpers that assert, frames
+// crafted with a valid CRC, random vectors and moments.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compression/codecs/float16.h"
+#include "compression/compressor.h"
+#include "compression/frame.h"
+#include "hex.h"
+#include "runtime/core/rng.h"
+
+namespace starling::compression::codec_testing {
+
+
+using codecs::bf16FromDouble;
+using codecs::doubleFromBf16;
+using codecs::doubleFromHalf;
+using codecs::halfFromDouble;
+using core::StatusCode;
+using Kind = CompressorSpec::Kind;
+using Frame = std::vector<std::byte>;
+using Bytes = std::vector<std::byte>;
+
+using testing::fromHex;
+using testing::toHex;
+
+// The hand-written frame body followed by its CRC32C, little-endian.
+inline Frame sealed(std::string_view bodyHex) {
+  Frame f = fromHex(bodyHex);
+  const uint32_t crc = crc32c(f);
+  for (int i = 0; i < 4; ++i) f.push_back(static_cast<std::byte>((crc >> (8 * i)) & 0xff));
+  return f;
+}
+
+inline Bytes bytesOf(std::initializer_list<unsigned> v) {
+  Bytes b;
+  for (unsigned x : v) b.push_back(static_cast<std::byte>(x));
+  return b;
+}
+
+inline void appendU32(Bytes& b, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+void appendValue(Bytes& b, T v) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const U u = std::bit_cast<U>(v);
+  for (size_t i = 0; i < sizeof(T); ++i) b.push_back(static_cast<std::byte>((u >> (8 * i)) & 0xff));
+}
+
+inline CompressorSpec makeSpec(Kind kind) {
+  CompressorSpec s;
+  s.kind = kind;
+  return s;
+}
+inline CompressorSpec topkSpec(uint64_t k, double ratio = 0.0) {
+  CompressorSpec s = makeSpec(Kind::kTopK);
+  s.k = k;
+  s.ratio = ratio;
+  return s;
+}
+inline CompressorSpec randkSpec(uint64_t k, bool scaled, double ratio = 0.0) {
+  CompressorSpec s = makeSpec(Kind::kRandK);
+  s.k = k;
+  s.ratio = ratio;
+  s.scaled = scaled;
+  return s;
+}
+inline CompressorSpec qsgdSpec(int bits, uint64_t bucket, bool linf) {
+  CompressorSpec s = makeSpec(Kind::kQsgd);
+  s.bits = bits;
+  s.bucket = bucket;
+  s.linf = linf;
+  return s;
+}
+
+template <typename T>
+std::unique_ptr<Compressor<T>> make(const CompressorSpec& spec) {
+  auto c = createCompressor<T>(spec);
+  INFO(c.status().toString());
+  REQUIRE(c.isOk());
+  return std::move(c).value();
+}
+
+template <typename T>
+Frame encodeWith(const Compressor<T>& c, const std::vector<T>& x, uint64_t seed = 1) {
+  core::Rng rng(seed);
+  Frame f;
+  c.encode(x, rng, f);
+  return f;
+}
+
+// Decodes from an exactly sized heap copy, so that a read past the end shows under ASan.
+template <typename T>
+std::vector<T> decodeOk(const Compressor<T>& c, const Frame& frame, size_t d) {
+  const Frame copy(frame);
+  std::vector<T> out(d, T(7));
+  const core::Status st = c.decode(copy, out);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  return out;
+}
+
+// kCorruption, and the caller's buffer is left as it was.
+template <typename T>
+void requireCorrupt(const Compressor<T>& c, const Frame& frame, size_t d) {
+  const Frame copy(frame);
+  std::vector<T> out(d, T(7));
+  const core::Status st = c.decode(copy, out);
+  INFO(st.toString());
+  REQUIRE(st.code() == StatusCode::kCorruption);
+  REQUIRE(std::all_of(out.begin(), out.end(), [](T v) { return v == T(7); }));
+}
+
+template <typename T>
+Frame craft(CodecId codec, uint64_t count, const Bytes& params, const Bytes& payload) {
+  Frame f;
+  writeFrame(codec, elementTypeOf<T>(), count, params, payload, f);
+  return f;
+}
+
+template <typename T>
+std::vector<T> normalVector(size_t d, uint64_t seed, double scale = 1.0) {
+  core::Rng rng(seed);
+  std::vector<T> x(d);
+  for (T& v : x) v = static_cast<T>(scale * rng.normal());
+  return x;
+}
+
+template <typename T>
+double squaredNorm(std::span<const T> x) {
+  double s = 0;
+  for (T v : x) s += static_cast<double>(v) * static_cast<double>(v);
+  return s;
+}
+
+template <typename T>
+double squaredDistance(std::span<const T> a, std::span<const T> b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    s += e * e;
+  }
+  return s;
+}
+
+// Running mean and standard deviation (Welford).
+struct Moments {
+  uint64_t n = 0;
+  double mean = 0, m2 = 0;
+  void add(double v) {
+    ++n;
+    const double delta = v - mean;
+    mean += delta / static_cast<double>(n);
+    m2 += delta * (v - mean);
+  }
+  double sd() const { return n > 1 ? std::sqrt(m2 / static_cast<double>(n - 1)) : 0.0; }
+  double standardError() const { return sd() / std::sqrt(static_cast<double>(n)); }
+};
+
+inline float loadF32(std::span<const std::byte> p, size_t at) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < 4; ++i) v |= std::to_integer<uint32_t>(p[at + i]) << (8 * i);
+  return std::bit_cast<float>(v);
+}
+
+
+}  // namespace starling::compression::codec_testing
