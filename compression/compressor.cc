@@ -24,6 +24,20 @@ const char* compressorKindName(CompressorSpec::Kind kind) {
       return "sign";
     case CompressorSpec::Kind::kQsgd:
       return "qsgd";
+    case CompressorSpec::Kind::kNuqsgd:
+      return "nuqsgd";
+    case CompressorSpec::Kind::kNatural:
+      return "natural";
+    case CompressorSpec::Kind::kNaturalDithering:
+      return "natural_dithering";
+    case CompressorSpec::Kind::kTopKDithering:
+      return "topk_dithering";
+    case CompressorSpec::Kind::kCountSketch:
+      return "countsketch";
+    case CompressorSpec::Kind::kAdaComp:
+      return "adacomp";
+    case CompressorSpec::Kind::kDqsgd:
+      return "dqsgd";
   }
   return "unknown";
 }
@@ -40,10 +54,35 @@ core::Status checkSparse(const CompressorSpec& spec) {
   return core::Status::ok();
 }
 
-}  // namespace
+core::Status checkRange(const char* what, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return core::Status::ok();
+  return core::invalidArgument(std::string(what) + " must be in " + std::to_string(lo) + ".." +
+                               std::to_string(hi) + ", got " + std::to_string(v));
+}
+
+core::Status checkBucket(const CompressorSpec& spec) {
+  if (spec.bucket >= 1 && spec.bucket <= UINT32_MAX) return core::Status::ok();
+  return core::invalidArgument(std::string(compressorKindName(spec.kind)) +
+                               ": bucket must be in 1..2^32-1, got " +
+                               std::to_string(spec.bucket));
+}
+
+core::Status checkCountSketch(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkRange("countsketch: rows", static_cast<int64_t>(spec.rows), 1, 64));
+  if (spec.cols < 1 || spec.cols > (uint64_t{1} << 31)) {
+    return core::invalidArgument("countsketch: cols must be in 1..2^31, got " +
+                                 std::to_string(spec.cols));
+  }
+  if (spec.meanEstimate) return core::Status::ok();
+  if (spec.threshold > 0.0) {
+    if (!std::isfinite(spec.threshold)) return core::invalidArgument("countsketch: threshold");
+    return core::Status::ok();
+  }
+  return checkSparse(spec);
+}
 
 template <typename T>
-core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSpec& spec) {
+core::Result<std::unique_ptr<Compressor<T>>> createInner(const CompressorSpec& spec) {
   switch (spec.kind) {
     case CompressorSpec::Kind::kIdentity:
       return codecs::makeIdentity<T>();
@@ -69,9 +108,52 @@ core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSp
                                      std::to_string(spec.bucket));
       }
       return codecs::makeQsgd<T>(spec.bits, static_cast<uint32_t>(spec.bucket), spec.linf);
+    case CompressorSpec::Kind::kNuqsgd:
+      STARLING_RETURN_IF_ERROR(checkRange("nuqsgd: bits", spec.bits, 2, 8));
+      STARLING_RETURN_IF_ERROR(checkBucket(spec));
+      return codecs::makeNuqsgd<T>(spec.bits, static_cast<uint32_t>(spec.bucket));
+    case CompressorSpec::Kind::kNatural:
+      return codecs::makeNatural<T>();
+    case CompressorSpec::Kind::kNaturalDithering:
+      STARLING_RETURN_IF_ERROR(checkRange("natural_dithering: levels", spec.levels, 1, 30));
+      return codecs::makeNaturalDithering<T>(spec.levels, spec.linf);
+    case CompressorSpec::Kind::kTopKDithering:
+      STARLING_RETURN_IF_ERROR(checkRange("topk_dithering: levels", spec.levels, 1, 30));
+      STARLING_RETURN_IF_ERROR(checkSparse(spec));
+      return codecs::makeTopKDithering<T>(spec.k, spec.ratio, spec.levels);
+    case CompressorSpec::Kind::kCountSketch:
+      STARLING_RETURN_IF_ERROR(checkCountSketch(spec));
+      return codecs::makeCountSketch<T>(spec);
+    case CompressorSpec::Kind::kAdaComp:
+      if (spec.bin < 1 || spec.bin > UINT32_MAX) {
+        return core::invalidArgument("adacomp: bin must be in 1..2^32-1, got " +
+                                     std::to_string(spec.bin));
+      }
+      return codecs::makeAdaComp<T>(spec.bin);
+    case CompressorSpec::Kind::kDqsgd:
+      STARLING_RETURN_IF_ERROR(checkRange("dqsgd: min_bits", spec.minBits, 2, 8));
+      STARLING_RETURN_IF_ERROR(checkRange("dqsgd: max_bits", spec.maxBits, spec.minBits, 8));
+      if (!(spec.target > 0.0) || !std::isfinite(spec.target)) {
+        return core::invalidArgument("dqsgd: target must be a finite number > 0");
+      }
+      STARLING_RETURN_IF_ERROR(checkBucket(spec));
+      return codecs::makeDqsgd<T>(spec.minBits, spec.maxBits, spec.target,
+                                  static_cast<uint32_t>(spec.bucket));
   }
   return core::invalidArgument("unknown compressor kind " +
                                std::to_string(static_cast<int>(spec.kind)));
+}
+
+}  // namespace
+
+template <typename T>
+core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSpec& spec) {
+  auto inner = createInner<T>(spec);
+  if (!inner || !spec.errorFeedback) return inner;
+  if (spec.kind == CompressorSpec::Kind::kAdaComp) {
+    return core::invalidArgument("adacomp keeps its own residue; do not add error_feedback");
+  }
+  return codecs::makeErrorFeedback<T>(std::move(*inner));
 }
 
 template core::Result<std::unique_ptr<Compressor<float>>> createCompressor<float>(

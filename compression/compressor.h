@@ -29,7 +29,22 @@ namespace starling::compression {
 
 // What a scenario's "compression" object selects. Unused fields keep their defaults.
 struct CompressorSpec {
-  enum class Kind { kIdentity, kFp16, kBf16, kTopK, kRandK, kSign, kQsgd };
+  enum class Kind {
+    kIdentity,
+    kFp16,
+    kBf16,
+    kTopK,
+    kRandK,
+    kSign,
+    kQsgd,
+    kNuqsgd,
+    kNatural,
+    kNaturalDithering,
+    kTopKDithering,
+    kCountSketch,
+    kAdaComp,
+    kDqsgd,
+  };
   Kind kind = Kind::kIdentity;
   // topk / randk: keep k elements, or ratio * d (rounded up, at least 1) when k == 0.
   uint64_t k = 0;
@@ -41,9 +56,64 @@ struct CompressorSpec {
   int bits = 4;
   uint64_t bucket = 512;
   bool linf = false;
+  // natural_dithering / topk_dithering: s exponential levels {0, 2^(1-s), ..., 1/2, 1} of the
+  // (l2 or linf, see `linf`) norm; topk_dithering keeps k (or ratio * d) elements first.
+  int levels = 4;
+  // countsketch: rows x cols table; "median" estimate plus top-k heavy hitters (k / ratio) or,
+  // with threshold > 0, every coordinate whose estimate is >= threshold * (estimated ||x||_2);
+  // "mean" is the linear, unbiased estimate (sketch-space mixing). hash_seed 0: fresh hashes
+  // every round from the stream's shared seed.
+  uint64_t rows = 5;
+  uint64_t cols = 0;
+  double threshold = 0.0;
+  bool meanEstimate = false;
+  // adacomp: bin length L_T.
+  uint64_t bin = 500;
+  // dqsgd: bits chosen per round within [minBits, maxBits] (docs/compression.md gives the rule);
+  // `target` is the relative variance budget per round.
+  int minBits = 2;
+  int maxBits = 8;
+  double target = 0.1;
+  // Wraps the codec: p = C(e + v), e <- e + v - p (ALGORITHMS.md §8).
+  bool errorFeedback = false;
 };
 
 const char* compressorKindName(CompressorSpec::Kind kind);
+
+// What a codec remembers between the frames of one stream (one sender's messages over the
+// rounds): error-feedback residuals, AdaComp's residue, DQSGD's norm history. Created by the
+// codec, owned by the sender.
+class CodecState {
+ public:
+  virtual ~CodecState() = default;
+};
+
+// Everything a stateful or round-aware encode needs besides the vector.
+struct StreamContext {
+  uint64_t round = 0;
+  // Equal at every sender of a run (derived from the scenario's seed): codecs whose frames must
+  // be summable across senders (countsketch hashes) derive their per-round choices from it.
+  uint64_t sharedSeed = 0;
+  CodecState* state = nullptr;  // from newState(); may be null for stateless codecs
+};
+
+// Sum of weighted frames in a linear codec's own domain (a Count-Sketch table), decoded once.
+// decode(sum_j w_j f_j) equals sum_j w_j decode(f_j) up to rounding.
+template <typename T>
+class LinearAccumulator {
+ public:
+  virtual ~LinearAccumulator() = default;
+  // Starts a new sum; frames added after this must agree with each other (same hashes).
+  virtual void reset() = 0;
+  // kOk when add(frame) would succeed: the frame decodes and agrees with the frames added
+  // since reset(). Adds nothing.
+  virtual core::Status check(std::span<const std::byte> frame) = 0;
+  // kCorruption for a frame that does not decode, or whose hashes or shape differ from the
+  // frames already added; the sum is then unchanged.
+  virtual core::Status add(std::span<const std::byte> frame, double weight) = 0;
+  // Writes decode of the sum (zeros when nothing was added).
+  virtual void finish(std::span<T> out) = 0;
+};
 
 template <typename T>
 class Compressor {
@@ -59,6 +129,22 @@ class Compressor {
 
   // Reconstructs the vector of one frame into `out`, whose size is the expected element count.
   virtual core::Status decode(std::span<const std::byte> frame, std::span<T> out) const = 0;
+
+  // Per-stream state for a vector of d elements; null for codecs that keep none.
+  virtual std::unique_ptr<CodecState> newState(size_t /*d*/) const { return nullptr; }
+
+  // The encode the engine calls: stateful and round-aware codecs override it. The default
+  // ignores the context. encode() above behaves as the first frame of a fresh stream.
+  virtual void encodeStream(std::span<const T> x, core::Rng& rng, const StreamContext& /*ctx*/,
+                            std::vector<std::byte>& out) const {
+    encode(x, rng, out);
+  }
+
+  // Non-null when decode is linear in the frame (see LinearAccumulator) for vectors of d
+  // elements, so a receiver may sum its neighbours' weighted frames and decode once.
+  virtual std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t /*d*/) const {
+    return nullptr;
+  }
 };
 
 // kInvalidArgument for parameters out of range (k = 0 and ratio <= 0, bits outside 2..8, ...).

@@ -29,6 +29,13 @@ enum class CodecId : uint8_t {
   kRandK = 4,
   kSign = 5,
   kQsgd = 6,
+  kNuqsgd = 7,
+  kNatural = 8,
+  kNaturalDithering = 9,
+  kTopKDithering = 10,
+  kCountSketch = 11,
+  kAdaComp = 12,
+  kDqsgd = 13,
 };
 
 // Element types of the model state.

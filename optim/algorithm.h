@@ -52,6 +52,9 @@ struct AlgorithmSpec {
   AlgorithmKind kind = AlgorithmKind::kExactDiffusion;
   StepSizeSchedule stepSize;
   double gamma = 1.0;  // choco: consensus step size
+  // The mixing matrix changes between rounds (set from the topology schedule). CHOCO then keeps
+  // each neighbour's reference point instead of the running sum over a fixed W.
+  bool timeVarying = false;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and
@@ -73,6 +76,20 @@ class Algorithm {
                       std::span<const NeighborMessage<T>> neighbors) = 0;
   // The node's current model x_i.
   virtual std::span<const T> model() const = 0;
+
+  // True when the algorithm keeps state per neighbour that each of that neighbour's messages
+  // updates (CHOCO's x-hat_j on a time-varying graph). The engine then exchanges messages with
+  // every neighbour the schedule can ever give this node (Schedule::support), with weight 0 in
+  // the rounds where the edge is absent, so no update is ever missed.
+  virtual bool tracksNeighbors() const { return false; }
+
+  // True when absorb depends on the neighbours' messages only through
+  // combined = w_ii own + sum_j w_ij m_j. With a linear codec (a mean-estimate Count-Sketch) the
+  // engine may then sum the weighted frames in the codec's domain, decode once, and call
+  // absorbCombined instead of absorb.
+  virtual bool absorbsCombined() const { return false; }
+  virtual void absorbCombined(const RoundInfo& /*info*/, std::span<const T> /*own*/,
+                              std::span<const T> /*combined*/) {}
 };
 
 // Builds the algorithm for one node, starting from x0 (copied). `oracle` is borrowed and must

@@ -28,15 +28,22 @@ Map<T> map(std::span<T> s) { return Map<T>(s.data(), static_cast<Eigen::Index>(s
 // exact diffusion's invariant sum_i (w_i - psi_i) = 0 drifts linearly with the round count.
 // The vector is walked in blocks that stay in L1 while every neighbour's block is added, so each
 // input byte is read from memory once and `out` is written once.
+// With `base` (DSGD under a lossy codec) the sum starts from base instead of own:
+// out = base + sum_j scale * w_ij * (m_j - own), so the compression error of the node's own
+// message never replaces its exact state (DeepSqueeze's form, Tang et al. 2019).
 template <typename T>
 void combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, T scale,
-             Eigen::Index offset, Eigen::Index len) {
+             Eigen::Index offset, Eigen::Index len, const T* base = nullptr) {
   constexpr Eigen::Index kBlock = 1024;
   for (Eigen::Index b = 0; b < len; b += kBlock) {
     const Eigen::Index m = std::min(kBlock, len - b);
     const auto self = own.segment(offset + b, m);
     auto dst = out.segment(b, m);
-    dst = self;
+    if (base != nullptr) {
+      dst = CMap<T>(base + offset + b, m);
+    } else {
+      dst = self;
+    }
     for (const auto& n : nbrs) {
       dst += (static_cast<T>(n.weight) * scale) * (cmap(n.message).segment(offset + b, m) - self);
     }
@@ -45,29 +52,39 @@ void combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, 
 
 // Adapt-then-combine diffusion (ALGORITHMS.md §1 (c)):
 //   psi_i = x_i - eta g_i(x_i);  x_i = sum_j w_ij psi_j.   Sends psi (d values).
+// Written as x_i = psi_i + sum_j w_ij (m_j - m_i) with m the messages as received; without a
+// lossy codec m_i = psi_i and this is the line above. With one (error feedback), the node keeps
+// its exact psi_i and only the differences carry compression error.
 template <typename T>
 class Dsgd final : public Algorithm<T> {
  public:
-  Dsgd(std::span<const T> x0, GradientOracle<T>& oracle)
-      : x_(x0.begin(), x0.end()), grad_(x0.size()), oracle_(oracle) {}
+  Dsgd(double gamma, std::span<const T> x0, GradientOracle<T>& oracle)
+      : gamma_(static_cast<T>(gamma)), x_(x0.begin(), x0.end()), psi_(x0.size()),
+        grad_(x0.size()), oracle_(oracle) {}
 
   size_t messageSize() const override { return x_.size(); }
 
   void prepare(const RoundInfo& info, std::span<T> out) override {
     oracle_.gradient(x_, grad_);
     map<T>(out) = cmap<T>(x_) - static_cast<T>(info.stepSize) * cmap<T>(grad_);
+    lossless_ = out.data();
+    if (!psi_.empty()) std::copy(out.begin(), out.end(), psi_.begin());
   }
 
   void absorb(const RoundInfo&, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     const auto d = static_cast<Eigen::Index>(x_.size());
-    combine<T>(map<T>(std::span<T>(x_)), cmap<T>(own), nbrs, T(1), 0, d);
+    // `own` is the buffer prepare wrote unless a codec decoded it into another one.
+    const T* base = own.data() == lossless_ ? nullptr : psi_.data();
+    combine<T>(map<T>(std::span<T>(x_)), cmap<T>(own), nbrs, gamma_, 0, d, base);
   }
 
   std::span<const T> model() const override { return x_; }
 
  private:
-  std::vector<T> x_, grad_;
+  const T gamma_;
+  std::vector<T> x_, psi_, grad_;
+  const T* lossless_ = nullptr;
   GradientOracle<T>& oracle_;
 };
 
@@ -170,7 +187,7 @@ template <typename T>
 std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::span<const T> x0,
                                               GradientOracle<T>& oracle) {
   switch (spec.kind) {
-    case AlgorithmKind::kDsgd: return std::make_unique<Dsgd<T>>(x0, oracle);
+    case AlgorithmKind::kDsgd: return std::make_unique<Dsgd<T>>(spec.gamma, x0, oracle);
     case AlgorithmKind::kExactDiffusion: return std::make_unique<ExactDiffusion<T>>(x0, oracle);
     case AlgorithmKind::kGradientTracking: return std::make_unique<GradientTracking<T>>(x0, oracle);
     case AlgorithmKind::kChoco: return createChoco<T>(spec, x0, oracle);

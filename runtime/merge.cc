@@ -40,6 +40,8 @@ core::Status PeerLogMerger::readPeer(int rank) {
     Record rec;
     rec.bytesSent = j.value("bytes_sent", uint64_t{0});
     rec.corrupt = j.value("corrupt_messages", uint64_t{0});
+    rec.compressionErrorSum = j.value("compression_error_sum", 0.0);
+    rec.compressionErrorCount = j.value("compression_error_count", uint64_t{0});
     rec.wallS = j.value("wall_s", 0.0);
     for (const auto& v : j["x"]) {
       if (!v.is_number()) return bad("non-numeric model value");
@@ -66,11 +68,16 @@ core::Result<int> PeerLogMerger::poll() {
     for (const auto& rec : it->second) models.emplace_back(rec->x);
     RoundMetrics m = measureModels<double>(e_, models, xMean_);
     m.round = it->first;
+    double errSum = 0;
+    uint64_t errCount = 0;
     for (const auto& rec : it->second) {
+      errSum += rec->compressionErrorSum;
+      errCount += rec->compressionErrorCount;
       m.bytesSent += rec->bytesSent;
       m.corruptMessages += rec->corrupt;
       m.wallS = std::max(m.wallS, rec->wallS);
     }
+    m.compressionError = compressionError_.next(errSum, errCount);
     STARLING_RETURN_IF_ERROR(log_.append(m));
     last_ = m;
     pending_.erase(it);

@@ -38,6 +38,8 @@ class PeerLogMerger {
   struct Record {
     uint64_t bytesSent = 0;
     uint64_t corrupt = 0;
+    double compressionErrorSum = 0;
+    uint64_t compressionErrorCount = 0;
     double wallS = 0;
     std::vector<double> x;
   };
@@ -55,6 +57,7 @@ class PeerLogMerger {
   std::vector<Source> sources_;
   std::map<uint64_t, std::vector<std::optional<Record>>> pending_;
   std::optional<RoundMetrics> last_;
+  CompressionErrorMean compressionError_;
   std::vector<double> xMean_;
 };
 

@@ -22,6 +22,7 @@ json metricsJson(const RoundMetrics& m) {
               {"mean_square_deviation", number(m.meanSquareDeviation)},
               {"bytes_sent", m.bytesSent},
               {"corrupt_messages", m.corruptMessages},
+              {"compression_error", number(m.compressionError)},
               {"wall_s", m.wallS}};
 }
 

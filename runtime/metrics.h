@@ -5,6 +5,7 @@
 // Formats: README.md "Output files". Thread-safety: none.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -26,11 +27,31 @@ struct RoundMetrics {
   double meanSquareDeviation = 0;       // (1/n) sum_i ||x_i - x*||^2 (NaN without x*)
   uint64_t bytesSent = 0;               // cumulative frame bytes, all nodes
   uint64_t corruptMessages = 0;         // cumulative, all nodes
+  // Mean of ||C(v) - v||^2 / ||v||^2 over the messages every node compressed since the previous
+  // logged round (0 without a lossy codec; NaN when no nonzero message was compressed).
+  double compressionError = 0;
   double wallS = 0;                     // seconds since the first round started
 };
 
+// Running totals of the compression error behind RoundMetrics::compressionError: feed the
+// cumulative sums and counts of all nodes at each logged round, get the mean since the last.
+class CompressionErrorMean {
+ public:
+  double next(double sum, uint64_t count) {
+    const double s = sum - sum_;
+    const uint64_t c = count - count_;
+    sum_ = sum;
+    count_ = count;
+    return c > 0 ? s / static_cast<double>(c) : (sum == 0 ? 0.0 : NAN);
+  }
+
+ private:
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
 // Measures the models of all n nodes (double accumulation whatever T is). Fills everything but
-// round, bytesSent, corruptMessages and wallS. `xMean` receives the average model.
+// round, bytesSent, corruptMessages, compressionError and wallS. `xMean` receives the average model.
 template <typename T>
 RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
                            std::vector<double>& xMean);

@@ -9,13 +9,18 @@ namespace starling::runtime {
 template <typename T>
 Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
               transport::Transport& transport, LogFn log, const compression::Compressor<T>* codec,
-              uint64_t codecSeed)
+              uint64_t codecSeed, uint64_t codecSharedSeed)
     : rank_(rank), log_(std::move(log)), algorithm_(std::move(algorithm)), transport_(transport),
-      codec_(codec), codecRng_(codecSeed) {
+      codec_(codec), codecRng_(codecSeed), codecSharedSeed_(codecSharedSeed) {
   messageSize_ = algorithm_->messageSize();
   if (codec_) {
     outgoing_.resize(messageSize_);
     ownDecoded_.resize(messageSize_);
+    codecState_ = codec_->newState(messageSize_);
+    if (algorithm_->absorbsCombined()) {
+      accumulator_ = codec_->newAccumulator(messageSize_);
+      if (accumulator_) combined_.resize(messageSize_);
+    }
   }
 }
 
@@ -39,16 +44,42 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   } else {
     // Lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
     algorithm_->prepare(info_, outgoing_);
-    codec_->encode(outgoing_, codecRng_, *frame);
+    const compression::StreamContext ctx{round, codecSharedSeed_, codecState_.get()};
+    codec_->encodeStream(outgoing_, codecRng_, ctx, *frame);
     STARLING_RETURN_IF_ERROR(codec_->decode(*frame, ownDecoded_)
                                  .withContext("rank " + std::to_string(rank_) +
                                               " cannot decode its own frame"));
     own_ = ownDecoded_;
+    double err = 0, norm = 0;
+    for (size_t k = 0; k < messageSize_; ++k) {
+      const double v = static_cast<double>(outgoing_[k]);
+      const double e = static_cast<double>(ownDecoded_[k]) - v;
+      err += e * e;
+      norm += v * v;
+    }
+    if (norm > 0) {
+      compressionErrorSum_ += err / norm;
+      ++compressionErrorCount_;
+    }
+    if (accumulator_) {
+      accumulator_->reset();
+      STARLING_RETURN_IF_ERROR(accumulator_->add(*frame, row.self));
+    }
   }
   ownFrame_ = frame;
 
   slots_.clear();
-  for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}, {}});
+  if (support_ != nullptr && algorithm_->tracksNeighbors()) {
+    for (int peer : support_->neighbors(rank_)) {
+      double w = 0.0;
+      for (const auto& e : row.peers) {
+        if (e.peer == peer) w = e.weight;
+      }
+      slots_.push_back(Slot{peer, w, nullptr, {}, {}});
+    }
+  } else {
+    for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}, {}});
+  }
   if (scratch_.size() < slots_.size()) scratch_.resize(slots_.size());
   pending_ = slots_.size();
   sendStatus_ = core::Status::ok();
@@ -89,18 +120,26 @@ template <typename T>
 void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes bytes) {
   Slot& slot = slots_[s];
   if (st.isOk()) {
-    auto values = decodeMessage(s, *bytes);
-    if (!values) {
+    // With an accumulator the frame is only checked now and added in peer order at the end of
+    // the round, so the sum never depends on arrival order.
+    core::Status valid = core::Status::ok();
+    if (accumulator_) {
+      valid = accumulator_->check(*bytes);
+    } else {
+      auto values = decodeMessage(s, *bytes);
+      if (values) slot.values = *values;
+      valid = values.status();
+    }
+    if (!valid.isOk()) {
       ++corruptMessages_;
       if (log_) {
         log_("rank " + std::to_string(rank_) + ": rejected a message claiming to be from rank " +
              std::to_string(slot.peer) + " for round " + std::to_string(tag_.round) + ": " +
-             values.status().message());
+             valid.message());
       }
       postReceive(s);  // the genuine message may still come before the deadline
       return;
     }
-    slot.values = *values;
   }
   slot.status = st;
   slot.bytes = std::move(bytes);
@@ -121,7 +160,18 @@ core::Status Node<T>::finishRound() {
     }
     messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, slot.values});
   }
-  algorithm_->absorb(info_, own_, messages_);
+  if (accumulator_) {
+    for (const Slot& slot : slots_) {
+      STARLING_RETURN_IF_ERROR(accumulator_->add(*slot.bytes, slot.weight)
+                                   .withContext("round " + std::to_string(info_.round) +
+                                                ", message from rank " +
+                                                std::to_string(slot.peer)));
+    }
+    accumulator_->finish(combined_);
+    algorithm_->absorbCombined(info_, own_, combined_);
+  } else {
+    algorithm_->absorb(info_, own_, messages_);
+  }
   for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
   ownFrame_.reset();
   return core::Status::ok();

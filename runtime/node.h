@@ -40,8 +40,16 @@ class Node {
   // `codec` (borrowed, may be null) compresses every message; null sends the vector itself in
   // the state's precision (the identity frame), decoded in place. `codecSeed` seeds the codec's
   // random choices (stochastic rounding, random sparsification) for this node.
+  // `codecSharedSeed` is the same at every node of a run: codecs whose frames must add up across
+  // senders (Count-Sketch hashes) derive each round's choices from it.
   Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm, transport::Transport& transport,
-       LogFn log = {}, const compression::Compressor<T>* codec = nullptr, uint64_t codecSeed = 0);
+       LogFn log = {}, const compression::Compressor<T>* codec = nullptr, uint64_t codecSeed = 0,
+       uint64_t codecSharedSeed = 0);
+
+  // The schedule's support graph (borrowed; must outlive the node). Used when the algorithm
+  // tracks its neighbours (Algorithm::tracksNeighbors): messages then go to and come from every
+  // support neighbour each round, with weight 0 where this round's graph has no edge.
+  void setSupport(const topology::Graph* support) { support_ = support; }
 
   core::Status startRound(uint64_t round, const topology::RoundTopology& topology, double stepSize,
                           transport::Clock::time_point deadline);
@@ -59,6 +67,10 @@ class Node {
   // Sends handed to the transport whose completion has not been reported yet. A peer drives
   // progress until this is 0 after its last round, so its neighbours get their last messages.
   size_t sendsInFlight() const { return sendsInFlight_; }
+  // Sum over rounds of ||C(v) - v||^2 / ||v||^2 for this node's messages v (rounds with v = 0
+  // left out), and the number of rounds summed. Zero without a lossy codec.
+  double compressionErrorSum() const { return compressionErrorSum_; }
+  uint64_t compressionErrorCount() const { return compressionErrorCount_; }
 
  private:
   struct Slot {
@@ -96,6 +108,15 @@ class Node {
   core::Rng codecRng_{0};
   std::vector<T> outgoing_;    // lossy codecs: what prepare wrote, before compression
   std::vector<T> ownDecoded_;  // lossy codecs: this node's frame as its neighbours decode it
+  std::unique_ptr<compression::CodecState> codecState_;
+  uint64_t codecSharedSeed_ = 0;
+  // Linear codec and an algorithm that only needs the weighted sum: frames are summed in the
+  // codec's domain (own frame first, then neighbours in peer order) and decoded once.
+  std::unique_ptr<compression::LinearAccumulator<T>> accumulator_;
+  std::vector<T> combined_;
+  const topology::Graph* support_ = nullptr;
+  double compressionErrorSum_ = 0;
+  uint64_t compressionErrorCount_ = 0;
   std::vector<optim::NeighborMessage<T>> messages_;
   uint64_t bytesSent_ = 0;
   uint64_t corruptMessages_ = 0;

@@ -5,6 +5,7 @@ namespace {
 // Seeds of the per-node random streams (minibatch sampling).
 constexpr uint64_t kGradientSalt = 0x6772616421;
 constexpr uint64_t kCodecSalt = 0x636f646563;
+constexpr uint64_t kSharedCodecSalt = 0x7368617265;
 }  // namespace
 
 template <typename T>
@@ -24,7 +25,9 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
   const std::vector<T> x0(static_cast<size_t>(e.data.features), T(0));
   stack.node = std::make_unique<Node<T>>(
       rank, optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle), transport,
-      typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank));
+      typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
+      core::deriveSeed(s.seed, kSharedCodecSalt));
+  stack.node->setSupport(&e.schedule->support());
   return stack;
 }
 

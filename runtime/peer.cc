@@ -35,6 +35,8 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     j["round"] = round;
     j["bytes_sent"] = node.bytesSent();
     j["corrupt_messages"] = node.corruptMessages() + net.stats().corruptMessages;
+    j["compression_error_sum"] = node.compressionErrorSum();
+    j["compression_error_count"] = node.compressionErrorCount();
     j["wall_s"] = std::chrono::duration<double>(Clock::now() - start).count();
     const auto x = node.model();
     j["x"] = std::vector<double>(x.begin(), x.end());

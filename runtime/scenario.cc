@@ -169,32 +169,101 @@ const std::vector<std::string> kScheduleKinds = {"static", "cycle", "one_peer_ex
                                                  "random_matching", "edge_dropout"};
 const std::vector<std::string> kAlgorithms = {"dsgd", "exact_diffusion", "gradient_tracking",
                                               "choco"};
-const std::vector<std::string> kCodecs = {"identity", "fp16", "bf16", "topk", "randk", "sign",
-                                          "qsgd"};
+const std::vector<std::string> kCodecs = {"identity", "fp16",   "bf16",
+                                          "topk",     "randk",  "sign",
+                                          "qsgd",     "nuqsgd", "natural",
+                                          "natural_dithering",  "topk_dithering",
+                                          "countsketch",        "adacomp",
+                                          "dqsgd"};
+
+void parseKeep(Obj& o, compression::CompressorSpec& c) {
+  if (o.has("k") == o.has("ratio")) {
+    throw ScenarioError{o.path(), "give exactly one of \"k\" (elements kept) or \"ratio\""};
+  }
+  if (o.has("k")) c.k = o.integer<uint64_t>("k", 1, uint64_t{1} << 40);
+  if (o.has("ratio")) c.ratio = o.number("ratio", 0.0, 1.0, std::nullopt, /*openLo=*/true);
+}
 
 void parseCompression(Obj& o, Scenario& s) {
   using Kind = compression::CompressorSpec::Kind;
   auto& c = s.compression;
   c.kind = static_cast<Kind>(o.choice("kind", "codec", kCodecs));
-  if (c.kind == Kind::kTopK || c.kind == Kind::kRandK) {
-    if (o.has("k") == o.has("ratio")) {
-      throw ScenarioError{o.path(), "give exactly one of \"k\" (elements kept) or \"ratio\""};
+  switch (c.kind) {
+    case Kind::kTopK:
+    case Kind::kRandK:
+      parseKeep(o, c);
+      if (c.kind == Kind::kRandK) c.scaled = o.boolean("scaled", true);
+      break;
+    case Kind::kQsgd:
+      c.bits = o.integer<int>("bits", 2, 8, 4);
+      c.linf = o.choice("norm", "norm", {"l2", "linf"}, 0) == 1;
+      c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
+      break;
+    case Kind::kNuqsgd:
+      c.bits = o.integer<int>("bits", 2, 8, 4);
+      c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
+      break;
+    case Kind::kNaturalDithering:
+      c.levels = o.integer<int>("levels", 1, 30, 4);
+      c.linf = o.choice("norm", "norm", {"l2", "linf"}, 0) == 1;
+      break;
+    case Kind::kTopKDithering:
+      parseKeep(o, c);
+      c.levels = o.integer<int>("levels", 1, 30, 4);
+      break;
+    case Kind::kCountSketch: {
+      c.rows = o.integer<uint64_t>("rows", 1, 64, uint64_t{5});
+      c.cols = o.integer<uint64_t>("cols", 1, uint64_t{1} << 31);
+      c.meanEstimate = o.choice("estimate", "estimate", {"median", "mean"}, 0) == 1;
+      if (c.meanEstimate) {
+        if (o.has("k") || o.has("ratio") || o.has("threshold")) {
+          throw ScenarioError{o.path(), "\"estimate\": \"mean\" decodes every coordinate; "
+                                        "\"k\", \"ratio\" and \"threshold\" apply to "
+                                        "\"median\" only"};
+        }
+      } else if (o.has("threshold")) {
+        if (o.has("k") || o.has("ratio")) {
+          throw ScenarioError{o.path(), "give one of \"k\", \"ratio\" or \"threshold\""};
+        }
+        c.threshold = o.number("threshold", 0.0, 1.0, std::nullopt, /*openLo=*/true);
+      } else {
+        parseKeep(o, c);
+      }
+      break;
     }
-    if (o.has("k")) c.k = o.integer<uint64_t>("k", 1, uint64_t{1} << 40);
-    if (o.has("ratio")) c.ratio = o.number("ratio", 0.0, 1.0, std::nullopt, /*openLo=*/true);
-    if (c.kind == Kind::kRandK) c.scaled = o.boolean("scaled", true);
-  } else if (c.kind == Kind::kQsgd) {
-    c.bits = o.integer<int>("bits", 2, 8, 4);
-    c.linf = o.choice("norm", "norm", {"l2", "linf"}, 0) == 1;
-    c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
+    case Kind::kAdaComp:
+      c.bin = o.integer<uint64_t>("bin", 1, (uint64_t{1} << 32) - 1, uint64_t{500});
+      break;
+    case Kind::kDqsgd:
+      c.minBits = o.integer<int>("min_bits", 2, 8, 2);
+      c.maxBits = o.integer<int>("max_bits", c.minBits, 8, 8);
+      c.target = o.number("target", 0.0, 1e6, 0.1, /*openLo=*/true);
+      c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
+      break;
+    default:
+      break;
   }
+  c.errorFeedback = o.boolean("error_feedback", false);
   o.finish();
-  if (c.kind != Kind::kIdentity && !optim::sendsCompressedDifferences(s.algorithm.kind)) {
-    throw ScenarioError{"/compression/kind",
-                        std::string(optim::algorithmKindName(s.algorithm.kind)) +
-                            " sends raw vectors, so a lossy codec's error would accumulate; use "
-                            "\"choco\" (which sends compressed differences) or \"identity\""};
+  const bool differences = optim::sendsCompressedDifferences(s.algorithm.kind);
+  const char* alg = optim::algorithmKindName(s.algorithm.kind);
+  if (differences && (c.errorFeedback || c.kind == Kind::kAdaComp)) {
+    throw ScenarioError{c.errorFeedback ? o.at("error_feedback") : std::string("/compression/kind"),
+                        std::string(alg) +
+                            " already sends compressed differences against reference points it "
+                            "tracks; error feedback (or adacomp's residue) on top would count the "
+                            "same error twice"};
   }
+  if (c.kind == Kind::kIdentity || differences) return;
+  if (s.algorithm.kind == optim::AlgorithmKind::kDsgd &&
+      (c.errorFeedback || c.kind == Kind::kAdaComp)) {
+    return;
+  }
+  throw ScenarioError{"/compression/kind",
+                      std::string(alg) +
+                          " sends raw vectors, so a lossy codec's error would accumulate; use "
+                          "\"choco\" (which sends compressed differences), \"dsgd\" with "
+                          "\"error_feedback\": true, or \"identity\""};
 }
 
 topology::GraphSpec parseGraph(Obj& o, topology::WeightRule defaultWeights) {
@@ -429,14 +498,11 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   Obj alg = o.object("algorithm");
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);
-  if (s.algorithm.kind == optim::AlgorithmKind::kChoco) {
+  if (s.algorithm.kind == optim::AlgorithmKind::kChoco ||
+      s.algorithm.kind == optim::AlgorithmKind::kDsgd) {
     s.algorithm.gamma = alg.number("gamma", 0.0, 1.0, 1.0, /*openLo=*/true);
-    if (s.topology.schedule.kind != topology::ScheduleKind::kStatic) {
-      throw ScenarioError{"/algorithm/kind", "choco tracks sum_j w_ij x_hat_j incrementally, which "
-                                             "needs a static topology; this scenario's schedule "
-                                             "is time-varying"};
-    }
   }
+  s.algorithm.timeVarying = s.topology.schedule.kind != topology::ScheduleKind::kStatic;
   alg.finish();
   if (o.has("compression")) {
     Obj co = o.object("compression");

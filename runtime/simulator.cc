@@ -37,6 +37,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   SimulateResult result;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::span<const T>> models(n);
+  CompressionErrorMean compressionError;
   auto measure = [&](uint64_t round) -> core::Status {
     // Wall time when the round finished, before the metrics themselves are computed.
     const double wall =
@@ -45,10 +46,15 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     RoundMetrics m = measureModels<T>(e, models, result.xMean);
     m.round = round;
     m.wallS = wall;
+    double errSum = 0;
+    uint64_t errCount = 0;
     for (const Node<T>* node : nodes) {
       m.bytesSent += node->bytesSent();
       m.corruptMessages += node->corruptMessages();
+      errSum += node->compressionErrorSum();
+      errCount += node->compressionErrorCount();
     }
+    m.compressionError = compressionError.next(errSum, errCount);
     result.last = m;
     if (opt.onLog) opt.onLog(m);
     if (log) return log->append(m);

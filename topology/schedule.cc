@@ -146,6 +146,7 @@ core::Result<std::unique_ptr<Schedule>> Schedule::create(const TopologySpec& spe
       if (kind == ScheduleKind::kStatic) {
         s->staticRound_ = makeRound(0, s->base_, s->baseWeights_);
       }
+      s->support_ = s->base_;
       break;
     }
     case ScheduleKind::kCycle: {
@@ -163,7 +164,8 @@ core::Result<std::unique_ptr<Schedule>> Schedule::create(const TopologySpec& spe
         for (const auto& edge : g->edges()) unionEdges.push_back(edge);
         s->cycle_.push_back(makeRound(c, std::move(g).value(), std::move(w).value()));
       }
-      if (!isConnected(Graph::fromEdges(n, unionEdges))) {
+      s->support_ = Graph::fromEdges(n, unionEdges);
+      if (!isConnected(s->support_)) {
         return core::invalidArgument("topology/schedule/cycle: the union of the " +
                                      std::to_string(cycle.size()) +
                                      " graphs is disconnected; some nodes never communicate");
@@ -173,6 +175,15 @@ core::Result<std::unique_ptr<Schedule>> Schedule::create(const TopologySpec& spe
     case ScheduleKind::kOnePeerExponential:
       // The graph is fixed by the kind and always connects over ceil(log2 n) rounds; only the
       // base weight rule is used, and it is valid on every matching.
+      {
+        std::vector<std::pair<int, int>> unionEdges;
+        for (int r = 0; n >= 2 && r < ceilLog2(n); ++r) {
+          for (const auto& edge : onePeerGraph(n, static_cast<uint64_t>(r)).edges()) {
+            unionEdges.push_back(edge);
+          }
+        }
+        s->support_ = Graph::fromEdges(n, unionEdges);
+      }
       break;
   }
   return s;

@@ -43,6 +43,11 @@ class Schedule {
   // True when every round has the same graph (kStatic).
   bool isStatic() const { return spec_.schedule.kind == ScheduleKind::kStatic; }
 
+  // Every edge any round can have: the base graph (static, random_matching, edge_dropout), the
+  // union of the cycle's graphs, or of one period of one_peer_exponential. Algorithms that keep
+  // state per neighbour exchange messages over this graph every round.
+  const Graph& support() const { return support_; }
+
  private:
   explicit Schedule(TopologySpec spec) : spec_(std::move(spec)) {}
 
@@ -51,6 +56,7 @@ class Schedule {
   std::vector<std::shared_ptr<const RoundTopology>> cycle_;  // kCycle
   Graph base_;                                             // matching / dropout base graph
   MixingMatrix baseWeights_;                               // dropout: weights of the base graph
+  Graph support_;
 };
 
 }  // namespace starling::topology

@@ -33,6 +33,27 @@ std::unique_ptr<Compressor<T>> makeSign();
 template <typename T>
 std::unique_ptr<Compressor<T>> makeQsgd(int bits, uint32_t bucket, bool linf);
 
+// bits in [2, 8]: 2^(bits-1) - 1 exponentially spaced magnitude levels 2^-j plus zero.
+template <typename T>
+std::unique_ptr<Compressor<T>> makeNuqsgd(int bits, uint32_t bucket);
+template <typename T>
+std::unique_ptr<Compressor<T>> makeNatural();
+// levels (s) in [1, 30]; linf selects the max norm instead of l2.
+template <typename T>
+std::unique_ptr<Compressor<T>> makeNaturalDithering(int levels, bool linf);
+template <typename T>
+std::unique_ptr<Compressor<T>> makeTopKDithering(uint64_t k, double ratio, int levels);
+template <typename T>
+std::unique_ptr<Compressor<T>> makeCountSketch(const CompressorSpec& spec);
+template <typename T>
+std::unique_ptr<Compressor<T>> makeAdaComp(uint64_t bin);
+template <typename T>
+std::unique_ptr<Compressor<T>> makeDqsgd(int minBits, int maxBits, double target,
+                                         uint32_t bucket);
+// Wraps `inner` with error feedback.
+template <typename T>
+std::unique_ptr<Compressor<T>> makeErrorFeedback(std::unique_ptr<Compressor<T>> inner);
+
 // parseFrame plus the checks every decoder shares: the codec id, the element type of T, the
 // element count and the exact params length.
 template <typename T>

@@ -127,11 +127,16 @@ TEST_CASE("malformed scenarios exit 2 naming the file and the JSON path", "[inte
        "bad.svm:2:"},
       {"lossy_ed", replace("\"step_size\": 0.3}}", "\"step_size\": 0.3}, \"compression\": {\"kind\": \"topk\", \"k\": 2}}"),
        "/compression/kind: exact_diffusion sends raw vectors"},
-      {"choco_dropout",
-       replace2("{\"kind\": \"ring\"}",
-                "{\"kind\": \"ring\", \"schedule\": {\"kind\": \"edge_dropout\", \"p\": 0.1}}",
-                "\"exact_diffusion\"", "\"choco\""),
-       "/algorithm/kind: choco tracks"},
+      {"choco_error_feedback",
+       replace2("\"exact_diffusion\"", "\"choco\"", "\"step_size\": 0.3}}",
+                "\"step_size\": 0.3}, \"compression\": {\"kind\": \"topk\", \"k\": 2, "
+                "\"error_feedback\": true}}"),
+       "/compression/error_feedback: choco already sends compressed differences"},
+      {"sketch_mean_with_k",
+       replace2("\"exact_diffusion\"", "\"choco\"", "\"step_size\": 0.3}}",
+                "\"step_size\": 0.3}, \"compression\": {\"kind\": \"countsketch\", "
+                "\"cols\": 4, \"estimate\": \"mean\", \"k\": 2}}"),
+       "/compression: \"estimate\": \"mean\" decodes every coordinate"},
       {"topk_both", replace2("\"exact_diffusion\"", "\"choco\"", "\"step_size\": 0.3}}",
                              "\"step_size\": 0.3}, \"compression\": {\"kind\": \"topk\", "
                              "\"k\": 2, \"ratio\": 0.5}}"),

@@ -1,0 +1,82 @@
+// Error feedback (ALGORITHMS.md §8; Karimireddy et al. 2019's EF, GRACE's ResidualMemory): the
+// sender compresses p = C(e + v) and keeps the residual e <- e + v - p, so whatever a biased
+// codec drops this round is sent in a later one. Sender-side only: the frame is the inner
+// codec's, and receivers decode it as such.
+#include <cassert>
+#include <memory>
+#include <vector>
+
+#include "compression/codecs/codecs.h"
+
+namespace starling::compression::codecs {
+namespace {
+
+template <typename T>
+struct FeedbackState final : CodecState {
+  std::vector<T> residual, compensated, sent;
+  std::unique_ptr<CodecState> inner;
+};
+
+template <typename T>
+class ErrorFeedback final : public Compressor<T> {
+ public:
+  explicit ErrorFeedback(std::unique_ptr<Compressor<T>> inner) : inner_(std::move(inner)) {}
+
+  CodecId id() const override { return inner_->id(); }
+  bool unbiased() const override { return inner_->unbiased(); }
+
+  // The first frame of a stream: the residual is zero, so this is the inner codec's frame.
+  void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
+    inner_->encode(x, rng, out);
+  }
+
+  core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
+    return inner_->decode(frame, out);
+  }
+
+  std::unique_ptr<CodecState> newState(size_t d) const override {
+    auto s = std::make_unique<FeedbackState<T>>();
+    s->residual.assign(d, T(0));
+    s->compensated.resize(d);
+    s->sent.resize(d);
+    s->inner = inner_->newState(d);
+    return s;
+  }
+
+  void encodeStream(std::span<const T> v, core::Rng& rng, const StreamContext& ctx,
+                    std::vector<std::byte>& out) const override {
+    auto* s = dynamic_cast<FeedbackState<T>*>(ctx.state);
+    assert(s != nullptr && s->residual.size() == v.size());
+    for (size_t i = 0; i < v.size(); ++i) s->compensated[i] = s->residual[i] + v[i];
+    const StreamContext innerCtx{ctx.round, ctx.sharedSeed, s->inner.get()};
+    inner_->encodeStream(s->compensated, rng, innerCtx, out);
+    if (!inner_->decode(out, s->sent).isOk()) {
+      // A non-finite input: the frame is rejected downstream and the run fails; keep the
+      // residual as it was rather than poisoning it.
+      return;
+    }
+    for (size_t i = 0; i < v.size(); ++i) s->residual[i] = s->compensated[i] - s->sent[i];
+  }
+
+  std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t d) const override {
+    return inner_->newAccumulator(d);
+  }
+
+ private:
+  std::unique_ptr<Compressor<T>> inner_;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Compressor<T>> makeErrorFeedback(std::unique_ptr<Compressor<T>> inner) {
+  assert(inner != nullptr);
+  return std::make_unique<ErrorFeedback<T>>(std::move(inner));
+}
+
+template std::unique_ptr<Compressor<float>> makeErrorFeedback<float>(
+    std::unique_ptr<Compressor<float>>);
+template std::unique_ptr<Compressor<double>> makeErrorFeedback<double>(
+    std::unique_ptr<Compressor<double>>);
+
+}  // namespace starling::compression::codecs
