@@ -469,5 +469,93 @@ TEST_CASE("round calls out of order are kFailedPrecondition", "[runtime][unit]")
   }
 }
 
+
+// Records w_ii own + sum_j w_ij m_j, computed from the individual messages or handed over by the
+// engine from a sketch-space sum.
+class SumAlgorithm final : public optim::Algorithm<double> {
+ public:
+  SumAlgorithm(int rank, bool combined) : rank_(rank), combined_(combined), x_(40, 0.0) {}
+  size_t messageSize() const override { return x_.size(); }
+  void prepare(const optim::RoundInfo& info, std::span<double> out) override {
+    core::Rng rng(core::deriveSeed(99, static_cast<uint64_t>(rank_), info.round));
+    for (double& v : out) v = rng.normal();
+  }
+  void absorb(const optim::RoundInfo& info, std::span<const double> own,
+              std::span<const optim::NeighborMessage<double>> nbrs) override {
+    std::vector<double> sum(own.size());
+    for (size_t k = 0; k < own.size(); ++k) sum[k] = info.selfWeight * own[k];
+    for (const auto& n : nbrs) {
+      for (size_t k = 0; k < own.size(); ++k) sum[k] += n.weight * n.message[k];
+    }
+    sums.push_back(std::move(sum));
+  }
+  bool absorbsCombined() const override { return combined_; }
+  void absorbCombined(const optim::RoundInfo&, std::span<const double>,
+                      std::span<const double> combined) override {
+    sums.emplace_back(combined.begin(), combined.end());
+  }
+  std::span<const double> model() const override { return x_; }
+
+  std::vector<std::vector<double>> sums;
+
+ private:
+  int rank_;
+  bool combined_;
+  std::vector<double> x_;
+};
+
+TEST_CASE("with a linear codec, nodes sum their neighbours' frames in sketch space and decode "
+          "once, to the same result", "[runtime][unit]") {
+  compression::CompressorSpec spec;
+  spec.kind = compression::CompressorSpec::Kind::kCountSketch;
+  spec.rows = 3;
+  spec.cols = 16;
+  spec.meanEstimate = true;
+  auto codec = compression::createCompressor<double>(spec);
+  REQUIRE(codec.isOk());
+  const int n = 5;
+  const auto schedule = mustSchedule(staticSpec(n, topology::GraphKind::kRing));
+  std::vector<std::vector<std::vector<double>>> results;
+  for (bool combined : {true, false}) {
+    auto hub = transport::inproc::createHub(n);
+    std::vector<std::unique_ptr<transport::Transport>> transports;
+    std::vector<std::unique_ptr<Node<double>>> nodes;
+    std::vector<SumAlgorithm*> algos;
+    for (int r = 0; r < n; ++r) {
+      transports.push_back(transport::inproc::createTransport(*hub, r));
+      auto algo = std::make_unique<SumAlgorithm>(r, combined);
+      algos.push_back(algo.get());
+      nodes.push_back(std::make_unique<Node<double>>(r, std::move(algo), *transports[r],
+                                                     Node<double>::LogFn{}, codec->get(),
+                                                     /*codecSeed=*/100 + r,
+                                                     /*codecSharedSeed=*/77));
+    }
+    for (uint64_t round = 0; round < 3; ++round) {
+      const auto topo = schedule->at(round);
+      for (auto& node : nodes) REQUIRE(node->startRound(round, *topo, 0.1, Clock::now() + 10s).isOk());
+      const auto stop = Clock::now() + 5s;
+      for (;;) {
+        bool all = true;
+        for (const auto& node : nodes) all = all && node->roundComplete();
+        if (all) break;
+        REQUIRE(Clock::now() < stop);
+        for (const auto& t : transports) REQUIRE(t->progress(Clock::now() + 1ms).isOk());
+      }
+      for (auto& node : nodes) REQUIRE(node->finishRound().isOk());
+    }
+    std::vector<std::vector<double>> all;
+    for (const SumAlgorithm* a : algos) all.insert(all.end(), a->sums.begin(), a->sums.end());
+    results.push_back(std::move(all));
+  }
+  REQUIRE(results[0].size() == 15);
+  REQUIRE(results[1].size() == 15);
+  for (size_t s = 0; s < results[0].size(); ++s) {
+    for (size_t k = 0; k < results[0][s].size(); ++k) {
+      INFO("node-round " << s << ", coordinate " << k);
+      CHECK(results[0][s][k] == Approx(results[1][s][k]).epsilon(1e-12).margin(1e-12));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace starling::runtime
