@@ -69,11 +69,11 @@ struct CompressorSpec {
   bool meanEstimate = false;
   // adacomp: bin length L_T.
   uint64_t bin = 500;
-  // dqsgd: bits chosen per round within [minBits, maxBits] (docs/compression.md gives the rule);
+  // dqsgd: bits chosen per round within [minBits, maxBits] (docs/compression_rules.md);
   // `target` is the relative variance budget per round.
   int minBits = 2;
   int maxBits = 8;
-  double target = 0.1;
+  double target = 1.0;
   // Wraps the codec: p = C(e + v), e <- e + v - p (ALGORITHMS.md §8).
   bool errorFeedback = false;
 };

@@ -237,7 +237,7 @@ void parseCompression(Obj& o, Scenario& s) {
     case Kind::kDqsgd:
       c.minBits = o.integer<int>("min_bits", 2, 8, 2);
       c.maxBits = o.integer<int>("max_bits", c.minBits, 8, 8);
-      c.target = o.number("target", 0.0, 1e6, 0.1, /*openLo=*/true);
+      c.target = o.number("target", 0.0, 1e6, 1.0, /*openLo=*/true);
       c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
       break;
     default:

@@ -92,8 +92,7 @@ class AdaCompCompressor final : public Compressor<T> {
   }
 
  private:
-  void encodeWith(std::span<const T> x, std::vector<double>& g,
-                  std::vector<std::byte>& out) const {
+  void encodeWith(std::span<const T> x, std::vector<double>& g, std::vector<std::byte>& out) const {
     const uint64_t d = x.size();
     bool finite = true;
     for (uint64_t i = 0; i < d; ++i) {
@@ -220,10 +219,12 @@ class DqsgdCompressor final : public Compressor<T> {
                   std::vector<std::byte>& out) const {
     double norm2 = 0.0;
     for (T v : x) norm2 += static_cast<double>(v) * static_cast<double>(v);
+    // A non-finite norm means a NaN, an infinity or a bucket norm beyond float32: the frame fails
+    // to decode whatever its width, and it stays out of the stream's history.
     const bool finite = std::isfinite(norm2);
-    const double mean =
-        finite ? (state.sumSquares + norm2) / static_cast<double>(state.frames + 1) : norm2;
-    const int bits = chooseBits(norm2, mean, std::min<uint64_t>(bucket_, x.size()));
+    const double mean = (state.sumSquares + norm2) / static_cast<double>(state.frames + 1);
+    const int bits =
+        finite ? chooseBits(norm2, mean, std::min<uint64_t>(bucket_, x.size())) : maxBits_;
     if (finite) {
       state.sumSquares += norm2;
       ++state.frames;
@@ -239,7 +240,7 @@ class DqsgdCompressor final : public Compressor<T> {
   }
 
   // The fewest bits whose QSGD variance bound eps(s) = min(B/s^2, sqrt(B)/s) keeps
-  // eps * norm2 <= target * mean; maxBits when none does (NaN included).
+  // eps * norm2 <= target * mean; maxBits when none does.
   int chooseBits(double norm2, double mean, uint64_t bucket) const {
     const double b = static_cast<double>(bucket);
     for (int bits = minBits_; bits <= maxBits_; ++bits) {
@@ -264,8 +265,7 @@ std::unique_ptr<Compressor<T>> makeAdaComp(uint64_t bin) {
   return std::make_unique<AdaCompCompressor<T>>(bin);
 }
 template <typename T>
-std::unique_ptr<Compressor<T>> makeDqsgd(int minBits, int maxBits, double target,
-                                         uint32_t bucket) {
+std::unique_ptr<Compressor<T>> makeDqsgd(int minBits, int maxBits, double target, uint32_t bucket) {
   assert(minBits >= 2 && minBits <= maxBits && maxBits <= 8 && target > 0 && bucket >= 1);
   return std::make_unique<DqsgdCompressor<T>>(minBits, maxBits, target, bucket);
 }

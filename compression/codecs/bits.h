@@ -120,10 +120,10 @@ enum class LevelSet : uint8_t {
 
 struct ScaledCodes {
   LevelSet levels = LevelSet::kUniform;
-  uint32_t s = 1;      // the highest level index; 1 <= s < 2^levelBits
-  int levelBits = 1;   // width of the level field
-  uint64_t bucket = 1; // elements per scale, >= 1
-  bool linf = false;   // scale by the bucket's max |x_i| instead of its l2 norm
+  uint32_t s = 1;       // the highest level index; 1 <= s < 2^levelBits
+  int levelBits = 1;    // width of the level field
+  uint64_t bucket = 1;  // elements per scale, >= 1
+  bool linf = false;    // scale by the bucket's max |x_i| instead of its l2 norm
 
   int codeBits() const { return levelBits + 1; }
   uint32_t signBit() const { return 1u << levelBits; }
@@ -133,7 +133,9 @@ struct ScaledCodes {
   }
   // |decoded value| of level l under `scale`, in float64.
   double magnitude(double scale, uint32_t l) const {
-    if (levels == LevelSet::kUniform) return scale * static_cast<double>(l) / static_cast<double>(s);
+    if (levels == LevelSet::kUniform) {
+      return scale * static_cast<double>(l) / static_cast<double>(s);
+    }
     return l == 0 ? 0.0 : std::ldexp(scale, static_cast<int>(l) - static_cast<int>(s));
   }
   // Rounds |v| onto the levels of `scale` (positive, finite, >= |v|) without bias. Exactly one
@@ -167,8 +169,7 @@ struct ScaledCodes {
 // bucket whose scale is not positive and finite (zeros; or NaN / infinity, which no decoder
 // accepts) gets level 0 everywhere and draws nothing.
 template <typename T>
-void encodeScaledCodes(std::span<const T> x, const ScaledCodes& q, core::Rng& rng,
-                       std::byte* out) {
+void encodeScaledCodes(std::span<const T> x, const ScaledCodes& q, core::Rng& rng, std::byte* out) {
   const uint64_t d = x.size();
   const uint64_t buckets = q.buckets(d);
   BitWriter codes(out + 4 * buckets);

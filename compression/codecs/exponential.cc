@@ -166,8 +166,8 @@ class NaturalDitheringCompressor final : public Compressor<T> {
 
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
     const uint64_t d = x.size();
-    const ScaledCodes q = exponentialCodes(static_cast<uint32_t>(levels_), std::max<uint64_t>(d, 1),
-                                           linf_);
+    const ScaledCodes q =
+        exponentialCodes(static_cast<uint32_t>(levels_), std::max<uint64_t>(d, 1), linf_);
     std::vector<std::byte> payload(q.payloadBytes(d));
     if (d == 0) payload.resize(4);  // the norm of the empty vector, 0
     encodeScaledCodes<T>(x, q, rng, payload.data());
@@ -271,8 +271,7 @@ class TopKDitheringCompressor final : public Compressor<T> {
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
-    auto v =
-        openFrame<T>(frame, CodecId::kTopKDithering, out.size(), kTopKDitheringParamsBytes);
+    auto v = openFrame<T>(frame, CodecId::kTopKDithering, out.size(), kTopKDitheringParamsBytes);
     if (!v) return v.status();
     const int levels = std::to_integer<int>(v->params[0]);
     if (levels < 1 || levels > kMaxDitheringLevels) {
