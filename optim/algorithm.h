@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/regularizer.h"
 #include "optim/step_size.h"
 #include "runtime/core/status.h"
 
@@ -44,22 +45,36 @@ struct RoundInfo {
   double selfWeight = 1.0;  // w_ii of this round's mixing matrix
 };
 
-enum class AlgorithmKind { kDsgd, kExactDiffusion, kGradientTracking, kChoco };
+enum class AlgorithmKind {
+  kDsgd,
+  kExactDiffusion,
+  kGradientTracking,
+  kChoco,
+  kNids,
+  kLead,
+  kProxLead,
+};
 
 const char* algorithmKindName(AlgorithmKind kind);
 
 struct AlgorithmSpec {
   AlgorithmKind kind = AlgorithmKind::kExactDiffusion;
   StepSizeSchedule stepSize;
-  double gamma = 1.0;  // choco: consensus step size
+  double gamma = 1.0;  // choco, dsgd: consensus step size; lead, prox_lead: dual step damping
+  double alpha = 0.5;  // lead, prox_lead: how fast the reference point H follows Y-hat
   // The mixing matrix changes between rounds (set from the topology schedule). CHOCO then keeps
   // each neighbour's reference point instead of the running sum over a fixed W.
   bool timeVarying = false;
+  // nids, prox_lead: the non-smooth term r (the problem's regularizer); others require none.
+  RegularizerSpec regularizer;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and
-// receivers both track (CHOCO's x-hat), which is what makes a lossy compressor safe to use.
+// receivers both track (CHOCO's x-hat, LEAD's H), which is what makes a lossy compressor safe.
 bool sendsCompressedDifferences(AlgorithmKind kind);
+
+// True for algorithms with a proximal step for a non-smooth regularizer (nids, prox_lead).
+bool handlesRegularizer(AlgorithmKind kind);
 
 template <typename T>
 class Algorithm {

@@ -5,6 +5,7 @@
 
 #include "optim/algorithm.h"
 #include "optim/choco.h"
+#include "optim/lead.h"
 
 namespace starling::optim {
 namespace {
@@ -171,7 +172,14 @@ class GradientTracking final : public Algorithm<T> {
 
 }  // namespace
 
-bool sendsCompressedDifferences(AlgorithmKind kind) { return kind == AlgorithmKind::kChoco; }
+bool sendsCompressedDifferences(AlgorithmKind kind) {
+  return kind == AlgorithmKind::kChoco || kind == AlgorithmKind::kLead ||
+         kind == AlgorithmKind::kProxLead;
+}
+
+bool handlesRegularizer(AlgorithmKind kind) {
+  return kind == AlgorithmKind::kNids || kind == AlgorithmKind::kProxLead;
+}
 
 const char* algorithmKindName(AlgorithmKind kind) {
   switch (kind) {
@@ -179,6 +187,9 @@ const char* algorithmKindName(AlgorithmKind kind) {
     case AlgorithmKind::kExactDiffusion: return "exact_diffusion";
     case AlgorithmKind::kGradientTracking: return "gradient_tracking";
     case AlgorithmKind::kChoco: return "choco";
+    case AlgorithmKind::kNids: return "nids";
+    case AlgorithmKind::kLead: return "lead";
+    case AlgorithmKind::kProxLead: return "prox_lead";
   }
   return "unknown";
 }
@@ -191,6 +202,9 @@ std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::sp
     case AlgorithmKind::kExactDiffusion: return std::make_unique<ExactDiffusion<T>>(x0, oracle);
     case AlgorithmKind::kGradientTracking: return std::make_unique<GradientTracking<T>>(x0, oracle);
     case AlgorithmKind::kChoco: return createChoco<T>(spec, x0, oracle);
+    case AlgorithmKind::kNids: return createNids<T>(spec, x0, oracle);
+    case AlgorithmKind::kLead:
+    case AlgorithmKind::kProxLead: return createLead<T>(spec, x0, oracle);
   }
   return nullptr;
 }

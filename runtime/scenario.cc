@@ -168,7 +168,8 @@ const std::vector<std::string> kWeightRules = {"metropolis", "max_degree", "unif
 const std::vector<std::string> kScheduleKinds = {"static", "cycle", "one_peer_exponential",
                                                  "random_matching", "edge_dropout"};
 const std::vector<std::string> kAlgorithms = {"dsgd", "exact_diffusion", "gradient_tracking",
-                                              "choco"};
+                                              "choco", "nids",           "lead",
+                                              "prox_lead"};
 const std::vector<std::string> kCodecs = {"identity", "fp16",   "bf16",
                                           "topk",     "randk",  "sign",
                                           "qsgd",     "nuqsgd", "natural",
@@ -349,12 +350,82 @@ optim::StepSizeSchedule parseStepSize(Obj& o) {
   return st;
 }
 
+// The non-smooth term r: {"l1": c}, {"box": {"lower": a, "upper": b}}, {"nonneg": true}, or l1
+// together with one of box / nonneg.
+optim::RegularizerSpec parseRegularizer(Obj& o) {
+  constexpr double kBig = 1e300;  // JSON has no infinities; an omitted box side is unbounded
+  optim::RegularizerSpec r;
+  if (!o.has("l1") && !o.has("box") && !o.has("nonneg")) {
+    throw ScenarioError{o.path(), "expected at least one of \"l1\", \"box\", \"nonneg\""};
+  }
+  r.l1 = o.number("l1", 0.0, 1e6, 0.0);
+  if (o.has("box") && o.has("nonneg")) {
+    throw ScenarioError{o.at("nonneg"), "cannot be combined with \"box\" (nonneg is the box "
+                                        "[0, inf)); give one of them"};
+  }
+  if (o.has("box")) {
+    Obj box = o.object("box");
+    if (!box.has("lower") && !box.has("upper")) {
+      throw ScenarioError{box.path(), "expected at least one of \"lower\", \"upper\""};
+    }
+    if (box.has("lower")) r.lower = box.number("lower", -kBig, kBig, std::nullopt);
+    if (box.has("upper")) r.upper = box.number("upper", -kBig, kBig, std::nullopt);
+    box.get("lower");
+    box.get("upper");
+    if (!(r.lower < r.upper)) {
+      throw ScenarioError{box.at("upper"), "must be greater than lower (" + fmt(r.lower) +
+                                               "), got " + fmt(r.upper)};
+    }
+    box.finish();
+  } else {
+    o.get("box");
+  }
+  if (o.boolean("nonneg", false)) r.lower = 0.0;
+  o.finish();
+  return r;
+}
+
+// How each node estimates its gradient: {"kind": "full" | "sgd" | "lsvrg" | "saga", "batch", "p"}.
+optim::EstimatorSpec parseEstimator(Obj& o) {
+  using Kind = optim::EstimatorSpec::Kind;
+  optim::EstimatorSpec e;
+  e.kind = static_cast<Kind>(o.choice("kind", "gradient estimator", {"full", "sgd", "lsvrg", "saga"}));
+  if (e.kind != Kind::kFull) e.batch = o.integer<uint64_t>("batch", 1, uint64_t{1} << 32, uint64_t{1});
+  if (e.kind == Kind::kLsvrg && o.has("p")) {
+    e.p = o.number("p", 0.0, 1.0, std::nullopt, /*openLo=*/true);
+  }
+  if (e.kind == Kind::kLsvrg) o.get("p");
+  o.finish();
+  return e;
+}
+
 void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
   auto& p = s.problem;
   p.spec.loss = static_cast<optim::LossKind>(o.choice("kind", "problem", {"least_squares", "logistic"}));
   p.spec.l2 = o.number("l2", 0.0, 1e6, 0.0);
   p.partition = static_cast<PartitionKind>(o.choice("partition", "partition", {"contiguous", "random"}, 0));
-  p.batch = o.integer<uint64_t>("batch", 0, uint64_t{1} << 32, uint64_t{0});
+  if (o.has("regularizer")) {
+    Obj reg = o.object("regularizer");
+    p.spec.regularizer = parseRegularizer(reg);
+  } else {
+    o.get("regularizer");
+  }
+  if (o.has("estimator")) {
+    if (o.has("batch")) {
+      throw ScenarioError{o.at("batch"), "cannot be combined with \"estimator\"; give the batch "
+                                         "size as estimator/batch"};
+    }
+    Obj est = o.object("estimator");
+    p.estimator = parseEstimator(est);
+    p.batchPath = est.at("batch");
+  } else {
+    o.get("estimator");
+    // The older form: "batch": B > 0 is {"kind": "sgd", "batch": B}, 0 full gradients.
+    const auto batch = o.integer<uint64_t>("batch", 0, uint64_t{1} << 32, uint64_t{0});
+    p.estimator.kind = batch > 0 ? optim::EstimatorSpec::Kind::kSgd : optim::EstimatorSpec::Kind::kFull;
+    p.estimator.batch = batch > 0 ? batch : 1;
+    p.batchPath = o.at("batch");
+  }
 
   Obj d = o.object("data");
   if (d.has("synthetic")) {
@@ -387,9 +458,9 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
                                   "\"path\": ...}"};
   }
   d.finish();
-  if (p.batch > 0 && p.data.kind == DataSource::Kind::kSynthetic &&
-      p.batch > p.data.synthetic.samples) {
-    throw ScenarioError{o.at("batch"), "larger than the number of samples"};
+  if (p.usesBatch() && p.data.kind == DataSource::Kind::kSynthetic &&
+      p.estimator.batch > p.data.synthetic.samples) {
+    throw ScenarioError{p.batchPath, "larger than the number of samples"};
   }
   o.finish();
 }
@@ -498,9 +569,20 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   Obj alg = o.object("algorithm");
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);
-  if (s.algorithm.kind == optim::AlgorithmKind::kChoco ||
-      s.algorithm.kind == optim::AlgorithmKind::kDsgd) {
+  using AK = optim::AlgorithmKind;
+  const AK kind = s.algorithm.kind;
+  if (kind == AK::kChoco || kind == AK::kDsgd || kind == AK::kLead || kind == AK::kProxLead) {
     s.algorithm.gamma = alg.number("gamma", 0.0, 1.0, 1.0, /*openLo=*/true);
+  }
+  if (kind == AK::kLead || kind == AK::kProxLead) {
+    s.algorithm.alpha = alg.number("alpha", 0.0, 1.0, 0.5, /*openLo=*/true);
+  }
+  s.algorithm.regularizer = s.problem.spec.regularizer;
+  if (!s.algorithm.regularizer.none() && !optim::handlesRegularizer(kind)) {
+    throw ScenarioError{"/problem/regularizer",
+                        std::string(optim::algorithmKindName(kind)) +
+                            " has no proximal step for a non-smooth regularizer; use "
+                            "\"prox_lead\" or \"nids\""};
   }
   s.algorithm.timeVarying = s.topology.schedule.kind != topology::ScheduleKind::kStatic;
   alg.finish();

@@ -1,0 +1,191 @@
+#include "optim/lead.h"
+
+#include <map>
+#include <vector>
+
+namespace starling::optim {
+namespace {
+
+// sum_j w_ij (m_j - own_k) for one coordinate: the neighbours' part of a combine written in
+// difference form, so the rounded self weight never enters (see algorithms.cc, combine()).
+template <typename T>
+T neighbourPull(std::span<const NeighborMessage<T>> nbrs, std::span<const T> own, size_t k) {
+  T acc = 0;
+  for (const auto& n : nbrs) acc += static_cast<T>(n.weight) * (n.message[k] - own[k]);
+  return acc;
+}
+
+template <typename T>
+class Nids final : public Algorithm<T> {
+ public:
+  Nids(const RegularizerSpec& r, std::span<const T> x0, GradientOracle<T>& oracle)
+      : r_(r), x_(x0.begin(), x0.end()), xPrev_(x0.size()), z_(x0.size()), g_(x0.size()),
+        gPrev_(x0.size()), oracle_(oracle) {}
+
+  size_t messageSize() const override { return x_.size(); }
+
+  void prepare(const RoundInfo& info, std::span<T> out) override {
+    const size_t d = x_.size();
+    const T eta = static_cast<T>(info.stepSize);
+    if (!started_) {
+      started_ = true;
+      oracle_.gradient(x_, gPrev_);
+      for (size_t k = 0; k < d; ++k) z_[k] = x_[k] - eta * gPrev_[k];
+      xPrev_ = x_;
+      proximal<T>(r_, info.stepSize, z_, x_);
+    }
+    oracle_.gradient(x_, g_);
+    for (size_t k = 0; k < d; ++k) {
+      out[k] = T(2) * x_[k] - xPrev_[k] - eta * (g_[k] - gPrev_[k]);
+    }
+    gPrev_.swap(g_);
+  }
+
+  void absorb(const RoundInfo& info, std::span<const T> own,
+              std::span<const NeighborMessage<T>> nbrs) override {
+    const size_t d = x_.size();
+    // W~ xbar = xbar_i + (1/2) sum_j w_ij (xbar_j - xbar_i).
+    for (size_t k = 0; k < d; ++k) {
+      z_[k] += own[k] + T(0.5) * neighbourPull(nbrs, own, k) - x_[k];
+    }
+    xPrev_ = x_;
+    proximal<T>(r_, info.stepSize, z_, x_);
+  }
+
+  std::span<const T> model() const override { return x_; }
+
+ private:
+  const RegularizerSpec r_;
+  bool started_ = false;
+  std::vector<T> x_, xPrev_, z_, g_, gPrev_;
+  GradientOracle<T>& oracle_;
+};
+
+template <typename T>
+class ProxLead final : public Algorithm<T> {
+ public:
+  ProxLead(const AlgorithmSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
+      : r_(spec.regularizer), alpha_(static_cast<T>(spec.alpha)), gamma_(spec.gamma),
+        tracking_(spec.timeVarying), x_(x0.begin(), x0.end()), z_(x0.size()),
+        d_(x0.size(), T(0)), h_(x0.size(), T(0)), hw_(x0.size(), T(0)), g_(x0.size()),
+        yhat_(x0.size()), oracle_(oracle) {}
+
+  size_t messageSize() const override { return x_.size(); }
+
+  void prepare(const RoundInfo& info, std::span<T> out) override {
+    const size_t dim = x_.size();
+    const T eta = static_cast<T>(info.stepSize);
+    if (!started_) {
+      started_ = true;
+      oracle_.gradient(x_, g_);
+      for (size_t k = 0; k < dim; ++k) z_[k] = x_[k] - eta * g_[k];
+      proximal<T>(r_, info.stepSize, z_, x_);
+    }
+    oracle_.gradient(x_, g_);
+    for (size_t k = 0; k < dim; ++k) {
+      const T y = T(2) * x_[k] - z_[k] - eta * g_[k] - eta * d_[k];
+      out[k] = y - h_[k];
+    }
+  }
+
+  // Static W: needs only own q and w_ii q_i + sum_j w_ij q_j.
+  void absorb(const RoundInfo& info, std::span<const T> own,
+              std::span<const NeighborMessage<T>> nbrs) override {
+    const size_t dim = x_.size();
+    if (!tracking_) {
+      // (W q)_i = q_i + sum_j w_ij (q_j - q_i).
+      for (size_t k = 0; k < dim; ++k) yhat_[k] = own[k] + neighbourPull(nbrs, own, k);
+      finish(info, own, yhat_);
+      return;
+    }
+    // Time-varying W: every neighbour's h_j is tracked; yhat_j = h_j + q_j, and
+    // yhat_i - Yhat_w,i = -sum_j w_ij(t) (yhat_j - yhat_i).
+    std::vector<T*> h(nbrs.size());
+    for (size_t j = 0; j < nbrs.size(); ++j) {
+      h[j] = peers_.try_emplace(nbrs[j].peer, dim, T(0)).first->second.data();
+    }
+    const T a = alpha_;
+    const T step = static_cast<T>(gamma_ / (2.0 * info.stepSize));
+    for (size_t k = 0; k < dim; ++k) {
+      const T yi = h_[k] + own[k];
+      T pull = 0;
+      for (size_t j = 0; j < nbrs.size(); ++j) {
+        pull += static_cast<T>(nbrs[j].weight) * (h[j][k] + nbrs[j].message[k] - yi);
+      }
+      d_[k] -= step * pull;
+      h_[k] += a * own[k];
+      for (size_t j = 0; j < nbrs.size(); ++j) h[j][k] += a * nbrs[j].message[k];
+    }
+    step2(info);
+  }
+
+  bool tracksNeighbors() const override { return tracking_; }
+  bool absorbsCombined() const override { return !tracking_; }
+  void absorbCombined(const RoundInfo& info, std::span<const T> own,
+                      std::span<const T> combined) override {
+    finish(info, own, combined);
+  }
+
+  std::span<const T> model() const override { return x_; }
+
+ private:
+  // Static form, given q_i and (W q)_i.
+  void finish(const RoundInfo& info, std::span<const T> q, std::span<const T> wq) {
+    const size_t dim = x_.size();
+    const T a = alpha_;
+    const T step = static_cast<T>(gamma_ / (2.0 * info.stepSize));
+    for (size_t k = 0; k < dim; ++k) {
+      const T yhat = h_[k] + q[k];
+      const T yhatW = hw_[k] + wq[k];
+      d_[k] += step * (yhat - yhatW);
+      h_[k] += a * q[k];    // (1 - a) h + a yhat
+      hw_[k] += a * wq[k];  // (1 - a) h_w + a yhat_w
+    }
+    step2(info);
+  }
+
+  // Z <- X - eta G - eta D;  X <- prox(Z).
+  void step2(const RoundInfo& info) {
+    const T eta = static_cast<T>(info.stepSize);
+    for (size_t k = 0; k < x_.size(); ++k) z_[k] = x_[k] - eta * g_[k] - eta * d_[k];
+    proximal<T>(r_, info.stepSize, z_, x_);
+  }
+
+  const RegularizerSpec r_;
+  const T alpha_;
+  const double gamma_;
+  const bool tracking_;
+  bool started_ = false;
+  std::vector<T> x_, z_, d_, h_, hw_, g_, yhat_;
+  std::map<int, std::vector<T>> peers_;  // time-varying: h_j of every neighbour heard from
+  GradientOracle<T>& oracle_;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Algorithm<T>> createNids(const AlgorithmSpec& spec, std::span<const T> x0,
+                                         GradientOracle<T>& oracle) {
+  return std::make_unique<Nids<T>>(spec.regularizer, x0, oracle);
+}
+
+template <typename T>
+std::unique_ptr<Algorithm<T>> createLead(const AlgorithmSpec& spec, std::span<const T> x0,
+                                         GradientOracle<T>& oracle) {
+  return std::make_unique<ProxLead<T>>(spec, x0, oracle);
+}
+
+template std::unique_ptr<Algorithm<float>> createNids<float>(const AlgorithmSpec&,
+                                                             std::span<const float>,
+                                                             GradientOracle<float>&);
+template std::unique_ptr<Algorithm<double>> createNids<double>(const AlgorithmSpec&,
+                                                               std::span<const double>,
+                                                               GradientOracle<double>&);
+template std::unique_ptr<Algorithm<float>> createLead<float>(const AlgorithmSpec&,
+                                                             std::span<const float>,
+                                                             GradientOracle<float>&);
+template std::unique_ptr<Algorithm<double>> createLead<double>(const AlgorithmSpec&,
+                                                               std::span<const double>,
+                                                               GradientOracle<double>&);
+
+}  // namespace starling::optim
