@@ -30,7 +30,7 @@ T lossOf(LossKind loss, T z, T b) {
 
 // d loss / dz at z = a^T x.
 template <typename T>
-T lossDerivative(LossKind loss, T z, T b) {
+T lossSlope(LossKind loss, T z, T b) {
   if (loss == LossKind::kLeastSquares) return z - b;
   return -b * sigmoid(-b * z);
 }
@@ -117,7 +117,7 @@ void LocalObjective<T>::gradient(std::span<const T> x, std::span<T> out) const {
   assert(o.size() == xv.size());
   // One residual vector of m_i entries per call keeps the const methods concurrent-safe.
   typename Impl::Vec r = p.a * xv;
-  for (Eigen::Index j = 0; j < r.size(); ++j) r[j] = lossDerivative(p.loss, r[j], p.b[j]);
+  for (Eigen::Index j = 0; j < r.size(); ++j) r[j] = lossSlope(p.loss, r[j], p.b[j]);
   // l2 x first, then the data term added in place: one dense pass, no d-sized temporary.
   o = p.l2 * xv;
   r *= p.scale;
@@ -142,7 +142,7 @@ void LocalObjective<T>::stochasticGradient(std::span<const T> x, std::span<T> ou
   const T* vals = p.a.valuePtr();
   for (size_t s = 0; s < batch; ++s) {
     const auto j = static_cast<Eigen::Index>(rng.below(rows));
-    const T c = weight * lossDerivative(p.loss, p.rowDot(j, x.data()), p.b[j]);
+    const T c = weight * lossSlope(p.loss, p.rowDot(j, x.data()), p.b[j]);
     for (int64_t k = outer[j]; k < outer[j + 1]; ++k) out[inner[k]] += c * vals[k];
   }
 }
@@ -157,6 +157,44 @@ double LocalObjective<T>::value(std::span<const T> x) const {
   return static_cast<double>(p.scale * sum + T(0.5) * p.l2 * xv.squaredNorm());
 }
 
+template <typename T>
+T LocalObjective<T>::scale() const {
+  return impl_->scale;
+}
+
+template <typename T>
+T LocalObjective<T>::l2() const {
+  return impl_->l2;
+}
+
+template <typename T>
+T LocalObjective<T>::lossDerivative(size_t j, std::span<const T> x) const {
+  const Impl& p = *impl_;
+  assert(j < samples() && static_cast<Eigen::Index>(x.size()) == p.a.cols());
+  const auto row = static_cast<Eigen::Index>(j);
+  return lossSlope(p.loss, p.rowDot(row, x.data()), p.b[row]);
+}
+
+template <typename T>
+void LocalObjective<T>::addSample(size_t j, T coefficient, std::span<T> out) const {
+  const Impl& p = *impl_;
+  assert(j < samples() && static_cast<Eigen::Index>(out.size()) == p.a.cols());
+  const int64_t* outer = p.a.outerIndexPtr();
+  const int64_t* inner = p.a.innerIndexPtr();
+  const T* vals = p.a.valuePtr();
+  for (int64_t k = outer[j]; k < outer[j + 1]; ++k) out[inner[k]] += coefficient * vals[k];
+}
+
+template <typename T>
+typename LocalObjective<T>::SampleRow LocalObjective<T>::row(size_t j) const {
+  const Impl& p = *impl_;
+  assert(j < samples());
+  const int64_t begin = p.a.outerIndexPtr()[j];
+  const auto count = static_cast<size_t>(p.a.outerIndexPtr()[j + 1] - begin);
+  return {std::span<const int64_t>(p.a.innerIndexPtr() + begin, count),
+          std::span<const T>(p.a.valuePtr() + begin, count)};
+}
+
 template class LocalObjective<float>;
 template class LocalObjective<double>;
 
@@ -166,6 +204,12 @@ GlobalObjective::GlobalObjective(const ProblemSpec& spec, const Dataset& all)
     : spec_(spec), data_(all) {}
 
 double GlobalObjective::value(std::span<const double> x) const {
+  const double r = spec_.regularizer.none() ? 0.0 : regularizerValue(spec_.regularizer, x);
+  if (std::isinf(r)) return r;  // outside the box; F need not even be evaluated
+  return smoothValue(x) + r;
+}
+
+double GlobalObjective::smoothValue(std::span<const double> x) const {
   assert(static_cast<int>(x.size()) == data_.features && data_.samples() > 0);
   double sum = 0.0;
   for (size_t j = 0; j < data_.samples(); ++j) {
@@ -189,7 +233,7 @@ void GlobalObjective::gradient(std::span<const double> x, std::span<double> out)
     for (int64_t k = data_.rowPtr[j]; k < data_.rowPtr[j + 1]; ++k) {
       z += data_.values[k] * x[data_.colIdx[k]];
     }
-    const double r = lossDerivative(spec_.loss, z, mappedLabel(spec_.loss, data_.labels[j]));
+    const double r = lossSlope(spec_.loss, z, mappedLabel(spec_.loss, data_.labels[j]));
     for (int64_t k = data_.rowPtr[j]; k < data_.rowPtr[j + 1]; ++k) {
       out[data_.colIdx[k]] += r * data_.values[k];
     }

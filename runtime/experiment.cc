@@ -23,9 +23,9 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
     if (!data) return fail("/problem/data/path", data.status());
     e.data = std::move(*data);
   }
-  if (s.problem.batch > 0 && s.problem.batch > e.data.samples()) {
-    return fail("/problem/batch", core::invalidArgument("larger than the number of samples (" +
-                                                        std::to_string(e.data.samples()) + ")"));
+  if (s.problem.usesBatch() && s.problem.estimator.batch > e.data.samples()) {
+    return fail(s.problem.batchPath, core::invalidArgument("larger than the number of samples (" +
+                                                           std::to_string(e.data.samples()) + ")"));
   }
   auto parts = partitionSamples(e.data.samples(), s.nodes, s.problem.partition,
                                 core::deriveSeed(s.seed, 0x9a27));

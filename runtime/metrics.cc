@@ -1,6 +1,7 @@
 #include "runtime/metrics.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -24,6 +25,25 @@ json metricsJson(const RoundMetrics& m) {
               {"corrupt_messages", m.corruptMessages},
               {"compression_error", number(m.compressionError)},
               {"wall_s", m.wallS}};
+}
+
+// F(x-bar) + r(x-bar). Models that all lie in r's box can still average to a point just outside
+// it: summing n copies of a bound b and dividing by n can land an ulp or so beyond b
+// (3 x 0.1 / 3 > 0.1), which would make the objective +inf (null). That rounding error is below
+// n eps |b|, so a mean at most that far out is put back on the bound; anything further out is
+// infeasible.
+double objectiveAt(const Experiment& e, const std::vector<double>& xMean, size_t n) {
+  const optim::ProblemSpec& spec = e.scenario.problem.spec;
+  const optim::RegularizerSpec& r = spec.regularizer;
+  const optim::GlobalObjective objective(spec, e.data);
+  if (std::isinf(r.lower) && std::isinf(r.upper)) return objective.value(xMean);
+  const double slack = 4.0 * static_cast<double>(n) * std::numeric_limits<double>::epsilon();
+  std::vector<double> x = xMean;
+  for (double& v : x) {
+    if (v < r.lower && v >= r.lower - slack * std::abs(r.lower)) v = r.lower;
+    if (v > r.upper && v <= r.upper + slack * std::abs(r.upper)) v = r.upper;
+  }
+  return objective.value(x);
 }
 
 }  // namespace
@@ -50,7 +70,7 @@ RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<cons
   }
   m.consensusDistance = cons / static_cast<double>(n);
   m.meanSquareDeviation = e.xStar.empty() ? NAN : msd / static_cast<double>(n);
-  m.objective = optim::GlobalObjective(e.scenario.problem.spec, e.data).value(xMean);
+  m.objective = objectiveAt(e, xMean, n);
   if (e.xStar.empty()) {
     m.relError = NAN;
   } else {

@@ -2,7 +2,7 @@
 
 namespace starling::runtime {
 namespace {
-// Seeds of the per-node random streams (minibatch sampling).
+// Seeds of the per-node random streams (gradient estimators' sampling, codecs).
 constexpr uint64_t kGradientSalt = 0x6772616421;
 constexpr uint64_t kCodecSalt = 0x636f646563;
 constexpr uint64_t kSharedCodecSalt = 0x7368617265;
@@ -15,8 +15,8 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
   NodeStack<T> stack;
   stack.objective = optim::LocalObjective<T>::create(s.problem.spec, e.data.subset(e.parts[rank]),
                                                      e.data.samples(), s.nodes);
-  stack.oracle = std::make_unique<optim::ObjectiveOracle<T>>(
-      *stack.objective, s.problem.batch, core::deriveSeed(s.seed, kGradientSalt, rank));
+  stack.oracle = optim::createOracle<T>(s.problem.estimator, *stack.objective,
+                                        core::deriveSeed(s.seed, kGradientSalt, rank));
   if (s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
     auto codec = compression::createCompressor<T>(s.compression);
     if (!codec) return codec.status();

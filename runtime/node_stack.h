@@ -17,7 +17,7 @@ namespace starling::runtime {
 template <typename T>
 struct NodeStack {
   std::unique_ptr<optim::LocalObjective<T>> objective;
-  std::unique_ptr<optim::ObjectiveOracle<T>> oracle;
+  std::unique_ptr<optim::GradientOracle<T>> oracle;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<Node<T>> node;
 };

@@ -355,13 +355,11 @@ optim::StepSizeSchedule parseStepSize(Obj& o) {
 optim::RegularizerSpec parseRegularizer(Obj& o) {
   constexpr double kBig = 1e300;  // JSON has no infinities; an omitted box side is unbounded
   optim::RegularizerSpec r;
-  if (!o.has("l1") && !o.has("box") && !o.has("nonneg")) {
-    throw ScenarioError{o.path(), "expected at least one of \"l1\", \"box\", \"nonneg\""};
-  }
   r.l1 = o.number("l1", 0.0, 1e6, 0.0);
   if (o.has("box") && o.has("nonneg")) {
-    throw ScenarioError{o.at("nonneg"), "cannot be combined with \"box\" (nonneg is the box "
-                                        "[0, inf)); give one of them"};
+    throw ScenarioError{o.at("nonneg"),
+                        "cannot be combined with \"box\" (nonneg is the box "
+                        "[0, inf)); give one of them"};
   }
   if (o.has("box")) {
     Obj box = o.object("box");
@@ -373,8 +371,8 @@ optim::RegularizerSpec parseRegularizer(Obj& o) {
     box.get("lower");
     box.get("upper");
     if (!(r.lower < r.upper)) {
-      throw ScenarioError{box.at("upper"), "must be greater than lower (" + fmt(r.lower) +
-                                               "), got " + fmt(r.upper)};
+      throw ScenarioError{box.at("upper"),
+                          "must be greater than lower (" + fmt(r.lower) + "), got " + fmt(r.upper)};
     }
     box.finish();
   } else {
@@ -382,6 +380,9 @@ optim::RegularizerSpec parseRegularizer(Obj& o) {
   }
   if (o.boolean("nonneg", false)) r.lower = 0.0;
   o.finish();
+  if (!o.has("l1") && !o.has("box") && !o.has("nonneg")) {
+    throw ScenarioError{o.path(), "expected at least one of \"l1\", \"box\", \"nonneg\""};
+  }
   return r;
 }
 
@@ -389,8 +390,11 @@ optim::RegularizerSpec parseRegularizer(Obj& o) {
 optim::EstimatorSpec parseEstimator(Obj& o) {
   using Kind = optim::EstimatorSpec::Kind;
   optim::EstimatorSpec e;
-  e.kind = static_cast<Kind>(o.choice("kind", "gradient estimator", {"full", "sgd", "lsvrg", "saga"}));
-  if (e.kind != Kind::kFull) e.batch = o.integer<uint64_t>("batch", 1, uint64_t{1} << 32, uint64_t{1});
+  e.kind =
+      static_cast<Kind>(o.choice("kind", "gradient estimator", {"full", "sgd", "lsvrg", "saga"}));
+  if (e.kind != Kind::kFull) {
+    e.batch = o.integer<uint64_t>("batch", 1, uint64_t{1} << 32, uint64_t{1});
+  }
   if (e.kind == Kind::kLsvrg && o.has("p")) {
     e.p = o.number("p", 0.0, 1.0, std::nullopt, /*openLo=*/true);
   }
@@ -401,9 +405,11 @@ optim::EstimatorSpec parseEstimator(Obj& o) {
 
 void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
   auto& p = s.problem;
-  p.spec.loss = static_cast<optim::LossKind>(o.choice("kind", "problem", {"least_squares", "logistic"}));
+  p.spec.loss =
+      static_cast<optim::LossKind>(o.choice("kind", "problem", {"least_squares", "logistic"}));
   p.spec.l2 = o.number("l2", 0.0, 1e6, 0.0);
-  p.partition = static_cast<PartitionKind>(o.choice("partition", "partition", {"contiguous", "random"}, 0));
+  p.partition =
+      static_cast<PartitionKind>(o.choice("partition", "partition", {"contiguous", "random"}, 0));
   if (o.has("regularizer")) {
     Obj reg = o.object("regularizer");
     p.spec.regularizer = parseRegularizer(reg);
@@ -412,8 +418,9 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
   }
   if (o.has("estimator")) {
     if (o.has("batch")) {
-      throw ScenarioError{o.at("batch"), "cannot be combined with \"estimator\"; give the batch "
-                                         "size as estimator/batch"};
+      throw ScenarioError{o.at("batch"),
+                          "cannot be combined with \"estimator\"; give the batch "
+                          "size as estimator/batch"};
     }
     Obj est = o.object("estimator");
     p.estimator = parseEstimator(est);
@@ -422,7 +429,8 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
     o.get("estimator");
     // The older form: "batch": B > 0 is {"kind": "sgd", "batch": B}, 0 full gradients.
     const auto batch = o.integer<uint64_t>("batch", 0, uint64_t{1} << 32, uint64_t{0});
-    p.estimator.kind = batch > 0 ? optim::EstimatorSpec::Kind::kSgd : optim::EstimatorSpec::Kind::kFull;
+    p.estimator.kind =
+        batch > 0 ? optim::EstimatorSpec::Kind::kSgd : optim::EstimatorSpec::Kind::kFull;
     p.estimator.batch = batch > 0 ? batch : 1;
     p.batchPath = o.at("batch");
   }

@@ -15,6 +15,7 @@
 
 #include "compression/compressor.h"
 #include "optim/algorithm.h"
+#include "optim/oracle.h"
 #include "optim/problem.h"
 #include "runtime/core/status.h"
 #include "runtime/data.h"
@@ -36,10 +37,15 @@ struct DataSource {
 };
 
 struct ProblemConfig {
-  optim::ProblemSpec spec;
+  optim::ProblemSpec spec;  // loss, l2 and the regularizer r
   DataSource data;
   PartitionKind partition = PartitionKind::kContiguous;
-  size_t batch = 0;  // 0: full local gradients
+  optim::EstimatorSpec estimator;  // full local gradients unless the scenario says otherwise
+  std::string batchPath = "/problem/batch";  // JSON path of the batch size ("/problem/batch" or
+                                             // "/problem/estimator/batch"), for messages
+
+  // True when gradients are estimated from batches of estimator.batch samples.
+  bool usesBatch() const { return estimator.kind != optim::EstimatorSpec::Kind::kFull; }
 };
 
 // How peers reach each other when they run as separate processes (node-launcher run/peer).

@@ -82,8 +82,9 @@ TEST_CASE("LEAD with 2-bit quantization converges linearly to the central optimu
   // needs R rounds to reach 1e-10. LEAD's rate is NIDS's up to the compression constant: with
   // the 2-bit linf quantizer of d = 20 values (levels {0, +-1} ||x||_inf, relative variance
   // C <= sqrt(d) - 1 ~ 3.5) and alpha = 1/(1 + C) ~ 0.2 the contraction per round is at worst a
-  // few times slower; the budget is 4 R rounds, and a linear rate is checked on the way: every
-  // decade of error in [1e-2, 1e-10] takes about the same number of rounds (within 3x).
+  // few times slower; the budget is 4 R rounds, and a linear rate is checked on the way: past
+  // the transient, every decade of error in [1e-4, 1e-10] takes about the same number of rounds
+  // (within 3x; rounds are logged every 10).
   for (const char* problem : {"least_squares", "logistic"}) {
     DYNAMIC_SECTION(problem) {
       const auto nids = curve(ring8(problem, R"({"kind": "nids", "step_size": 0.5})", 3000));
@@ -98,7 +99,7 @@ TEST_CASE("LEAD with 2-bit quantization converges linearly to the central optimu
                                           << lead.result.last.relError << " after " << budget);
       REQUIRE(hit.has_value());
       std::vector<uint64_t> decade;
-      for (int e = 2; e <= 10; ++e) decade.push_back(*lead.reached(std::pow(10.0, -e)));
+      for (int e = 4; e <= 10; ++e) decade.push_back(*lead.reached(std::pow(10.0, -e)));
       uint64_t fastest = UINT64_MAX, slowest = 0;
       for (size_t e = 1; e < decade.size(); ++e) {
         fastest = std::min(fastest, decade[e] - decade[e - 1]);
