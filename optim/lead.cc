@@ -15,12 +15,24 @@ T neighbourPull(std::span<const NeighborMessage<T>> nbrs, std::span<const T> own
   return acc;
 }
 
+// sum += inc with Kahan compensation (`lost` carries what rounding dropped). The dual variables
+// (NIDS's z, LEAD's D) integrate increments that shrink to nothing at the fixed point while the
+// variables themselves stay of the size of x or of the gradients; dropped increments would
+// accumulate in their conserved sums over the nodes and move the fixed point (see Nids::absorb).
+template <typename T>
+void addCompensated(T& sum, T& lost, T inc) {
+  const T y = inc - lost;
+  const T t = sum + y;
+  lost = (t - sum) - y;
+  sum = t;
+}
+
 template <typename T>
 class Nids final : public Algorithm<T> {
  public:
   Nids(const RegularizerSpec& r, std::span<const T> x0, GradientOracle<T>& oracle)
       : r_(r), x_(x0.begin(), x0.end()), xPrev_(x0.size()), z_(x0.size()), g_(x0.size()),
-        gPrev_(x0.size()), oracle_(oracle) {}
+        gPrev_(x0.size()), delta_(x0.size()), zLost_(x0.size(), T(0)), oracle_(oracle) {}
 
   size_t messageSize() const override { return x_.size(); }
 
@@ -35,8 +47,14 @@ class Nids final : public Algorithm<T> {
       proximal<T>(r_, info.stepSize, z_, x_);
     }
     oracle_.gradient(x_, g_);
+    // xbar = x + delta with delta = (x - x_prev) - eta (g - g_prev), which vanishes at the fixed
+    // point. z is updated with delta, never with xbar - x: the rounding error of a quantity of
+    // the size of x, added to z every round, would accumulate in z's conserved sum and move the
+    // fixed point by about k eps / (eta mu) (measured: rel_error 5e-12 -> 1.8e-10 over 30,000
+    // rounds at eta = 0.05 before this change).
     for (size_t k = 0; k < d; ++k) {
-      out[k] = T(2) * x_[k] - xPrev_[k] - eta * (g_[k] - gPrev_[k]);
+      delta_[k] = (x_[k] - xPrev_[k]) - eta * (g_[k] - gPrev_[k]);
+      out[k] = x_[k] + delta_[k];
     }
     gPrev_.swap(g_);
   }
@@ -44,9 +62,13 @@ class Nids final : public Algorithm<T> {
   void absorb(const RoundInfo& info, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     const size_t d = x_.size();
-    // W~ xbar = xbar_i + (1/2) sum_j w_ij (xbar_j - xbar_i).
+    // z <- z - x + W~ xbar = z + delta + (1/2) sum_j w_ij (xbar_j - xbar_i), with Kahan
+    // compensation: near the fixed point the increments fall below half an ulp of z, and
+    // dropping them round after round breaks the invariant sum_i (z_i + eta g_i - ...) that pins
+    // the fixed point to x* (measured without it: rel_error 2.7e-12 at round 2,000 growing to
+    // 9e-11 at round 30,000 for eta = 0.05).
     for (size_t k = 0; k < d; ++k) {
-      z_[k] += own[k] + T(0.5) * neighbourPull(nbrs, own, k) - x_[k];
+      addCompensated(z_[k], zLost_[k], delta_[k] + T(0.5) * neighbourPull(nbrs, own, k));
     }
     xPrev_ = x_;
     proximal<T>(r_, info.stepSize, z_, x_);
@@ -57,7 +79,7 @@ class Nids final : public Algorithm<T> {
  private:
   const RegularizerSpec r_;
   bool started_ = false;
-  std::vector<T> x_, xPrev_, z_, g_, gPrev_;
+  std::vector<T> x_, xPrev_, z_, g_, gPrev_, delta_, zLost_;
   GradientOracle<T>& oracle_;
 };
 
@@ -67,7 +89,8 @@ class ProxLead final : public Algorithm<T> {
   ProxLead(const AlgorithmSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
       : r_(spec.regularizer), alpha_(static_cast<T>(spec.alpha)), gamma_(spec.gamma),
         tracking_(spec.timeVarying), x_(x0.begin(), x0.end()), z_(x0.size()),
-        d_(x0.size(), T(0)), h_(x0.size(), T(0)), hw_(x0.size(), T(0)), g_(x0.size()),
+        d_(x0.size(), T(0)), dLost_(x0.size(), T(0)), h_(x0.size(), T(0)), e_(x0.size(), T(0)),
+        g_(x0.size()),
         yhat_(x0.size()), oracle_(oracle) {}
 
   size_t messageSize() const override { return x_.size(); }
@@ -112,7 +135,7 @@ class ProxLead final : public Algorithm<T> {
       for (size_t j = 0; j < nbrs.size(); ++j) {
         pull += static_cast<T>(nbrs[j].weight) * (h[j][k] + nbrs[j].message[k] - yi);
       }
-      d_[k] -= step * pull;
+      addCompensated(d_[k], dLost_[k], -step * pull);
       h_[k] += a * own[k];
       for (size_t j = 0; j < nbrs.size(); ++j) h[j][k] += a * nbrs[j].message[k];
     }
@@ -129,17 +152,20 @@ class ProxLead final : public Algorithm<T> {
   std::span<const T> model() const override { return x_; }
 
  private:
-  // Static form, given q_i and (W q)_i.
+  // Static form, given q_i and (W q)_i. H_w is never stored: e = H - H_w is, and
+  // Yhat - Yhat_w = e + (q - W q), then e <- (1 - a) e + a (Yhat - Yhat_w) = e + a (q - W q).
+  // Both increments vanish at the fixed point; keeping H and H_w (each of the size of x) and
+  // subtracting them every round would feed their rounding errors into D, whose sum over the
+  // nodes must stay zero, and move the fixed point by about k eps / (eta mu).
   void finish(const RoundInfo& info, std::span<const T> q, std::span<const T> wq) {
     const size_t dim = x_.size();
     const T a = alpha_;
     const T step = static_cast<T>(gamma_ / (2.0 * info.stepSize));
     for (size_t k = 0; k < dim; ++k) {
-      const T yhat = h_[k] + q[k];
-      const T yhatW = hw_[k] + wq[k];
-      d_[k] += step * (yhat - yhatW);
-      h_[k] += a * q[k];    // (1 - a) h + a yhat
-      hw_[k] += a * wq[k];  // (1 - a) h_w + a yhat_w
+      const T mixed = q[k] - wq[k];
+      addCompensated(d_[k], dLost_[k], step * (e_[k] + mixed));
+      e_[k] += a * mixed;
+      h_[k] += a * q[k];  // (1 - a) h + a yhat
     }
     step2(info);
   }
@@ -156,7 +182,7 @@ class ProxLead final : public Algorithm<T> {
   const double gamma_;
   const bool tracking_;
   bool started_ = false;
-  std::vector<T> x_, z_, d_, h_, hw_, g_, yhat_;
+  std::vector<T> x_, z_, d_, dLost_, h_, e_, g_, yhat_;
   std::map<int, std::vector<T>> peers_;  // time-varying: h_j of every neighbour heard from
   GradientOracle<T>& oracle_;
 };
