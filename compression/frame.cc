@@ -55,8 +55,11 @@ void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
                 std::span<const std::byte> params, std::span<const std::byte> payload,
                 std::vector<std::byte>& out) {
   const size_t paramsPadded = padTo8(params.size());
-  out.assign(kFrameHeaderBytes + paramsPadded + payload.size() + kFrameTrailerBytes, std::byte{0});
+  // resize, not assign: every byte is written below, so a reused buffer is not cleared first
+  // (one pass fewer over frames of megabytes).
+  out.resize(kFrameHeaderBytes + paramsPadded + payload.size() + kFrameTrailerBytes);
   std::byte* p = out.data();
+  std::memset(p, 0, kFrameHeaderBytes);  // the reserved fields
   storeLe<uint32_t>(p + 0, kFrameMagic);
   p[4] = std::byte{kFrameVersion};
   p[5] = static_cast<std::byte>(codec);
@@ -64,10 +67,23 @@ void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
   storeLe<uint64_t>(p + 8, elementCount);
   storeLe<uint32_t>(p + 16, static_cast<uint32_t>(params.size()));
   storeLe<uint64_t>(p + 24, payload.size());
-  if (!params.empty()) std::memcpy(p + kFrameHeaderBytes, params.data(), params.size());
-  if (!payload.empty()) std::memcpy(p + kFrameHeaderBytes + paramsPadded, payload.data(), payload.size());
-  const size_t body = out.size() - kFrameTrailerBytes;
-  storeLe<uint32_t>(p + body, crc32c({p, body}));
+  std::byte* at = p + kFrameHeaderBytes;
+  if (!params.empty()) std::memcpy(at, params.data(), params.size());
+  std::memset(at + params.size(), 0, paramsPadded - params.size());
+  at += paramsPadded;
+  // The CRC runs over each piece right after it is copied, while it is still in cache: one
+  // pass over memory instead of two for frames larger than the cache. CRC32C is a running
+  // value, so the pieces give the CRC of the whole body.
+  constexpr size_t kPiece = size_t{1} << 16;
+  unsigned int crc =
+      crc32_iscsi(reinterpret_cast<unsigned char*>(p), static_cast<int>(at - p), 0xFFFFFFFFu);
+  for (size_t done = 0; done < payload.size();) {
+    const size_t n = std::min(kPiece, payload.size() - done);
+    std::memcpy(at + done, payload.data() + done, n);
+    crc = crc32_iscsi(reinterpret_cast<unsigned char*>(at + done), static_cast<int>(n), crc);
+    done += n;
+  }
+  storeLe<uint32_t>(at + payload.size(), ~crc);
 }
 
 core::Result<FrameView> parseFrame(std::span<const std::byte> frame) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "compression/codecs/bits.h"
@@ -209,16 +210,21 @@ class DqsgdCompressor final : public Compressor<T> {
     if (bucket == 0) return core::corruption("dqsgd bucket size 0");
     const ScaledCodes q = dqsgdCodes(bits, bucket);
     STARLING_RETURN_IF_ERROR(checkScaledCodes(v->payload, q, out.size(), "dqsgd"));
-    readScaledCodes(v->payload, q, out.size(), 1.0,
-                    [&out](uint64_t i, double value) { out[i] = static_cast<T>(value); });
+    decodeScaledCodes<T>(v->payload, q, out.size(), 1.0, out.data());
     return core::Status::ok();
   }
 
  private:
   void encodeWith(std::span<const T> x, core::Rng& rng, DqsgdState& state,
                   std::vector<std::byte>& out) const {
+    // ||x||^2 only chooses the width and feeds the stream's mean: float32 states add it in the
+    // fixed lane order of laneSumSquares (bits.h), not one term at a time.
     double norm2 = 0.0;
-    for (T v : x) norm2 += static_cast<double>(v) * static_cast<double>(v);
+    if constexpr (std::is_same_v<T, float>) {
+      norm2 = laneSumSquares(x.data(), x.size()).sum;
+    } else {
+      for (T v : x) norm2 += v * v;
+    }
     // A non-finite norm means a NaN, an infinity or a bucket norm beyond float32: the frame fails
     // to decode whatever its width, and it stays out of the stream's history.
     const bool finite = std::isfinite(norm2);
@@ -230,13 +236,14 @@ class DqsgdCompressor final : public Compressor<T> {
       ++state.frames;
     }
     const ScaledCodes q = dqsgdCodes(bits, bucket_);
-    std::vector<std::byte> payload(q.payloadBytes(x.size()));
-    encodeScaledCodes<T>(x, q, rng, payload.data());
     std::byte params[kDqsgdParamsBytes];
     params[0] = static_cast<std::byte>(bits);
     params[1] = std::byte{0};  // l2, as qsgd's norm field
     storeLe<uint32_t>(params + 2, bucket_);
-    writeFrame(CodecId::kDqsgd, elementTypeOf<T>(), x.size(), params, payload, out);
+    std::byte* payload = beginFrame(CodecId::kDqsgd, elementTypeOf<T>(), x.size(), params,
+                                    q.payloadBytes(x.size()), out);
+    encodeScaledCodes<T>(x, q, rng, payload);
+    sealFrame(out);
   }
 
   // The fewest bits whose QSGD variance bound eps(s) = min(B/s^2, sqrt(B)/s) keeps

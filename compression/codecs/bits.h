@@ -1,10 +1,12 @@
-// Packing blocks shared by the quantizing codecs (internal to compression/): fixed-width codes in
-// a bit stream, the scaled-level quantizer behind qsgd, nuqsgd, natural dithering, top-k dithering
-// and dqsgd, and the LEB128 index lists of topk_dithering and adacomp.
+// Blocks shared by the quantizing and sparsifying codecs (internal to compression/): fixed-width
+// codes in a bit stream, the scaled-level quantizer behind qsgd, nuqsgd, natural dithering, top-k
+// dithering and dqsgd, the random bits of its stochastic rounding, the top-k selection of topk,
+// topk_dithering and countsketch, and the LEB128 index lists of topk_dithering and adacomp.
 //
 // The layouts are specified in docs/wire_format.md ("QSGD codes", "Exponential levels", "Sparse
 // payloads"). Readers never read past the bytes they are given; the check functions validate a
 // whole payload so that callers write their output only after a frame is known to be good.
+// Implemented in bits.cc, the scaled codes in scaled_codes.cc and the top-k selection in sparse.cc.
 // Thread-safety: values and free functions over caller-owned buffers.
 #pragma once
 
@@ -24,7 +26,8 @@
 
 namespace starling::compression::codecs {
 
-// Packs codes of `width` bits (1..32), least significant bit first, into a zeroed byte buffer.
+// Packs codes of `width` bits (1..32), least significant bit first, into a byte buffer. Every
+// byte it touches is written whole (the last one by flush), so the buffer need not be zeroed.
 class BitWriter {
  public:
   explicit BitWriter(std::byte* out) : out_(out) {}
@@ -40,6 +43,10 @@ class BitWriter {
   void flush() {
     if (used_ > 0) *out_ = static_cast<std::byte>(acc_ & 0xff);
   }
+  // No bits pending: the next code starts at a byte boundary, at next().
+  bool aligned() const { return used_ == 0; }
+  std::byte* next() const { return out_; }
+  void skip(size_t bytes) { out_ += bytes; }
 
  private:
   std::byte* out_;
@@ -70,6 +77,13 @@ class BitReader {
   int have_ = 0;
 };
 
+// Packs n codes of `width` bits (1..8), codes[i] < 2^width, after those already in w.
+void packCodes(const uint8_t* codes, size_t n, int width, BitWriter& w);
+
+// Unpacks codes [first, first + n) of a stream of `width`-bit codes (1..8) into codes[0, n).
+// Reads only the bytes that hold them.
+void unpackCodes(const std::byte* stream, uint64_t first, size_t n, int width, uint8_t* codes);
+
 // A scale a decoder accepts: finite and not negative (-0 included).
 inline bool validScale(double s) { return std::isfinite(s) && !std::signbit(s); }
 
@@ -81,33 +95,64 @@ inline float roundUpToFloat(double v) {
     return std::numeric_limits<float>::infinity();
   }
   float f = static_cast<float>(v);
-  if (static_cast<double>(f) < v) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+  if (static_cast<double>(f) < v) {
+    // The next float32 up; for +0 and positive finite values that is the next bit pattern.
+    f = std::signbit(f) ? std::nextafter(f, std::numeric_limits<float>::infinity())
+                        : std::bit_cast<float>(std::bit_cast<uint32_t>(f) + 1);
+  }
   return f;
 }
 
-// ||x||_2 (or ||x||_inf) in float64; NaN when x holds a NaN, infinity when it holds an infinity.
+// ---------------------------------------------------------------------------------------------
+// Sums that must equal a serial float64 loop.
+//
+// A frame may hold g(s) for s a float64 sum of nonnegative terms added one by one in index order
+// (sign's mean |x_i|, the scales' l2 norms) and g rounding to float32, so the frame would
+// change if the sum were added in another order. But recursive summation of n nonnegative terms,
+// in any order, is within gamma_h = h u / (1 - h u) of the exact sum when no term takes part in
+// more than h additions (Higham, "Accuracy and Stability of Numerical Algorithms", §4.2;
+// u = 2^-53). LaneSum adds in 32 interleaved partial sums and gives the interval that must hold
+// the serial sum as well; when a monotone g maps both ends to the same value, g(serial) is that
+// value. Otherwise (a sum within about n·2^-53 of a rounding boundary of g) the caller adds
+// serially.
+struct LaneSum {
+  double sum = 0.0;  // the lane sum; NaN or infinity when a term is
+  double lo = 0.0;   // [lo, hi] holds the serial sum too
+  double hi = 0.0;
+};
+
+// Sums of x_i^2 and of |x_i| over n float32 values, in 32 lanes (element i into lane i mod 32)
+// combined pairwise: a fixed order, the same in every SIMD clone.
+LaneSum laneSumSquares(const float* x, size_t n);
+LaneSum laneSumAbs(const float* x, size_t n);
+
+// The bucket's max |x_i| as float32 bits, any NaN counting above infinity (so a NaN's bits
+// exceed 0x7f800000). Exact: an integer max.
+uint32_t maxAbsBits(const float* x, size_t n);
+
+// ||x||_2 (or ||x||_inf) in float64, rounded up to float32 (the scale of a bucket): NaN when x
+// holds a NaN, infinity when it holds an infinity or the norm exceeds float32's range. Equal to
+// roundUpToFloat of the serial float64 computation for every input.
 template <typename T>
-double bucketNorm(std::span<const T> x, bool linf) {
-  double maxAbs = 0.0;
-  for (T v : x) {
-    const double a = std::abs(static_cast<double>(v));
-    if (std::isnan(a)) return a;
-    maxAbs = std::max(maxAbs, a);
-  }
-  if (linf || maxAbs == 0.0 || std::isinf(maxAbs)) return maxAbs;
-  double sum = 0.0;
-  if constexpr (sizeof(T) == 4) {
-    // Squares of float32 values cannot overflow a double sum.
-    for (T v : x) sum += static_cast<double>(v) * static_cast<double>(v);
-    return std::sqrt(sum);
-  } else {
-    for (T v : x) {
-      const double r = static_cast<double>(v) / maxAbs;
-      sum += r * r;
-    }
-    return maxAbs * std::sqrt(sum);
-  }
-}
+float bucketScale(std::span<const T> x, bool linf);
+
+// ---------------------------------------------------------------------------------------------
+// Random bits for stochastic rounding: eight xoshiro256++ generators (Blackman and Vigna 2018)
+// side by side, so that a step of all eight is a handful of SIMD instructions. They are seeded
+// from one 64-bit value through SplitMix64 (core::mix64), as the xoshiro authors advise; a codec
+// takes that value from the caller's Rng, one draw per frame. Good statistical quality for
+// rounding, not for cryptography.
+class UniformBits {
+ public:
+  static constexpr size_t kLanes = 8;
+  explicit UniformBits(uint64_t seed);
+  // Fills words[0, count), count a multiple of kLanes: word kLanes * t + l is lane l's t-th
+  // output.
+  void fill(uint64_t* words, size_t count);
+
+ private:
+  uint64_t state_[4][kLanes];
+};
 
 // ---------------------------------------------------------------------------------------------
 // Scaled codes: per bucket one float32 scale (its norm rounded up), then one code per element:
@@ -138,113 +183,36 @@ struct ScaledCodes {
     }
     return l == 0 ? 0.0 : std::ldexp(scale, static_cast<int>(l) - static_cast<int>(s));
   }
-  // Rounds |v| onto the levels of `scale` (positive, finite, >= |v|) without bias. Exactly one
-  // uniform() draw.
-  uint32_t round(double absV, double scale, core::Rng& rng) const {
-    if (levels == LevelSet::kUniform) {
-      const double r = std::min(static_cast<double>(s) * absV / scale, static_cast<double>(s));
-      auto level = static_cast<uint32_t>(r);
-      if (rng.uniform() < r - level) ++level;
-      return level;
-    }
-    const double r = std::min(absV / scale, 1.0);
-    uint32_t level = 0;
-    double up = 0.0;  // probability of the level above
-    if (r > 0.0) {
-      int e;
-      const double f = std::frexp(r, &e);  // r = f * 2^e, f in [1/2, 1): floor(log2 r) = e - 1
-      if (e - 1 >= 1 - static_cast<int>(s)) {
-        level = static_cast<uint32_t>(e - 1 + static_cast<int>(s));
-        up = 2.0 * f - 1.0;  // (r - 2^(e-1)) / 2^(e-1), exact
-      } else {
-        up = std::ldexp(r, static_cast<int>(s) - 1);  // between 0 and the lowest level 2^(1-s)
-      }
-    }
-    if (rng.uniform() < up) ++level;
-    return level;
-  }
 };
 
-// Writes the scaled codes of x into `out`, which holds payloadBytes(x.size()) zeroed bytes. A
-// bucket whose scale is not positive and finite (zeros; or NaN / infinity, which no decoder
-// accepts) gets level 0 everywhere and draws nothing.
+// The fixed-point precision of the stochastic rounding: an element rounds up with probability
+// round(p * 2^16) / 2^16 for its exact probability p (docs/bench_codecs.md, "Random numbers").
+inline constexpr int kRoundingBits = 16;
+
+// Writes the scaled codes of x into `out`, payloadBytes(x.size()) bytes that need not be zeroed.
+// Takes exactly one nextU64() from rng. A bucket whose scale is not positive and finite (zeros;
+// or NaN / infinity, which no decoder accepts) gets level 0 everywhere.
 template <typename T>
-void encodeScaledCodes(std::span<const T> x, const ScaledCodes& q, core::Rng& rng, std::byte* out) {
-  const uint64_t d = x.size();
-  const uint64_t buckets = q.buckets(d);
-  BitWriter codes(out + 4 * buckets);
-  for (uint64_t b = 0; b < buckets; ++b) {
-    const uint64_t lo = b * q.bucket;
-    const std::span<const T> part = x.subspan(lo, std::min<uint64_t>(q.bucket, d - lo));
-    const float scale = roundUpToFloat(bucketNorm(part, q.linf));
-    storeLe<uint32_t>(out + 4 * b, std::bit_cast<uint32_t>(scale));
-    const bool quantize = std::isfinite(scale) && scale > 0.0f;
-    for (T v : part) {
-      uint32_t code = 0;
-      if (quantize) {
-        const uint32_t level = q.round(std::abs(static_cast<double>(v)), scale, rng);
-        // A zero level carries no sign, so every vector has one encoding.
-        code = level != 0 && v < 0 ? level | q.signBit() : level;
-      }
-      codes.put(code, q.codeBits());
-    }
-  }
-  codes.flush();
-}
+void encodeScaledCodes(std::span<const T> x, const ScaledCodes& q, core::Rng& rng, std::byte* out);
 
 // Validates a payload of scaled codes for n elements: its exact length, every scale, every code
 // (level <= s, no signed zero) and the padding. `codec` names the codec in messages.
-inline core::Status checkScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q,
-                                     uint64_t n, const char* codec) {
-  const uint64_t buckets = q.buckets(n);
-  if (payload.size() != q.payloadBytes(n)) {
-    return core::corruption(std::string(codec) + " payload of " + std::to_string(payload.size()) +
-                            " bytes, its params imply " + std::to_string(q.payloadBytes(n)));
-  }
-  const std::byte* p = payload.data();
-  for (uint64_t b = 0; b < buckets; ++b) {
-    if (!validScale(std::bit_cast<float>(loadLe<uint32_t>(p + 4 * b)))) {
-      return core::corruption(std::string(codec) + " scale is negative, NaN or infinite");
-    }
-  }
-  const uint32_t levelMask = q.signBit() - 1;
-  BitReader check(p + 4 * buckets);
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t code = check.get(q.codeBits());
-    if (code == q.signBit()) {
-      return core::corruption(std::string(codec) + " code for negative zero");
-    }
-    if ((code & levelMask) > q.s) {
-      return core::corruption(std::string(codec) + " level " + std::to_string(code & levelMask) +
-                              " above " + std::to_string(q.s));
-    }
-  }
-  if (check.leftover() != 0) {
-    return core::corruption(std::string(codec) + " padding bits are not zero");
-  }
-  return core::Status::ok();
-}
+core::Status checkScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q, uint64_t n,
+                              const char* codec);
 
-// Calls emit(i, value) for the n elements of a payload checkScaledCodes accepted; value is
-// sign * magnitude / divisor in float64.
-template <typename Emit>
-void readScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q, uint64_t n,
-                     double divisor, Emit&& emit) {
-  const uint64_t buckets = q.buckets(n);
-  const std::byte* p = payload.data();
-  const uint32_t levelMask = q.signBit() - 1;
-  BitReader codes(p + 4 * buckets);
-  for (uint64_t b = 0; b < buckets; ++b) {
-    const double scale = std::bit_cast<float>(loadLe<uint32_t>(p + 4 * b));
-    const uint64_t hi = std::min<uint64_t>(n, (b + 1) * q.bucket);
-    for (uint64_t i = b * q.bucket; i < hi; ++i) {
-      const uint32_t code = codes.get(q.codeBits());
-      double magnitude = q.magnitude(scale, code & levelMask);
-      if (divisor != 1.0) magnitude /= divisor;
-      emit(i, (code & q.signBit()) != 0 ? -magnitude : magnitude);
-    }
-  }
-}
+// Writes the n values of a payload checkScaledCodes accepted into out[0, n): sign * magnitude
+// / divisor in float64, rounded to T.
+template <typename T>
+void decodeScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q, uint64_t n,
+                       double divisor, T* out);
+
+// ---------------------------------------------------------------------------------------------
+// Top-k selection (sparse.cc).
+
+// The indices of the k largest |x_i|, in increasing order. Ties go to the lower index and a NaN
+// counts as larger than everything (all NaNs equal), so the set is a function of x and k alone.
+template <typename T>
+std::vector<uint32_t> largestIndices(std::span<const T> x, uint64_t k);
 
 // ---------------------------------------------------------------------------------------------
 // Index lists: strictly increasing indices as LEB128 gaps, the first varint being the index.

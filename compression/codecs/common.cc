@@ -1,7 +1,9 @@
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "compression/codecs/codecs.h"
+#include "compression/codecs/wire.h"
 
 namespace starling::compression::codecs {
 
@@ -26,6 +28,21 @@ core::Result<FrameView> openFrame(std::span<const std::byte> frame, CodecId code
                             std::to_string(v.params.size()));
   }
   return v;
+}
+
+std::byte* beginFrame(CodecId codec, ElementType type, uint64_t elementCount,
+                      std::span<const std::byte> params, size_t payloadBytes,
+                      std::vector<std::byte>& out) {
+  // writeFrame owns the header layout: let it write the frame of an empty payload on the side,
+  // copy its header and params, and set the payload length field (u64 at offset 24,
+  // docs/wire_format.md). Sizing `out` once keeps a reused buffer from being cleared.
+  std::vector<std::byte> head;
+  writeFrame(codec, type, elementCount, params, {}, head);
+  const size_t payloadAt = head.size() - kFrameTrailerBytes;
+  out.resize(payloadAt + payloadBytes + kFrameTrailerBytes);
+  std::memcpy(out.data(), head.data(), payloadAt);
+  storeLe<uint64_t>(out.data() + 24, payloadBytes);
+  return out.data() + payloadAt;
 }
 
 uint64_t keptCount(uint64_t k, double ratio, uint64_t d) {

@@ -6,9 +6,11 @@
 #include <bit>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "compression/codecs/bits.h"
@@ -50,12 +52,13 @@ class NuqsgdCompressor final : public Compressor<T> {
 
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
     const ScaledCodes q = nuqsgdCodes(bits_, bucket_);
-    std::vector<std::byte> payload(q.payloadBytes(x.size()));
-    encodeScaledCodes<T>(x, q, rng, payload.data());
     std::byte params[kNuqsgdParamsBytes];
     params[0] = static_cast<std::byte>(bits_);
     storeLe<uint32_t>(params + 1, bucket_);
-    writeFrame(CodecId::kNuqsgd, elementTypeOf<T>(), x.size(), params, payload, out);
+    std::byte* payload = beginFrame(CodecId::kNuqsgd, elementTypeOf<T>(), x.size(), params,
+                                    q.payloadBytes(x.size()), out);
+    encodeScaledCodes<T>(x, q, rng, payload);
+    sealFrame(out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -67,8 +70,7 @@ class NuqsgdCompressor final : public Compressor<T> {
     if (bucket == 0) return core::corruption("nuqsgd bucket size 0");
     const ScaledCodes q = nuqsgdCodes(bits, bucket);
     STARLING_RETURN_IF_ERROR(checkScaledCodes(v->payload, q, out.size(), "nuqsgd"));
-    readScaledCodes(v->payload, q, out.size(), 1.0,
-                    [&out](uint64_t i, double value) { out[i] = static_cast<T>(value); });
+    decodeScaledCodes<T>(v->payload, q, out.size(), 1.0, out.data());
     return core::Status::ok();
   }
 
@@ -106,6 +108,90 @@ uint32_t naturalCode(double t, core::Rng& rng) {
   return static_cast<uint32_t>(exponent + kNaturalBias) | sign;
 }
 
+// The float32 path, from the bits: |x| = (1 + m 2^-23) 2^(e - 127) for the exponent field e in
+// 1..254, so the code is e, or e + 1 with probability m / 2^23 (naturalCode's 2f - 1); for e = 0
+// (|x| < 2^-126, m 2^-149) it is 0 or 1 with the same m / 2^23 = |x| 2^126. u holds one uniform
+// 23-bit integer per element (the top bits of u[i]), so these probabilities are exact. Above
+// 2^127 (NaN and infinity included) the code is 255.
+STARLING_SIMD_CLONES
+void naturalCodesFloat(const float* x, size_t n, const uint32_t* u, uint16_t* codes) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t b = std::bit_cast<uint32_t>(x[i]);
+    const uint32_t a = b & 0x7fffffffu;
+    const uint32_t sign = (b >> 31) << 8;
+    const uint32_t exponent = (a >> 23) + ((u[i] >> 9) < (a & 0x7fffffu) ? 1u : 0u);
+    uint32_t code = exponent == 0 ? 0u : exponent | sign;  // zero carries no sign
+    if (a > 0x7f000000u) code = kNaturalInvalid | sign;
+    codes[i] = static_cast<uint16_t>(code);
+  }
+}
+
+// 9-bit codes, LSB first, starting at a byte boundary: 8 codes fill 9 bytes; n a multiple of 8.
+// Four codes (36 bits) move between a u64 of four 16-bit lanes and 36 packed bits in two steps
+// that halve the pieces (18 bits to 32-bit halves, 9 bits to 16-bit quarters).
+[[gnu::always_inline]] inline uint64_t spreadNine(uint64_t v) {
+  v = (v & 0x3ffffu) | ((v >> 18) & 0x3ffffu) << 32;
+  return (v & 0x000001ff000001ffu) | ((v >> 9) & 0x000001ff000001ffu) << 16;
+}
+[[gnu::always_inline]] inline uint64_t gatherNine(uint64_t c) {
+  c = (c & 0x000001ff000001ffu) | ((c >> 16) & 0x000001ff000001ffu) << 9;
+  return (c & 0x3ffffu) | ((c >> 32) & 0x3ffffu) << 18;
+}
+
+STARLING_SIMD_CLONES
+void packNatural(const uint16_t* c, size_t n, std::byte* out) {
+  auto* o = reinterpret_cast<uint8_t*>(out);
+  const auto* c64 = reinterpret_cast<const AliasU64*>(c);  // little-endian host
+  for (size_t g = 0; g < n / 8; ++g) {
+    const uint64_t low = gatherNine(c64[2 * g]);       // codes 0-3: bits 0-35
+    const uint64_t high = gatherNine(c64[2 * g + 1]);  // codes 4-7: bits 36-71
+    *reinterpret_cast<AliasU64*>(o + 9 * g) = low | high << 36;
+    o[9 * g + 8] = static_cast<uint8_t>(high >> 28);
+  }
+}
+
+STARLING_SIMD_CLONES
+void unpackNatural(const std::byte* in, size_t n, uint16_t* c) {
+  const auto* b = reinterpret_cast<const uint8_t*>(in);
+  auto* c64 = reinterpret_cast<AliasU64*>(c);
+  for (size_t g = 0; g < n / 8; ++g) {
+    const uint64_t v = *reinterpret_cast<const AliasU64*>(b + 9 * g);
+    c64[2 * g] = spreadNine(v & ((uint64_t{1} << 36) - 1));
+    c64[2 * g + 1] = spreadNine((v >> 36) | static_cast<uint64_t>(b[9 * g + 8]) << 28);
+  }
+}
+
+// Whether a code is negative zero or has the exponent field 255.
+STARLING_SIMD_CLONES
+bool anyBadNatural(const uint16_t* c, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad |= (c[i] == kNaturalSign) | ((c[i] & 0xff) == kNaturalInvalid);
+  return bad != 0;
+}
+
+// sign * 2^(e - 127), or 0 for e = 0, built as float32 bits: every such power is a normal
+// float32, exactly the value naturalCode's decoder computes with ldexp.
+STARLING_SIMD_CLONES
+void naturalValues(const uint16_t* c, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = std::bit_cast<float>(((c[i] & 0xffu) << 23) | ((c[i] & kNaturalSign) << 23));
+  }
+}
+
+constexpr size_t kNaturalChunk = 512;  // a multiple of 8
+
+// Unpacks natural codes [first, first + n), first a multiple of 8.
+void unpackNaturalCodes(const std::byte* payload, uint64_t first, size_t n, uint16_t* c) {
+  const size_t whole = n / 8 * 8;
+  unpackNatural(payload + first / 8 * 9, whole, c);
+  for (size_t i = whole; i < n; ++i) {
+    const uint64_t bit = (first + i) * kNaturalCodeBits;
+    const uint32_t two = std::to_integer<uint32_t>(payload[bit / 8]) |
+                         std::to_integer<uint32_t>(payload[bit / 8 + 1]) << 8;
+    c[i] = static_cast<uint16_t>((two >> (bit % 8)) & 0x1ff);
+  }
+}
+
 template <typename T>
 class NaturalCompressor final : public Compressor<T> {
  public:
@@ -114,11 +200,30 @@ class NaturalCompressor final : public Compressor<T> {
 
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
     const uint64_t d = x.size();
-    std::vector<std::byte> payload((d * kNaturalCodeBits + 7) / 8);
-    BitWriter codes(payload.data());
-    for (T v : x) codes.put(naturalCode(static_cast<double>(v), rng), kNaturalCodeBits);
+    std::byte* payload = beginFrame(CodecId::kNatural, elementTypeOf<T>(), d, {},
+                                    (d * kNaturalCodeBits + 7) / 8, out);
+    BitWriter codes(payload);
+    if constexpr (std::is_same_v<T, float>) {
+      // One draw from rng per frame seeds the fast generator (bits.h).
+      UniformBits gen(rng.nextU64());
+      uint64_t words[kNaturalChunk / 2];
+      uint32_t u[kNaturalChunk];
+      uint16_t c[kNaturalChunk];
+      for (uint64_t lo = 0; lo < d; lo += kNaturalChunk) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kNaturalChunk, d - lo));
+        gen.fill(words, (n + 15) / 16 * UniformBits::kLanes);
+        std::memcpy(u, words, 4 * n);  // element i: half i % 2 of word i / 2, low half first
+        naturalCodesFloat(x.data() + lo, n, u, c);
+        const size_t whole = n / 8 * 8;  // chunks start at multiples of 8 codes: 9-byte groups
+        packNatural(c, whole, codes.next());
+        codes.skip(whole / 8 * 9);
+        for (size_t i = whole; i < n; ++i) codes.put(c[i], kNaturalCodeBits);
+      }
+    } else {
+      for (T v : x) codes.put(naturalCode(static_cast<double>(v), rng), kNaturalCodeBits);
+    }
     codes.flush();
-    writeFrame(CodecId::kNatural, elementTypeOf<T>(), d, {}, payload, out);
+    sealFrame(out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -129,22 +234,34 @@ class NaturalCompressor final : public Compressor<T> {
       return core::corruption("natural payload of " + std::to_string(v->payload.size()) +
                               " bytes for " + std::to_string(d) + " elements");
     }
-    BitReader check(v->payload.data());
-    for (uint64_t i = 0; i < d; ++i) {
-      const uint32_t code = check.get(kNaturalCodeBits);
-      if (code == kNaturalSign) return core::corruption("natural code for negative zero");
-      if ((code & 0xff) == kNaturalInvalid) {
-        return core::corruption("natural code for NaN, infinity or a value above 2^127");
+    uint16_t c[kNaturalChunk];
+    for (uint64_t lo = 0; lo < d; lo += kNaturalChunk) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kNaturalChunk, d - lo));
+      unpackNaturalCodes(v->payload.data(), lo, n, c);
+      if (!anyBadNatural(c, n)) continue;
+      for (size_t i = 0; i < n; ++i) {  // the first bad code, for the message
+        if (c[i] == kNaturalSign) return core::corruption("natural code for negative zero");
+        if ((c[i] & 0xff) == kNaturalInvalid) {
+          return core::corruption("natural code for NaN, infinity or a value above 2^127");
+        }
       }
     }
-    if (check.leftover() != 0) return core::corruption("natural padding bits are not zero");
+    const uint64_t usedBits = d * kNaturalCodeBits;
+    if (usedBits % 8 != 0 &&
+        (std::to_integer<uint32_t>(v->payload[usedBits / 8]) >> (usedBits % 8)) != 0) {
+      return core::corruption("natural padding bits are not zero");
+    }
     // Validated: now write. Every power is a normal float32, so the values are exact.
-    BitReader codes(v->payload.data());
-    for (uint64_t i = 0; i < d; ++i) {
-      const uint32_t code = codes.get(kNaturalCodeBits);
-      const uint32_t e = code & 0xff;
-      const double magnitude = e == 0 ? 0.0 : std::ldexp(1.0, static_cast<int>(e) - kNaturalBias);
-      out[i] = static_cast<T>((code & kNaturalSign) != 0 ? -magnitude : magnitude);
+    float values[kNaturalChunk];
+    for (uint64_t lo = 0; lo < d; lo += kNaturalChunk) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kNaturalChunk, d - lo));
+      unpackNaturalCodes(v->payload.data(), lo, n, c);
+      if constexpr (std::is_same_v<T, float>) {
+        naturalValues(c, n, out.data() + lo);
+      } else {
+        naturalValues(c, n, values);
+        for (size_t i = 0; i < n; ++i) out[lo + i] = static_cast<T>(values[i]);
+      }
     }
     return core::Status::ok();
   }
@@ -168,12 +285,13 @@ class NaturalDitheringCompressor final : public Compressor<T> {
     const uint64_t d = x.size();
     const ScaledCodes q =
         exponentialCodes(static_cast<uint32_t>(levels_), std::max<uint64_t>(d, 1), linf_);
-    std::vector<std::byte> payload(q.payloadBytes(d));
-    if (d == 0) payload.resize(4);  // the norm of the empty vector, 0
-    encodeScaledCodes<T>(x, q, rng, payload.data());
     const std::byte params[kDitheringParamsBytes] = {static_cast<std::byte>(levels_),
                                                      static_cast<std::byte>(linf_ ? 1 : 0)};
-    writeFrame(CodecId::kNaturalDithering, elementTypeOf<T>(), d, params, payload, out);
+    std::byte* payload = beginFrame(CodecId::kNaturalDithering, elementTypeOf<T>(), d, params,
+                                    d == 0 ? 4 : q.payloadBytes(d), out);
+    if (d == 0) storeLe<uint32_t>(payload, 0);  // the norm of the empty vector, 0
+    encodeScaledCodes<T>(x, q, rng, payload);
+    sealFrame(out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -196,8 +314,7 @@ class NaturalDitheringCompressor final : public Compressor<T> {
       return core::Status::ok();
     }
     STARLING_RETURN_IF_ERROR(checkScaledCodes(v->payload, q, d, "natural dithering"));
-    readScaledCodes(v->payload, q, d, 1.0,
-                    [&out](uint64_t i, double value) { out[i] = static_cast<T>(value); });
+    decodeScaledCodes<T>(v->payload, q, d, 1.0, out.data());
     return core::Status::ok();
   }
 
@@ -216,30 +333,6 @@ double ditheringZeta(uint64_t k, int s) {
   return 1.125 + a * std::min(1.0, a);
 }
 
-// The k indices of the largest |x_i| in increasing order (NaN counts as the largest; equal
-// magnitudes go to the lower index), as topk selects them.
-template <typename T>
-std::vector<uint32_t> largest(std::span<const T> x, uint64_t k) {
-  std::vector<uint32_t> order(x.size());
-  std::iota(order.begin(), order.end(), uint32_t{0});
-  auto before = [&x](uint32_t a, uint32_t b) {
-    const T ma = std::abs(x[a]);
-    const T mb = std::abs(x[b]);
-    const bool na = std::isnan(ma);
-    const bool nb = std::isnan(mb);
-    if (na != nb) return na;
-    if (!na && ma != mb) return ma > mb;
-    return a < b;
-  };
-  if (k > 0 && k < order.size()) {
-    std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(k - 1), order.end(),
-                     before);
-  }
-  order.resize(k);
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
 constexpr size_t kTopKDitheringParamsBytes = 1;
 
 template <typename T>
@@ -254,7 +347,7 @@ class TopKDitheringCompressor final : public Compressor<T> {
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
     assert(x.size() <= kMaxFrameElements);
     const uint64_t k = std::min<uint64_t>(keptCount(k_, ratio_, x.size()), UINT32_MAX);
-    const std::vector<uint32_t> indices = largest<T>(x, k);
+    const std::vector<uint32_t> indices = largestIndices<T>(x, k);
     std::vector<T> kept(k);
     for (uint64_t j = 0; j < k; ++j) kept[j] = x[indices[j]];
     std::vector<std::byte> payload;
@@ -300,9 +393,10 @@ class TopKDitheringCompressor final : public Compressor<T> {
     }
     STARLING_RETURN_IF_ERROR(checkScaledCodes(codes, q, k, "topk dithering"));
     // Validated: now write.
+    std::vector<T> values(k);
+    decodeScaledCodes<T>(codes, q, k, ditheringZeta(k, levels), values.data());
     std::fill(out.begin(), out.end(), T{0});
-    readScaledCodes(codes, q, k, ditheringZeta(k, levels),
-                    [&](uint64_t j, double value) { out[indices[j]] = static_cast<T>(value); });
+    for (uint64_t j = 0; j < k; ++j) out[indices[j]] = values[j];
     return core::Status::ok();
   }
 

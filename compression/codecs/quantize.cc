@@ -1,11 +1,13 @@
 // Quantizing codecs: scaled sign and QSGD (stochastic rounding onto s uniform levels per bucket;
-// the packing lives in bits.h, shared with the exponential-level codecs and dqsgd).
+// the scaled codes live in bits.h, shared with the exponential-level codecs and dqsgd).
 #include <algorithm>
 #include <bit>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "compression/codecs/bits.h"
@@ -19,7 +21,7 @@ namespace {
 // Scaled sign: (||x||_1 / d) * sign(x).
 
 template <typename T>
-double meanAbs(std::span<const T> x) {
+double meanAbsSerial(std::span<const T> x) {
   if (x.empty()) return 0.0;
   const double d = static_cast<double>(x.size());
   double sum = 0.0;
@@ -31,6 +33,64 @@ double meanAbs(std::span<const T> x) {
   return mean;
 }
 
+// The scale of a sign frame, static_cast<T>(the serial mean of |x_i|).
+template <typename T>
+T signScale(std::span<const T> x) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!x.empty()) {
+      // float32(sum / d) is monotone in the sum: the lane sum decides unless the serial sum
+      // could round to another float32 (bits.h). A NaN or infinity goes the serial way, which
+      // fixes which NaN comes out.
+      const double d = static_cast<double>(x.size());
+      const LaneSum s = laneSumAbs(x.data(), x.size());
+      if (std::isfinite(s.sum)) {
+        const float lo = static_cast<float>(s.lo / d);
+        if (lo == static_cast<float>(s.hi / d)) return lo;
+      }
+    }
+  }
+  return static_cast<T>(meanAbsSerial(x));
+}
+
+// Sign bits, bit i%8 of byte i/8 set for x_i < 0 (not for -0 or NaN); n a multiple of 8.
+template <typename T>
+[[gnu::always_inline]] inline void signBitsImpl(const T* x, size_t n, std::byte* out) {
+  auto* o = reinterpret_cast<uint8_t*>(out);
+  for (size_t j = 0; j < n / 8; ++j) {
+    uint32_t b = 0;
+    for (int t = 0; t < 8; ++t) b |= static_cast<uint32_t>(x[8 * j + t] < T(0)) << t;
+    o[j] = static_cast<uint8_t>(b);
+  }
+}
+STARLING_SIMD_CLONES
+void signBits(const float* x, size_t n, std::byte* out) { signBitsImpl(x, n, out); }
+STARLING_SIMD_CLONES
+void signBits(const double* x, size_t n, std::byte* out) { signBitsImpl(x, n, out); }
+
+// out[i] = bit i ? -scale : scale, for n a multiple of 8: the sign bit flipped, which is what
+// negation does to the finite, non-negative scale.
+template <typename T>
+[[gnu::always_inline]] inline void expandSignsImpl(const std::byte* bits, size_t n, T scale,
+                                                   T* out) {
+  using U = BitsOf<T>;
+  const auto* b = reinterpret_cast<const uint8_t*>(bits);
+  const U scaleBits = std::bit_cast<U>(scale);
+  for (size_t j = 0; j < n / 8; ++j) {
+    for (int t = 0; t < 8; ++t) {
+      const U flip = static_cast<U>((b[j] >> t) & 1) << (8 * sizeof(T) - 1);
+      out[8 * j + t] = std::bit_cast<T>(scaleBits ^ flip);
+    }
+  }
+}
+STARLING_SIMD_CLONES
+void expandSigns(const std::byte* bits, size_t n, float scale, float* out) {
+  expandSignsImpl(bits, n, scale, out);
+}
+STARLING_SIMD_CLONES
+void expandSigns(const std::byte* bits, size_t n, double scale, double* out) {
+  expandSignsImpl(bits, n, scale, out);
+}
+
 template <typename T>
 class SignCompressor final : public Compressor<T> {
  public:
@@ -39,15 +99,20 @@ class SignCompressor final : public Compressor<T> {
 
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
     const size_t d = x.size();
-    std::vector<std::byte> payload(sizeof(T) + (d + 7) / 8);
+    std::byte* payload =
+        beginFrame(CodecId::kSign, elementTypeOf<T>(), d, {}, sizeof(T) + (d + 7) / 8, out);
     // A NaN or infinite element gives a non-finite scale: the frame then fails to decode, the
     // sender's own decode included, which is how a diverging run shows up with this codec.
-    storeValue<T>(payload.data(), static_cast<T>(meanAbs(x)));
-    std::byte* bits = payload.data() + sizeof(T);
-    for (size_t i = 0; i < d; ++i) {
-      if (x[i] < 0) bits[i / 8] |= std::byte{static_cast<uint8_t>(1u << (i % 8))};
+    storeValue<T>(payload, signScale(x));
+    std::byte* bits = payload + sizeof(T);
+    const size_t whole = d / 8 * 8;
+    signBits(x.data(), whole, bits);
+    if (whole < d) {
+      uint32_t last = 0;
+      for (size_t i = whole; i < d; ++i) last |= static_cast<uint32_t>(x[i] < T(0)) << (i - whole);
+      bits[d / 8] = static_cast<std::byte>(last);
     }
-    writeFrame(CodecId::kSign, elementTypeOf<T>(), d, {}, payload, out);
+    sealFrame(out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -64,7 +129,9 @@ class SignCompressor final : public Compressor<T> {
     if (d % 8 != 0 && (std::to_integer<uint8_t>(bits[d / 8]) >> (d % 8)) != 0) {
       return core::corruption("sign padding bits are not zero");
     }
-    for (size_t i = 0; i < d; ++i) {
+    const size_t whole = d / 8 * 8;
+    expandSigns(bits, whole, scale, out.data());
+    for (size_t i = whole; i < d; ++i) {
       const bool negative = ((std::to_integer<uint8_t>(bits[i / 8]) >> (i % 8)) & 1) != 0;
       out[i] = negative ? -scale : scale;
     }
@@ -99,13 +166,14 @@ class QsgdCompressor final : public Compressor<T> {
 
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
     const ScaledCodes q = qsgdCodes(bits_, bucket_, linf_);
-    std::vector<std::byte> payload(q.payloadBytes(x.size()));
-    encodeScaledCodes<T>(x, q, rng, payload.data());
     std::byte params[kQsgdParamsBytes];
     params[0] = static_cast<std::byte>(bits_);
     params[1] = static_cast<std::byte>(linf_ ? 1 : 0);
     storeLe<uint32_t>(params + 2, bucket_);
-    writeFrame(CodecId::kQsgd, elementTypeOf<T>(), x.size(), params, payload, out);
+    std::byte* payload = beginFrame(CodecId::kQsgd, elementTypeOf<T>(), x.size(), params,
+                                    q.payloadBytes(x.size()), out);
+    encodeScaledCodes<T>(x, q, rng, payload);
+    sealFrame(out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -120,8 +188,7 @@ class QsgdCompressor final : public Compressor<T> {
     const ScaledCodes q = qsgdCodes(bits, bucket, linf == 1);
     STARLING_RETURN_IF_ERROR(checkScaledCodes(v->payload, q, out.size(), "qsgd"));
     // Validated: now write.
-    readScaledCodes(v->payload, q, out.size(), 1.0,
-                    [&out](uint64_t i, double value) { out[i] = static_cast<T>(value); });
+    decodeScaledCodes<T>(v->payload, q, out.size(), 1.0, out.data());
     return core::Status::ok();
   }
 
@@ -130,7 +197,6 @@ class QsgdCompressor final : public Compressor<T> {
   uint32_t bucket_;
   bool linf_;
 };
-
 }  // namespace
 
 template <typename T>

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/codecs/bits.h"
 #include "compression/codecs/codecs.h"
 #include "compression/codecs/wire.h"
 
@@ -44,10 +45,10 @@ struct SketchParams {
   bool mean = false;
   uint32_t rows = 0;
   uint32_t cols = 0;
-  uint64_t k = 0;           // median: heavy hitters kept (0 in threshold mode)
-  float threshold = 0.0f;   // median: keep |estimate| >= threshold * estimated ||x||_2
-  uint64_t seed = 0;        // hash seed
-  double scale = 0.0;       // lambda
+  uint64_t k = 0;          // median: heavy hitters kept (0 in threshold mode)
+  float threshold = 0.0f;  // median: keep |estimate| >= threshold * estimated ||x||_2
+  uint64_t seed = 0;       // hash seed
+  double scale = 0.0;      // lambda
 };
 
 void storeParams(const SketchParams& p, std::byte* out) {
@@ -105,17 +106,7 @@ class SketchHashes {
   }
   uint32_t rows() const { return rows_; }
   uint32_t cols() const { return cols_; }
-  // Buckets and signs (+1 / -1) of coordinates [lo, lo + n) for row j.
-  template <typename T>
-  void row(uint32_t j, uint64_t lo, size_t n, uint32_t* bucket, T* sign) const {
-    const uint64_t a = coef_[j][0], b = coef_[j][1], c = coef_[j][2], e = coef_[j][3];
-    const uint64_t cols = cols_;
-    for (size_t t = 0; t < n; ++t) {
-      const uint64_t i = lo + t;
-      bucket[t] = static_cast<uint32_t>((((a * i + b) >> 32) * cols) >> 32);
-      sign[t] = ((c * i + e) >> 63) != 0 ? T(-1) : T(1);
-    }
-  }
+  const uint64_t* coef(uint32_t j) const { return coef_[j]; }
 
  private:
   uint32_t cols_;
@@ -123,17 +114,132 @@ class SketchHashes {
   uint64_t coef_[kMaxRows][4];
 };
 
-// table (rows x cols, row-major, zeroed by the caller) += sketch of x.
+// ---------------------------------------------------------------------------------------------
+// Kernels over a block of coordinates (STARLING_SIMD_CLONES, wire.h). Only exact steps: 64-bit
+// integer hashing, multiplication by +-1, comparisons.
+
+// Buckets and signs (+1 / -1) of coordinates [lo, lo + n) for the row with hash parameters
+// coef. a i + b mod 2^64 for consecutive i is an induction: the previous value plus a, which
+// vectorizes without 64-bit multiplies; the bucket's multiply-high is a 32 x 32 -> 64 product.
+template <typename T>
+[[gnu::always_inline]] inline void hashRowImpl(const uint64_t* coef, uint64_t cols, uint64_t lo,
+                                               size_t n, uint32_t* __restrict bucket,
+                                               T* __restrict sign) {
+  uint64_t hb = coef[0] * lo + coef[1];
+  uint64_t hs = coef[2] * lo + coef[3];
+  for (size_t t = 0; t < n; ++t) {
+    bucket[t] = static_cast<uint32_t>(((hb >> 32) * cols) >> 32);
+    sign[t] = (hs >> 63) != 0 ? T(-1) : T(1);
+    hb += coef[0];
+    hs += coef[2];
+  }
+}
+STARLING_SIMD_CLONES
+void hashRow(const uint64_t* coef, uint64_t cols, uint64_t lo, size_t n, uint32_t* bucket,
+             float* sign) {
+  hashRowImpl(coef, cols, lo, n, bucket, sign);
+}
+STARLING_SIMD_CLONES
+void hashRow(const uint64_t* coef, uint64_t cols, uint64_t lo, size_t n, uint32_t* bucket,
+             double* sign) {
+  hashRowImpl(coef, cols, lo, n, bucket, sign);
+}
+
+// v[t] = sign[t] * row[bucket[t]]: one row's estimates of the block.
+template <typename T>
+[[gnu::always_inline]] inline void gatherRowImpl(const T* __restrict row,
+                                                 const uint32_t* __restrict bucket,
+                                                 const T* __restrict sign, size_t n,
+                                                 T* __restrict v) {
+  for (size_t t = 0; t < n; ++t) v[t] = sign[t] * row[bucket[t]];
+}
+STARLING_SIMD_CLONES
+void gatherRow(const float* row, const uint32_t* bucket, const float* sign, size_t n, float* v) {
+  gatherRowImpl(row, bucket, sign, n, v);
+}
+STARLING_SIMD_CLONES
+void gatherRow(const double* row, const uint32_t* bucket, const double* sign, size_t n, double* v) {
+  gatherRowImpl(row, bucket, sign, n, v);
+}
+
+// Lower median of r rows of estimates (v[j * stride + t]) for r <= 7, by comparison networks,
+// vectorized across the block. A network computes the same order statistic as nth_element: the
+// values agree, up to which of +0 and -0 comes out when both occur (they compare equal).
+// Tables are finite (decoders reject the rest), so no NaN reaches the comparisons.
+constexpr uint32_t kNetworkRows = 7;
+
+template <typename T>
+[[gnu::always_inline]] inline void medianImpl(T* v, size_t stride, uint32_t r, size_t n, T* out) {
+  auto lane = [&](uint32_t j) { return v + static_cast<size_t>(j) * stride; };
+  if (r == 1) {
+    std::copy(v, v + n, out);
+  } else if (r == 2) {
+    const T* a = lane(0);
+    const T* b = lane(1);
+    for (size_t t = 0; t < n; ++t) out[t] = std::min(a[t], b[t]);
+  } else if (r == 3) {
+    const T* a = lane(0);
+    const T* b = lane(1);
+    const T* c = lane(2);
+    for (size_t t = 0; t < n; ++t) {
+      out[t] = std::max(std::min(a[t], b[t]), std::min(std::max(a[t], b[t]), c[t]));
+    }
+  } else if (r == 5) {
+    // The 2nd and 3rd smallest of a..d are the larger of the pairs' minima and the smaller of
+    // their maxima; the median of five is the median of those two and e.
+    const T* a = lane(0);
+    const T* b = lane(1);
+    const T* c = lane(2);
+    const T* d = lane(3);
+    const T* e = lane(4);
+    for (size_t t = 0; t < n; ++t) {
+      const T m1 = std::max(std::min(a[t], b[t]), std::min(c[t], d[t]));
+      const T m2 = std::min(std::max(a[t], b[t]), std::max(c[t], d[t]));
+      out[t] = std::max(std::min(m1, m2), std::min(std::max(m1, m2), e[t]));
+    }
+  } else {
+    // Odd-even transposition sort: r passes sort r values.
+    for (uint32_t pass = 0; pass < r; ++pass) {
+      for (uint32_t j = pass % 2; j + 1 < r; j += 2) {
+        T* a = lane(j);
+        T* b = lane(j + 1);
+        for (size_t t = 0; t < n; ++t) {
+          const T lo = std::min(a[t], b[t]);
+          const T hi = std::max(a[t], b[t]);
+          a[t] = lo;
+          b[t] = hi;
+        }
+      }
+    }
+    std::copy(lane((r - 1) / 2), lane((r - 1) / 2) + n, out);
+  }
+}
+STARLING_SIMD_CLONES
+void median(float* v, size_t stride, uint32_t r, size_t n, float* out) {
+  medianImpl(v, stride, r, n, out);
+}
+STARLING_SIMD_CLONES
+void median(double* v, size_t stride, uint32_t r, size_t n, double* out) {
+  medianImpl(v, stride, r, n, out);
+}
+
+// table (rows x cols, row-major, zeroed by the caller) += sketch of x. Each cell receives its
+// terms in index order, as in a row-by-row scatter. The scatter is the one serial part: a load,
+// an add and a store per term, at random places in a row that stays in cache.
 template <typename T>
 void sketchInto(std::span<const T> x, const SketchHashes& h, T* table) {
+  const uint32_t r = h.rows();
+  const uint64_t d = x.size();
   uint32_t bucket[kBlock];
   T sign[kBlock];
-  const uint64_t d = x.size();
-  for (uint32_t j = 0; j < h.rows(); ++j) {
-    T* row = table + static_cast<size_t>(j) * h.cols();
-    for (uint64_t lo = 0; lo < d; lo += kBlock) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, d - lo));
-      h.row(j, lo, n, bucket, sign);
+  for (uint64_t lo = 0; lo < d; lo += kBlock) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, d - lo));
+    T* row = table;
+    for (uint32_t j = 0; j < r; ++j, row += h.cols()) {
+      hashRow(h.coef(j), h.cols(), lo, n, bucket, sign);
+      // The very expression of the row-by-row sketch, so that even a NaN input's (rejected)
+      // table keeps its bytes: x86 returns the first operand of an addition of two NaNs, and
+      // compilers put a computed term before the cell loaded from memory.
       for (size_t t = 0; t < n; ++t) row[bucket[t]] += sign[t] * x[lo + t];
     }
   }
@@ -144,38 +250,44 @@ template <typename T>
 void estimate(const T* table, const SketchHashes& h, bool mean, std::span<T> est) {
   const uint32_t r = h.rows();
   const uint64_t d = est.size();
-  std::vector<uint32_t> bucket(kBlock);
-  std::vector<T> sign(kBlock);
-  if (mean) {
-    std::fill(est.begin(), est.end(), T(0));
-    const T inv = T(1) / static_cast<T>(r);
-    for (uint32_t j = 0; j < r; ++j) {
-      const T* row = table + static_cast<size_t>(j) * h.cols();
-      for (uint64_t lo = 0; lo < d; lo += kBlock) {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, d - lo));
-        h.row(j, lo, n, bucket.data(), sign.data());
-        for (size_t t = 0; t < n; ++t) est[lo + t] += sign[t] * row[bucket[t]];
-      }
-    }
-    for (T& v : est) v *= inv;
-    return;
-  }
-  // vals[j * kBlock + t]: row j's estimate of coordinate lo + t.
-  std::vector<T> vals(static_cast<size_t>(r) * kBlock);
+  // Spans of coordinates longer than a hashing block: each row's gathers for a span run back to
+  // back, so that row stays in L1 while they do.
+  constexpr size_t kSpan = 8 * kBlock;
+  uint32_t bucket[kBlock];
+  T sign[kBlock];
+  // vals[j * kSpan + t]: row j's estimate of coordinate lo + t.
+  std::vector<T> vals(static_cast<size_t>(r) * kSpan);
   T column[kMaxRows];
   const uint32_t mid = (r - 1) / 2;  // the lower median when r is even, as torch.median
-  for (uint64_t lo = 0; lo < d; lo += kBlock) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, d - lo));
+  const T inv = T(1) / static_cast<T>(r);
+  for (uint64_t lo = 0; lo < d; lo += kSpan) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kSpan, d - lo));
     for (uint32_t j = 0; j < r; ++j) {
       const T* row = table + static_cast<size_t>(j) * h.cols();
-      h.row(j, lo, n, bucket.data(), sign.data());
-      T* v = vals.data() + static_cast<size_t>(j) * kBlock;
-      for (size_t t = 0; t < n; ++t) v[t] = sign[t] * row[bucket[t]];
+      T* v = vals.data() + static_cast<size_t>(j) * kSpan;
+      for (size_t b = 0; b < n; b += kBlock) {
+        const size_t m = std::min(kBlock, n - b);
+        hashRow(h.coef(j), h.cols(), lo + b, m, bucket, sign);
+        gatherRow(row, bucket, sign, m, v + b);
+      }
     }
-    for (size_t t = 0; t < n; ++t) {
-      for (uint32_t j = 0; j < r; ++j) column[j] = vals[static_cast<size_t>(j) * kBlock + t];
-      std::nth_element(column, column + mid, column + r);
-      est[lo + t] = column[mid];
+    T* e = est.data() + lo;
+    if (mean) {
+      // Row by row from zero, then times 1/r: the order of the row-by-row loop.
+      std::fill(e, e + n, T(0));
+      for (uint32_t j = 0; j < r; ++j) {
+        const T* v = vals.data() + static_cast<size_t>(j) * kSpan;
+        for (size_t t = 0; t < n; ++t) e[t] += v[t];
+      }
+      for (size_t t = 0; t < n; ++t) e[t] *= inv;
+    } else if (r <= kNetworkRows) {
+      median(vals.data(), kSpan, r, n, e);
+    } else {
+      for (size_t t = 0; t < n; ++t) {
+        for (uint32_t j = 0; j < r; ++j) column[j] = vals[static_cast<size_t>(j) * kSpan + t];
+        std::nth_element(column, column + mid, column + r);
+        e[t] = column[mid];
+      }
     }
   }
 }
@@ -195,51 +307,60 @@ double l2Estimate(const T* table, uint32_t rows, uint32_t cols) {
   return std::sqrt(sums[mid]);
 }
 
-// Zeroes every estimate but the k largest in magnitude (ties: lower indices first).
-template <typename T>
-void keepTopK(std::span<T> est, uint64_t k, std::vector<T>& scratch) {
-  const uint64_t d = est.size();
-  if (k >= d) return;
-  scratch.resize(d);
-  for (uint64_t i = 0; i < d; ++i) scratch[i] = std::abs(est[i]);
-  std::nth_element(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(d - k),
-                   scratch.end());
-  const T tau = scratch[d - k];  // the k-th largest magnitude
-  uint64_t above = 0;
-  for (uint64_t i = 0; i < d; ++i) above += std::abs(est[i]) > tau ? 1 : 0;
-  uint64_t ties = k - above;  // elements equal to tau still to keep
-  for (uint64_t i = 0; i < d; ++i) {
-    const T a = std::abs(est[i]);
-    if (a > tau) continue;
-    if (a == tau && ties > 0) {
-      --ties;
-      continue;
-    }
-    est[i] = T(0);
-  }
-}
+// What unsketch leaves in its output: the estimate of every coordinate (mean, or median
+// without a top-k), or the estimate at `kept` and zero elsewhere.
+struct Unsketched {
+  bool sparse = false;
+  std::vector<uint32_t> kept;  // increasing, when sparse
+};
 
-// The estimate a frame decodes to before scaling, from a validated table.
+// The estimate a frame decodes to before scaling, from a validated table, in `out`.
 template <typename T>
-void unsketch(const T* table, const SketchParams& p, std::span<T> out, std::vector<T>& scratch) {
+Unsketched unsketch(const T* table, const SketchParams& p, std::span<T> out) {
   const SketchHashes h(p.seed, p.rows, p.cols);
   estimate<T>(table, h, p.mean, out);
-  if (p.mean || out.empty()) return;
+  Unsketched u;
+  if (p.mean || out.empty()) return u;
   if (p.k > 0) {
-    keepTopK<T>(out, p.k, scratch);
-    return;
+    if (p.k >= out.size()) return u;
+    // The k largest |estimate|, ties to the lower index (bits.h).
+    u.sparse = true;
+    u.kept = largestIndices<T>(out, p.k);
+    std::vector<T> values(u.kept.size());
+    for (size_t j = 0; j < u.kept.size(); ++j) values[j] = out[u.kept[j]];
+    std::fill(out.begin(), out.end(), T(0));
+    for (size_t j = 0; j < u.kept.size(); ++j) out[u.kept[j]] = values[j];
+    return u;
   }
   const double thr = static_cast<double>(p.threshold) * l2Estimate<T>(table, p.rows, p.cols);
   for (T& v : out) {
     if (!(static_cast<double>(std::abs(v)) >= thr)) v = T(0);
   }
+  return u;
 }
+
+// Whether every value is finite (an exponent field below all ones).
+template <typename T>
+[[gnu::always_inline]] inline bool allFiniteImpl(const T* v, size_t n) {
+  using U = BitsOf<T>;
+  constexpr U kAbs = std::numeric_limits<U>::max() >> 1;
+  constexpr U kInf = std::bit_cast<U>(std::numeric_limits<T>::infinity());
+  U worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::bit_cast<U>(v[i]) & kAbs);
+  return worst < kInf;
+}
+STARLING_SIMD_CLONES
+bool allFinite(const float* v, size_t n) { return allFiniteImpl(v, n); }
+STARLING_SIMD_CLONES
+bool allFinite(const double* v, size_t n) { return allFiniteImpl(v, n); }
 
 // Loads the table of a frame whose params are `p` into `table`; kCorruption on a wrong size or
 // a non-finite value.
 template <typename T>
 core::Status loadTable(std::span<const std::byte> payload, const SketchParams& p,
                        std::vector<T>& table) {
+  static_assert(std::endian::native == std::endian::little,
+                "the table is copied as is; add a byte-swapping path for big-endian hosts");
   const uint64_t cells = static_cast<uint64_t>(p.rows) * p.cols;
   if (payload.size() != cells * sizeof(T)) {
     return core::corruption("countsketch payload of " + std::to_string(payload.size()) +
@@ -247,9 +368,9 @@ core::Status loadTable(std::span<const std::byte> payload, const SketchParams& p
                             std::to_string(p.cols) + " table");
   }
   table.resize(cells);
-  for (uint64_t c = 0; c < cells; ++c) {
-    table[c] = loadValue<T>(payload.data() + c * sizeof(T));
-    if (!std::isfinite(table[c])) return core::corruption("countsketch table value not finite");
+  std::memcpy(table.data(), payload.data(), payload.size());
+  if (!allFinite(table.data(), table.size())) {
+    return core::corruption("countsketch table value not finite");
   }
   return core::Status::ok();
 }
@@ -299,9 +420,7 @@ class SketchAccumulator final : public LinearAccumulator<T> {
       std::fill(out.begin(), out.end(), T(0));
       return;
     }
-    std::vector<T> scratch;
-    SketchParams p = first_;
-    unsketch<T>(sum_.data(), p, out, scratch);
+    (void)unsketch<T>(sum_.data(), first_, out);
   }
 
  private:
@@ -336,10 +455,17 @@ class CountSketchCompressor final : public Compressor<T> {
     if (!p) return p.status();
     std::vector<T> table;
     STARLING_RETURN_IF_ERROR(loadTable<T>(v->payload, *p, table));
-    std::vector<T> y(out.size()), scratch;
-    unsketch<T>(table.data(), *p, y, scratch);
+    // Validated: the estimate can go straight into `out`, then be scaled in place.
+    const Unsketched u = unsketch<T>(table.data(), *p, out);
     const T scale = static_cast<T>(p->scale);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = scale * y[i];
+    if (u.sparse) {
+      std::vector<T> kept(u.kept.size());
+      for (size_t j = 0; j < kept.size(); ++j) kept[j] = scale * out[u.kept[j]];
+      std::fill(out.begin(), out.end(), scale * T(0));  // -0 for a negative scale, as before
+      for (size_t j = 0; j < kept.size(); ++j) out[u.kept[j]] = kept[j];
+    } else {
+      for (T& y : out) y = scale * y;
+    }
     return core::Status::ok();
   }
 
@@ -369,25 +495,38 @@ class CountSketchCompressor final : public Compressor<T> {
     sketchInto<T>(x, SketchHashes(seed, p.rows, p.cols), table.data());
 
     // lambda: the least-squares scale of the estimate y the receivers will compute.
-    std::vector<T> y(d), scratch;
-    bool finite = true;
-    for (T v : table) finite = finite && std::isfinite(v);
+    const bool finite = allFinite(table.data(), table.size());
     double xy = 0, yy = 0;
     if (finite) {
-      unsketch<T>(table.data(), p, y, scratch);
-      for (uint64_t i = 0; i < d; ++i) {
+      std::vector<T> y(d);
+      const Unsketched u = unsketch<T>(table.data(), p, y);
+      // The sums run in index order over the y_i that can be nonzero, which gives the bits of
+      // the sums over all i: a finite table means a finite x, so a zero y_i adds a zero term,
+      // and adding +-0 leaves a sum that starts at +0 unchanged (it can never become -0).
+      auto add = [&](uint64_t i) {
         xy += static_cast<double>(x[i]) * static_cast<double>(y[i]);
         yy += static_cast<double>(y[i]) * static_cast<double>(y[i]);
+      };
+      if (u.sparse) {
+        for (uint32_t i : u.kept) add(i);
+      } else {
+        for (uint64_t i = 0; i < d; ++i) {
+          if (y[i] != T(0)) add(i);
+        }
       }
     }
     // A NaN or infinite input leaves a non-finite table or scale: every decoder rejects the frame,
     // the sender's own included, which is how a diverging run shows up with this codec.
     p.scale = yy > 0 ? xy / yy : (finite ? 0.0 : std::numeric_limits<double>::quiet_NaN());
 
-    std::vector<std::byte> params(kParamsBytes), payload(cells * sizeof(T));
-    storeParams(p, params.data());
-    for (size_t c = 0; c < cells; ++c) storeValue<T>(payload.data() + c * sizeof(T), table[c]);
-    writeFrame(CodecId::kCountSketch, elementTypeOf<T>(), d, params, payload, out);
+    std::byte params[kParamsBytes];
+    storeParams(p, params);
+    static_assert(std::endian::native == std::endian::little,
+                  "the table is copied as is; add a byte-swapping path for big-endian hosts");
+    std::byte* payload =
+        beginFrame(CodecId::kCountSketch, elementTypeOf<T>(), d, params, cells * sizeof(T), out);
+    if (cells > 0) std::memcpy(payload, table.data(), cells * sizeof(T));
+    sealFrame(out);
   }
 
   CompressorSpec spec_;

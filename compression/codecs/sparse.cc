@@ -4,29 +4,189 @@
 #include <bit>
 #include <cassert>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "compression/codecs/bits.h"
 #include "compression/codecs/codecs.h"
 #include "compression/codecs/wire.h"
 
 namespace starling::compression::codecs {
 namespace {
 
-// Payload of the kept elements `indices` (sorted, strictly increasing) of x.
+// ---------------------------------------------------------------------------------------------
+// Top-k selection (bits.h: largestIndices).
+//
+// The order is: larger |x_i| first, every NaN above everything else and equal to the other NaNs,
+// equal magnitudes by lower index. Magnitudes compare as integer keys: the bits with the sign
+// cleared order like the values for non-negative IEEE numbers, and NaNs (bits above infinity's)
+// are all mapped to one key. Appending the complemented index below the key makes every element's
+// key distinct and the order total, so "the k largest keys" is exactly the set of that order.
+//
+// Instead of a selection over all d elements, a threshold tau is taken from a strided sample so
+// that a little more than k keys are >= tau; one vectorized scan collects those candidates in
+// index order, and the selection runs on them alone. The k largest keys of x are all >= tau as
+// soon as at least k keys are (any key below tau is beaten by those k), so the result does not
+// depend on the sample; a sample that misses (fewer than k candidates) falls back to selecting
+// among all d.
+
 template <typename T>
-void appendSparse(std::span<const T> x, std::span<const uint32_t> indices,
-                  std::vector<std::byte>& payload) {
-  payload.reserve(payload.size() + 4 + indices.size() * (5 + sizeof(T)));
-  appendLe<uint32_t>(payload, static_cast<uint32_t>(indices.size()));
-  uint64_t previous = 0;
+using Key = BitsOf<T>;
+
+template <typename T>
+constexpr Key<T> nanKey() {
+  if constexpr (sizeof(T) == 4) {
+    return 0x7f800001u;
+  } else {
+    return 0x7ff0000000000001u;
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline Key<T> magnitudeKey(T v) {
+  const Key<T> a = std::bit_cast<Key<T>>(v) & (std::numeric_limits<Key<T>>::max() >> 1);
+  return std::min(a, nanKey<T>());
+}
+
+// An element's place in the order: its key, then its complemented index; one u64 for float32
+// (key in the high half), a pair for float64.
+template <typename T>
+struct Ranked {
+  Key<T> key;
+  uint32_t notIndex;
+  bool operator>(const Ranked& o) const {
+    return key != o.key ? key > o.key : notIndex > o.notIndex;
+  }
+};
+
+template <typename T>
+auto rankOf(T v, uint32_t i) {
+  if constexpr (sizeof(T) == 4) {
+    return (static_cast<uint64_t>(magnitudeKey(v)) << 32) | ~i;
+  } else {
+    return Ranked<T>{magnitudeKey(v), ~i};
+  }
+}
+
+// Appends to `out` the indices in [0, n) of x whose key is >= tau, in increasing order. Blocks of
+// 64 are compared in a vectorized loop into bytes 0 / 1; each 8 of those bytes, read as a
+// little-endian u64, become 8 bits of a mask with one multiply (the byte t of w, 0 or 1, lands
+// on bit 56 + t of w * 0x0102040810204080 and no two partial products overlap), and only the
+// set bits of the mask are walked.
+template <typename T>
+[[gnu::always_inline]] inline void collectAtLeastImpl(const T* x, size_t n, Key<T> tau,
+                                                      std::vector<uint32_t>& out) {
+  constexpr size_t kBlock = 64;
+  uint8_t hit[kBlock];
+  for (size_t lo = 0; lo < n; lo += kBlock) {
+    const size_t m = std::min(kBlock, n - lo);
+    for (size_t t = 0; t < m; ++t) hit[t] = magnitudeKey(x[lo + t]) >= tau;
+    std::fill(hit + m, hit + kBlock, uint8_t{0});
+    uint64_t mask = 0;
+    for (size_t g = 0; g < kBlock / 8; ++g) {
+      const uint64_t w = reinterpret_cast<const AliasU64*>(hit)[g];  // little-endian host
+      mask |= ((w * 0x0102040810204080u) >> 56) << (8 * g);
+    }
+    for (; mask != 0; mask &= mask - 1) {
+      out.push_back(static_cast<uint32_t>(lo + static_cast<size_t>(std::countr_zero(mask))));
+    }
+  }
+}
+STARLING_SIMD_CLONES
+void collectAtLeast(const float* x, size_t n, uint32_t tau, std::vector<uint32_t>& out) {
+  collectAtLeastImpl(x, n, tau, out);
+}
+STARLING_SIMD_CLONES
+void collectAtLeast(const double* x, size_t n, uint64_t tau, std::vector<uint32_t>& out) {
+  collectAtLeastImpl(x, n, tau, out);
+}
+
+// The k largest of the candidates (indices into x, increasing, at least k of them), increasing.
+template <typename T>
+std::vector<uint32_t> selectAmong(std::span<const T> x, const std::vector<uint32_t>& candidates,
+                                  uint64_t k) {
+  std::vector<decltype(rankOf(T{}, 0))> ranked(candidates.size());
+  for (size_t j = 0; j < candidates.size(); ++j)
+    ranked[j] = rankOf(x[candidates[j]], candidates[j]);
+  const auto kth = ranked.begin() + static_cast<ptrdiff_t>(k - 1);
+  std::nth_element(ranked.begin(), kth, ranked.end(), std::greater<>());
+  const auto last = *kth;  // the k-th largest: keep exactly those not below it
+  std::vector<uint32_t> kept;
+  kept.reserve(k);
+  for (size_t j = 0; j < candidates.size(); ++j) {
+    if (!(last > rankOf(x[candidates[j]], candidates[j]))) kept.push_back(candidates[j]);
+  }
+  return kept;
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<uint32_t> largestIndices(std::span<const T> x, uint64_t k) {
+  const uint64_t d = x.size();
+  k = std::min(k, d);
+  std::vector<uint32_t> candidates;
+  constexpr uint64_t kSmall = 2048;
+  if (d >= kSmall) {
+    // The sample's j-th largest key, j chosen so that, scaled to x, k + 4 standard deviations
+    // + 4 elements are expected at or above it: a sample that misses is rare.
+    const uint64_t samples = std::clamp<uint64_t>(d / 16, 128, 8192);
+    const uint64_t stride = d / samples;
+    std::vector<Key<T>> sample(samples);
+    for (uint64_t s = 0; s < samples; ++s) sample[s] = magnitudeKey(x[s * stride]);
+    const double expected = static_cast<double>(k) * samples / static_cast<double>(d);
+    const auto j = static_cast<uint64_t>(std::ceil(expected + 4.0 * std::sqrt(expected) + 4.0));
+    if (j < samples) {
+      const auto at = sample.begin() + static_cast<ptrdiff_t>(j - 1);
+      std::nth_element(sample.begin(), at, sample.end(), std::greater<>());
+      candidates.reserve(static_cast<size_t>(2 * (j * stride) + 64));
+      collectAtLeast(x.data(), x.size(), *at, candidates);
+    }
+  }
+  if (candidates.size() < k) {  // small d, large k, or a sample that missed
+    candidates.resize(d);
+    std::iota(candidates.begin(), candidates.end(), uint32_t{0});
+  }
+  if (candidates.size() == k) return candidates;
+  return selectAmong<T>(x, candidates, k);
+}
+
+template std::vector<uint32_t> largestIndices<float>(std::span<const float>, uint64_t);
+template std::vector<uint32_t> largestIndices<double>(std::span<const double>, uint64_t);
+
+namespace {
+
+// Writes the frame of the kept elements `indices` (sorted, strictly increasing) of x, the payload
+// in place: its size is known once the gaps' varint lengths are.
+template <typename T>
+void writeSparse(CodecId codec, std::span<const std::byte> params, std::span<const T> x,
+                 std::span<const uint32_t> indices, std::vector<std::byte>& out) {
+  size_t gapBytes = 0;
+  uint32_t previous = 0;
   for (size_t j = 0; j < indices.size(); ++j) {
-    appendVarint(payload, j == 0 ? indices[j] : indices[j] - previous);
+    gapBytes += varintLength(j == 0 ? indices[j] : indices[j] - previous);
     previous = indices[j];
   }
-  for (uint32_t i : indices) appendValue<T>(payload, x[i]);
+  std::byte* p = beginFrame(codec, elementTypeOf<T>(), x.size(), params,
+                            4 + gapBytes + indices.size() * sizeof(T), out);
+  storeLe<uint32_t>(p, static_cast<uint32_t>(indices.size()));
+  p += 4;
+  previous = 0;
+  for (size_t j = 0; j < indices.size(); ++j) {
+    uint32_t gap = j == 0 ? indices[j] : indices[j] - previous;
+    previous = indices[j];
+    for (; gap >= 0x80; gap >>= 7) *p++ = static_cast<std::byte>((gap & 0x7f) | 0x80);
+    *p++ = static_cast<std::byte>(gap);
+  }
+  for (uint32_t i : indices) {
+    storeValue<T>(p, x[i]);
+    p += sizeof(T);
+  }
+  sealFrame(out);
 }
 
 // Checks a sparse payload against d and, only when all of it is valid, writes the vector it
@@ -89,28 +249,7 @@ class TopKCompressor final : public Compressor<T> {
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
     assert(x.size() <= kMaxFrameElements);
     const uint64_t k = std::min<uint64_t>(keptCount(k_, ratio_, x.size()), UINT32_MAX);
-    std::vector<uint32_t> order(x.size());
-    std::iota(order.begin(), order.end(), uint32_t{0});
-    // A total order: larger magnitude first, NaN before everything (a diverging element is
-    // sent, not hidden), equal magnitudes by lower index, so the selection is deterministic.
-    auto before = [&x](uint32_t a, uint32_t b) {
-      const T ma = std::abs(x[a]);
-      const T mb = std::abs(x[b]);
-      const bool na = std::isnan(ma);
-      const bool nb = std::isnan(mb);
-      if (na != nb) return na;
-      if (!na && ma != mb) return ma > mb;
-      return a < b;
-    };
-    if (k > 0 && k < order.size()) {
-      std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(k - 1), order.end(),
-                       before);
-    }
-    order.resize(k);
-    std::sort(order.begin(), order.end());
-    std::vector<std::byte> payload;
-    appendSparse<T>(x, order, payload);
-    writeFrame(CodecId::kTopK, elementTypeOf<T>(), x.size(), {}, payload, out);
+    writeSparse<T>(CodecId::kTopK, {}, x, largestIndices<T>(x, k), out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -168,10 +307,8 @@ class RandKCompressor final : public Compressor<T> {
       // The set's iteration order is not portable; the sorted order is.
       std::sort(indices.begin(), indices.end());
     }
-    std::vector<std::byte> payload;
-    appendSparse<T>(x, indices, payload);
     const std::byte params[1] = {std::byte{scaled_ ? uint8_t{1} : uint8_t{0}}};
-    writeFrame(CodecId::kRandK, elementTypeOf<T>(), d, params, payload, out);
+    writeSparse<T>(CodecId::kRandK, params, x, indices, out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {

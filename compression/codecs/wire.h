@@ -12,7 +12,28 @@
 #include <type_traits>
 #include <vector>
 
+#include "compression/frame.h"
+
+// Hot loops compiled three times, for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, one of
+// them picked when the library loads (GCC function multiversioning); the build stays portable.
+// A loop marked with it may only use exact operations (integer arithmetic, comparisons, exact
+// floating-point steps), so that every clone gives the same bits. Defining it empty on the
+// command line builds one version for the -march given (how each clone can be tested alone).
+#if defined(STARLING_SIMD_CLONES)
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define STARLING_SIMD_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define STARLING_SIMD_CLONES
+#endif
+
 namespace starling::compression::codecs {
+
+// Integers that may alias any object and sit at any address (GCC and Clang attributes): the
+// vectorized loops of the codecs read and write payload bytes through them, little-endian only.
+using AliasU16 = uint16_t __attribute__((may_alias, aligned(1)));
+using AliasU32 = uint32_t __attribute__((may_alias, aligned(1)));
+using AliasU64 = uint64_t __attribute__((may_alias, aligned(1)));
 
 template <typename U>
 void storeLe(std::byte* p, U v) {
@@ -73,6 +94,14 @@ inline void appendVarint(std::vector<std::byte>& out, uint64_t v) {
   }
   out.push_back(static_cast<std::byte>(v));
 }
+
+// Sizes `out` for one frame with a payload of payloadBytes and writes everything before the
+// payload (header, params, their padding) as writeFrame does. Returns where the payload starts:
+// the codec writes every payload byte in place (a reused `out` is not cleared), then calls
+// sealFrame(out) for the CRC. This spares large payloads a buffer of their own and a copy.
+std::byte* beginFrame(CodecId codec, ElementType type, uint64_t elementCount,
+                      std::span<const std::byte> params, size_t payloadBytes,
+                      std::vector<std::byte>& out);
 
 // A bounds-checked cursor over a payload.
 class Reader {
