@@ -45,6 +45,31 @@ inline Frame sealed(std::string_view bodyHex) {
   return f;
 }
 
+// One to three random edits of a frame's params or payload: a flipped bit, a replaced byte, a
+// truncation or appended garbage (params are picked a quarter of the time when there are any).
+inline void mutate(Bytes& params, Bytes& payload, core::Rng& rng) {
+  const int edits = 1 + static_cast<int>(rng.below(3));
+  for (int e = 0; e < edits; ++e) {
+    Bytes& target = (!params.empty() && rng.below(4) == 0) ? params : payload;
+    switch (rng.below(4)) {
+      case 0:
+        if (!target.empty())
+          target[rng.below(target.size())] ^= std::byte{static_cast<uint8_t>(1u << rng.below(8))};
+        break;
+      case 1:
+        if (!target.empty())
+          target[rng.below(target.size())] = std::byte{static_cast<uint8_t>(rng.below(256))};
+        break;
+      case 2:
+        target.resize(rng.below(target.size() + 1));
+        break;
+      default:
+        target.resize(target.size() + 1 + rng.below(8),
+                      std::byte{static_cast<uint8_t>(rng.below(256))});
+    }
+  }
+}
+
 inline Bytes bytesOf(std::initializer_list<unsigned> v) {
   Bytes b;
   for (unsigned x : v) b.push_back(static_cast<std::byte>(x));

@@ -415,27 +415,7 @@ TEMPLATE_TEST_CASE("mutated frames never crash a decoder", "[compression][unit]"
     for (int t = 0; t < 3000; ++t) {
       Bytes params(view->params.begin(), view->params.end());
       Bytes payload(view->payload.begin(), view->payload.end());
-      const int edits = 1 + static_cast<int>(rng.below(3));
-      for (int e = 0; e < edits; ++e) {
-        Bytes& target = (!params.empty() && rng.below(4) == 0) ? params : payload;
-        switch (rng.below(4)) {
-          case 0:
-            if (!target.empty())
-              target[rng.below(target.size())] ^=
-                  std::byte{static_cast<uint8_t>(1u << rng.below(8))};
-            break;
-          case 1:
-            if (!target.empty())
-              target[rng.below(target.size())] = std::byte{static_cast<uint8_t>(rng.below(256))};
-            break;
-          case 2:
-            target.resize(rng.below(target.size() + 1));
-            break;
-          default:
-            target.resize(target.size() + 1 + rng.below(8),
-                          std::byte{static_cast<uint8_t>(rng.below(256))});
-        }
-      }
+      mutate(params, payload, rng);
       std::vector<TestType> out(d);
       const core::Status st = c->decode(craft<TestType>(c->id(), d, params, payload), out);
       REQUIRE((st.isOk() || st.code() == StatusCode::kCorruption));
