@@ -31,9 +31,10 @@ namespace starling::compression::codecs {
 
 // Integers that may alias any object and sit at any address (GCC and Clang attributes): the
 // vectorized loops of the codecs read and write payload bytes through them, little-endian only.
-using AliasU16 = uint16_t __attribute__((may_alias, aligned(1)));
-using AliasU32 = uint32_t __attribute__((may_alias, aligned(1)));
-using AliasU64 = uint64_t __attribute__((may_alias, aligned(1)));
+// typedef, not using: clang 14 ignores aligned(1) on an alias declaration and assumes natural alignment.
+typedef uint16_t AliasU16 __attribute__((may_alias, aligned(1)));
+typedef uint32_t AliasU32 __attribute__((may_alias, aligned(1)));
+typedef uint64_t AliasU64 __attribute__((may_alias, aligned(1)));
 
 template <typename U>
 void storeLe(std::byte* p, U v) {

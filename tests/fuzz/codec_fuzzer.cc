@@ -163,8 +163,10 @@ bool allBytes(const std::vector<T>& v, uint8_t byte) {
   return true;
 }
 
-constexpr uint8_t kSentinel = 0xA5;       // NaN bits in float and double alike
-constexpr uint8_t kOtherSentinel = 0x5A;  // a finite value, in float and double alike
+// Fill patterns for output buffers. They differ in every bit, so an element that a decode leaves
+// unwritten differs between two decodes into buffers filled with one and the other.
+constexpr uint8_t kSentinel = 0xA5;
+constexpr uint8_t kOtherSentinel = 0x5A;
 
 template <typename T>
 void checkAccumulator(const Compressor<T>& codec, std::span<const std::byte> frame, size_t d,
