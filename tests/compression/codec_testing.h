@@ -204,4 +204,52 @@ inline float loadF32(std::span<const std::byte> p, size_t at) {
 }
 
 
+// Every way a valid frame of `spec` for d elements can be malformed must be kCorruption: every
+// truncation, the wrong element count or type, any other codec id (unassigned ones included),
+// params and payload one byte longer or shorter (each with a valid CRC).
+template <typename TestType>
+void requireMalformedRejected(const CompressorSpec& spec, size_t d) {
+  using Other = std::conditional_t<std::is_same_v<TestType, float>, double, float>;
+  auto c = make<TestType>(spec);
+  const auto x = normalVector<TestType>(d, 400 + d);
+  const Frame f = encodeWith(*c, x);
+  decodeOk(*c, f, d);
+  const auto view = parseFrame(f);
+  REQUIRE(view.isOk());
+  const Bytes params(view->params.begin(), view->params.end());
+  const Bytes payload(view->payload.begin(), view->payload.end());
+
+  // Every truncation.
+  for (size_t n = 0; n < f.size(); ++n) requireCorrupt(*c, Frame(f.begin(), f.begin() + n), d);
+  // The count the receiver expects differs from the frame's.
+  requireCorrupt(*c, f, d + 1);
+  if (d > 0) requireCorrupt(*c, f, d - 1);
+  // Another element type.
+  Frame otherType;
+  writeFrame(c->id(), elementTypeOf<Other>(), d, params, payload, otherType);
+  requireCorrupt(*c, otherType, d);
+  requireCorrupt(*make<Other>(spec), f, d);
+  // Any other codec id, including ones not assigned yet.
+  for (int id : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 200, 255}) {
+    if (CodecId(id) == c->id()) continue;
+    requireCorrupt(*c, craft<TestType>(CodecId(id), d, params, payload), d);
+  }
+  // Params one byte longer or shorter than the codec's.
+  Bytes longer = params;
+  longer.push_back(std::byte{0});
+  requireCorrupt(*c, craft<TestType>(c->id(), d, longer, payload), d);
+  if (!params.empty()) {
+    requireCorrupt(
+        *c, craft<TestType>(c->id(), d, Bytes(params.begin(), params.end() - 1), payload), d);
+  }
+  // Payload one byte longer or shorter than its contents imply (a valid CRC each time).
+  Bytes more = payload;
+  more.push_back(std::byte{0});
+  requireCorrupt(*c, craft<TestType>(c->id(), d, params, more), d);
+  if (!payload.empty()) {
+    requireCorrupt(
+        *c, craft<TestType>(c->id(), d, params, Bytes(payload.begin(), payload.end() - 1)), d);
+  }
+}
+
 }  // namespace starling::compression::codec_testing
