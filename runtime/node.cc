@@ -109,7 +109,7 @@ void Node<T>::postReceive(size_t s) {
 }
 
 template <typename T>
-core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s, const transport::Bytes& bytes) {
+core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s, std::span<const std::byte> bytes) {
   if (!codec_) return compression::decodeDense<T>(bytes, messageSize_, scratch_[s]);
   scratch_[s].resize(messageSize_);
   STARLING_RETURN_IF_ERROR(codec_->decode(bytes, scratch_[s]));

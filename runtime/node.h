@@ -83,7 +83,7 @@ class Node {
 
   void postReceive(size_t slot);
   void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
-  core::Result<std::span<const T>> decodeMessage(size_t slot, const transport::Bytes& bytes);
+  core::Result<std::span<const T>> decodeMessage(size_t slot, std::span<const std::byte> bytes);
 
   const int rank_;
   LogFn log_;

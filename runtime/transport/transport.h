@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/core/status.h"
@@ -30,8 +31,41 @@ namespace starling::transport {
 
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::byte>;
-// Messages are immutable once sent; one encoded buffer is shared by every neighbour it goes to.
-using SharedBytes = std::shared_ptr<const Bytes>;
+
+// A message's bytes: an immutable view kept alive by its owner. Messages are immutable once sent;
+// one encoded buffer is shared by every neighbour it goes to. The owner is usually the Bytes
+// buffer itself; a transport may instead hand out a view of memory it does not own (the UCX
+// transport's shared-memory path lends a receiver the sender's frame, and the owner's destructor
+// gives it back). Reads like a shared_ptr<const Bytes>: `msg->size()`, `*msg` (a span).
+class SharedBytes {
+ public:
+  SharedBytes() = default;
+  SharedBytes(std::nullptr_t) {}  // NOLINT: reads like a null shared_ptr
+  SharedBytes(std::shared_ptr<const Bytes> buffer)  // NOLINT: a buffer is its own owner
+      : view_(buffer ? std::span<const std::byte>(*buffer) : std::span<const std::byte>()),
+        owner_(std::move(buffer)) {}
+  SharedBytes(std::shared_ptr<Bytes> buffer)  // NOLINT
+      : SharedBytes(std::shared_ptr<const Bytes>(std::move(buffer))) {}
+  // `view` stays valid while `owner` lives.
+  SharedBytes(std::shared_ptr<const void> owner, std::span<const std::byte> view)
+      : view_(view), owner_(std::move(owner)) {}
+
+  const std::span<const std::byte>& operator*() const { return view_; }
+  const std::span<const std::byte>* operator->() const { return &view_; }
+  explicit operator bool() const { return owner_ != nullptr; }
+  friend bool operator==(const SharedBytes& b, std::nullptr_t) { return b.owner_ == nullptr; }
+  // The object that keeps the bytes alive; equal for copies of one message.
+  const void* owner() const { return owner_.get(); }
+  long use_count() const { return owner_.use_count(); }
+  void reset() {
+    owner_.reset();
+    view_ = {};
+  }
+
+ private:
+  std::span<const std::byte> view_;
+  std::shared_ptr<const void> owner_;
+};
 
 struct Tag {
   uint64_t round = 0;

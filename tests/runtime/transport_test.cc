@@ -1,5 +1,6 @@
 #include "runtime/transport/transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -103,7 +104,7 @@ TEST_CASE("a message is delivered whether send or recv comes first", "[runtime][
   CHECK(got.calls == 1);
   CHECK(got.status.isOk());
   // Zero copy: the receiver holds the sender's own buffer.
-  CHECK(got.bytes.get() == msg.get());
+  CHECK(got.bytes->data() == msg->data());
   CHECK(sent.calls == 1);
   CHECK(sent.status.isOk());
 }
@@ -146,7 +147,7 @@ TEST_CASE("messages are matched on sender, round and channel", "[runtime][unit]"
     CAPTURE(i, keys[i].from, keys[i].tag.round, keys[i].tag.channel);
     CHECK(got[i].calls == 1);
     CHECK(got[i].status.isOk());
-    CHECK(got[i].bytes.get() == sentBytes[i].get());
+    CHECK(got[i].bytes->data() == sentBytes[i]->data());
   }
   CHECK(f.t[1]->stats().messagesReceived == keys.size());
 }
@@ -303,7 +304,7 @@ TEST_CASE("messages with the same key are queued FIFO, one per recv", "[runtime]
     REQUIRE(drive({f.t[1].get()}, [&] { return got.calls > 0; }));
     CHECK(got.calls == 1);
     CHECK(got.status.isOk());
-    CHECK(got.bytes.get() == queued[i].get());
+    CHECK(got.bytes->data() == queued[i]->data());
   }
   CHECK(f.t[1]->stats().messagesReceived == kMaxQueuedPerKey);
 
@@ -319,8 +320,8 @@ TEST_CASE("messages with the same key are queued FIFO, one per recv", "[runtime]
   f.t[1]->recv(0, Tag{2, 1}, later(), channel1.callback());
   f.t[1]->recv(0, Tag{3, 0}, later(), round3.callback());
   REQUIRE(drive({f.t[1].get()}, [&] { return channel1.calls > 0 && round3.calls > 0; }));
-  CHECK(channel1.bytes.get() == fifth.get());
-  CHECK(round3.bytes.get() == fifth.get());
+  CHECK(channel1.bytes->data() == fifth->data());
+  CHECK(round3.bytes->data() == fifth->data());
   CHECK(f.t[1]->stats().corruptMessages == 2);
 }
 
@@ -338,7 +339,7 @@ TEST_CASE("the per-key limit counts messages waiting, not messages ever sent", "
     f.t[1]->recv(0, tag, later(), got.callback());
     REQUIRE(drive({f.t[1].get()}, [&] { return got.calls > 0; }));
     CHECK(got.status.isOk());
-    CHECK(got.bytes.get() == msgs[i].get());
+    CHECK(got.bytes->data() == msgs[i]->data());
     if (next < msgs.size()) {
       f.t[0]->send(1, tag, msgs[next], [](const Status&) {});
       ++next;
@@ -359,20 +360,20 @@ TEST_CASE("a duplicate arriving after the first was received goes to the next re
   f.t[1]->recv(0, Tag{0, 0}, later(), got.callback());
   f.t[0]->send(1, Tag{0, 0}, first, [](const Status&) {});
   REQUIRE(drive({f.t[1].get()}, [&] { return got.calls > 0; }));
-  CHECK(got.bytes.get() == first.get());
+  CHECK(got.bytes->data() == first->data());
   f.t[0]->send(1, Tag{0, 0}, second, [](const Status&) {});
   CHECK(f.t[1]->stats().corruptMessages == 0);
   // Progressing does not hand it to the recv that already completed.
   REQUIRE(f.t[1]->progress(Clock::now() + 20ms).isOk());
   CHECK(got.calls == 1);
-  CHECK(got.bytes.get() == first.get());
+  CHECK(got.bytes->data() == first->data());
 
   Received later2;
   f.t[1]->recv(0, Tag{0, 0}, later(), later2.callback());
   REQUIRE(drive({f.t[1].get()}, [&] { return later2.calls > 0; }));
   CHECK(later2.calls == 1);
   CHECK(later2.status.isOk());
-  CHECK(later2.bytes.get() == second.get());
+  CHECK(later2.bytes->data() == second->data());
   CHECK(f.t[1]->stats().messagesReceived == 2);
   CHECK(f.t[1]->stats().corruptMessages == 0);
 }
@@ -408,7 +409,7 @@ TEST_CASE("a second recv for a pending key fails at once; the first still comple
   REQUIRE(drive({f.t[1].get()}, [&] { return a.calls > 0; }));
   if (messageComes) {
     CHECK(a.status.isOk());
-    CHECK(a.bytes.get() == msg.get());
+    CHECK(a.bytes->data() == msg->data());
   } else {
     CHECK(Clock::now() >= deadline);
     CHECK(a.status.code() == StatusCode::kTimeout);
@@ -428,7 +429,7 @@ TEST_CASE("a second recv for a pending key fails at once; the first still comple
   f.t[0]->send(1, tag, next, [](const Status&) {});
   REQUIRE(drive({f.t[1].get()}, [&] { return again.calls > 0; }));
   CHECK(again.status.isOk());
-  CHECK(again.bytes.get() == next.get());
+  CHECK(again.bytes->data() == next->data());
   CHECK(a.calls == 1);
   CHECK(b.calls == 1);
 }
@@ -492,7 +493,7 @@ TEST_CASE("two ranks on two threads exchange 1000 rounds", "[runtime][unit]") {
       int recvCalls = 0, sendCalls = 0;
       auto onRecv = [&](const Status& st, SharedBytes b) {
         ++recvCalls;
-        if (!st.isOk() || b == nullptr || *b != *expected) {
+        if (!st.isOk() || b == nullptr || !std::ranges::equal(*b, *expected)) {
           if (o.firstError.empty())
             o.firstError = "round " + std::to_string(round) + ": " + st.toString();
           ++o.wrong;

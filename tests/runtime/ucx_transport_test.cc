@@ -104,7 +104,7 @@ SharedBytes randomBytes(size_t n, uint32_t seed) {
 
 // Byte-for-byte comparison with a short report instead of a megabyte dump.
 bool sameBytes(const SharedBytes& got, const SharedBytes& want) {
-  if (!got || !want) return got == want;
+  if (!got || !want) return !got && !want;
   if (got->size() != want->size()) {
     UNSCOPED_INFO("sizes differ: got " << got->size() << ", want " << want->size());
     return false;
@@ -259,7 +259,7 @@ class RawClient {
   RawClient& operator=(const RawClient&) = delete;
 
   // Posts one active message; the header and payload must outlive its completion.
-  void send(const void* hdr, size_t hdrLength, const Bytes& payload) {
+  void send(const void* hdr, size_t hdrLength, std::span<const std::byte> payload) {
     ucp_request_param_t rp{};
     ucs_status_ptr_t req =
         ucp_am_send_nbx(ep_, kAmId, hdr, hdrLength, payload.data(), payload.size(), &rp);
