@@ -23,6 +23,10 @@ core::Result<std::unique_ptr<Transport>> createNetworkTransport(const NetworkOpt
   o.tls = options.ucxTls.empty() ? ucxTlsFor(options.tls) : options.ucxTls;
   o.connectTimeout = options.connectTimeout;
   o.maxEndpoints = options.maxEndpoints;
+  o.sharedMemoryFrames = options.sharedMemoryFrames &&
+                         (o.tls.find("sysv") != std::string::npos ||
+                          o.tls.find("posix") != std::string::npos ||
+                          o.tls.find("sm") != std::string::npos);
   o.log = options.log;
   return ucx::createTransport(o);
 #else

@@ -20,6 +20,9 @@ struct NetworkOptions {
   std::string ucxTls;                  // verbatim UCX_TLS when not empty
   std::chrono::milliseconds connectTimeout{10000};
   size_t maxEndpoints = 64;
+  // With shared memory in the UCX transports: large frames to neighbours on this host go through
+  // sealed shared-memory segments (one copy, zero on receive) instead of UCX's own protocols.
+  bool sharedMemoryFrames = true;
   std::function<void(const std::string&)> log;  // diagnostics, one line each (default stderr)
 };
 

@@ -88,6 +88,7 @@ struct TransportStats {
   uint64_t messagesReceived = 0;
   uint64_t bytesReceived = 0;
   uint64_t corruptMessages = 0;  // rejected by the transport's own framing
+  uint64_t sharedMemoryMessages = 0;  // received as views of the sender's shared memory
   uint64_t timeouts = 0;
 };
 

@@ -32,6 +32,7 @@ core::Status UcxTransport::connect(int peer) {
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_ep_create(h_.worker, &ep, &handle), "connect to " + describe(peer)));
   p.ep = handle;
   p.errored = false;
+  p.mapped = false;  // until the neighbour accepts this connection's hello
   p.generation++;
   p.state = OutPeer::State::kConnecting;
   // Sends wait until the flush completes, i.e. until wireup has settled on its final lanes.
@@ -66,6 +67,7 @@ void UcxTransport::onConnected(const FlushOp& op, ucs_status_t status) {
     return;
   }
   p.state = OutPeer::State::kConnected;
+  if (outbox_) sendHello(op.peer);
   while (!p.unsent.empty() && p.state == OutPeer::State::kConnected) {
     auto next = std::move(p.unsent.front());
     p.unsent.pop_front();
@@ -121,8 +123,17 @@ void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
   rp.cb.send = sendCallback;
   SendOp* raw = op.get();
   rp.user_data = raw;
-  ucs_status_ptr_t req = ucp_am_send_nbx(p.ep, kAmId, raw->header.data(), raw->header.size(),
-                                         raw->bytes->data(), size, &rp);
+  ucs_status_ptr_t req;
+  if (outbox_ && p.mapped && size >= options_.sharedMemoryThreshold &&
+      stageInSharedMemory(peer, *raw)) {
+    // Only the descriptor travels; the reply flag lets the receiver answer with a release.
+    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    req = ucp_am_send_nbx(p.ep, kShmAmId, raw->shm.data(), raw->shm.size(), nullptr, 0, &rp);
+  } else {
+    req = ucp_am_send_nbx(p.ep, kAmId, raw->header.data(), raw->header.size(), raw->bytes->data(),
+                          size, &rp);
+  }
   if (req == nullptr) {
     onSendComplete(std::move(op), UCS_OK);
   } else if (UCS_PTR_IS_ERR(req)) {
@@ -136,6 +147,10 @@ void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
 void UcxTransport::onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status) {
   OutPeer& p = peers_[op->peer];
   if (p.inflight > 0) p.inflight--;
+  if (op->viaShm && status != UCS_OK) {
+    outbox_->release(op->segment, op->peer);  // the neighbour never heard of it
+    op->viaShm = false;  // a retry stages it again
+  }
   if (status == UCS_OK) {
     stats_.messagesSent++;
     stats_.bytesSent += op->bytes->size();
@@ -165,6 +180,8 @@ void UcxTransport::failPeer(int peer, core::Status status) {
   log(status.message());
   p.state = OutPeer::State::kFailed;
   p.failure = std::move(status);
+  p.mapped = false;
+  if (outbox_) outbox_->forget(peer);
   if (p.ep) {
     closeEndpoint(p.ep, /*force=*/true);
     p.ep = nullptr;

@@ -120,6 +120,15 @@ core::Status UcxTransport::start() {
   am.arg = this;
   am.flags = UCP_AM_FLAG_WHOLE_MSG;
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_worker_set_am_recv_handler(h_.worker, &am), "AM handler"));
+  am.id = kShmAmId;
+  am.cb = shmAmCallback;
+  STARLING_RETURN_IF_ERROR(
+      fromUcs(ucp_worker_set_am_recv_handler(h_.worker, &am), "shared-memory AM handler"));
+  if (options_.sharedMemoryFrames) {
+    if (auto st = startSharedMemory(); !st.isOk()) {
+      log("frames stay on UCX active messages: shared memory unavailable: " + st.message());
+    }
+  }
 
   auto own = resolve(options_.addresses[options_.rank], /*forListening=*/true);
   if (!own) return own.status();
@@ -146,8 +155,12 @@ void UcxTransport::maintain(Clock::time_point now) {
   for (ucp_ep_h ep : erroredInbound_) {
     inbound_.erase(ep);
     closeEndpoint(ep, /*force=*/true);
+    for (auto& in : senders_) {
+      if (in.replyEp == ep) in.replyEp = nullptr;
+    }
   }
   erroredInbound_.clear();
+  flushReleases();
 
   for (size_t i = 0; i < peers_.size(); ++i) {
     OutPeer& p = peers_[i];
@@ -249,6 +262,8 @@ void UcxTransport::waitForEvents(Clock::time_point wake) {
 
 core::Result<int> UcxTransport::progress(Clock::time_point until) {
   if (!started_) return core::failedPrecondition("transport not started");
+  // The caller has sent what it will send together; let the staged frame's buffer go.
+  stagedBytes_.reset();
   for (;;) {
     while (ucp_worker_progress(h_.worker) != 0) {
     }

@@ -46,6 +46,12 @@ struct Options {
   std::string tls = "tcp,self";
   std::chrono::milliseconds connectTimeout{10000};
   size_t maxEndpoints = 64;
+  // Neighbours on the same host exchange messages of at least `sharedMemoryThreshold` bytes
+  // through shared memory: one copy into a sealed segment, none on the receiving side
+  // (ucx_shm.h). Used only after a handshake shows that the receiver can map this process's
+  // segments; otherwise, and for smaller messages, active messages carry everything.
+  bool sharedMemoryFrames = false;
+  size_t sharedMemoryThreshold = 16384;
   // Where diagnostics go (one line each); default: stderr.
   std::function<void(const std::string&)> log;
 };

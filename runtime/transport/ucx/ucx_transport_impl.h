@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/ucx/ucx_shm.h"
 #include "runtime/transport/ucx/ucx_status.h"
 #include "runtime/transport/ucx/ucx_transport.h"
 
@@ -35,6 +36,31 @@ constexpr auto kRetryDelay = std::chrono::milliseconds(100);
 constexpr auto kCloseGrace = std::chrono::seconds(2);
 
 using Header = std::array<std::byte, kHeaderBytes>;
+
+// The shared-memory path's messages (ucx_shm.h): header-only active messages on their own id.
+// Layout, little-endian: magic (4), type (4), sender rank (4), then by type:
+//   kHello:   pid (4) @12, token (16) @16, boot id (16) @32, probe fd (4) @48, probe serial (8) @52
+//   kAck:     accepted (4) @12
+//   kFrame:   fd (4) @12, round (8) @16, channel (4) @24, serial (8) @32, offset (8) @40,
+//             length (8) @48
+//   kRelease: serial (8) @32
+constexpr unsigned kShmAmId = 0x5355;
+constexpr uint32_t kShmMagic = 0x4D485353;  // "SSHM"
+constexpr size_t kShmHeaderBytes = 64;
+enum class ShmType : uint32_t { kHello = 1, kAck = 2, kFrame = 3, kRelease = 4 };
+using ShmHeader = std::array<std::byte, kShmHeaderBytes>;
+
+inline void putLe(std::byte* p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+inline ShmHeader shmHeader(ShmType type, uint32_t sender) {
+  ShmHeader h{};
+  putLe(h.data(), kShmMagic, 4);
+  putLe(h.data() + 4, static_cast<uint32_t>(type), 4);
+  putLe(h.data() + 8, sender, 4);
+  return h;
+}
 
 inline Header encodeHeader(uint32_t sender, Tag tag) {
   Header h{};
@@ -77,6 +103,24 @@ struct SendOp {
   Header header;
   SharedBytes bytes;
   SendCallback done;
+  // Set when the frame went into shared memory: only this descriptor travels.
+  bool viaShm = false;
+  uint64_t segment = 0;
+  ShmHeader shm{};
+};
+
+// A header-only message of the shared-memory handshake (hello, ack, release).
+struct ControlOp {
+  ShmHeader header;
+};
+
+// What this rank knows of a neighbour that sends to it through shared memory.
+struct InPeer {
+  bool mapped = false;  // its hello checked out: its frames may arrive as segments
+  uint32_t pid = 0;
+  Token token{};
+  ucp_ep_h replyEp = nullptr;  // the endpoint its messages came in on
+  SegmentCache cache;
 };
 
 // The flush that tells when a new endpoint's wireup is complete.
@@ -107,6 +151,7 @@ struct OutPeer {
   Clock::time_point retryAt{};
   uint64_t lastUse = 0;
   size_t inflight = 0;
+  bool mapped = false;  // the neighbour accepted our hello: large frames go through shared memory
   std::deque<std::unique_ptr<SendOp>> unsent;
   core::Status failure;
 };
@@ -123,6 +168,7 @@ class UcxTransport final : public Transport {
       options_.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     }
     peers_.resize(options_.addresses.size());
+    senders_.resize(options_.addresses.size());
   }
 
   ~UcxTransport() override { shutdown(); }
@@ -140,6 +186,8 @@ class UcxTransport final : public Transport {
   void onConnected(const FlushOp& op, ucs_status_t status);
   ucs_status_t onActiveMessage(const void* header, size_t headerLength, void* data, size_t length,
                                const ucp_am_recv_param_t* param);
+  ucs_status_t onShmMessage(const void* header, size_t headerLength, size_t length,
+                            const ucp_am_recv_param_t* param);
   void onRecvComplete(std::unique_ptr<RecvOp> op, ucs_status_t status, size_t length);
   void onConnectionRequest(ucp_conn_request_h request);
   void onEndpointError(ucp_ep_h ep, ucs_status_t status);
@@ -167,6 +215,14 @@ class UcxTransport final : public Transport {
   Clock::time_point nextWake(Clock::time_point until) const;
   void waitForEvents(Clock::time_point wake);
   void shutdown();
+  // Shared-memory path (ucx_shm_path.cc).
+  core::Status startSharedMemory();
+  bool stageInSharedMemory(int peer, SendOp& op);
+  void sendControl(ucp_ep_h ep, const ShmHeader& header, bool reply);
+  void sendHello(int peer);
+  void onHello(int sender, const std::byte* h, ucp_ep_h replyEp);
+  void onFrame(int sender, const std::byte* h, ucp_ep_h replyEp);
+  void flushReleases();
 
   Options options_;
   Handle h_;
@@ -183,6 +239,14 @@ class UcxTransport final : public Transport {
   std::map<MessageKey, PendingRecv> waiting_;
   std::deque<std::function<void()>> ready_;
   TransportStats stats_;
+  // Shared-memory path; outbox_ is null when it is off or unavailable.
+  ShmIdentity identity_;
+  std::unique_ptr<Outbox> outbox_;
+  std::vector<InPeer> senders_;
+  std::shared_ptr<ReleaseQueue> releases_ = std::make_shared<ReleaseQueue>();
+  std::vector<std::pair<ucp_ep_h, ShmHeader>> pendingControl_;  // acks, sent from progress()
+  SharedBytes stagedBytes_;  // the frame last copied into a segment (sent to several neighbours)
+  uint64_t stagedSegment_ = 0;
   uint64_t useClock_ = 0;
   bool started_ = false;
   bool shuttingDown_ = false;
@@ -190,6 +254,9 @@ class UcxTransport final : public Transport {
 
 // UCX callbacks (C function pointers) that forward to the transport.
 void sendCallback(void* request, ucs_status_t status, void* userData);
+void controlCallback(void* request, ucs_status_t status, void* userData);
+ucs_status_t shmAmCallback(void* arg, const void* header, size_t headerLength, void* data,
+                           size_t length, const ucp_am_recv_param_t* param);
 void flushCallback(void* request, ucs_status_t status, void* userData);
 void recvDataCallback(void* request, ucs_status_t status, size_t length, void* userData);
 ucs_status_t amCallback(void* arg, const void* header, size_t headerLength, void* data,

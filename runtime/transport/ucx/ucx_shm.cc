@@ -1,0 +1,213 @@
+// Shared-memory frame segments: memfd staging on the sender, sealed read-only mappings on the
+// receiver. See ucx_shm.h.
+#include "runtime/transport/ucx/ucx_shm.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+
+namespace starling::transport::ucx::detail {
+namespace {
+
+constexpr uint64_t kSegmentMagic = 0x474553534C525453ULL;  // "STRLSSEG"
+
+void putLe(std::byte* p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+uint64_t getLe(const std::byte* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(std::to_integer<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+// Header: magic (8), serial (8), token (16), zero to 64 bytes.
+void writeHeader(std::byte* base, const Token& token, uint64_t serial) {
+  std::memset(base, 0, kSegmentHeaderBytes);
+  putLe(base, kSegmentMagic, 8);
+  putLe(base + 8, serial, 8);
+  std::memcpy(base + 16, token.data(), token.size());
+}
+
+std::string errnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+size_t pageRound(size_t n) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+}  // namespace
+
+core::Result<ShmIdentity> makeIdentity() {
+  ShmIdentity id;
+  id.pid = static_cast<uint32_t>(::getpid());
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string text;
+  if (!(in >> text)) return core::ioError("cannot read /proc/sys/kernel/random/boot_id");
+  size_t n = 0;
+  for (size_t i = 0; i + 1 < text.size() && n < id.bootId.size();) {
+    if (text[i] == '-') {
+      ++i;
+      continue;
+    }
+    id.bootId[n++] = static_cast<uint8_t>(std::stoul(text.substr(i, 2), nullptr, 16));
+    i += 2;
+  }
+  if (n != id.bootId.size()) return core::ioError("malformed boot id \"" + text + "\"");
+  std::random_device rd;
+  for (auto& b : id.token) b = static_cast<uint8_t>(rd());
+  return id;
+}
+
+// ---- sender --------------------------------------------------------------------------------
+
+Outbox::~Outbox() {
+  auto drop = [](OutSegment& s) {
+    if (s.base) ::munmap(s.base, kSegmentHeaderBytes + s.capacity);
+    if (s.fd >= 0) ::close(s.fd);
+  };
+  if (probe_) drop(*probe_);
+  for (auto& s : segments_) drop(*s);
+}
+
+core::Result<std::unique_ptr<OutSegment>> Outbox::create(size_t capacity) {
+  const size_t total = pageRound(kSegmentHeaderBytes + capacity);
+  auto seg = std::make_unique<OutSegment>();
+  seg->fd = ::memfd_create("starling-frames", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (seg->fd < 0) return core::ioError(errnoText("memfd_create"));
+  auto fail = [&seg](const char* what) {
+    core::Status st = core::ioError(errnoText(what));
+    ::close(seg->fd);
+    return st;
+  };
+  if (::ftruncate(seg->fd, static_cast<off_t>(total)) != 0) return fail("ftruncate");
+  // Sealed: no process (this one included) can shrink the file under a reader's mapping.
+  if (::fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return fail("F_ADD_SEALS");
+  }
+  void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
+  if (p == MAP_FAILED) return fail("mmap");
+  seg->base = static_cast<std::byte*>(p);
+  seg->capacity = total - kSegmentHeaderBytes;
+  seg->serial = nextSerial_++;
+  writeHeader(seg->base, id_.token, seg->serial);
+  return seg;
+}
+
+core::Status Outbox::createProbe() {
+  auto probe = create(0);
+  if (!probe) return probe.status();
+  probe_ = std::move(*probe);
+  return core::Status::ok();
+}
+
+OutSegment* Outbox::acquire(size_t size) {
+  OutSegment* best = nullptr;
+  for (auto& s : segments_) {
+    if (s->readers.empty() && s->capacity >= size && (!best || s->capacity < best->capacity)) {
+      best = s.get();
+    }
+  }
+  if (best) return best;
+  if (segments_.size() >= maxSegments_) {
+    // Replace the smallest free segment that is too small, if any.
+    auto victim = segments_.end();
+    for (auto it = segments_.begin(); it != segments_.end(); ++it) {
+      if ((*it)->readers.empty() && (victim == segments_.end() || (*it)->capacity < (*victim)->capacity)) {
+        victim = it;
+      }
+    }
+    if (victim == segments_.end()) return nullptr;
+    ::munmap((*victim)->base, kSegmentHeaderBytes + (*victim)->capacity);
+    ::close((*victim)->fd);
+    segments_.erase(victim);
+  }
+  auto fresh = create(size);
+  if (!fresh) return nullptr;
+  segments_.push_back(std::move(*fresh));
+  return segments_.back().get();
+}
+
+bool Outbox::release(uint64_t serial, int reader) {
+  for (auto& s : segments_) {
+    if (s->serial != serial) continue;
+    auto it = std::find(s->readers.begin(), s->readers.end(), reader);
+    if (it == s->readers.end()) return false;
+    s->readers.erase(it);
+    return true;
+  }
+  return false;
+}
+
+OutSegment* Outbox::find(uint64_t serial) {
+  for (auto& s : segments_) {
+    if (s->serial == serial) return s.get();
+  }
+  return nullptr;
+}
+
+void Outbox::forget(int reader) {
+  for (auto& s : segments_) std::erase(s->readers, reader);
+}
+
+// ---- receiver ------------------------------------------------------------------------------
+
+MappedSegment::~MappedSegment() {
+  ::munmap(const_cast<std::byte*>(base_), size_);
+}
+
+core::Result<std::shared_ptr<const MappedSegment>> mapSegment(uint32_t pid, int32_t fd,
+                                                              const Token& token, uint64_t serial) {
+  if (pid == 0 || fd < 0) return core::corruption("no such segment");
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int local = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (local < 0) return core::unavailable(errnoText(("open " + path).c_str()));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{local};
+  const int seals = ::fcntl(local, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return core::corruption(path + " is not a sealed segment");
+  }
+  struct stat st {};
+  if (::fstat(local, &st) != 0) return core::unavailable(errnoText("fstat"));
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size < kSegmentHeaderBytes) return core::corruption(path + " is too small for a segment");
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, local, 0);
+  if (p == MAP_FAILED) return core::unavailable(errnoText("mmap"));
+  auto seg = std::make_shared<const MappedSegment>(static_cast<const std::byte*>(p), size);
+  const std::byte* h = seg->base();
+  if (getLe(h, 8) != kSegmentMagic || getLe(h + 8, 8) != serial ||
+      std::memcmp(h + 16, token.data(), token.size()) != 0) {
+    return core::corruption(path + " is not segment " + std::to_string(serial) + " of that sender");
+  }
+  return seg;
+}
+
+std::shared_ptr<const MappedSegment> SegmentCache::find(uint64_t serial) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->first == serial) {
+      auto hit = *it;
+      entries_.erase(it);
+      entries_.push_back(hit);
+      return hit.second;
+    }
+  }
+  return nullptr;
+}
+
+void SegmentCache::insert(uint64_t serial, std::shared_ptr<const MappedSegment> segment) {
+  entries_.emplace_back(serial, std::move(segment));
+  while (entries_.size() > max_) entries_.pop_front();
+}
+
+}  // namespace starling::transport::ucx::detail

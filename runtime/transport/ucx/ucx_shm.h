@@ -1,0 +1,134 @@
+// Shared-memory frames for neighbours on the same host: the UCX transport's zero-copy path.
+//
+// Why this exists: with peer-failure error handling (which Starling needs to name a lost
+// neighbour), UCX 1.13 leaves its single-copy CMA transport out of the rendezvous lanes, so a
+// large message between two processes on one host crossed TCP loopback (two kernel copies and
+// several wake-ups). UCX's own mapped-memory route (ucp_rkey_ptr) gives no bounds for the remote
+// segment, so a bad offset from a neighbour could read past it. Instead, a sender stages each
+// large frame once in a sealed memfd segment; the frame's (segment, offset, length) travels as a
+// small UCX active message; the receiver maps the segment read-only through
+// /proc/<pid>/fd/<fd>, checks the bounds against the segment's real, sealed size, and hands the
+// node a view of the sender's bytes. When the node lets go of the view, a release message tells
+// the sender the segment is free again. One copy per frame, shared by every neighbour, and none
+// on the receiving side.
+//
+// Trust: a receiver reads only what the segment's sealed size allows (F_SEAL_SHRINK, checked
+// before mapping), so a truncated or forged descriptor is rejected, never a SIGBUS or a read out
+// of bounds. The bytes themselves belong to a process of the same user on the same host, which
+// could attach a debugger to us anyway; frame CRCs are still checked by the decoder.
+//
+// Internal to runtime/transport/ucx; no UCX types here.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace starling::transport::ucx::detail {
+
+using Token = std::array<uint8_t, 16>;
+
+// Every segment starts with this many bytes of header (magic, token, serial); frames follow.
+constexpr size_t kSegmentHeaderBytes = 64;
+
+// This process's identity for the shared-memory handshake.
+struct ShmIdentity {
+  uint32_t pid = 0;
+  Token token{};   // random per transport: proves a mapped segment is the sender's
+  Token bootId{};  // /proc/sys/kernel/random/boot_id: same host (and boot) or not
+};
+
+// Reads the boot id and draws a token. kIoError when the host has no boot id (not Linux).
+core::Result<ShmIdentity> makeIdentity();
+
+// One segment a sender stages frames in.
+struct OutSegment {
+  int fd = -1;
+  std::byte* base = nullptr;  // mapped read-write, kSegmentHeaderBytes + capacity bytes
+  size_t capacity = 0;        // bytes available for a frame
+  uint64_t serial = 0;
+  std::vector<int> readers;   // neighbours that have not released the frame in it yet
+};
+
+// The sender's segments. At most `maxSegments`; a frame that finds none free goes by the
+// ordinary active-message path instead.
+class Outbox {
+ public:
+  Outbox(const ShmIdentity& id, size_t maxSegments) : id_(id), maxSegments_(maxSegments) {}
+  ~Outbox();
+  Outbox(const Outbox&) = delete;
+  Outbox& operator=(const Outbox&) = delete;
+
+  // A small segment holding only the header: the receiver maps it during the handshake to prove
+  // it can. kIoError when memfd segments are not available.
+  core::Status createProbe();
+  int probeFd() const { return probe_ ? probe_->fd : -1; }
+
+  // A segment nobody reads with room for `size` bytes, growing one if needed; nullptr at the cap.
+  OutSegment* acquire(size_t size);
+  // `reader` has let go of the frame in segment `serial`. False when it held none there.
+  bool release(uint64_t serial, int reader);
+  // `reader` is gone: drop it from every segment.
+  void forget(int reader);
+  OutSegment* find(uint64_t serial);
+  size_t segments() const { return segments_.size(); }
+
+ private:
+  core::Result<std::unique_ptr<OutSegment>> create(size_t capacity);
+
+  ShmIdentity id_;
+  size_t maxSegments_;
+  uint64_t nextSerial_ = 1;
+  std::unique_ptr<OutSegment> probe_;
+  std::vector<std::unique_ptr<OutSegment>> segments_;
+};
+
+// A neighbour's segment, mapped read-only into this process. Unmapped when the last view of a
+// frame in it is gone.
+class MappedSegment {
+ public:
+  MappedSegment(const std::byte* base, size_t size) : base_(base), size_(size) {}
+  ~MappedSegment();
+  MappedSegment(const MappedSegment&) = delete;
+  MappedSegment& operator=(const MappedSegment&) = delete;
+  const std::byte* base() const { return base_; }
+  size_t size() const { return size_; }
+
+ private:
+  const std::byte* base_;
+  size_t size_;
+};
+
+// Maps segment `fd` of process `pid` and checks that it is sealed against shrinking and that its
+// header carries `token` and `serial`. Errors name what failed (kUnavailable: cannot open or map,
+// kCorruption: not the segment the descriptor claims).
+core::Result<std::shared_ptr<const MappedSegment>> mapSegment(uint32_t pid, int32_t fd,
+                                                              const Token& token, uint64_t serial);
+
+// The receiver's mappings of one sender's segments, least recently used evicted beyond `max`.
+class SegmentCache {
+ public:
+  explicit SegmentCache(size_t max = 8) : max_(max) {}
+  std::shared_ptr<const MappedSegment> find(uint64_t serial);
+  void insert(uint64_t serial, std::shared_ptr<const MappedSegment> segment);
+  void clear() { entries_.clear(); }
+
+ private:
+  size_t max_;
+  std::deque<std::pair<uint64_t, std::shared_ptr<const MappedSegment>>> entries_;  // newest last
+};
+
+// Frames whose views the node has let go of, to be reported to their senders from progress().
+// Views hold it weakly, so a view that outlives its transport releases nothing.
+struct ReleaseQueue {
+  std::vector<std::pair<int, uint64_t>> pending;  // (sender rank, segment serial)
+};
+
+}  // namespace starling::transport::ucx::detail

@@ -1,0 +1,231 @@
+// The UCX transport's shared-memory path (see ucx_shm.h for the design): the handshake that
+// decides per neighbour whether frames may go through shared memory, staging a frame in a
+// segment, turning a frame descriptor into a view of the sender's segment, and releases.
+#include <cstring>
+
+#include "runtime/transport/ucx/ucx_transport_impl.h"
+
+namespace starling::transport::ucx::detail {
+namespace {
+
+constexpr size_t kMaxSegments = 8;
+
+// Held by every view of a neighbour's frame; reports the frame released when the last one goes.
+// Built in place only: a copy would release twice.
+struct Lease {
+  Lease(std::shared_ptr<const MappedSegment> seg, std::weak_ptr<ReleaseQueue> q, int from,
+        uint64_t serialNumber)
+      : segment(std::move(seg)), queue(std::move(q)), sender(from), serial(serialNumber) {}
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  std::shared_ptr<const MappedSegment> segment;
+  std::weak_ptr<ReleaseQueue> queue;
+  int sender;
+  uint64_t serial;
+  ~Lease() {
+    if (auto q = queue.lock()) q->pending.emplace_back(sender, serial);
+  }
+};
+
+}  // namespace
+
+void controlCallback(void* request, ucs_status_t /*status*/, void* userData) {
+  // A lost hello, ack or release only means the slower path: nothing to report.
+  delete static_cast<ControlOp*>(userData);
+  ucp_request_free(request);
+}
+
+ucs_status_t shmAmCallback(void* arg, const void* header, size_t headerLength, void* /*data*/,
+                           size_t length, const ucp_am_recv_param_t* param) {
+  return static_cast<UcxTransport*>(arg)->onShmMessage(header, headerLength, length, param);
+}
+
+core::Status UcxTransport::startSharedMemory() {
+  auto id = makeIdentity();
+  if (!id) return id.status();
+  identity_ = *id;
+  auto outbox = std::make_unique<Outbox>(identity_, kMaxSegments);
+  STARLING_RETURN_IF_ERROR(outbox->createProbe());
+  outbox_ = std::move(outbox);
+  return core::Status::ok();
+}
+
+void UcxTransport::sendControl(ucp_ep_h ep, const ShmHeader& header, bool reply) {
+  auto op = std::make_unique<ControlOp>(ControlOp{header});
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                    UCP_OP_ATTR_FIELD_FLAGS;
+  rp.cb.send = controlCallback;
+  rp.user_data = op.get();
+  rp.flags = reply ? UCP_AM_SEND_FLAG_REPLY : 0;
+  ucs_status_ptr_t req =
+      ucp_am_send_nbx(ep, kShmAmId, op->header.data(), op->header.size(), nullptr, 0, &rp);
+  if (req != nullptr && !UCS_PTR_IS_ERR(req)) op.release();  // freed by controlCallback
+}
+
+void UcxTransport::sendHello(int peer) {
+  ShmHeader h = shmHeader(ShmType::kHello, static_cast<uint32_t>(options_.rank));
+  putLe(h.data() + 12, identity_.pid, 4);
+  std::memcpy(h.data() + 16, identity_.token.data(), identity_.token.size());
+  std::memcpy(h.data() + 32, identity_.bootId.data(), identity_.bootId.size());
+  putLe(h.data() + 48, static_cast<uint32_t>(outbox_->probeFd()), 4);
+  putLe(h.data() + 52, 1, 8);  // the probe is the outbox's first segment
+  sendControl(peers_[peer].ep, h, /*reply=*/true);
+}
+
+bool UcxTransport::stageInSharedMemory(int peer, SendOp& op) {
+  const size_t size = op.bytes->size();
+  OutSegment* seg = nullptr;
+  if (stagedBytes_ && stagedBytes_.owner() == op.bytes.owner() &&
+      stagedBytes_->data() == op.bytes->data() && stagedBytes_->size() == size) {
+    seg = outbox_->find(stagedSegment_);  // the same frame, already copied for another neighbour
+  }
+  if (seg == nullptr) {
+    seg = outbox_->acquire(size);
+    if (seg == nullptr) return false;  // every segment is still being read: go by AM
+    std::memcpy(seg->base + kSegmentHeaderBytes, op.bytes->data(), size);
+    stagedBytes_ = op.bytes;
+    stagedSegment_ = seg->serial;
+  }
+  seg->readers.push_back(peer);
+  op.viaShm = true;
+  op.segment = seg->serial;
+  op.shm = shmHeader(ShmType::kFrame, static_cast<uint32_t>(options_.rank));
+  putLe(op.shm.data() + 12, static_cast<uint32_t>(seg->fd), 4);
+  putLe(op.shm.data() + 16, op.tag.round, 8);
+  putLe(op.shm.data() + 24, op.tag.channel, 4);
+  putLe(op.shm.data() + 32, seg->serial, 8);
+  putLe(op.shm.data() + 40, kSegmentHeaderBytes, 8);
+  putLe(op.shm.data() + 48, size, 8);
+  return true;
+}
+
+ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength, size_t length,
+                                        const ucp_am_recv_param_t* param) {
+  if (header == nullptr || headerLength != kShmHeaderBytes || length != 0) {
+    corrupt("shared-memory message with a " + std::to_string(headerLength) + "-byte header and " +
+            std::to_string(length) + " bytes of data");
+    return UCS_OK;
+  }
+  const auto* h = static_cast<const std::byte*>(header);
+  const uint64_t type = getLe(h + 4, 4);
+  const uint64_t sender = getLe(h + 8, 4);
+  if (getLe(h, 4) != kShmMagic || type < 1 || type > 4) {
+    corrupt("bad shared-memory message header");
+    return UCS_OK;
+  }
+  if (sender >= peers_.size() || static_cast<int>(sender) == options_.rank) {
+    corrupt("shared-memory message from unknown rank " + std::to_string(sender));
+    return UCS_OK;
+  }
+  const int from = static_cast<int>(sender);
+  const ucp_ep_h replyEp =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  switch (static_cast<ShmType>(type)) {
+    case ShmType::kHello:
+      onHello(from, h, replyEp);
+      break;
+    case ShmType::kAck:
+      if (outbox_ && getLe(h + 12, 4) == 1 && !peers_[from].mapped) {
+        peers_[from].mapped = true;
+        log("frames of " + std::to_string(options_.sharedMemoryThreshold) + " bytes and more to " +
+            describe(from) + " go through shared memory");
+      }
+      break;
+    case ShmType::kFrame:
+      onFrame(from, h, replyEp);
+      break;
+    case ShmType::kRelease:
+      if (!outbox_ || !outbox_->release(getLe(h + 32, 8), from)) {
+        corrupt("rank " + std::to_string(from) + " released a frame it did not hold");
+      }
+      break;
+  }
+  return UCS_OK;
+}
+
+void UcxTransport::onHello(int sender, const std::byte* h, ucp_ep_h replyEp) {
+  InPeer& in = senders_[sender];
+  in.mapped = false;
+  in.cache.clear();
+  std::string refused;
+  if (!outbox_) {
+    refused = "shared memory is off here";
+  } else if (std::memcmp(h + 32, identity_.bootId.data(), identity_.bootId.size()) != 0) {
+    refused = "another host";
+  } else {
+    Token token;
+    std::memcpy(token.data(), h + 16, token.size());
+    const auto pid = static_cast<uint32_t>(getLe(h + 12, 4));
+    auto probe = mapSegment(pid, static_cast<int32_t>(getLe(h + 48, 4)), token, getLe(h + 52, 8));
+    if (probe) {
+      in.mapped = true;
+      in.pid = pid;
+      in.token = token;
+    } else {
+      refused = probe.status().message();
+    }
+  }
+  if (!refused.empty() && outbox_) {
+    log("frames from " + describe(sender) + " stay on UCX active messages: " + refused);
+  }
+  in.replyEp = replyEp;
+  if (replyEp != nullptr && inbound_.count(replyEp)) {
+    ShmHeader ack = shmHeader(ShmType::kAck, static_cast<uint32_t>(options_.rank));
+    putLe(ack.data() + 12, in.mapped ? 1 : 0, 4);
+    pendingControl_.emplace_back(replyEp, ack);
+  }
+}
+
+void UcxTransport::onFrame(int sender, const std::byte* h, ucp_ep_h replyEp) {
+  InPeer& in = senders_[sender];
+  const uint64_t serial = getLe(h + 32, 8);
+  const uint64_t offset = getLe(h + 40, 8);
+  const uint64_t length = getLe(h + 48, 8);
+  const MessageKey key{sender, Tag{getLe(h + 16, 8), static_cast<uint32_t>(getLe(h + 24, 4))}};
+  if (!in.mapped) {
+    corrupt("shared-memory frame from " + describe(sender) + " without a handshake");
+    return;
+  }
+  if (replyEp != nullptr) in.replyEp = replyEp;
+  auto segment = in.cache.find(serial);
+  if (!segment) {
+    auto mapped = mapSegment(in.pid, static_cast<int32_t>(getLe(h + 12, 4)), in.token, serial);
+    if (!mapped) {
+      corrupt("shared-memory frame from " + describe(sender) + ": " + mapped.status().message());
+      releases_->pending.emplace_back(sender, serial);  // the sender can reuse it
+      return;
+    }
+    segment = *mapped;
+    in.cache.insert(serial, segment);
+  }
+  if (offset < kSegmentHeaderBytes || offset > segment->size() ||
+      length > segment->size() - offset || length > kMaxMessageBytes) {
+    corrupt("shared-memory frame from " + describe(sender) + " out of its segment's bounds (offset " +
+            std::to_string(offset) + ", length " + std::to_string(length) + ", segment " +
+            std::to_string(segment->size()) + " bytes)");
+    releases_->pending.emplace_back(sender, serial);
+    return;
+  }
+  auto lease = std::make_shared<Lease>(segment, releases_, sender, serial);
+  const std::span<const std::byte> view(segment->base() + offset, length);
+  stats_.sharedMemoryMessages++;
+  deliver(key, SharedBytes(std::move(lease), view));
+}
+
+void UcxTransport::flushReleases() {
+  for (auto& [ep, header] : pendingControl_) {
+    if (inbound_.count(ep)) sendControl(ep, header, /*reply=*/false);
+  }
+  pendingControl_.clear();
+  for (const auto& [sender, serial] : releases_->pending) {
+    const ucp_ep_h ep = senders_[sender].replyEp;
+    if (ep == nullptr || !inbound_.count(ep)) continue;  // gone: it needs no release any more
+    ShmHeader h = shmHeader(ShmType::kRelease, static_cast<uint32_t>(options_.rank));
+    putLe(h.data() + 32, serial, 8);
+    sendControl(ep, h, /*reply=*/false);
+  }
+  releases_->pending.clear();
+}
+
+}  // namespace starling::transport::ucx::detail

@@ -1,0 +1,351 @@
+// Tests of the UCX transport's shared-memory frames (runtime/transport/ucx/ucx_shm.h): same-host
+// neighbours hand each other views of sealed segments instead of copies, the handshake decides
+// who may, releases recycle the segments, and hostile descriptors are counted and dropped.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tests/runtime/ucx_testing.h"
+
+namespace starling::transport {
+namespace {
+
+using namespace ucx_testing;
+
+constexpr const char* kShm = "sysv,posix,cma,tcp";
+constexpr unsigned kShmAmId = 0x5355;  // the wire constants of ucx_transport_impl.h, pinned here
+constexpr uint32_t kShmMagic = 0x4D485353;
+
+ucx::Options shmOptions(int rank, const std::vector<uint16_t>& ports, const LogLines& log) {
+  ucx::Options o = options(rank, ports, log, kShm);
+  o.sharedMemoryFrames = true;
+  o.sharedMemoryThreshold = 4096;
+  return o;
+}
+
+// Whether `p` lies in a mapping of this process backed by a memfd (the receive-side view).
+bool inMemfdMapping(const void* p) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return false;
+  char line[512];
+  bool found = false;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && addr >= lo && addr < hi) {
+      found = std::strstr(line, "memfd:starling-frames") != nullptr;
+    }
+  }
+  std::fclose(f);
+  return found;
+}
+
+// A ring of three: every rank sends its own 64 KiB .. 1 MiB message to both neighbours each round
+// and checks what it gets, then lets go of the views. Returns the number of rounds that checked out.
+int ringRounds(std::vector<std::unique_ptr<Transport>>& ts, int rounds, size_t size,
+               bool checkViews) {
+  std::vector<Transport*> raw;
+  for (auto& t : ts) raw.push_back(t.get());
+  const int n = static_cast<int>(ts.size());
+  int good = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const Tag tag{static_cast<uint64_t>(r), 0};
+    std::vector<SharedBytes> mine;
+    std::vector<Received> got(2 * n);
+    std::vector<Sent> sent(2 * n);
+    for (int i = 0; i < n; ++i) mine.push_back(randomBytes(size + r, 1000 * r + i));
+    for (int i = 0; i < n; ++i) {
+      for (int s = 0; s < 2; ++s) {
+        const int nb = (i + (s ? 1 : n - 1)) % n;
+        ts[i]->recv(nb, tag, in(20s), got[2 * i + s].callback());
+        ts[i]->send(nb, tag, mine[i], sent[2 * i + s].callback());
+      }
+    }
+    REQUIRE(pumpUntil(
+        raw,
+        [&] {
+          return std::all_of(got.begin(), got.end(), [](const Received& g) { return g.calls; }) &&
+                 std::all_of(sent.begin(), sent.end(), [](const Sent& g) { return g.calls; });
+        },
+        in(20s)));
+    bool ok = true;
+    for (int i = 0; i < n; ++i) {
+      for (int s = 0; s < 2; ++s) {
+        const int nb = (i + (s ? 1 : n - 1)) % n;
+        const Received& g = got[2 * i + s];
+        CAPTURE(r, i, nb, g.status.toString());
+        ok = ok && g.status.isOk() && sent[2 * i + s].status.isOk() && sameBytes(g.bytes, mine[nb]);
+        // Not a copy: neither the sender's buffer nor one of ours, but its shared segment.
+        if (checkViews && r > 2) {
+          ok = ok && g.bytes->data() != mine[nb]->data() && inMemfdMapping(g.bytes->data());
+        }
+      }
+    }
+    good += ok;
+  }
+  return good;
+}
+
+TEST_CASE("ucx shm: large frames arrive as views of the sender's segment, intact, round after round",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(3);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < 3; ++r) ts.push_back(make(shmOptions(r, ports, log)));
+  // The first rounds go by active messages while the handshake completes.
+  CHECK(ringRounds(ts, 40, size_t{1} << 20, /*checkViews=*/true) == 40);
+  for (auto& t : ts) {
+    const auto st = t->stats();
+    CHECK(st.sharedMemoryMessages >= 2 * 35);  // both neighbours, past the handshake
+    CHECK(st.corruptMessages == 0);
+    if (st.corruptMessages) for (size_t i = 0; i < std::min<size_t>(log->size(), 20); ++i) std::fprintf(stderr, "%s\n", (*log)[i].c_str());
+  }
+}
+
+TEST_CASE("ucx shm: released segments are reused, so a long run maps a bounded number",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(3);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < 3; ++r) ts.push_back(make(shmOptions(r, ports, log)));
+  CHECK(ringRounds(ts, 200, 65536, /*checkViews=*/false) == 200);
+  // Each transport keeps at most 8 segments; without releases 200 rounds would have run out
+  // after 8 and fallen back to active messages.
+  for (auto& t : ts) CHECK(t->stats().sharedMemoryMessages >= 2 * 190);
+  size_t memfds = 0;
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  REQUIRE(f != nullptr);
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) memfds += std::strstr(line, "memfd:starling-frames") != nullptr;
+  std::fclose(f);
+  // 3 senders × (probe + segments) + the receivers' cached mappings: well under 200.
+  CHECK(memfds <= 3 * (1 + 8) + 6 * 8);
+}
+
+TEST_CASE("ucx shm: small messages, and shared memory switched off, stay on active messages",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto o0 = shmOptions(0, ports, log);
+  auto o1 = shmOptions(1, ports, log);
+  o1.sharedMemoryFrames = false;  // rank 1 refuses in the handshake and sends nothing mapped
+  auto t0 = make(o0);
+  auto t1 = make(o1);
+  for (int i = 0; i < 5; ++i) exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 1 << 18, 7 + i);
+  exchange(*t0, *t1, Tag{9, 0}, 100, 3);
+  CHECK(t0->stats().sharedMemoryMessages == 0);
+  CHECK(t1->stats().sharedMemoryMessages == 0);
+  CHECK(t0->stats().messagesReceived == 6);
+  CHECK(t1->stats().messagesReceived == 6);
+}
+
+TEST_CASE("ucx shm: a view outlives its transport and its sender", "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto t0 = make(shmOptions(0, ports, log));
+  auto t1 = make(shmOptions(1, ports, log));
+  for (int i = 0; i < 3; ++i) exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 1 << 16, 20 + i);
+  const SharedBytes msg = randomBytes(1 << 16, 99);
+  Received got;
+  Sent sent;
+  t1->recv(0, Tag{50, 0}, in(10s), got.callback());
+  t0->send(1, Tag{50, 0}, msg, sent.callback());
+  REQUIRE(pumpUntil({t0.get(), t1.get()}, [&] { return got.calls && sent.calls; }, in(10s)));
+  REQUIRE(got.status.isOk());
+  REQUIRE(t1->stats().sharedMemoryMessages >= 1);
+  t0.reset();  // the sender unmaps and closes its segment
+  t1.reset();  // the receiver's transport is gone; its view is not
+  CHECK(sameBytes(got.bytes, msg));
+  got.bytes.reset();  // unmaps, reports to nobody
+}
+
+// A hand-made shared-memory message from a raw UCX client posing as rank 0.
+std::array<std::byte, 64> shmMessage(uint32_t type, uint32_t sender) {
+  std::array<std::byte, 64> h{};
+  auto put = [&h](size_t off, uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  };
+  put(0, kShmMagic, 4);
+  put(4, type, 4);
+  put(8, sender, 4);
+  return h;
+}
+
+// A sealed segment laid out as a sender's would be: magic, serial, token.
+int sealedSegment(size_t size, uint64_t serial, const std::array<uint8_t, 16>& token) {
+  const int fd = ::memfd_create("starling-frames", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(size)) == 0);
+  std::array<std::byte, 32> h{};
+  auto put = [&h](size_t off, uint64_t v) {
+    for (size_t i = 0; i < 8; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  };
+  put(0, 0x474553534C525453ULL);  // "STRLSSEG"
+  put(8, serial);
+  std::memcpy(h.data() + 16, token.data(), token.size());
+  REQUIRE(::pwrite(fd, h.data(), h.size(), 0) == static_cast<ssize_t>(h.size()));
+  REQUIRE(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+  return fd;
+}
+
+std::array<uint8_t, 16> bootId() {
+  std::array<uint8_t, 16> id{};
+  FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r");
+  REQUIRE(f != nullptr);
+  char text[64] = {};
+  REQUIRE(std::fgets(text, sizeof text, f) != nullptr);
+  std::fclose(f);
+  size_t n = 0;
+  for (const char* c = text; *c && *c != '\n' && n < id.size();) {
+    if (*c == '-') {
+      ++c;
+      continue;
+    }
+    const char pair[3] = {c[0], c[1], 0};
+    id[n++] = static_cast<uint8_t>(std::strtoul(pair, nullptr, 16));
+    c += 2;
+  }
+  return id;
+}
+
+TEST_CASE("ucx shm: forged handshakes, descriptors and releases are counted and dropped",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto t1 = make(shmOptions(1, ports, log));
+  std::vector<Transport*> ts{t1.get()};
+  auto put = [](std::array<std::byte, 64>& h, size_t off, uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  };
+
+  // A real sealed segment of this process, to aim descriptors at (rank 1 maps it as "rank 0").
+  const int fd = ::memfd_create("starling-frames", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 8192) == 0);
+  std::vector<std::array<std::byte, 64>> msgs;
+  // 1. a frame before any hello;
+  auto frame = shmMessage(3, 0);
+  put(frame, 12, static_cast<uint32_t>(fd), 4);
+  put(frame, 32, 1, 8);
+  put(frame, 40, 64, 8);
+  put(frame, 48, 100, 8);
+  msgs.push_back(frame);
+  // 2. a hello naming an unsealed file (refused: not counted, frames stay unmapped), then the
+  //    same frame again;
+  auto hello = shmMessage(1, 0);
+  put(hello, 12, static_cast<uint32_t>(::getpid()), 4);
+  put(hello, 48, static_cast<uint32_t>(fd), 4);
+  put(hello, 52, 1, 8);
+  const std::array<uint8_t, 16> boot = bootId();  // this host: the seal check decides
+  std::memcpy(hello.data() + 32, boot.data(), 16);
+  msgs.push_back(hello);
+  msgs.push_back(frame);
+  // 3. bad magic, unknown type, unknown sender, itself as sender, a release of nothing.
+  auto badMagic = shmMessage(3, 0);
+  put(badMagic, 0, 0x12345678, 4);
+  msgs.push_back(badMagic);
+  msgs.push_back(shmMessage(9, 0));
+  msgs.push_back(shmMessage(3, 7));
+  msgs.push_back(shmMessage(3, 1));
+  auto release = shmMessage(4, 0);
+  put(release, 32, 12345, 8);
+  msgs.push_back(release);
+  {
+    RawClient raw(ports[1]);
+    for (auto& m : msgs) raw.send(m.data(), m.size(), {}, kShmAmId);
+    // And a header of the wrong length, and one with data attached.
+    std::array<std::byte, 10> shortHeader{};
+    raw.send(shortHeader.data(), shortHeader.size(), {}, kShmAmId);
+    std::vector<std::byte> payload(32);
+    raw.send(frame.data(), frame.size(), payload, kShmAmId);
+    auto extra = [&raw] { raw.progress(); };
+    REQUIRE(pumpUntil(
+        ts, [&] { return raw.idle() && t1->stats().corruptMessages >= 9; }, in(10s), extra));
+    pumpFor(ts, 100ms, extra);
+  }
+  ::close(fd);
+  // Frames 1 and 2, bad magic, type 9, sender 7, sender itself, the release, the short header
+  // and the one with data: 9. The hello is refused, not counted.
+  CHECK(t1->stats().corruptMessages == 9);
+  CHECK(t1->stats().messagesReceived == 0);
+  CHECK(t1->stats().sharedMemoryMessages == 0);
+  bool refusedLogged = false;
+  for (const auto& l : *log) refusedLogged = refusedLogged || l.find("not a sealed segment") != std::string::npos;
+  CHECK(refusedLogged);
+}
+
+
+TEST_CASE("ucx shm: after a genuine handshake, descriptors out of bounds or at the wrong segment "
+          "are counted and dropped, never read",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto t1 = make(shmOptions(1, ports, log));
+  std::vector<Transport*> ts{t1.get()};
+  auto put = [](std::array<std::byte, 64>& h, size_t off, uint64_t v, size_t n) {
+    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  };
+  std::array<uint8_t, 16> token{};
+  for (size_t i = 0; i < token.size(); ++i) token[i] = static_cast<uint8_t>(17 * i + 3);
+  const int probe = sealedSegment(4096, 1, token);
+  const int data = sealedSegment(8192, 2, token);
+  const std::array<uint8_t, 16> boot = bootId();
+
+  auto hello = shmMessage(1, 0);
+  put(hello, 12, static_cast<uint32_t>(::getpid()), 4);
+  std::memcpy(hello.data() + 16, token.data(), 16);
+  std::memcpy(hello.data() + 32, boot.data(), 16);
+  put(hello, 48, static_cast<uint32_t>(probe), 4);
+  put(hello, 52, 1, 8);
+  auto frame = [&](int fd, uint64_t serial, uint64_t offset, uint64_t length, uint64_t round) {
+    auto f = shmMessage(3, 0);
+    put(f, 12, static_cast<uint32_t>(fd), 4);
+    put(f, 16, round, 8);
+    put(f, 32, serial, 8);
+    put(f, 40, offset, 8);
+    put(f, 48, length, 8);
+    return f;
+  };
+  std::vector<std::array<std::byte, 64>> msgs{
+      hello,
+      frame(data, 2, 64, 8192 - 64, 1),            // genuine: the whole data area
+      frame(data, 2, 64, 8192 - 63, 2),            // one byte past the end
+      frame(data, 2, 8000, 1000, 3),               // starts inside, ends outside
+      frame(data, 2, 0, 64, 4),                    // the segment header
+      frame(data, 2, 64, uint64_t{1} << 63, 5),    // length overflowing offset + length
+      frame(data, 2, uint64_t{1} << 40, 16, 6),    // far past the end
+      frame(data, 3, 64, 16, 7),                   // wrong serial for that file
+      frame(probe, 2, 64, 16, 8),                  // another file claiming serial 2 (cached: the
+                                                   // cache answers for serial 2, still in bounds)
+      frame(99999, 5, 64, 16, 9),                  // no such descriptor
+  };
+  {
+    RawClient raw(ports[1]);
+    for (auto& m : msgs) raw.send(m.data(), m.size(), {}, kShmAmId);
+    auto extra = [&raw] { raw.progress(); };
+    REQUIRE(pumpUntil(
+        ts, [&] { return raw.idle() && t1->stats().corruptMessages >= 7; }, in(10s), extra));
+    pumpFor(ts, 100ms, extra);
+  }
+  // Rounds 2-7 and 9 rejected; 1 and 8 delivered (8 names serial 2, which is mapped and in bounds:
+  // the descriptor's fd is only used to map a serial the receiver has not seen).
+  CHECK(t1->stats().corruptMessages == 7);
+  CHECK(t1->stats().sharedMemoryMessages == 2);
+  Received got;
+  t1->recv(0, Tag{1, 0}, in(5s), got.callback());
+  REQUIRE(pumpUntil(ts, [&] { return got.calls > 0; }, in(5s)));
+  REQUIRE(got.status.isOk());
+  CHECK(got.bytes->size() == 8192 - 64);
+  CHECK(inMemfdMapping(got.bytes->data()));
+  ::close(probe);
+  ::close(data);
+}
+
+}  // namespace
+}  // namespace starling::transport
