@@ -102,6 +102,9 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
   no.ucxTls = s.transport.ucxTls;
   no.connectTimeout = std::chrono::milliseconds(s.transport.connectTimeoutMs);
   no.maxEndpoints = s.transport.maxEndpoints;
+  no.sharedMemoryFrames = s.transport.shmFrames;
+  no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
+  no.spin = std::chrono::microseconds(s.transport.spinUs);
   no.log = opt.log;
   auto net = transport::createNetworkTransport(no);
   if (!net) return net.status().withContext("rank " + std::to_string(opt.rank));

@@ -487,6 +487,10 @@ void parseTransport(Obj& o, Scenario& s) {
     t.connectTimeoutMs = o.integer<uint64_t>("connect_timeout_ms", 1, 3600000, uint64_t{10000});
     t.roundTimeoutMs = o.integer<uint64_t>("round_timeout_ms", 1, 86400000, uint64_t{30000});
     t.maxEndpoints = o.integer<uint64_t>("max_endpoints", 1, 1 << 20, uint64_t{64});
+    t.shmFrames = o.boolean("shm_frames", true);
+    t.shmThresholdBytes =
+        o.integer<uint64_t>("shm_threshold_bytes", 0, uint64_t{1} << 40, uint64_t{16384});
+    t.spinUs = o.integer<uint64_t>("spin_us", 0, 1000000, uint64_t{50});
   }
   o.finish();
 }

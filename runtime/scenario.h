@@ -57,6 +57,9 @@ struct TransportConfig {
   uint64_t connectTimeoutMs = 10000;
   uint64_t roundTimeoutMs = 30000;
   uint64_t maxEndpoints = 64;
+  bool shmFrames = true;            // same-host frames through shared memory (tls "shm" only)
+  uint64_t shmThresholdBytes = 16384;
+  uint64_t spinUs = 50;             // poll this long before sleeping on the event fd
 };
 
 // Where each rank listens: "host:port" per rank. Empty when the scenario has no `peers` section:

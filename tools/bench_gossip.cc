@@ -10,7 +10,8 @@
 // frame), without the algorithm.
 //
 //   bench-gossip [--peers 4,8] [--dims 1e3,1e5,1e6,1e7] [--tls shm,tcp] [--rounds-max 200]
-//                [--min-seconds 0.5] [--repeat 3] [--no-mpi] [--keep] [--spin] [--ucx-tls TLS]
+//                [--min-seconds 0.5] [--repeat 3] [--no-mpi] [--keep] [--spin] [--spin-us 50]
+//                [--no-shm-frames] [--ucx-tls TLS]
 //   bench-gossip --worker --rank R --peers host:port,... --dim D --tls shm --out FILE
 //
 // The driver forks P workers of itself (/proc/self/exe) per configuration, and runs
@@ -81,6 +82,8 @@ struct WorkerOptions {
   int roundsMax = 200;
   double minSeconds = 0.5;
   bool spin = false;
+  int spinUs = 50;
+  bool noShmFrames = false;
 };
 
 class RingPeer {
@@ -249,6 +252,8 @@ core::Status runWorker(const WorkerOptions& o) {
   no.addresses = o.addresses;
   no.tls = o.tls;
   no.ucxTls = o.ucxTls;
+  no.spin = std::chrono::microseconds(o.spinUs);
+  no.sharedMemoryFrames = !o.noShmFrames;
   auto net = transport::createNetworkTransport(no);
   if (!net) return net.status();
   const int peers = static_cast<int>(o.addresses.size());
@@ -414,6 +419,8 @@ struct DriverOptions {
   std::string mpiBin;
   std::string ucxTls;
   bool spin = false;
+  int spinUs = 50;            // the transport's polling before it sleeps (NetworkOptions::spin)
+  bool noShmFrames = false;   // large frames by UCX active messages even on this host
   bool keep = false;  // leave every run's rank files in the temporary directory
 };
 
@@ -443,6 +450,9 @@ Cell runStarling(const DriverOptions& o, const fs::path& dir, int peers, size_t 
                                      "--out",   dir / ("rank-" + std::to_string(r) + ".txt")};
     for (auto& a : commonArgs(o, dim)) argv.push_back(a);
     if (o.spin) argv.push_back("--spin");
+    if (o.noShmFrames) argv.push_back("--no-shm-frames");
+    argv.push_back("--spin-us");
+    argv.push_back(std::to_string(o.spinUs));
     if (!o.ucxTls.empty()) {
       argv.push_back("--ucx-tls");
       argv.push_back(o.ucxTls);
@@ -681,6 +691,10 @@ int main(int argc, char** argv) {
   app.add_option("--ucx-tls", d.ucxTls, "UCX_TLS for every Starling run, verbatim (experiments)");
   app.add_flag("--keep", d.keep, "keep the rank files (per-round times) and logs");
   app.add_flag("--spin", d.spin, "workers poll the transport instead of sleeping in it");
+  app.add_option("--spin-us", d.spinUs, "the transport polls this long before sleeping")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-shm-frames", d.noShmFrames,
+               "large frames by UCX active messages, not shared-memory segments");
   app.add_option("--rank", w.rank, "worker: this rank");
   app.add_option("--dim", dim, "worker: vector length");
   app.add_option("--out", w.out, "worker: result file");
@@ -693,6 +707,8 @@ int main(int argc, char** argv) {
       w.tls = tls.at(0);
       w.ucxTls = d.ucxTls;
       w.spin = d.spin;
+      w.spinUs = d.spinUs;
+      w.noShmFrames = d.noShmFrames;
       w.warmup = d.warmup;
       w.roundsMax = d.roundsMax;
       w.minSeconds = d.minSeconds;

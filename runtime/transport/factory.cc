@@ -27,6 +27,8 @@ core::Result<std::unique_ptr<Transport>> createNetworkTransport(const NetworkOpt
                          (o.tls.find("sysv") != std::string::npos ||
                           o.tls.find("posix") != std::string::npos ||
                           o.tls.find("sm") != std::string::npos);
+  o.sharedMemoryThreshold = options.sharedMemoryThreshold;
+  o.spin = options.spin;
   o.log = options.log;
   return ucx::createTransport(o);
 #else

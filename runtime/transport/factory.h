@@ -23,6 +23,8 @@ struct NetworkOptions {
   // With shared memory in the UCX transports: large frames to neighbours on this host go through
   // sealed shared-memory segments (one copy, zero on receive) instead of UCX's own protocols.
   bool sharedMemoryFrames = true;
+  size_t sharedMemoryThreshold = 16384;  // smaller messages stay on UCX active messages
+  std::chrono::microseconds spin{50};    // polling before sleeping on the event fd
   std::function<void(const std::string&)> log;  // diagnostics, one line each (default stderr)
 };
 

@@ -116,12 +116,53 @@ TEST_CASE("peers started by srun or mpirun take their rank from the environment"
   CHECK(none.output.find("SLURM_PROCID") != std::string::npos);
 }
 
+TEST_CASE("peers on one host exchange frames through shared memory and match simulate",
+          "[integration][peers]") {
+  const auto dir = tempDir("peers-shm-frames");
+  const auto file = dir / "shm.json";
+  // Threshold 0: every frame after the handshake goes through a segment, not a UCX message.
+  writeFile(file, scenario("shm", 4, 200, 20, R"({"kind": "ring"})",
+                           R"({"kind": "ucx", "tls": "shm", "shm_threshold_bytes": 0})"));
+  const auto ports = freePorts(4);
+  std::vector<std::unique_ptr<Process>> peers;
+  for (int r = 0; r < 4; ++r) {
+    peers.push_back(spawn({kLauncher, "peer", file.string(), "--rank", std::to_string(r), "--out",
+                           (dir / "out").string(), "--peers", peerList(ports)},
+                          dir / ("peer" + std::to_string(r) + ".log")));
+  }
+  for (auto& p : peers) {
+    INFO(p->output());
+    REQUIRE(p->waitFor(60s));
+    CHECK(p->exitCode() == 0);
+    // Both ring neighbours accepted the handshake.
+    const std::string out = p->output();
+    size_t accepted = 0;
+    for (size_t at = out.find("go through shared memory"); at != std::string::npos;
+         at = out.find("go through shared memory", at + 1)) {
+      ++accepted;
+    }
+    CHECK(accepted == 2);
+  }
+  const auto merged = runLauncher({kLauncher, "merge", file.string(), "--out", (dir / "out").string()},
+                                  dir / "merge.log");
+  REQUIRE(merged.exit == 0);
+  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
+                               dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  const auto a = metricsWithoutWall(dir / "out" / "metrics.jsonl");
+  REQUIRE(a.size() == 11);
+  CHECK(a == metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+}
+
 TEST_CASE("a killed peer stops its neighbours with an error naming it", "[integration][peers]") {
+  // Over TCP, and over shared-memory frames (the survivors still map the dead peer's segments).
+  const auto transport = GENERATE(std::string(R"({"kind": "ucx", "round_timeout_ms": 2000})"),
+                                  std::string(R"({"kind": "ucx", "tls": "shm", "round_timeout_ms": 2000, )"
+                                              R"("shm_threshold_bytes": 0})"));
   const auto dir = tempDir("peers-kill");
   const auto file = dir / "kill.json";
   // Long enough to be mid-run when the peer is killed; a short round timeout.
-  writeFile(file, scenario("kill", 4, 2000000, 1000, R"({"kind": "ring"})",
-                           R"({"kind": "ucx", "round_timeout_ms": 2000})"));
+  writeFile(file, scenario("kill", 4, 2000000, 1000, R"({"kind": "ring"})", transport));
   const auto ports = freePorts(4);
   std::vector<std::unique_ptr<Process>> peers;
   for (int r = 0; r < 4; ++r) {

@@ -126,9 +126,9 @@ void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
   ucs_status_ptr_t req;
   if (outbox_ && p.mapped && size >= options_.sharedMemoryThreshold &&
       stageInSharedMemory(peer, *raw)) {
-    // Only the descriptor travels; the reply flag lets the receiver answer with a release.
-    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    // Only the descriptor travels. No reply flag: UCX drops a reply-flagged message whose
+    // sender's endpoint has already failed, and a peer's last frame must still arrive after it
+    // exits. Releases go back on the endpoint its hello came in on.
     req = ucp_am_send_nbx(p.ep, kShmAmId, raw->shm.data(), raw->shm.size(), nullptr, 0, &rp);
   } else {
     req = ucp_am_send_nbx(p.ep, kAmId, raw->header.data(), raw->header.size(), raw->bytes->data(),

@@ -97,6 +97,16 @@ bool UcxTransport::stageInSharedMemory(int peer, SendOp& op) {
   putLe(op.shm.data() + 32, seg->serial, 8);
   putLe(op.shm.data() + 40, kSegmentHeaderBytes, 8);
   putLe(op.shm.data() + 48, size, 8);
+  // A frame of this neighbour's that we have let go of rides along, saving a release message
+  // (and a wake-up of the neighbour): on a ring every release goes this way.
+  auto& pending = releases_->pending;
+  for (auto it = pending.begin(); it != pending.end(); ++it) {
+    if (it->first == peer) {
+      putLe(op.shm.data() + 56, it->second, 8);
+      pending.erase(it);
+      break;
+    }
+  }
   return true;
 }
 
@@ -133,7 +143,7 @@ ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength,
       }
       break;
     case ShmType::kFrame:
-      onFrame(from, h, replyEp);
+      onFrame(from, h);
       break;
     case ShmType::kRelease:
       if (!outbox_ || !outbox_->release(getLe(h + 32, 8), from)) {
@@ -177,7 +187,7 @@ void UcxTransport::onHello(int sender, const std::byte* h, ucp_ep_h replyEp) {
   }
 }
 
-void UcxTransport::onFrame(int sender, const std::byte* h, ucp_ep_h replyEp) {
+void UcxTransport::onFrame(int sender, const std::byte* h) {
   InPeer& in = senders_[sender];
   const uint64_t serial = getLe(h + 32, 8);
   const uint64_t offset = getLe(h + 40, 8);
@@ -187,7 +197,11 @@ void UcxTransport::onFrame(int sender, const std::byte* h, ucp_ep_h replyEp) {
     corrupt("shared-memory frame from " + describe(sender) + " without a handshake");
     return;
   }
-  if (replyEp != nullptr) in.replyEp = replyEp;
+  if (const uint64_t released = getLe(h + 56, 8); released != 0) {
+    if (!outbox_ || !outbox_->release(released, sender)) {
+      corrupt(describe(sender) + " released a frame it did not hold");
+    }
+  }
   auto segment = in.cache.find(serial);
   if (!segment) {
     auto mapped = mapSegment(in.pid, static_cast<int32_t>(getLe(h + 12, 4)), in.token, serial);

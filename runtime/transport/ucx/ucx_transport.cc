@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -260,6 +261,14 @@ void UcxTransport::waitForEvents(Clock::time_point wake) {
   }
 }
 
+bool UcxTransport::spin(Clock::time_point until) {
+  while (Clock::now() < until) {
+    if (ucp_worker_progress(h_.worker) != 0) return true;
+    ::sched_yield();  // on an oversubscribed host, let the neighbour we wait for run
+  }
+  return false;
+}
+
 core::Result<int> UcxTransport::progress(Clock::time_point until) {
   if (!started_) return core::failedPrecondition("transport not started");
   // The caller has sent what it will send together; let the staged frame's buffer go.
@@ -276,6 +285,7 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
       return static_cast<int>(batch.size());
     }
     if (now >= until) return 0;
+    if (spin(std::min(until, now + options_.spin))) continue;
     const ucs_status_t armed = ucp_worker_arm(h_.worker);
     if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
     if (armed != UCS_OK) return fromUcs(armed, "ucp_worker_arm");

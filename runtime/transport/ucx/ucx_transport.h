@@ -52,6 +52,9 @@ struct Options {
   // segments; otherwise, and for smaller messages, active messages carry everything.
   bool sharedMemoryFrames = false;
   size_t sharedMemoryThreshold = 16384;
+  // How long progress() polls (yielding the core between polls) before it sleeps on the worker's
+  // event fd. A neighbour's message that lands within it costs no wake-up; 0 sleeps at once.
+  std::chrono::microseconds spin{50};
   // Where diagnostics go (one line each); default: stderr.
   std::function<void(const std::string&)> log;
 };

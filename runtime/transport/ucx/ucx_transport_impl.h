@@ -42,7 +42,8 @@ using Header = std::array<std::byte, kHeaderBytes>;
 //   kHello:   pid (4) @12, token (16) @16, boot id (16) @32, probe fd (4) @48, probe serial (8) @52
 //   kAck:     accepted (4) @12
 //   kFrame:   fd (4) @12, round (8) @16, channel (4) @24, serial (8) @32, offset (8) @40,
-//             length (8) @48
+//             length (8) @48, serial of a frame of the receiver's that the sender released, or
+//             0 (8) @56
 //   kRelease: serial (8) @32
 constexpr unsigned kShmAmId = 0x5355;
 constexpr uint32_t kShmMagic = 0x4D485353;  // "SSHM"
@@ -119,7 +120,7 @@ struct InPeer {
   bool mapped = false;  // its hello checked out: its frames may arrive as segments
   uint32_t pid = 0;
   Token token{};
-  ucp_ep_h replyEp = nullptr;  // the endpoint its messages came in on
+  ucp_ep_h replyEp = nullptr;  // the endpoint its hello came in on: releases go back on it
   SegmentCache cache;
 };
 
@@ -214,6 +215,8 @@ class UcxTransport final : public Transport {
   void reapClosed();
   Clock::time_point nextWake(Clock::time_point until) const;
   void waitForEvents(Clock::time_point wake);
+  // Polls the worker until it makes progress (true) or `until` passes (false).
+  bool spin(Clock::time_point until);
   void shutdown();
   // Shared-memory path (ucx_shm_path.cc).
   core::Status startSharedMemory();
@@ -221,7 +224,7 @@ class UcxTransport final : public Transport {
   void sendControl(ucp_ep_h ep, const ShmHeader& header, bool reply);
   void sendHello(int peer);
   void onHello(int sender, const std::byte* h, ucp_ep_h replyEp);
-  void onFrame(int sender, const std::byte* h, ucp_ep_h replyEp);
+  void onFrame(int sender, const std::byte* h);
   void flushReleases();
 
   Options options_;
