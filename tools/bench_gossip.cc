@@ -10,7 +10,7 @@
 // frame), without the algorithm.
 //
 //   bench-gossip [--peers 4,8] [--dims 1e3,1e5,1e6,1e7] [--tls shm,tcp] [--rounds-max 200]
-//                [--min-seconds 0.5] [--repeat 3] [--no-mpi] [--keep] [--spin] [--spin-us 50]
+//                [--min-seconds 1] [--repeat 3] [--no-mpi] [--keep] [--spin] [--spin-us 50]
 //                [--no-shm-frames] [--ucx-tls TLS]
 //   bench-gossip --worker --rank R --peers host:port,... --dim D --tls shm --out FILE
 //
@@ -78,9 +78,9 @@ struct WorkerOptions {
   std::string tls = "shm";
   std::string ucxTls;
   std::string out;
-  int warmup = 3;
+  int warmup = 8;
   int roundsMax = 200;
-  double minSeconds = 0.5;
+  double minSeconds = 1.0;
   bool spin = false;
   int spinUs = 50;
   bool noShmFrames = false;
@@ -410,9 +410,9 @@ struct DriverOptions {
   std::vector<int> peers;
   std::vector<size_t> dims;
   std::vector<std::string> tls;
-  int warmup = 3;
+  int warmup = 8;
   int roundsMax = 200;
-  double minSeconds = 0.5;
+  double minSeconds = 1.0;
   int repeat = 3;
   double timeoutS = 300;
   bool mpi = true;

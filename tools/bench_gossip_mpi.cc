@@ -6,8 +6,8 @@
 // The data, the warm-up, the adaptive round count and the result file are bench-gossip's, so the
 // columns compare like with like. Started by bench-gossip through mpirun:
 //
-//   mpirun -np P bench-gossip-mpi --dim D --out-dir DIR [--warmup 3] [--rounds-max 200]
-//                                 [--min-seconds 0.5]
+//   mpirun -np P bench-gossip-mpi --dim D --out-dir DIR [--warmup 8] [--rounds-max 200]
+//                                 [--min-seconds 1]
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"bench-gossip-mpi: bench-gossip's round over MPI_Neighbor_allgather"};
   std::string dimText, outDir;
-  int warmup = 3, roundsMax = 200;
-  double minSeconds = 0.5;
+  int warmup = 8, roundsMax = 200;
+  double minSeconds = 1.0;
   app.add_option("--dim", dimText, "vector length in floats")->required();
   app.add_option("--out-dir", outDir, "one result file per rank goes here")->required();
   app.add_option("--warmup", warmup, "untimed rounds first");
