@@ -3,6 +3,7 @@
 #include <isa-l/crc.h>
 
 #include <algorithm>
+#include <cassert>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -143,13 +144,21 @@ void encodeDense(std::span<const T> x, std::vector<std::byte>& out) {
 
 template <typename T>
 std::span<T> beginDense(size_t count, std::vector<std::byte>& out) {
+  // resize, not assign: a reused buffer of the same size is not cleared again (the caller
+  // overwrites the payload), which matters for frames of megabytes sent every round.
+  out.resize(denseFrameBytes<T>(count));
+  // operator new aligns to at least 16 bytes and the header is 32, so the payload is aligned.
+  return beginDense<T>(count, std::span<std::byte>(out));
+}
+
+template <typename T>
+std::span<T> beginDense(size_t count, std::span<std::byte> out) {
   static_assert(std::endian::native == std::endian::little,
                 "dense payloads are read and written in place; add a byte-swapping path for "
                 "big-endian hosts");
   const size_t payload = count * sizeof(T);
-  // resize, not assign: a reused buffer of the same size is not cleared again (the caller
-  // overwrites the payload), which matters for frames of megabytes sent every round.
-  out.resize(kFrameHeaderBytes + payload + kFrameTrailerBytes);
+  assert(out.size() == denseFrameBytes<T>(count));
+  assert(reinterpret_cast<uintptr_t>(out.data()) % alignof(T) == 0);
   std::byte* p = out.data();
   std::memset(p, 0, kFrameHeaderBytes);
   storeLe<uint32_t>(p + 0, kFrameMagic);
@@ -158,11 +167,12 @@ std::span<T> beginDense(size_t count, std::vector<std::byte>& out) {
   p[6] = static_cast<std::byte>(elementTypeOf<T>());
   storeLe<uint64_t>(p + 8, count);
   storeLe<uint64_t>(p + 24, payload);
-  // operator new aligns to at least 16 bytes and the header is 32, so the payload is aligned.
   return {reinterpret_cast<T*>(p + kFrameHeaderBytes), count};
 }
 
-void sealFrame(std::vector<std::byte>& out) {
+void sealFrame(std::vector<std::byte>& out) { sealFrame(std::span<std::byte>(out)); }
+
+void sealFrame(std::span<std::byte> out) {
   const size_t body = out.size() - kFrameTrailerBytes;
   storeLe<uint32_t>(out.data() + body, crc32c({out.data(), body}));
 }
@@ -195,6 +205,8 @@ core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, s
 
 template std::span<float> beginDense<float>(size_t, std::vector<std::byte>&);
 template std::span<double> beginDense<double>(size_t, std::vector<std::byte>&);
+template std::span<float> beginDense<float>(size_t, std::span<std::byte>);
+template std::span<double> beginDense<double>(size_t, std::span<std::byte>);
 template void encodeDense<float>(std::span<const float>, std::vector<std::byte>&);
 template void encodeDense<double>(std::span<const double>, std::vector<std::byte>&);
 template core::Result<std::span<const float>> decodeDense<float>(std::span<const std::byte>, size_t,

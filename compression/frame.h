@@ -94,6 +94,11 @@ void encodeDense(std::span<const T> x, std::vector<std::byte>& out);
 template <typename T>
 std::span<T> beginDense(size_t count, std::vector<std::byte>& out);
 void sealFrame(std::vector<std::byte>& out);
+// The same into a buffer someone else owns (a transport's shared memory): `out` must be exactly
+// denseFrameBytes<T>(count) bytes and 8-byte aligned.
+template <typename T>
+std::span<T> beginDense(size_t count, std::span<std::byte> out);
+void sealFrame(std::span<std::byte> out);
 
 // Decodes an identity frame of exactly `expectedCount` elements of T. On a little-endian host with
 // an aligned buffer the result views the frame's payload in place (no copy); otherwise the values

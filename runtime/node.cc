@@ -33,15 +33,27 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   const topology::MixingRow& row = topology.weights.rows[rank_];
   info_ = optim::RoundInfo{round, stepSize, row.self};
 
-  std::shared_ptr<transport::Bytes> frame =
-      framePool_.acquire(compression::denseFrameBytes<T>(messageSize_));
+  const size_t frameBytes = compression::denseFrameBytes<T>(messageSize_);
+  transport::SharedBytes message;
   if (!codec_) {
     // The algorithm writes its message straight into the frame's payload: no copy on the way out.
-    const std::span<T> payload = compression::beginDense<T>(messageSize_, *frame);
+    // The frame lives in memory the transport sends without copying (shared memory its
+    // neighbours map) when it has some, in a pooled buffer otherwise.
+    std::span<std::byte> bytes;
+    if (auto out = transport_.allocate(frameBytes)) {
+      bytes = out->bytes;
+      message = std::move(out->message);
+    } else {
+      auto frame = framePool_.acquire(frameBytes);
+      bytes = *frame;
+      message = std::move(frame);
+    }
+    const std::span<T> payload = compression::beginDense<T>(messageSize_, bytes);
     algorithm_->prepare(info_, payload);
-    compression::sealFrame(*frame);
+    compression::sealFrame(bytes);
     own_ = payload;
   } else {
+    std::shared_ptr<transport::Bytes> frame = framePool_.acquire(frameBytes);
     // Lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
     algorithm_->prepare(info_, outgoing_);
     const compression::StreamContext ctx{round, codecSharedSeed_, codecState_.get()};
@@ -65,8 +77,9 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
       accumulator_->reset();
       STARLING_RETURN_IF_ERROR(accumulator_->add(*frame, row.self));
     }
+    message = std::move(frame);
   }
-  ownFrame_ = frame;
+  ownFrame_ = message;
 
   slots_.clear();
   if (support_ != nullptr && algorithm_->tracksNeighbors()) {
@@ -87,9 +100,9 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   deadline_ = deadline;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int peer = slots_[s].peer;
-    bytesSent_ += frame->size();
+    bytesSent_ += message->size();
     ++sendsInFlight_;
-    transport_.send(peer, tag_, frame, [this, peer](const core::Status& st) {
+    transport_.send(peer, tag_, message, [this, peer](const core::Status& st) {
       --sendsInFlight_;
       if (!st.isOk() && sendStatus_.isOk()) {
         sendStatus_ = st.withContext("send to rank " + std::to_string(peer));

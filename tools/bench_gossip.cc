@@ -69,7 +69,7 @@ constexpr double kTolerance = 1e-3;
 // Where a rank's round goes, in seconds summed over the timed rounds.
 enum Phase { kSeal, kExchange, kVerify, kFrame, kCombine, kRelease, kPhases };
 constexpr std::array<const char*, kPhases> kPhaseNames = {
-    "CRC send", "exchange", "CRC recv", "next frame (alloc+zero)", "combine", "release"};
+    "CRC send", "exchange", "CRC recv", "next frame", "combine", "release"};
 
 struct WorkerOptions {
   int rank = 0;
@@ -92,10 +92,24 @@ class RingPeer {
       : net_(net), peers_(peers), dim_(dim), spin_(spin) {
     const int r = net.rank();
     nbr_ = {(r + peers - 1) % peers, (r + 1) % peers};
-    frame_ = framePool_.acquire(compression::denseFrameBytes<float>(dim_));
-    const std::span<float> x = compression::beginDense<float>(dim_, *frame_);
+    const std::span<float> x = nextFrame();
     initialValues(r, x);
     x_ = x;
+  }
+
+  // The next round's frame, as runtime::Node gets it: memory the transport sends without a copy
+  // (a shared-memory segment its neighbours map) when it has some, else a recycled buffer.
+  std::span<float> nextFrame() {
+    const size_t size = compression::denseFrameBytes<float>(dim_);
+    if (auto out = net_.allocate(size)) {
+      frame_ = std::move(out->message);
+      frameBytes_ = out->bytes;
+    } else {
+      auto buffer = framePool_.acquire(size);
+      frameBytes_ = *buffer;
+      frame_ = std::move(buffer);
+    }
+    return compression::beginDense<float>(dim_, frameBytes_);
   }
 
   std::span<const float> x() const { return x_; }
@@ -104,7 +118,7 @@ class RingPeer {
   // sends, and the combine writes the next x straight into the next round's frame: no copy.
   core::Status round(uint64_t round, std::array<double, kPhases>& phases) {
     const auto t0 = Clock::now();
-    compression::sealFrame(*frame_);
+    compression::sealFrame(frameBytes_);
     const auto t1 = Clock::now();
 
     const Tag tag{round, kModelChannel};
@@ -144,13 +158,13 @@ class RingPeer {
     STARLING_RETURN_IF_ERROR(sendFailure_);
 
     // Frames are recycled once the transport has let go of them (as runtime::Node does).
-    auto next = framePool_.acquire(compression::denseFrameBytes<float>(dim_));
-    const std::span<float> out = compression::beginDense<float>(dim_, *next);
+    SharedBytes sent = std::move(frame_);  // x_ views it until the combine is done
+    const std::span<float> out = nextFrame();
     const auto t3 = Clock::now();
     combineRing(out, x_, values[0], values[1]);
     const auto t4 = Clock::now();
     got = {};
-    frame_ = std::move(next);  // the transport keeps the sent frame until both sends complete
+    sent.reset();  // the transport keeps what it still needs (sends, neighbours reading it)
     x_ = out;
     const auto t5 = Clock::now();
 
@@ -233,7 +247,8 @@ class RingPeer {
   int peers_;
   size_t dim_;
   bool spin_;
-  std::shared_ptr<Bytes> frame_;  // this round's frame; x_ views its payload
+  SharedBytes frame_;                 // this round's frame; x_ views its payload
+  std::span<std::byte> frameBytes_;  // the same, writable until it is sent
   std::span<const float> x_;
   std::array<int, 2> nbr_{};
   std::array<std::vector<float>, 2> scratch_;

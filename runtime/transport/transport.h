@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -79,6 +80,12 @@ inline constexpr size_t kMaxQueuedPerKey = 4;
 // dropped and counted as corrupt, so a misbehaving sender cannot grow a peer without limit.
 inline constexpr size_t kMaxQueuedMessages = size_t{1} << 16;
 
+// A message to fill before sending it: `bytes` is writable until `message` is first sent.
+struct OutgoingMessage {
+  std::span<std::byte> bytes;
+  SharedBytes message;
+};
+
 using SendCallback = std::function<void(const core::Status&)>;
 using RecvCallback = std::function<void(const core::Status&, SharedBytes)>;
 
@@ -111,6 +118,12 @@ class Transport {
   virtual core::Result<int> progress(Clock::time_point until) = 0;
 
   virtual TransportStats stats() const = 0;
+
+  // A buffer of `size` bytes (8-byte aligned) in memory the transport can send without copying,
+  // e.g. a shared-memory segment its neighbours map; nullopt when it has none for this size,
+  // and the caller uses a buffer of its own. Fill `bytes`, then send `message` to any number of
+  // neighbours, and do not write to it after the first send.
+  virtual std::optional<OutgoingMessage> allocate(size_t /*size*/) { return std::nullopt; }
 };
 
 }  // namespace starling::transport

@@ -347,5 +347,63 @@ TEST_CASE("ucx shm: after a genuine handshake, descriptors out of bounds or at t
   ::close(data);
 }
 
+
+TEST_CASE("ucx shm: a frame written in place with allocate() goes out without a copy and its "
+          "segment is reused only after every reader released it",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(3);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < 3; ++r) ts.push_back(make(shmOptions(r, ports, log)));
+  std::vector<Transport*> raw{ts[0].get(), ts[1].get(), ts[2].get()};
+  // Before any handshake there is nothing to allocate from.
+  CHECK_FALSE(ts[0]->allocate(1 << 16).has_value());
+  CHECK(ringRounds(ts, 3, 1 << 16, /*checkViews=*/false) == 3);  // connects, handshakes
+  CHECK_FALSE(ts[0]->allocate(100).has_value());                  // below the threshold
+
+  auto sendToBoth = [&](const SharedBytes& msg, uint64_t round, std::array<Received, 2>& got) {
+    std::array<Sent, 2> sent;
+    for (int to : {1, 2}) {
+      ts[to]->recv(0, Tag{round, 0}, in(10s), got[to - 1].callback());
+      ts[0]->send(to, Tag{round, 0}, msg, sent[to - 1].callback());
+    }
+    REQUIRE(pumpUntil(
+        raw, [&] { return got[0].calls && got[1].calls && sent[0].calls && sent[1].calls; },
+        in(10s)));
+    REQUIRE(got[0].status.isOk());
+    REQUIRE(got[1].status.isOk());
+  };
+  auto a = ts[0]->allocate(1 << 16);
+  REQUIRE(a.has_value());
+  CHECK(a->bytes.size() == size_t{1} << 16);
+  CHECK(inMemfdMapping(a->bytes.data()));
+  for (size_t i = 0; i < a->bytes.size(); ++i) a->bytes[i] = static_cast<std::byte>(i * 7);
+  const std::byte* aData = a->bytes.data();
+  const auto mappedBefore = ts[1]->stats().sharedMemoryMessages;
+  std::array<Received, 2> gotA;
+  sendToBoth(a->message, 100, gotA);
+  CHECK(ts[1]->stats().sharedMemoryMessages == mappedBefore + 1);
+  for (const auto& g : gotA) {
+    CHECK(sameBytes(g.bytes, a->message));
+    CHECK(g.bytes->data() != aData);  // the receiver's own read-only mapping of the same pages
+  }
+  // The sender lets go of its frame, but both neighbours still read it: a new frame must land in
+  // another segment.
+  a.reset();
+  auto b = ts[0]->allocate(1 << 16);
+  REQUIRE(b.has_value());
+  CHECK(b->bytes.data() != aData);
+  // Readers release (the views go), the next progress() reports it, and the segment comes back.
+  gotA = {};
+  b.reset();
+  pumpFor(raw, 100ms);
+  auto c = ts[0]->allocate(1 << 16);
+  REQUIRE(c.has_value());
+  auto d = ts[0]->allocate(1 << 16);
+  REQUIRE(d.has_value());
+  CHECK((c->bytes.data() == aData || d->bytes.data() == aData));
+}
+
 }  // namespace
 }  // namespace starling::transport

@@ -69,25 +69,23 @@ core::Result<ShmIdentity> makeIdentity() {
 
 // ---- sender --------------------------------------------------------------------------------
 
-Outbox::~Outbox() {
-  auto drop = [](OutSegment& s) {
-    if (s.base) ::munmap(s.base, kSegmentHeaderBytes + s.capacity);
-    if (s.fd >= 0) ::close(s.fd);
-  };
-  if (probe_) drop(*probe_);
-  for (auto& s : segments_) drop(*s);
+OutSegment::~OutSegment() {
+  if (base) ::munmap(base, kSegmentHeaderBytes + capacity);
+  if (fd >= 0) ::close(fd);
 }
 
-core::Result<std::unique_ptr<OutSegment>> Outbox::create(size_t capacity) {
+Outbox::~Outbox() {
+  // A frame written in place holds its segment through its lease; break that cycle. Segments
+  // still lent stay mapped until their last frame is gone.
+  for (auto& s : segments_) s->holder.reset();
+}
+
+core::Result<std::shared_ptr<OutSegment>> Outbox::create(size_t capacity) {
   const size_t total = pageRound(kSegmentHeaderBytes + capacity);
-  auto seg = std::make_unique<OutSegment>();
+  auto seg = std::make_shared<OutSegment>();
   seg->fd = ::memfd_create("starling-frames", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (seg->fd < 0) return core::ioError(errnoText("memfd_create"));
-  auto fail = [&seg](const char* what) {
-    core::Status st = core::ioError(errnoText(what));
-    ::close(seg->fd);
-    return st;
-  };
+  auto fail = [](const char* what) { return core::ioError(errnoText(what)); };
   if (::ftruncate(seg->fd, static_cast<off_t>(total)) != 0) return fail("ftruncate");
   // Sealed: no process (this one included) can shrink the file under a reader's mapping.
   if (::fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
@@ -97,7 +95,7 @@ core::Result<std::unique_ptr<OutSegment>> Outbox::create(size_t capacity) {
   void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, seg->fd, 0);
   if (p == MAP_FAILED) return fail("mmap");
   seg->base = static_cast<std::byte*>(p);
-  seg->capacity = total - kSegmentHeaderBytes;
+  seg->capacity = total - kSegmentHeaderBytes;  // the destructor unmaps this much
   seg->serial = nextSerial_++;
   writeHeader(seg->base, id_.token, seg->serial);
   return seg;
@@ -113,7 +111,7 @@ core::Status Outbox::createProbe() {
 OutSegment* Outbox::acquire(size_t size) {
   OutSegment* best = nullptr;
   for (auto& s : segments_) {
-    if (s->readers.empty() && s->capacity >= size && (!best || s->capacity < best->capacity)) {
+    if (s->isFree() && s->capacity >= size && (!best || s->capacity < best->capacity)) {
       best = s.get();
     }
   }
@@ -122,14 +120,12 @@ OutSegment* Outbox::acquire(size_t size) {
     // Replace the smallest free segment that is too small, if any.
     auto victim = segments_.end();
     for (auto it = segments_.begin(); it != segments_.end(); ++it) {
-      if ((*it)->readers.empty() && (victim == segments_.end() || (*it)->capacity < (*victim)->capacity)) {
+      if ((*it)->isFree() && (victim == segments_.end() || (*it)->capacity < (*victim)->capacity)) {
         victim = it;
       }
     }
     if (victim == segments_.end()) return nullptr;
-    ::munmap((*victim)->base, kSegmentHeaderBytes + (*victim)->capacity);
-    ::close((*victim)->fd);
-    segments_.erase(victim);
+    segments_.erase(victim);  // unmapped by its destructor
   }
   auto fresh = create(size);
   if (!fresh) return nullptr;
@@ -137,12 +133,35 @@ OutSegment* Outbox::acquire(size_t size) {
   return segments_.back().get();
 }
 
+std::shared_ptr<OutSegment> Outbox::lend(size_t size) {
+  OutSegment* seg = acquire(size);
+  if (seg == nullptr) return nullptr;
+  seg->lent = true;
+  for (auto& s : segments_) {
+    if (s.get() == seg) return s;
+  }
+  return nullptr;  // not reached: acquire returns one of segments_
+}
+
+OutSegment* Outbox::findLent(const std::byte* data) {
+  for (auto& s : segments_) {
+    if (s->lent && s->data() == data) return s.get();
+  }
+  return nullptr;
+}
+
+void Outbox::dropReader(OutSegment& s, std::vector<int>::iterator it) {
+  s.readers.erase(it);
+  // The last reader is done with a frame written in place: let it go (which may end its lease).
+  if (s.readers.empty()) s.holder.reset();
+}
+
 bool Outbox::release(uint64_t serial, int reader) {
   for (auto& s : segments_) {
     if (s->serial != serial) continue;
     auto it = std::find(s->readers.begin(), s->readers.end(), reader);
     if (it == s->readers.end()) return false;
-    s->readers.erase(it);
+    dropReader(*s, it);
     return true;
   }
   return false;
@@ -156,7 +175,10 @@ OutSegment* Outbox::find(uint64_t serial) {
 }
 
 void Outbox::forget(int reader) {
-  for (auto& s : segments_) std::erase(s->readers, reader);
+  for (auto& s : segments_) {
+    auto it = std::find(s->readers.begin(), s->readers.end(), reader);
+    if (it != s->readers.end()) dropReader(*s, it);
+  }
 }
 
 // ---- receiver ------------------------------------------------------------------------------

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "runtime/core/status.h"
+#include "runtime/transport/transport.h"
 
 namespace starling::transport::ucx::detail {
 
@@ -48,13 +49,22 @@ struct ShmIdentity {
 // Reads the boot id and draws a token. kIoError when the host has no boot id (not Linux).
 core::Result<ShmIdentity> makeIdentity();
 
-// One segment a sender stages frames in.
+// One segment a sender puts frames in: copied there by the transport, or written there in place
+// by the caller (Transport::allocate). Unmapped and closed when the last owner lets go.
 struct OutSegment {
+  OutSegment() = default;
+  ~OutSegment();
+  OutSegment(const OutSegment&) = delete;
+  OutSegment& operator=(const OutSegment&) = delete;
   int fd = -1;
   std::byte* base = nullptr;  // mapped read-write, kSegmentHeaderBytes + capacity bytes
   size_t capacity = 0;        // bytes available for a frame
   uint64_t serial = 0;
   std::vector<int> readers;   // neighbours that have not released the frame in it yet
+  bool lent = false;          // a caller holds a frame it wrote here in place
+  SharedBytes holder;         // that frame, kept alive while neighbours read it
+  bool isFree() const { return readers.empty() && !lent; }
+  std::byte* data() const { return base + kSegmentHeaderBytes; }
 };
 
 // The sender's segments. At most `maxSegments`; a frame that finds none free goes by the
@@ -71,8 +81,12 @@ class Outbox {
   core::Status createProbe();
   int probeFd() const { return probe_ ? probe_->fd : -1; }
 
-  // A segment nobody reads with room for `size` bytes, growing one if needed; nullptr at the cap.
+  // A free segment with room for `size` bytes, growing one if needed; nullptr at the cap.
   OutSegment* acquire(size_t size);
+  // The same, marked lent to a caller that writes a frame into it in place.
+  std::shared_ptr<OutSegment> lend(size_t size);
+  // The lent segment whose frame starts at `data`, or nullptr.
+  OutSegment* findLent(const std::byte* data);
   // `reader` has let go of the frame in segment `serial`. False when it held none there.
   bool release(uint64_t serial, int reader);
   // `reader` is gone: drop it from every segment.
@@ -81,13 +95,14 @@ class Outbox {
   size_t segments() const { return segments_.size(); }
 
  private:
-  core::Result<std::unique_ptr<OutSegment>> create(size_t capacity);
+  core::Result<std::shared_ptr<OutSegment>> create(size_t capacity);
+  void dropReader(OutSegment& s, std::vector<int>::iterator it);
 
   ShmIdentity id_;
   size_t maxSegments_;
   uint64_t nextSerial_ = 1;
-  std::unique_ptr<OutSegment> probe_;
-  std::vector<std::unique_ptr<OutSegment>> segments_;
+  std::shared_ptr<OutSegment> probe_;
+  std::vector<std::shared_ptr<OutSegment>> segments_;
 };
 
 // A neighbour's segment, mapped read-only into this process. Unmapped when the last view of a

@@ -1,6 +1,7 @@
 // The UCX transport's shared-memory path (see ucx_shm.h for the design): the handshake that
 // decides per neighbour whether frames may go through shared memory, staging a frame in a
 // segment, turning a frame descriptor into a view of the sender's segment, and releases.
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/transport/ucx/ucx_transport_impl.h"
@@ -27,7 +28,30 @@ struct Lease {
   }
 };
 
+// Owns a frame the caller writes straight into a segment (allocate()); the segment is free again
+// once this is gone and every neighbour has released the frame.
+struct OutLease {
+  explicit OutLease(std::shared_ptr<OutSegment> s) : segment(std::move(s)) {}
+  OutLease(const OutLease&) = delete;
+  OutLease& operator=(const OutLease&) = delete;
+  ~OutLease() { segment->lent = false; }
+  std::shared_ptr<OutSegment> segment;
+};
+
 }  // namespace
+
+std::optional<OutgoingMessage> UcxTransport::allocate(size_t size) {
+  if (!outbox_ || size < options_.sharedMemoryThreshold) return std::nullopt;
+  // Only worth it once some neighbour reads our segments.
+  if (std::none_of(peers_.begin(), peers_.end(), [](const OutPeer& p) { return p.mapped; })) {
+    return std::nullopt;
+  }
+  auto segment = outbox_->lend(size);
+  if (!segment) return std::nullopt;
+  const std::span<std::byte> bytes(segment->data(), size);
+  auto lease = std::make_shared<OutLease>(std::move(segment));
+  return OutgoingMessage{bytes, SharedBytes(std::move(lease), std::span<const std::byte>(bytes))};
+}
 
 void controlCallback(void* request, ucs_status_t /*status*/, void* userData) {
   // A lost hello, ack or release only means the slower path: nothing to report.
@@ -75,10 +99,17 @@ void UcxTransport::sendHello(int peer) {
 
 bool UcxTransport::stageInSharedMemory(int peer, SendOp& op) {
   const size_t size = op.bytes->size();
-  OutSegment* seg = nullptr;
-  if (stagedBytes_ && stagedBytes_.owner() == op.bytes.owner() &&
-      stagedBytes_->data() == op.bytes->data() && stagedBytes_->size() == size) {
-    seg = outbox_->find(stagedSegment_);  // the same frame, already copied for another neighbour
+  OutSegment* seg = outbox_->findLent(op.bytes->data());
+  if (seg != nullptr && size <= seg->capacity) {
+    // Written in place by the caller (allocate()): nothing to copy. The segment keeps the frame
+    // alive until every neighbour it goes to has released it.
+    if (seg->readers.empty()) seg->holder = op.bytes;
+  } else {
+    seg = nullptr;
+    if (stagedBytes_ && stagedBytes_.owner() == op.bytes.owner() &&
+        stagedBytes_->data() == op.bytes->data() && stagedBytes_->size() == size) {
+      seg = outbox_->find(stagedSegment_);  // the same frame, already copied for another neighbour
+    }
   }
   if (seg == nullptr) {
     seg = outbox_->acquire(size);

@@ -181,6 +181,7 @@ class UcxTransport final : public Transport {
   void recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) override;
   core::Result<int> progress(Clock::time_point until) override;
   TransportStats stats() const override { return stats_; }
+  std::optional<OutgoingMessage> allocate(size_t size) override;
 
   // Callbacks from UCX (static trampolines below).
   void onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status);
