@@ -405,5 +405,58 @@ TEST_CASE("ucx shm: a frame written in place with allocate() goes out without a 
   CHECK((c->bytes.data() == aData || d->bytes.data() == aData));
 }
 
+
+TEST_CASE("ucx shm: with one endpoint allowed, a neighbour still holding our frame keeps its "
+          "connection, and its release comes back",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(3);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto o0 = shmOptions(0, ports, log);
+  o0.maxEndpoints = 1;  // sending to rank 2 would close rank 0's idle endpoint to rank 1
+  auto t0 = make(o0);
+  auto t1 = make(shmOptions(1, ports, log));
+  auto t2 = make(shmOptions(2, ports, log));
+  std::vector<Transport*> ts{t0.get(), t1.get(), t2.get()};
+  auto deliver = [&](Transport& from, Transport& to, uint64_t round, const SharedBytes& msg) {
+    Received got;
+    Sent sent;
+    to.recv(from.rank(), Tag{round, 0}, in(10s), got.callback());
+    from.send(to.rank(), Tag{round, 0}, msg, sent.callback());
+    REQUIRE(pumpUntil(ts, [&] { return got.calls && sent.calls; }, in(10s)));
+    REQUIRE(got.status.isOk());
+    REQUIRE(sent.status.isOk());
+    return got.bytes;
+  };
+  for (uint64_t r = 0; r < 3; ++r) deliver(*t0, *t1, r, randomBytes(1 << 16, 60 + r));  // handshake
+  auto frame = t0->allocate(1 << 16);
+  REQUIRE(frame.has_value());
+  const std::byte* segment = frame->bytes.data();
+  std::fill(frame->bytes.begin(), frame->bytes.end(), std::byte{42});
+  SharedBytes view = deliver(*t0, *t1, 10, frame->message);
+  CHECK(inMemfdMapping(view->data()));
+  frame.reset();
+  // Rank 0 talks to rank 2. Its endpoint to rank 1 is not idle while rank 1 reads its frame (if
+  // it were closed anyway, rank 1's release would wait for the next hello).
+  deliver(*t0, *t2, 11, randomBytes(100, 5));
+  pumpFor(ts, 200ms);
+  // Rank 1 lets go of the frame.
+  view.reset();
+  pumpFor(ts, 100ms);
+  // Rank 0 sends to rank 1 again; the release has come back by now.
+  deliver(*t0, *t1, 12, randomBytes(100, 6));
+  pumpFor(ts, 200ms);
+  // Every free segment, held at once (at most 8): the released one is among them.
+  std::vector<OutgoingMessage> held;
+  bool found = false;
+  while (auto m = t0->allocate(1 << 16)) {
+    found = found || m->bytes.data() == segment;
+    held.push_back(std::move(*m));
+  }
+  CHECK(held.size() <= 8);
+  CHECK(found);
+  for (auto* t : ts) CHECK(t->stats().corruptMessages == 0);
+}
+
 }  // namespace
 }  // namespace starling::transport

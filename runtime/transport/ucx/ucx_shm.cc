@@ -174,6 +174,13 @@ OutSegment* Outbox::find(uint64_t serial) {
   return nullptr;
 }
 
+bool Outbox::hasReader(int reader) const {
+  for (const auto& s : segments_) {
+    if (std::find(s->readers.begin(), s->readers.end(), reader) != s->readers.end()) return true;
+  }
+  return false;
+}
+
 void Outbox::forget(int reader) {
   for (auto& s : segments_) {
     auto it = std::find(s->readers.begin(), s->readers.end(), reader);

@@ -92,6 +92,8 @@ class Outbox {
   // `reader` is gone: drop it from every segment.
   void forget(int reader);
   OutSegment* find(uint64_t serial);
+  // Whether `reader` still holds a frame of ours (its release has not come back yet).
+  bool hasReader(int reader) const;
   size_t segments() const { return segments_.size(); }
 
  private:

@@ -263,14 +263,25 @@ void UcxTransport::flushReleases() {
     if (inbound_.count(ep)) sendControl(ep, header, /*reply=*/false);
   }
   pendingControl_.clear();
+  // A release whose sender has no connection to us right now (it closed an idle endpoint, or is
+  // reconnecting) waits for its next hello, or rides on our next frame to it. If it is gone for
+  // good, the oldest are dropped beyond a bound; it no longer needs them.
+  std::vector<std::pair<int, uint64_t>> waiting;
   for (const auto& [sender, serial] : releases_->pending) {
     const ucp_ep_h ep = senders_[sender].replyEp;
-    if (ep == nullptr || !inbound_.count(ep)) continue;  // gone: it needs no release any more
+    if (ep == nullptr || !inbound_.count(ep)) {
+      waiting.emplace_back(sender, serial);
+      continue;
+    }
     ShmHeader h = shmHeader(ShmType::kRelease, static_cast<uint32_t>(options_.rank));
     putLe(h.data() + 32, serial, 8);
     sendControl(ep, h, /*reply=*/false);
   }
-  releases_->pending.clear();
+  constexpr size_t kMaxWaitingReleases = 4096;
+  if (waiting.size() > kMaxWaitingReleases) {
+    waiting.erase(waiting.begin(), waiting.end() - kMaxWaitingReleases);
+  }
+  releases_->pending = std::move(waiting);
 }
 
 }  // namespace starling::transport::ucx::detail

@@ -222,9 +222,13 @@ void UcxTransport::evictIdle() {
   for (const auto& p : peers_) open += p.ep != nullptr;
   while (open > options_.maxEndpoints) {
     OutPeer* victim = nullptr;
-    for (auto& p : peers_) {
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      OutPeer& p = peers_[i];
+      // Not idle while the neighbour still reads a frame of ours in shared memory: its release
+      // comes back on this connection.
+      const bool lending = outbox_ && outbox_->hasReader(static_cast<int>(i));
       if (p.ep && p.state == OutPeer::State::kConnected && p.inflight == 0 && p.unsent.empty() &&
-          (!victim || p.lastUse < victim->lastUse)) {
+          !lending && (!victim || p.lastUse < victim->lastUse)) {
         victim = &p;
       }
     }
