@@ -38,6 +38,19 @@ Outcome runLauncher(const std::vector<std::string>& args, const fs::path& log,
   return {p->exitCode(), p->output()};
 }
 
+// Starts `n` peers of `file` with `node-launcher peer --rank R`, on free loopback ports, writing to
+// dir/out; each one's output goes to dir/peerR.log.
+std::vector<std::unique_ptr<Process>> startPeers(int n, const fs::path& file, const fs::path& dir) {
+  const auto ports = freePorts(n);
+  std::vector<std::unique_ptr<Process>> peers;
+  for (int r = 0; r < n; ++r) {
+    peers.push_back(spawn({kLauncher, "peer", file.string(), "--rank", std::to_string(r), "--out",
+                           (dir / "out").string(), "--peers", peerList(ports)},
+                          dir / ("peer" + std::to_string(r) + ".log")));
+  }
+  return peers;
+}
+
 }  // namespace
 
 TEST_CASE("node-launcher run gives the same metrics as simulate", "[integration][peers]") {
@@ -123,13 +136,7 @@ TEST_CASE("peers on one host exchange frames through shared memory and match sim
   // Threshold 0: every frame after the handshake goes through a segment, not a UCX message.
   writeFile(file, scenario("shm", 4, 200, 20, R"({"kind": "ring"})",
                            R"({"kind": "ucx", "tls": "shm", "shm_threshold_bytes": 0})"));
-  const auto ports = freePorts(4);
-  std::vector<std::unique_ptr<Process>> peers;
-  for (int r = 0; r < 4; ++r) {
-    peers.push_back(spawn({kLauncher, "peer", file.string(), "--rank", std::to_string(r), "--out",
-                           (dir / "out").string(), "--peers", peerList(ports)},
-                          dir / ("peer" + std::to_string(r) + ".log")));
-  }
+  auto peers = startPeers(4, file, dir);
   for (auto& p : peers) {
     INFO(p->output());
     REQUIRE(p->waitFor(60s));
@@ -163,13 +170,7 @@ TEST_CASE("a killed peer stops its neighbours with an error naming it", "[integr
   const auto file = dir / "kill.json";
   // Long enough to be mid-run when the peer is killed; a short round timeout.
   writeFile(file, scenario("kill", 4, 2000000, 1000, R"({"kind": "ring"})", transport));
-  const auto ports = freePorts(4);
-  std::vector<std::unique_ptr<Process>> peers;
-  for (int r = 0; r < 4; ++r) {
-    peers.push_back(spawn({kLauncher, "peer", file.string(), "--rank", std::to_string(r), "--out",
-                           (dir / "out").string(), "--peers", peerList(ports)},
-                          dir / ("peer" + std::to_string(r) + ".log")));
-  }
+  auto peers = startPeers(4, file, dir);
   // Wait until the peers have logged a few rounds, then kill rank 2.
   const auto logFile = dir / "out" / "peers" / "rank-2.jsonl";
   auto lines = [&logFile] {

@@ -23,6 +23,9 @@ ucx::Options shmOptions(int rank, const std::vector<uint16_t>& ports, const LogL
   return o;
 }
 
+// Writes `v` into a shared-memory message header at `off` (n bytes, little-endian).
+void put(std::array<std::byte, 64>& h, size_t off, uint64_t v, size_t n) { putLe(h.data() + off, v, n); }
+
 // Whether `p` lies in a mapping of this process backed by a memfd (the receive-side view).
 bool inMemfdMapping(const void* p) {
   FILE* f = std::fopen("/proc/self/maps", "r");
@@ -166,12 +169,9 @@ TEST_CASE("ucx shm: a view outlives its transport and its sender", "[runtime][un
 // A hand-made shared-memory message from a raw UCX client posing as rank 0.
 std::array<std::byte, 64> shmMessage(uint32_t type, uint32_t sender) {
   std::array<std::byte, 64> h{};
-  auto put = [&h](size_t off, uint64_t v, size_t n) {
-    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  };
-  put(0, kShmMagic, 4);
-  put(4, type, 4);
-  put(8, sender, 4);
+  put(h, 0, kShmMagic, 4);
+  put(h, 4, type, 4);
+  put(h, 8, sender, 4);
   return h;
 }
 
@@ -181,11 +181,8 @@ int sealedSegment(size_t size, uint64_t serial, const std::array<uint8_t, 16>& t
   REQUIRE(fd >= 0);
   REQUIRE(::ftruncate(fd, static_cast<off_t>(size)) == 0);
   std::array<std::byte, 32> h{};
-  auto put = [&h](size_t off, uint64_t v) {
-    for (size_t i = 0; i < 8; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  };
-  put(0, 0x474553534C525453ULL);  // "STRLSSEG"
-  put(8, serial);
+  putLe(h.data(), 0x474553534C525453ULL, 8);  // "STRLSSEG"
+  putLe(h.data() + 8, serial, 8);
   std::memcpy(h.data() + 16, token.data(), token.size());
   REQUIRE(::pwrite(fd, h.data(), h.size(), 0) == static_cast<ssize_t>(h.size()));
   REQUIRE(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
@@ -219,9 +216,6 @@ TEST_CASE("ucx shm: forged handshakes, descriptors and releases are counted and 
   LogDump dump{log};
   auto t1 = make(shmOptions(1, ports, log));
   std::vector<Transport*> ts{t1.get()};
-  auto put = [](std::array<std::byte, 64>& h, size_t off, uint64_t v, size_t n) {
-    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  };
 
   // A real sealed segment of this process, to aim descriptors at (rank 1 maps it as "rank 0").
   const int fd = ::memfd_create("starling-frames", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -288,9 +282,6 @@ TEST_CASE("ucx shm: after a genuine handshake, descriptors out of bounds or at t
   LogDump dump{log};
   auto t1 = make(shmOptions(1, ports, log));
   std::vector<Transport*> ts{t1.get()};
-  auto put = [](std::array<std::byte, 64>& h, size_t off, uint64_t v, size_t n) {
-    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  };
   std::array<uint8_t, 16> token{};
   for (size_t i = 0; i < token.size(); ++i) token[i] = static_cast<uint8_t>(17 * i + 3);
   const int probe = sealedSegment(4096, 1, token);

@@ -191,16 +191,18 @@ Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
 
 // ---- a raw UCX client, to put hand-made active messages on the wire --------------------------
 
+// Writes the low `n` bytes of `v` little-endian at `at`: how every wire header here is laid out.
+inline void putLe(std::byte* at, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) at[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
 inline std::array<std::byte, 24> header(uint32_t magic, uint32_t sender, uint64_t round,
-                                 uint32_t channel) {
+                                        uint32_t channel) {
   std::array<std::byte, 24> h{};
-  auto put = [&h](size_t off, uint64_t v, size_t n) {
-    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  };
-  put(0, magic, 4);
-  put(4, sender, 4);
-  put(8, round, 8);
-  put(16, channel, 4);
+  putLe(h.data(), magic, 4);
+  putLe(h.data() + 4, sender, 4);
+  putLe(h.data() + 8, round, 8);
+  putLe(h.data() + 16, channel, 4);
   return h;
 }
 
