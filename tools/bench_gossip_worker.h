@@ -1,0 +1,43 @@
+// The Starling side of bench-gossip (bench_gossip_worker.cc): one worker process of the ring,
+// started by the driver (bench_gossip.cc) as `bench-gossip --worker`. Internal to the benchmark.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+
+namespace starling::bench::gossip {
+
+// Frames of the timed rounds and of the round-count agreement.
+constexpr uint32_t kModelChannel = 0;
+constexpr uint32_t kControlChannel = 1;
+
+// Where a rank's round goes, in seconds summed over the timed rounds.
+enum Phase { kSeal, kExchange, kVerify, kFrame, kCombine, kRelease, kPhases };
+constexpr std::array<const char*, kPhases> kPhaseNames = {
+    "CRC send", "exchange", "CRC recv", "next frame", "combine", "release"};
+
+struct WorkerOptions {
+  int rank = 0;
+  std::vector<std::string> addresses;
+  size_t dim = 0;
+  std::string tls = "shm";
+  std::string ucxTls;
+  std::string out;
+  int warmup = 8;
+  int roundsMax = 200;
+  double minSeconds = 1.0;
+  bool spin = false;
+  int spinUs = 50;
+  bool noShmFrames = false;
+};
+
+// Runs the warm-up and timed rounds and writes the rank's result file: "rounds R", "maxerr E",
+// "phases ..." (seconds per round), then one line per timed round.
+core::Status runWorker(const WorkerOptions& o);
+
+}  // namespace starling::bench::gossip
