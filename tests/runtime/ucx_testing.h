@@ -187,7 +187,7 @@ inline int clientConnectionsTo(uint16_t port) {
   return n;
 }
 
-Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
+inline Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
 
 // ---- a raw UCX client, to put hand-made active messages on the wire --------------------------
 
