@@ -1,0 +1,181 @@
+// Internal to runtime/: the JSON reader behind parseScenario (scenario.cc) and the parsers of
+// the scenario's sections that live in their own files (scenario_problem.cc). Errors are thrown
+// as ScenarioError {JSON path, message}; parseScenario turns them into a Status.
+#pragma once
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/scenario.h"
+
+namespace starling::runtime::scenario_detail {
+
+using nlohmann::json;
+
+// Thrown inside this file only; parseScenario converts it to a Status.
+struct ScenarioError {
+  std::string path;
+  std::string message;
+};
+
+inline std::string joinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out;
+}
+
+inline std::string typeName(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    default: return "something else";
+  }
+}
+
+inline std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// A JSON object being read: every key it hands out is marked used, and finish() rejects the rest.
+class Obj {
+ public:
+  Obj(const json& j, std::string path) : j_(j), path_(std::move(path)) {
+    if (!j.is_object()) throw ScenarioError{pathOr(), "expected an object, got " + typeName(j)};
+  }
+
+  const std::string& path() const { return path_; }
+  std::string at(const std::string& key) const { return path_ + "/" + key; }
+  bool has(const std::string& key) const { return j_.contains(key); }
+
+  const json* get(const std::string& key) {
+    allowed_.insert(key);
+    auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  const json& require(const std::string& key) {
+    const json* v = get(key);
+    if (!v) throw ScenarioError{path_.empty() ? "/" : path_, "missing required key \"" + key + "\""};
+    return *v;
+  }
+
+  template <typename Int>
+  Int integer(const std::string& key, Int lo, Int hi, std::optional<Int> def = std::nullopt) {
+    const json* v = def ? get(key) : &require(key);
+    if (!v) return *def;
+    if (!v->is_number_integer()) {
+      throw ScenarioError{at(key), "expected an integer, got " + typeName(*v)};
+    }
+    bool inRange;
+    Int value{};
+    if (v->is_number_unsigned()) {
+      const auto u = v->get<uint64_t>();
+      inRange = u <= static_cast<uint64_t>(hi) && (lo <= 0 || u >= static_cast<uint64_t>(lo));
+      value = static_cast<Int>(u);
+    } else {
+      const auto s = v->get<int64_t>();
+      inRange = s >= static_cast<int64_t>(lo) &&
+                (hi > static_cast<Int>(std::numeric_limits<int64_t>::max()) ||
+                 s <= static_cast<int64_t>(hi));
+      value = static_cast<Int>(s);
+    }
+    if (!inRange) {
+      throw ScenarioError{at(key), "must be between " + std::to_string(lo) + " and " +
+                                       std::to_string(hi) + ", got " + v->dump()};
+    }
+    return value;
+  }
+
+  // A finite number in [lo, hi] (or (lo, hi] when openLo).
+  double number(const std::string& key, double lo, double hi, std::optional<double> def,
+                bool openLo = false, bool openHi = false) {
+    const json* v = def ? get(key) : &require(key);
+    if (!v) return *def;
+    if (!v->is_number()) throw ScenarioError{at(key), "expected a number, got " + typeName(*v)};
+    const double x = v->get<double>();
+    const bool ok = std::isfinite(x) && (openLo ? x > lo : x >= lo) && (openHi ? x < hi : x <= hi);
+    if (!ok) {
+      throw ScenarioError{at(key), std::string("must be in ") + (openLo ? "(" : "[") + fmt(lo) +
+                                       ", " + fmt(hi) + (openHi ? ")" : "]") + ", got " +
+                                       v->dump()};
+    }
+    return x;
+  }
+
+  std::string string(const std::string& key, std::optional<std::string> def = std::nullopt) {
+    const json* v = def ? get(key) : &require(key);
+    if (!v) return *def;
+    if (!v->is_string()) throw ScenarioError{at(key), "expected a string, got " + typeName(*v)};
+    return v->get<std::string>();
+  }
+
+  bool boolean(const std::string& key, bool def) {
+    const json* v = get(key);
+    if (!v) return def;
+    if (!v->is_boolean()) throw ScenarioError{at(key), "expected true or false, got " + typeName(*v)};
+    return v->get<bool>();
+  }
+
+  // One of `names`; returns its index.
+  size_t choice(const std::string& key, const std::string& what,
+                const std::vector<std::string>& names, std::optional<size_t> def = std::nullopt) {
+    const json* v = def ? get(key) : &require(key);
+    if (!v) return *def;
+    if (!v->is_string()) {
+      throw ScenarioError{at(key), "expected a string (one of " + joinNames(names) + "), got " +
+                                       typeName(*v)};
+    }
+    const auto s = v->get<std::string>();
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == s) return i;
+    }
+    throw ScenarioError{at(key), "unknown " + what + " \"" + s + "\"; expected one of " +
+                                     joinNames(names)};
+  }
+
+  Obj object(const std::string& key) { return Obj(require(key), at(key)); }
+
+  // Rejects every key that was not asked for.
+  void finish() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (!allowed_.count(it.key())) {
+        std::vector<std::string> names(allowed_.begin(), allowed_.end());
+        throw ScenarioError{at(it.key()),
+                            "unknown key; expected one of " + joinNames(names)};
+      }
+    }
+  }
+
+ private:
+  std::string pathOr() const { return path_.empty() ? "/" : path_; }
+
+  const json& j_;
+  std::string path_;
+  std::set<std::string> allowed_;
+};
+
+const std::vector<std::string> kGraphKinds = {"ring",        "line",     "grid", "random",
+                                              "exponential", "complete", "star"};
+const std::vector<std::string> kWeightRules = {"metropolis", "max_degree", "uniform"};
+const std::vector<std::string> kScheduleKinds = {"static", "cycle", "one_peer_exponential",
+                                                 "random_matching", "edge_dropout"};
+
+// /problem (scenario_problem.cc), and the /algorithm step size it shares with it.
+void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
+optim::StepSizeSchedule parseStepSize(Obj& o);
+
+}  // namespace starling::runtime::scenario_detail
