@@ -19,16 +19,6 @@ namespace {
 
 constexpr uint64_t kSegmentMagic = 0x474553534C525453ULL;  // "STRLSSEG"
 
-void putLe(std::byte* p, uint64_t v, size_t n) {
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
-
-uint64_t getLe(const std::byte* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(std::to_integer<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-
 // Header: magic (8), serial (8), token (16), zero to 64 bytes.
 void writeHeader(std::byte* base, const Token& token, uint64_t serial) {
   std::memset(base, 0, kSegmentHeaderBytes);

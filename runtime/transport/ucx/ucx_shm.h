@@ -36,6 +36,16 @@ namespace starling::transport::ucx::detail {
 
 using Token = std::array<uint8_t, 16>;
 
+// Little-endian fields of Starling's wire headers (the low `n` bytes of a value).
+inline void putLe(std::byte* p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+inline uint64_t getLe(const std::byte* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(std::to_integer<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
 // Every segment starts with this many bytes of header (magic, token, serial); frames follow.
 constexpr size_t kSegmentHeaderBytes = 64;
 

@@ -51,9 +51,6 @@ constexpr size_t kShmHeaderBytes = 64;
 enum class ShmType : uint32_t { kHello = 1, kAck = 2, kFrame = 3, kRelease = 4 };
 using ShmHeader = std::array<std::byte, kShmHeaderBytes>;
 
-inline void putLe(std::byte* p, uint64_t v, size_t n) {
-  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
 
 inline ShmHeader shmHeader(ShmType type, uint32_t sender) {
   ShmHeader h{};
@@ -65,20 +62,11 @@ inline ShmHeader shmHeader(ShmType type, uint32_t sender) {
 
 inline Header encodeHeader(uint32_t sender, Tag tag) {
   Header h{};
-  auto put = [&h](size_t off, uint64_t v, size_t n) {
-    for (size_t i = 0; i < n; ++i) h[off + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  };
-  put(0, kHeaderMagic, 4);
-  put(4, sender, 4);
-  put(8, tag.round, 8);
-  put(16, tag.channel, 4);
+  putLe(h.data(), kHeaderMagic, 4);
+  putLe(h.data() + 4, sender, 4);
+  putLe(h.data() + 8, tag.round, 8);
+  putLe(h.data() + 16, tag.channel, 4);
   return h;
-}
-
-inline uint64_t getLe(const std::byte* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(std::to_integer<uint8_t>(p[i])) << (8 * i);
-  return v;
 }
 
 struct MessageKey {
