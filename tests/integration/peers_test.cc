@@ -51,6 +51,18 @@ std::vector<std::unique_ptr<Process>> startPeers(int n, const fs::path& file, co
   return peers;
 }
 
+// Merges the peers' logs in dir/out and simulates the same scenario into dir/sim; returns the
+// merged metrics (without wall times).
+std::vector<nlohmann::json> mergeAndSimulate(const fs::path& file, const fs::path& dir) {
+  const auto merged = runLauncher({kLauncher, "merge", file.string(), "--out", (dir / "out").string()},
+                                  dir / "merge.log");
+  REQUIRE(merged.exit == 0);
+  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
+                               dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  return metricsWithoutWall(dir / "out" / "metrics.jsonl");
+}
+
 }  // namespace
 
 TEST_CASE("node-launcher run gives the same metrics as simulate", "[integration][peers]") {
@@ -114,14 +126,8 @@ TEST_CASE("peers started by srun or mpirun take their rank from the environment"
     REQUIRE(p->waitFor(60s));
     CHECK(p->exitCode() == 0);
   }
-  const auto merged = runLauncher({kLauncher, "merge", file.string(), "--out", (dir / "out").string()},
-                                  dir / "merge.log");
-  REQUIRE(merged.exit == 0);
-  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
-                               dir / "sim.log");
-  REQUIRE(sim.exit == 0);
-  CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl") ==
-        metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+  const auto merged = mergeAndSimulate(file, dir);
+  CHECK(merged == metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
 
   // Without --rank and without a launcher's environment, a peer refuses to guess.
   const auto none = runLauncher({kLauncher, "peer", file.string()}, dir / "none.log");
@@ -150,13 +156,7 @@ TEST_CASE("peers on one host exchange frames through shared memory and match sim
     }
     CHECK(accepted == 2);
   }
-  const auto merged = runLauncher({kLauncher, "merge", file.string(), "--out", (dir / "out").string()},
-                                  dir / "merge.log");
-  REQUIRE(merged.exit == 0);
-  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
-                               dir / "sim.log");
-  REQUIRE(sim.exit == 0);
-  const auto a = metricsWithoutWall(dir / "out" / "metrics.jsonl");
+  const auto a = mergeAndSimulate(file, dir);
   REQUIRE(a.size() == 11);
   CHECK(a == metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
 }
