@@ -3,6 +3,7 @@
 // who may, releases recycle the segments, and hostile descriptors are counted and dropped.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/runtime/ucx_testing.h"
@@ -271,6 +272,43 @@ TEST_CASE("ucx shm: forged handshakes, descriptors and releases are counted and 
   bool refusedLogged = false;
   for (const auto& l : *log) refusedLogged = refusedLogged || l.find("not a sealed segment") != std::string::npos;
   CHECK(refusedLogged);
+}
+
+TEST_CASE("ucx shm: a hello naming a FIFO is refused without opening it (which would block)",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto t1 = make(shmOptions(1, ports, log));
+  std::vector<Transport*> ts{t1.get()};
+  // A FIFO with a reader and no writer: a blocking open(O_RDONLY) of it waits for a writer forever.
+  char dir[] = "/tmp/starling-fifo-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string path = std::string(dir) + "/fifo";
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  auto hello = shmMessage(1, 0);
+  put(hello, 12, static_cast<uint32_t>(::getpid()), 4);
+  const std::array<uint8_t, 16> boot = bootId();
+  std::memcpy(hello.data() + 32, boot.data(), 16);
+  put(hello, 48, static_cast<uint32_t>(fd), 4);
+  put(hello, 52, 1, 8);
+  auto refused = [&log] {
+    for (const auto& l : *log) {
+      if (l.find("is not a regular file") != std::string::npos) return true;
+    }
+    return false;
+  };
+  {
+    RawClient raw(ports[1]);
+    raw.send(hello.data(), hello.size(), {}, kShmAmId);
+    auto extra = [&raw] { raw.progress(); };
+    CHECK(pumpUntil(ts, refused, in(10s), extra));
+  }
+  ::close(fd);
+  ::unlink(path.c_str());
+  ::rmdir(dir);
 }
 
 

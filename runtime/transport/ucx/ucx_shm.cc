@@ -188,7 +188,12 @@ core::Result<std::shared_ptr<const MappedSegment>> mapSegment(uint32_t pid, int3
                                                               const Token& token, uint64_t serial) {
   if (pid == 0 || fd < 0) return core::corruption("no such segment");
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  const int local = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Only a regular file is opened at all: a descriptor naming a FIFO or a device would block in
+  // open() or have side effects. Non-blocking, and checked again on what was opened.
+  struct stat before {};
+  if (::stat(path.c_str(), &before) != 0) return core::unavailable(errnoText(("stat " + path).c_str()));
+  if (!S_ISREG(before.st_mode)) return core::corruption(path + " is not a regular file");
+  const int local = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (local < 0) return core::unavailable(errnoText(("open " + path).c_str()));
   struct Closer {
     int fd;
@@ -200,6 +205,9 @@ core::Result<std::shared_ptr<const MappedSegment>> mapSegment(uint32_t pid, int3
   }
   struct stat st {};
   if (::fstat(local, &st) != 0) return core::unavailable(errnoText("fstat"));
+  if (!S_ISREG(st.st_mode) || st.st_ino != before.st_ino || st.st_dev != before.st_dev) {
+    return core::corruption(path + " changed while it was opened");
+  }
   const auto size = static_cast<size_t>(st.st_size);
   if (size < kSegmentHeaderBytes) return core::corruption(path + " is too small for a segment");
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, local, 0);
