@@ -18,6 +18,9 @@ namespace starling::transport::ucx::detail {
 namespace {
 
 constexpr uint64_t kSegmentMagic = 0x474553534C525453ULL;  // "STRLSSEG"
+// A segment holds one frame; frames are at most 2^36 bytes (the transport's message limit).
+constexpr size_t kMaxSegmentBytes = (size_t{1} << 36) + (size_t{1} << 20);
+constexpr size_t kPopulateLimitBytes = size_t{256} << 20;
 
 // Header: magic (8), serial (8), token (16), zero to 64 bytes.
 void writeHeader(std::byte* base, const Token& token, uint64_t serial) {
@@ -210,7 +213,11 @@ core::Result<std::shared_ptr<const MappedSegment>> mapSegment(uint32_t pid, int3
   }
   const auto size = static_cast<size_t>(st.st_size);
   if (size < kSegmentHeaderBytes) return core::corruption(path + " is too small for a segment");
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, local, 0);
+  if (size > kMaxSegmentBytes) return core::corruption(path + " is larger than any frame");
+  // Populated now (one call instead of a fault per page) unless it is huge: the size is the
+  // neighbour's choice, and only the frame's own bytes are ever read.
+  const int populate = size <= kPopulateLimitBytes ? MAP_POPULATE : 0;
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | populate, local, 0);
   if (p == MAP_FAILED) return core::unavailable(errnoText("mmap"));
   auto seg = std::make_shared<const MappedSegment>(static_cast<const std::byte*>(p), size);
   const std::byte* h = seg->base();
