@@ -210,6 +210,31 @@ std::array<uint8_t, 16> bootId() {
   return id;
 }
 
+// A hello from "rank 0" that is this process on this host, naming `fd` as its probe segment
+// (serial 1) and carrying `token`.
+std::array<std::byte, 64> helloNaming(int fd, const std::array<uint8_t, 16>& token = {}) {
+  auto hello = shmMessage(1, 0);
+  put(hello, 12, static_cast<uint32_t>(::getpid()), 4);
+  std::memcpy(hello.data() + 16, token.data(), token.size());
+  const std::array<uint8_t, 16> boot = bootId();
+  std::memcpy(hello.data() + 32, boot.data(), boot.size());
+  put(hello, 48, static_cast<uint32_t>(fd), 4);
+  put(hello, 52, 1, 8);
+  return hello;
+}
+
+// A frame descriptor from "rank 0": `length` bytes at `offset` of segment `serial` (file `fd`).
+std::array<std::byte, 64> frameDescriptor(int fd, uint64_t serial, uint64_t offset,
+                                          uint64_t length, uint64_t round = 0) {
+  auto f = shmMessage(3, 0);
+  put(f, 12, static_cast<uint32_t>(fd), 4);
+  put(f, 16, round, 8);
+  put(f, 32, serial, 8);
+  put(f, 40, offset, 8);
+  put(f, 48, length, 8);
+  return f;
+}
+
 TEST_CASE("ucx shm: forged handshakes, descriptors and releases are counted and dropped",
           "[runtime][unit][ucx][shm]") {
   const auto ports = freePorts(2);
@@ -224,21 +249,11 @@ TEST_CASE("ucx shm: forged handshakes, descriptors and releases are counted and 
   REQUIRE(::ftruncate(fd, 8192) == 0);
   std::vector<std::array<std::byte, 64>> msgs;
   // 1. a frame before any hello;
-  auto frame = shmMessage(3, 0);
-  put(frame, 12, static_cast<uint32_t>(fd), 4);
-  put(frame, 32, 1, 8);
-  put(frame, 40, 64, 8);
-  put(frame, 48, 100, 8);
+  const auto frame = frameDescriptor(fd, 1, 64, 100);
   msgs.push_back(frame);
   // 2. a hello naming an unsealed file (refused: not counted, frames stay unmapped), then the
   //    same frame again;
-  auto hello = shmMessage(1, 0);
-  put(hello, 12, static_cast<uint32_t>(::getpid()), 4);
-  put(hello, 48, static_cast<uint32_t>(fd), 4);
-  put(hello, 52, 1, 8);
-  const std::array<uint8_t, 16> boot = bootId();  // this host: the seal check decides
-  std::memcpy(hello.data() + 32, boot.data(), 16);
-  msgs.push_back(hello);
+  msgs.push_back(helloNaming(fd));  // this host: the seal check decides
   msgs.push_back(frame);
   // 3. bad magic, unknown type, unknown sender, itself as sender, a release of nothing.
   auto badMagic = shmMessage(3, 0);
@@ -288,12 +303,7 @@ TEST_CASE("ucx shm: a hello naming a FIFO is refused without opening it (which w
   REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   REQUIRE(fd >= 0);
-  auto hello = shmMessage(1, 0);
-  put(hello, 12, static_cast<uint32_t>(::getpid()), 4);
-  const std::array<uint8_t, 16> boot = bootId();
-  std::memcpy(hello.data() + 32, boot.data(), 16);
-  put(hello, 48, static_cast<uint32_t>(fd), 4);
-  put(hello, 52, 1, 8);
+  const auto hello = helloNaming(fd);
   auto refused = [&log] {
     for (const auto& l : *log) {
       if (l.find("is not a regular file") != std::string::npos) return true;
@@ -324,35 +334,19 @@ TEST_CASE("ucx shm: after a genuine handshake, descriptors out of bounds or at t
   for (size_t i = 0; i < token.size(); ++i) token[i] = static_cast<uint8_t>(17 * i + 3);
   const int probe = sealedSegment(4096, 1, token);
   const int data = sealedSegment(8192, 2, token);
-  const std::array<uint8_t, 16> boot = bootId();
-
-  auto hello = shmMessage(1, 0);
-  put(hello, 12, static_cast<uint32_t>(::getpid()), 4);
-  std::memcpy(hello.data() + 16, token.data(), 16);
-  std::memcpy(hello.data() + 32, boot.data(), 16);
-  put(hello, 48, static_cast<uint32_t>(probe), 4);
-  put(hello, 52, 1, 8);
-  auto frame = [&](int fd, uint64_t serial, uint64_t offset, uint64_t length, uint64_t round) {
-    auto f = shmMessage(3, 0);
-    put(f, 12, static_cast<uint32_t>(fd), 4);
-    put(f, 16, round, 8);
-    put(f, 32, serial, 8);
-    put(f, 40, offset, 8);
-    put(f, 48, length, 8);
-    return f;
-  };
+  const auto hello = helloNaming(probe, token);
   std::vector<std::array<std::byte, 64>> msgs{
       hello,
-      frame(data, 2, 64, 8192 - 64, 1),            // genuine: the whole data area
-      frame(data, 2, 64, 8192 - 63, 2),            // one byte past the end
-      frame(data, 2, 8000, 1000, 3),               // starts inside, ends outside
-      frame(data, 2, 0, 64, 4),                    // the segment header
-      frame(data, 2, 64, uint64_t{1} << 63, 5),    // length overflowing offset + length
-      frame(data, 2, uint64_t{1} << 40, 16, 6),    // far past the end
-      frame(data, 3, 64, 16, 7),                   // wrong serial for that file
-      frame(probe, 2, 64, 16, 8),                  // another file claiming serial 2 (cached: the
-                                                   // cache answers for serial 2, still in bounds)
-      frame(99999, 5, 64, 16, 9),                  // no such descriptor
+      frameDescriptor(data, 2, 64, 8192 - 64, 1),          // genuine: the whole data area
+      frameDescriptor(data, 2, 64, 8192 - 63, 2),          // one byte past the end
+      frameDescriptor(data, 2, 8000, 1000, 3),             // starts inside, ends outside
+      frameDescriptor(data, 2, 0, 64, 4),                  // the segment header
+      frameDescriptor(data, 2, 64, uint64_t{1} << 63, 5),  // length overflowing offset + length
+      frameDescriptor(data, 2, uint64_t{1} << 40, 16, 6),  // far past the end
+      frameDescriptor(data, 3, 64, 16, 7),                 // wrong serial for that file
+      // Another file claiming serial 2: the cache answers for serial 2, still in bounds.
+      frameDescriptor(probe, 2, 64, 16, 8),
+      frameDescriptor(99999, 5, 64, 16, 9),                // no such descriptor
   };
   {
     RawClient raw(ports[1]);
