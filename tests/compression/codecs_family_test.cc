@@ -1,6 +1,7 @@
 // The exponential-level and adaptive codecs (nuqsgd, natural, natural_dithering, topk_dithering,
-// adacomp, dqsgd): round trips, golden frames, statistics against the papers' bounds, stream
-// rules and corruption corpora (docs/wire_format.md, docs/compression_rules.md).
+// adacomp, dqsgd): construction, round trips and statistics against the papers' bounds.
+// codecs_family_adaptive_test.cc has the AdaComp/DQSGD rules, frame sizes and corruption corpora;
+// codecs_frames_test.cc their golden frames.
 #include <bit>
 #include <iomanip>
 #include <iostream>
@@ -291,95 +292,6 @@ TEMPLATE_TEST_CASE("topk dithering keeps the k largest and dithers them, scaled 
   REQUIRE(scale >= norm * (1 - 1e-15));
   REQUIRE(scale <= norm * (1 + 0x1p-23));
   requireExponentialGrid(t, y, 0, d, scale, s, zeta(kept, s));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Golden frames: written by hand from docs/wire_format.md; the CRC32C computed. Every element is
-// an exact level, so no rounding draw matters.
-
-TEST_CASE("golden frames of the exponential and adaptive codecs", "[compression][unit]") {
-  SECTION("nuqsgd 3 bits bucket 4 float32 {2, -2, 2, 2, -1, 0}: levels 1/2 | 1 of s = 3") {
-    auto c = make<float>(nuqsgdSpec(3, 4));
-    // params: bits 3, bucket 4 (P = 5) | scales 4.0f, 1.0f | codes 2, 4|2, 2, 2, 4|3, 0 (3 bits)
-    const Frame expected = sealed(
-        "53 54 52 4c 01 07 01 00  06 00 00 00 00 00 00 00  05 00 00 00 00 00 00 00"
-        "0b 00 00 00 00 00 00 00  03 04 00 00 00 00 00 00"
-        "00 00 80 40 00 00 80 3f  b2 74 00");
-    const std::vector<float> x = {2, -2, 2, 2, -1, 0};
-    for (uint64_t seed = 1; seed < 4; ++seed) {
-      CHECK(toHex(encodeWith(*c, x, seed)) == toHex(expected));
-    }
-    CHECK(decodeOk(*c, expected, 6) == x);
-    // Level 1 is 2^(1-s) = 1/4 of the scale 8: codes 1, 4|1, 0 -> 0x0029 (9 bits, 2 bytes).
-    const Frame lowest = sealed(
-        "53 54 52 4c 01 07 02 00  03 00 00 00 00 00 00 00  05 00 00 00 00 00 00 00"
-        "06 00 00 00 00 00 00 00  03 04 00 00 00 00 00 00  00 00 00 41 29 00");
-    CHECK(decodeOk(*make<double>(nuqsgdSpec(3, 4)), lowest, 3) == std::vector<double>{2, -2, 0});
-  }
-  SECTION("natural float32 {1, -2, 1/4, 0, 2^-126, 2^127}") {
-    auto c = make<float>(makeSpec(Kind::kNatural));
-    // 9-bit codes E | sign << 8: 127, 256|128, 125, 0, 1, 254
-    const Frame expected = sealed(
-        "53 54 52 4c 01 08 01 00  06 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00"
-        "07 00 00 00 00 00 00 00  7f 00 f7 01 10 c0 1f");
-    const std::vector<float> x = {1, -2, 0.25f, 0, std::ldexp(1.0f, -126), std::ldexp(1.0f, 127)};
-    for (uint64_t seed = 1; seed < 4; ++seed) {
-      CHECK(toHex(encodeWith(*c, x, seed)) == toHex(expected));
-    }
-    CHECK(decodeOk(*c, expected, 6) == x);
-  }
-  SECTION("natural dithering s = 2 l2 float32 {2, -2, 2, 2, 0}: level 1 = 1/2 of the norm 4") {
-    auto c = make<float>(ditheringSpec(2, false));
-    // params: levels 2, l2 | norm 4.0f | 3-bit codes 1, 4|1, 1, 1, 0
-    const Frame expected = sealed(
-        "53 54 52 4c 01 09 01 00  05 00 00 00 00 00 00 00  02 00 00 00 00 00 00 00"
-        "06 00 00 00 00 00 00 00  02 00 00 00 00 00 00 00  00 00 80 40 69 02");
-    CHECK(toHex(encodeWith(*c, std::vector<float>{2, -2, 2, 2, 0})) == toHex(expected));
-  }
-  SECTION("natural dithering s = 3 linf float64 {4, -1, 2, 0}: levels 3, 1, 2, 0 of s = 3") {
-    auto c = make<double>(ditheringSpec(3, true));
-    // params: levels 3, linf | norm 4.0f | 3-bit codes 3, 4|1, 2, 0
-    const Frame expected = sealed(
-        "53 54 52 4c 01 09 02 00  04 00 00 00 00 00 00 00  02 00 00 00 00 00 00 00"
-        "06 00 00 00 00 00 00 00  03 01 00 00 00 00 00 00  00 00 80 40 ab 00");
-    CHECK(toHex(encodeWith(*c, std::vector<double>{4, -1, 2, 0})) == toHex(expected));
-    CHECK(decodeOk(*c, expected, 4) == std::vector<double>{4, -1, 2, 0});
-  }
-  SECTION("topk dithering k = 4 s = 2 float64 {1/2, -2, 2, 0, 2, 2, 1}") {
-    auto c = make<double>(topkDitheringSpec(4, 2));
-    // params: levels 2 | count 4 | index 1, gaps 1 2 1 | norm 4.0f | 3-bit codes 4|1, 1, 1, 1
-    const Frame expected = sealed(
-        "53 54 52 4c 01 0a 02 00  07 00 00 00 00 00 00 00  01 00 00 00 00 00 00 00"
-        "0e 00 00 00 00 00 00 00  02 00 00 00 00 00 00 00"
-        "04 00 00 00 01 01 02 01  00 00 80 40 4d 02");
-    const std::vector<double> x = {0.5, -2, 2, 0, 2, 2, 1};
-    CHECK(toHex(encodeWith(*c, x)) == toHex(expected));
-    // zeta_4 = 9/8 + sqrt(4) 2^-1 min(1, 1) = 17/8: each kept value is +-4 * 1/2 * 8/17.
-    const double v = 2.0 / (17.0 / 8);
-    CHECK(decodeOk(*c, expected, 7) == std::vector<double>{0, -v, v, 0, v, v, 0});
-  }
-  SECTION("adacomp bin 2 float32 {1, -3, 1/2, 1/4, 0, 2}, fresh residue") {
-    auto c = make<float>(adacompSpec(2));
-    // G = x, H = 2x. Bin maxima 3, 1/2, 2: sent 1 (|H| 6), 2 (1), 3 (1/2), 5 (4); not 0 (2 < 3),
-    // nor 4 (G = 0). Scale (3 + 1/2 + 1/4 + 2) / 4 = 1.4375.
-    // count 4 | index 1, gaps 1 1 2 | scale 1.4375f | signs: the first one negative
-    const Frame expected = sealed(
-        "53 54 52 4c 01 0c 01 00  06 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00"
-        "0d 00 00 00 00 00 00 00  04 00 00 00 01 01 01 02  00 00 b8 3f 01");
-    CHECK(toHex(encodeWith(*c, std::vector<float>{1, -3, 0.5f, 0.25f, 0, 2})) == toHex(expected));
-    CHECK(decodeOk(*c, expected, 6) ==
-          std::vector<float>{0, -1.4375f, 1.4375f, 1.4375f, 0, 1.4375f});
-  }
-  SECTION("dqsgd target 0.05 float32 {3, -4, 0}: 5 bits, the qsgd payload") {
-    auto c = make<float>(dqsgdSpec(2, 8, 0.05, 512));
-    // B = 3: eps(s) = min(3/s^2, sqrt(3)/s) is 1.73, 0.333, 0.0612 (> 0.05) and 0.0133 for
-    // s = 1, 3, 7, 15: 5 bits. params: bits 5, l2, bucket 512 | scale 5.0f | 9, 16|12, 0
-    const Frame expected = sealed(
-        "53 54 52 4c 01 0d 01 00  03 00 00 00 00 00 00 00  06 00 00 00 00 00 00 00"
-        "06 00 00 00 00 00 00 00  05 00 00 02 00 00 00 00  00 00 a0 40 89 03");
-    CHECK(toHex(encodeWith(*c, std::vector<float>{3, -4, 0})) == toHex(expected));
-    CHECK(decodeOk(*c, expected, 3) == std::vector<float>{3, -4, 0});
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
