@@ -74,7 +74,7 @@ struct CompressorSpec {
   int minBits = 2;
   int maxBits = 8;
   double target = 1.0;
-  // Wraps the codec: p = C(e + v), e <- e + v - p (ALGORITHMS.md §8).
+  // Wraps the codec: p = C(e + v), e <- e + v - p (docs/algorithms.md §13).
   bool errorFeedback = false;
 };
 

@@ -1,5 +1,5 @@
 // DSGD (adapt-then-combine diffusion), exact diffusion and gradient tracking (DIGing), written
-// from ../shared/ALGORITHMS.md sections 1-3. The vector arithmetic goes through Eigen maps.
+// from docs/algorithms.md §3-§5. The vector arithmetic goes through Eigen maps.
 #include <Eigen/Core>
 #include <algorithm>
 
@@ -51,7 +51,7 @@ void combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, 
   }
 }
 
-// Adapt-then-combine diffusion (ALGORITHMS.md §1 (c)):
+// Adapt-then-combine diffusion (docs/algorithms.md §3):
 //   psi_i = x_i - eta g_i(x_i);  x_i = sum_j w_ij psi_j.   Sends psi (d values).
 // Written as x_i = psi_i + sum_j w_ij (m_j - m_i) with m the messages as received; without a
 // lossy codec m_i = psi_i and this is the line above. With one (error feedback), the node keeps
@@ -89,7 +89,7 @@ class Dsgd final : public Algorithm<T> {
   GradientOracle<T>& oracle_;
 };
 
-// Exact diffusion, ATC form (ALGORITHMS.md §2; Yuan et al. 2019, Part I Alg. 1):
+// Exact diffusion, ATC form (docs/algorithms.md §4; Yuan et al. 2019, Part I Alg. 1):
 //   psi_i = w_i - mu grad J_i(w_i);  phi_i = psi_i + w_i - psi_i^prev;  w_i = sum_l abar_il phi_l,
 // with Abar = (I + W)/2 (abar_ii = (1 + w_ii)/2, abar_il = w_il/2). psi^prev starts at w^{-1} = x0,
 // so the first round is a plain diffusion step. Sends phi (d values).
@@ -130,7 +130,7 @@ class ExactDiffusion final : public Algorithm<T> {
   GradientOracle<T>& oracle_;
 };
 
-// Gradient tracking, DIGing in its CTA form (ALGORITHMS.md §3), so that one exchange per round
+// Gradient tracking, DIGing in its CTA form (docs/algorithms.md §5), so that one exchange per round
 // carries both mixed quantities:
 //   x_i <- sum_j w_ij x_j - alpha y_i;   y_i <- sum_j w_ij y_j + grad f_i(x_i new) - grad f_i(x_i old),
 // with y_i^0 = grad f_i(x_i^0). Sends [x_i, y_i] (2d values).

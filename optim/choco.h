@@ -1,6 +1,6 @@
-// CHOCO-SGD (Koloskova, Stich, Jaggi 2019; ALGORITHMS.md §4): decentralized SGD that converges with
-// any contractive compressor, because every message is a compressed difference against a
-// reference point x-hat that the sender and all its neighbours track identically.
+// CHOCO-SGD (Koloskova, Stich, Jaggi 2019; docs/algorithms.md §7): decentralized SGD that
+// converges with any contractive compressor, because every message is a compressed difference
+// against a reference point x-hat that the sender and all its neighbours track identically.
 #pragma once
 
 #include <memory>

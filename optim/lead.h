@@ -1,4 +1,4 @@
-// NIDS and LEAD / Prox-LEAD (ALGORITHMS.md §3 and §5): bias-corrected primal-dual methods that
+// NIDS and LEAD / Prox-LEAD (docs/algorithms.md §6 and §8): bias-corrected primal-dual methods that
 // converge to the exact optimum, LEAD and Prox-LEAD through compressed links.
 //
 // NIDS (Li, Shi, Yan 2019), uniform step eta, W~ = (I + W)/2, proximal step for r:

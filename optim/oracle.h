@@ -1,5 +1,5 @@
 // Gradient oracles: where a node's algorithm gets its estimate G of grad f_i(x)
-// (ALGORITHMS.md §5.2).
+// (docs/algorithms.md §9).
 //
 // Node i holds m_i samples; f_i(x) = s sum_j loss_j(x) + (l2/2)||x||^2 with s = n/m (problem.h).
 // Write f_{i,j}(x) = s m_i loss_j(x) + (l2/2)||x||^2, so that f_i = (1/m_i) sum_j f_{i,j}. A batch

@@ -1,5 +1,6 @@
 // Non-smooth, separable regularizers r(x) with their proximal operators, for composite problems
-// min_x (1/n) sum_i f_i(x) + r(x) (ALGORITHMS.md §5.2). The smooth l2 term stays in ProblemSpec.
+// min_x (1/n) sum_i f_i(x) + r(x) (docs/algorithms.md §10). The smooth l2 term stays in
+// ProblemSpec.
 //
 //   l1:     r(x) = l1 ||x||_1              prox_{s r}(v)_k = sign(v_k) max(|v_k| - s l1, 0)
 //   box:    r(x) = indicator(lo <= x <= hi)  prox(v)_k = clamp(v_k, lo, hi)

@@ -2,14 +2,14 @@
 """PyTorch reference column of bench-codecs (docs/bench_codecs.md).
 
 Times, on one CPU thread, the PyTorch codecs that Starling's goals are stated against, written
-here from their descriptions in ALGORITHMS.md (nothing is downloaded):
-  cs_sketch / cs_unsketch  a CSVec-equivalent count sketch (§6.1): precomputed bucket and sign
+here from their descriptions in docs/algorithms.md §14 (nothing is downloaded):
+  cs_sketch / cs_unsketch  a CSVec-equivalent count sketch (§14.1): precomputed bucket and sign
                            hashes, one torch.bincount per row to sketch; unsketch gathers
                            table[j, buckets[j]] * signs[j] for every row, takes the median over
                            rows and keeps the top k of the squares (dense output).
   topk_encode / _decode    GRACE-style top-k: torch.topk of |x|, gather the values; decode
                            scatters them into zeros.
-  qsgd_encode / _decode    GRACE-style QSGD (§9.1): one l2 norm, floor, bernoulli,
+  qsgd_encode / _decode    GRACE-style QSGD (§14.3): one l2 norm, floor, bernoulli,
                            sign * level in int8 plus the norm; decode norm / s * level.
 Throughput is GB/s of float32 input (d * 4 bytes / median seconds), as bench-codecs reports.
 Hash construction is not timed (CSVec caches it per (d, c, r)).

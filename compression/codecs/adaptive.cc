@@ -1,5 +1,5 @@
-// Stateful codecs that adapt to the stream they encode: AdaComp (ALGORITHMS.md §10.5), whose
-// residue decides what is sent, and DQ-SGD (§10.6), whose norm history decides the bit width.
+// Stateful codecs that adapt to the stream they encode: AdaComp (docs/algorithms.md §12.12), whose
+// residue decides what is sent, and DQ-SGD (§12.13), whose norm history decides the bit width.
 // Their state lives in a CodecState the sender owns (newState); encode() is the first frame of a
 // fresh stream. Decoding needs no state: everything a receiver needs is in the frame.
 #include <algorithm>

@@ -1,7 +1,7 @@
-// Codecs with exponentially spaced levels (ALGORITHMS.md §8, §9.2): NUQSGD, natural compression,
-// natural dithering and top-k + natural dithering. Each rounds |x_i| (or |x_i| / norm) without
-// bias onto powers of two, so its relative variance per element is at most 1/8 (between two
-// levels a and 2a the variance of r is (r - a)(2a - r) <= r^2 / 8).
+// Codecs with exponentially spaced levels (docs/algorithms.md §12.7-§12.10): NUQSGD, natural
+// compression, natural dithering and top-k + natural dithering. Each rounds |x_i| (or
+// |x_i| / norm) without bias onto powers of two, so its relative variance per element is at most
+// 1/8 (between two levels a and 2a the variance of r is (r - a)(2a - r) <= r^2 / 8).
 #include <algorithm>
 #include <bit>
 #include <cassert>
@@ -324,8 +324,8 @@ class NaturalDitheringCompressor final : public Compressor<T> {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Top-k + natural dithering (ALGORITHMS.md §8): the k largest |x_i|, dithered with the l2 norm
-// of the kept vector, scaled by 1/zeta_k.
+// Top-k + natural dithering (docs/algorithms.md §12.10): the k largest |x_i|, dithered with the
+// l2 norm of the kept vector, scaled by 1/zeta_k.
 
 // The dithering variance constant on k elements, l2 norm: 9/8 + sqrt(k) 2^(1-s) min(1, same).
 double ditheringZeta(uint64_t k, int s) {

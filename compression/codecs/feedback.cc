@@ -1,5 +1,5 @@
-// Error feedback (ALGORITHMS.md §8; Karimireddy et al. 2019's EF, GRACE's ResidualMemory): the
-// sender compresses p = C(e + v) and keeps the residual e <- e + v - p, so whatever a biased
+// Error feedback (docs/algorithms.md §13; Karimireddy et al. 2019's EF, GRACE's ResidualMemory):
+// the sender compresses p = C(e + v) and keeps the residual e <- e + v - p, so whatever a biased
 // codec drops this round is sent in a later one. Sender-side only: the frame is the inner
 // codec's, and receivers decode it as such.
 #include <cassert>

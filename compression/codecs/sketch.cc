@@ -1,8 +1,8 @@
-// Count-Sketch (ALGORITHMS.md §6.1; docs/compression.md "Count-Sketch"): an r x c table, each row
-// adding s_j(i) x_i into bucket h_j(i). Decoding estimates every coordinate from the table, by
-// the median over rows (then keeps the top-k or above-threshold estimates) or by the mean over
-// rows, which is linear in the table and lets a receiver sum its neighbours' weighted tables and
-// decode once (LinearAccumulator).
+// Count-Sketch (docs/algorithms.md §12.11; docs/compression.md "Count-Sketch"): an r x c table,
+// each row adding s_j(i) x_i into bucket h_j(i). Decoding estimates every coordinate from the
+// table, by the median over rows (then keeps the top-k or above-threshold estimates) or by the
+// mean over rows, which is linear in the table and lets a receiver sum its neighbours' weighted
+// tables and decode once (LinearAccumulator).
 //
 // Safety: the sender decodes its own table and scales the estimate y by
 // lambda = <x, y> / ||y||^2, the least-squares fit of x along y, and writes lambda into the

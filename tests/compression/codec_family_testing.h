@@ -53,7 +53,7 @@ inline const CompressorSpec kFamily[] = {
     adacompSpec(500),        dqsgdSpec(2, 8, 0.1, 5),      dqsgdSpec(3, 3, 1.0, 512),
 };
 
-// zeta of natural dithering on n elements with s levels (ALGORITHMS.md §8, r = 2).
+// zeta of natural dithering on n elements with s levels (docs/algorithms.md §12.9, l2 norm).
 inline double zeta(size_t n, int s) {
   const double a = std::sqrt(double(n)) * std::ldexp(1.0, 1 - s);
   return 9.0 / 8 + a * std::min(1.0, a);

@@ -1,6 +1,6 @@
 // Count-Sketch and error feedback. The codec is checked against a plain per-row scatter/gather
 // sketch written here from the hash definition in docs/wire_format.md (codec 11), and its
-// statistics against the Count-Sketch theory (ALGORITHMS.md §6.1).
+// statistics against the Count-Sketch theory (docs/algorithms.md §12.11).
 #include <algorithm>
 #include <cmath>
 #include <numeric>

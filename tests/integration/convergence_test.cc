@@ -67,7 +67,7 @@ TEST_CASE("float32 runs converge to float32 accuracy", "[integration][optim]") {
 
 TEST_CASE("with stochastic gradients exact diffusion beats DSGD's steady state on a line",
           "[integration][optim]") {
-  // ALGORITHMS.md §2: on sparse graphs with heterogeneous data the bias term dominates DSGD's
+  // docs/algorithms.md §4: on sparse graphs with heterogeneous data the bias term dominates DSGD's
   // mean-square deviation; exact diffusion has no such term. Average the MSD over the second half
   // of the run (steady state).
   auto steadyMsd = [](const char* alg) {

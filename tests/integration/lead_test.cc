@@ -1,4 +1,4 @@
-// NIDS, LEAD and Prox-LEAD over the engine (ALGORITHMS.md §3, §5): LEAD without compression is
+// NIDS, LEAD and Prox-LEAD over the engine (docs/algorithms.md §6, §8): LEAD without compression is
 // NIDS iterate for iterate; with 2-bit quantization it still converges linearly to the central
 // optimum, where DSGD and CHOCO with the same codec plateau.
 #include <catch2/catch.hpp>
