@@ -1,5 +1,7 @@
 #include "runtime/experiment.h"
 
+#include <sstream>
+
 namespace starling::runtime {
 
 core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOptions& options) {
@@ -38,6 +40,28 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
     e.xStar = std::move(*xs);
   }
   return e;
+}
+
+core::Status explainRoundFailure(const Scenario& s, const core::Status& st,
+                                 const std::string& context) {
+  if (st.code() != core::StatusCode::kDiverged) return st.withContext(context);
+  using AK = optim::AlgorithmKind;
+  const auto& a = s.algorithm;
+  std::ostringstream hint;
+  hint << "; hint: lower /algorithm/step_size (now " << a.stepSize.value;
+  if (a.stepSize.kind != optim::StepSizeSchedule::Kind::kConstant) hint << " at round 0";
+  hint << ")";
+  if (a.kind == AK::kChoco) {
+    hint << " or /algorithm/gamma (now " << a.gamma << "; coarser compression needs a smaller gamma)";
+  } else if (a.kind == AK::kLead || a.kind == AK::kProxLead) {
+    hint << ", /algorithm/alpha (now " << a.alpha << ") or /algorithm/gamma (now " << a.gamma
+         << "); coarser compression needs smaller ones";
+  }
+  if (st.message().find("divergence.max_abs") != std::string::npos) {
+    hint << "; if models this large are expected, raise /divergence/max_abs";
+  }
+  hint << " (scenarios/README.md, \"Choosing step sizes\")";
+  return core::diverged(st.message() + hint.str());
 }
 
 }  // namespace starling::runtime

@@ -32,4 +32,10 @@ struct ExperimentOptions {
 core::Result<Experiment> prepareExperiment(const Scenario& scenario,
                                            const ExperimentOptions& options = {});
 
+// A failed round's status as the user sees it: kDiverged gets a hint naming the scenario's knobs
+// (step size; for CHOCO gamma, for LEAD alpha and gamma; divergence.max_abs); the rest gets
+// `context` in front.
+core::Status explainRoundFailure(const Scenario& s, const core::Status& st,
+                                 const std::string& context);
+
 }  // namespace starling::runtime

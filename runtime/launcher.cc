@@ -221,14 +221,27 @@ void Supervisor::tick() {
 }
 
 std::string Supervisor::failureReport() const {
-  const Child& first = *children_[firstFailure_];
-  std::string msg = "peer " + std::to_string(first.rank) + " " + first.describeExit();
+  // The headline names the root cause: the peer that failed on its own, or the one the others
+  // lost first, from the failure lines in the peer logs. The first peer to exit is often only a
+  // knock-on failure (it lost a neighbour that had lost another).
+  auto root = merger_.rootCause();
+  if (root && (root->rank < 0 || root->rank >= static_cast<int>(children_.size()))) root.reset();
+  int culprit = firstFailure_;
+  if (root) culprit = root->rank;
+  const Child& first = *children_[culprit];
+  std::string msg;
+  if (root) {
+    msg = root->describe();
+    if (first.exited && first.failed()) msg += "; it " + first.describeExit();
+  } else {
+    msg = "peer " + std::to_string(first.rank) + " " + first.describeExit();
+  }
   if (!first.lastLines.empty()) {
     msg += "; its last lines:";
     for (const auto& l : first.lastLines) msg += "\n    " + l;
   }
   for (const auto& c : children_) {
-    if (c->rank == firstFailure_ || !c->failed() || c->lastLines.empty()) continue;
+    if (c->rank == culprit || !c->failed() || c->lastLines.empty()) continue;
     msg += "\n  peer " + std::to_string(c->rank) + " " + c->describeExit() + ": " +
            c->lastLines.back();
   }
@@ -299,7 +312,8 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
   if (auto st = sup.spawn(addresses); !st.isOk()) return st;
   STARLING_RETURN_IF_ERROR(sup.run());
   if (!sup.merger().last() || sup.merger().last()->round != e.scenario.rounds) {
-    return core::internalError("the peers finished but their logs stop before the last round");
+    return core::internalError("the peers finished but their logs stop before the last round:" +
+                               sup.merger().shortLogs());
   }
   LaunchResult result{*sup.merger().last(), sup.merger().xMean()};
   STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run"));

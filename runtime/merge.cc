@@ -1,15 +1,94 @@
 #include "runtime/merge.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "runtime/peer.h"
+#include "runtime/scenario_writer.h"
 
 namespace starling::runtime {
+namespace {
+
+using nlohmann::json;
+
+bool isHeader(const json& j) { return j.is_object() && j.contains("peer_log"); }
+
+// A header line's fields, or a message saying what is wrong with it.
+core::Result<PeerLogHeader> parseHeader(const json& j, const std::string& where) {
+  const auto bad = [&](const std::string& why) { return core::corruption(where + ": " + why); };
+  if (!isHeader(j)) return bad("the first line is not a peer log header (an older Starling's log?)");
+  if (j["peer_log"] != kPeerLogVersion) {
+    return bad("peer log version " + j["peer_log"].dump() + "; this build reads version " +
+               std::to_string(kPeerLogVersion));
+  }
+  PeerLogHeader h;
+  try {
+    h.rank = j.at("rank").get<int>();
+    h.nodes = j.at("nodes").get<int>();
+    h.seed = j.at("seed").get<uint64_t>();
+    h.rounds = j.at("rounds").get<uint64_t>();
+    h.scenarioHash = j.at("scenario_hash").get<std::string>();
+    h.address = j.value("address", "");
+    h.version = j.value("version", "");
+  } catch (const json::exception& ex) {
+    return bad(std::string("malformed header: ") + ex.what());
+  }
+  return h;
+}
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+}  // namespace
+
+core::Result<std::vector<PeerLogHeader>> readPeerLogHeaders(const std::filesystem::path& dir,
+                                                            int nodes) {
+  std::vector<PeerLogHeader> headers;
+  std::vector<int> missing;
+  for (int r = 0; r < nodes; ++r) {
+    const auto path = peerLogPath(dir, r);
+    std::ifstream in(path);
+    std::string line;
+    if (!in || !std::getline(in, line) || in.eof()) {  // no file, or no complete first line
+      missing.push_back(r);
+      continue;
+    }
+    auto h = parseHeader(json::parse(line, nullptr, false), path.string());
+    if (!h) return h.status();
+    if (h->rank != r) {
+      return core::corruption(path.string() + ": written by rank " + std::to_string(h->rank));
+    }
+    headers.push_back(*h);
+  }
+  if (!missing.empty()) {
+    return core::notFound("no peer log for rank" + std::string(missing.size() > 1 ? "s " : " ") +
+                          joinRanks(missing) + " in " + (dir / "peers").string() +
+                          " (the peer never started, or its folder is elsewhere: copy every "
+                          "machine's peers/rank-*.jsonl into one folder)");
+  }
+  return headers;
+}
+
+std::string RootCause::describe() const {
+  std::string out = "peer " + std::to_string(rank);
+  if (lostByOthers) {
+    out += std::string(" was lost first: ") + (lostBy.size() > 1 ? "peers " : "peer ") +
+           joinRanks(lostBy) + " stopped at round " + std::to_string(round) + " waiting for it (" +
+           message + ")";
+  } else {
+    out += " failed first, at round " + std::to_string(round) + ": " + message;
+  }
+  return out;
+}
 
 PeerLogMerger::PeerLogMerger(const Experiment& e, std::filesystem::path dir, MetricsLog& log)
-    : e_(e), dir_(std::move(dir)), log_(log) {
-  for (int r = 0; r < e.scenario.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}});
+    : e_(e), dir_(std::move(dir)), log_(log),
+      expectedHash_(scenarioHashHex(scenarioHash(e.scenario))) {
+  for (int r = 0; r < e.scenario.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}, false, std::nullopt, std::nullopt});
 }
 
 core::Status PeerLogMerger::readPeer(int rank) {
@@ -29,10 +108,38 @@ core::Status PeerLogMerger::readPeer(int rank) {
   size_t start = 0;
   for (size_t nl; (nl = src.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
     const std::string line = src.partial.substr(start, nl - start);
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const auto j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     const auto bad = [&](const std::string& why) {
       return core::corruption(src.path.string() + ": " + why);
     };
+    if (!src.sawHeader) {
+      auto h = parseHeader(j, src.path.string());
+      if (!h) return h.status();
+      if (h->rank != rank || h->nodes != e_.scenario.nodes || h->scenarioHash != expectedHash_) {
+        return bad("written by a different run (rank " + std::to_string(h->rank) + " of " +
+                   std::to_string(h->nodes) + ", seed " + std::to_string(h->seed) + ", rounds " +
+                   std::to_string(h->rounds) + ", scenario hash " + h->scenarioHash +
+                   "; expected rank " + std::to_string(rank) + " of " +
+                   std::to_string(e_.scenario.nodes) + ", seed " +
+                   std::to_string(e_.scenario.seed) + ", rounds " +
+                   std::to_string(e_.scenario.rounds) + ", scenario hash " + expectedHash_ + ")");
+      }
+      src.sawHeader = true;
+      continue;
+    }
+    if (j.is_object() && j.contains("failed") && j["failed"].is_object()) {
+      const auto& f = j["failed"];
+      PeerFailure failure;
+      failure.rank = rank;
+      failure.round = f.value("round", uint64_t{0});
+      failure.code = f.value("code", "");
+      failure.message = f.value("message", "");
+      if (f.contains("lost_rank") && f["lost_rank"].is_number_integer()) {
+        failure.lostRank = f["lost_rank"].get<int>();
+      }
+      src.failure = failure;
+      continue;
+    }
     if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned() ||
         !j.contains("x") || !j["x"].is_array()) {
       return bad("not a peer log line");
@@ -44,11 +151,17 @@ core::Status PeerLogMerger::readPeer(int rank) {
     rec.compressionErrorCount = j.value("compression_error_count", uint64_t{0});
     rec.wallS = j.value("wall_s", 0.0);
     for (const auto& v : j["x"]) {
+      if (v.is_null()) {  // JSON has no NaN: a diverged model's NaN is written as null
+        rec.x.push_back(NAN);
+        continue;
+      }
       if (!v.is_number()) return bad("non-numeric model value");
       rec.x.push_back(v.get<double>());
     }
     if (static_cast<int>(rec.x.size()) != e_.data.features) return bad("model of the wrong size");
-    auto& slot = pending_[j["round"].get<uint64_t>()];
+    const uint64_t round = j["round"].get<uint64_t>();
+    src.lastRound = round;
+    auto& slot = pending_[round];
     slot.resize(e_.scenario.nodes);
     slot[rank] = std::move(rec);
   }
@@ -84,6 +197,56 @@ core::Result<int> PeerLogMerger::poll() {
     ++merged;
   }
   return merged;
+}
+
+std::optional<RootCause> PeerLogMerger::rootCause() const {
+  // Each failure is an event at a round: a peer failing on its own, or a neighbour lost. The
+  // earliest wins; at the same round a peer's own failure comes before its neighbours losing it
+  // (they lose it because it failed), then the peer lost by the most.
+  std::optional<RootCause> best;
+  const auto better = [](const RootCause& a, const RootCause& b) {
+    if (a.round != b.round) return a.round < b.round;
+    if (a.lostByOthers != b.lostByOthers) return !a.lostByOthers;
+    if (a.lostBy.size() != b.lostBy.size()) return a.lostBy.size() > b.lostBy.size();
+    return a.rank < b.rank;
+  };
+  std::map<std::pair<uint64_t, int>, RootCause> losses;  // (round, lost rank)
+  for (const auto& src : sources_) {
+    if (!src.failure || src.failure->code == "cancelled") continue;
+    const PeerFailure& f = *src.failure;
+    if (f.lostRank) {
+      auto [it, fresh] = losses.try_emplace({f.round, *f.lostRank});
+      RootCause& c = it->second;
+      if (fresh) c = RootCause{*f.lostRank, f.round, true, {}, f.message};
+      c.lostBy.push_back(f.rank);
+    } else {
+      RootCause c{f.rank, f.round, false, {}, f.message};
+      if (!best || better(c, *best)) best = c;
+    }
+  }
+  for (const auto& [key, c] : losses) {
+    if (!best || better(c, *best)) best = c;
+  }
+  return best;
+}
+
+std::string PeerLogMerger::shortLogs() const {
+  std::string out;
+  for (int r = 0; r < e_.scenario.nodes; ++r) {
+    const Source& src = sources_[r];
+    if (src.lastRound && *src.lastRound == e_.scenario.rounds) continue;
+    out += "\n  rank " + std::to_string(r) + ": ";
+    out += src.lastRound ? "log ends at round " + std::to_string(*src.lastRound) + " of " +
+                               std::to_string(e_.scenario.rounds)
+                         : std::string("no round logged");
+    if (src.failure) {
+      out += "; it failed at round " + std::to_string(src.failure->round) + ": " +
+             src.failure->message;
+    } else {
+      out += "; no failure recorded (killed, or still running?)";
+    }
+  }
+  return out;
 }
 
 }  // namespace starling::runtime

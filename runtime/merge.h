@@ -4,7 +4,9 @@
 // poll() reads whatever the peers have appended since the last call (a peer may be writing at the
 // same time: an incomplete last line waits for the next poll) and appends a metrics line for every
 // round that all n peers have logged. Used live by the launcher and after the fact by
-// `node-launcher merge`. Thread-safety: none.
+// `node-launcher merge`. Each log's header must match the run being merged (rank, nodes, scenario
+// hash); a peer's failure line is kept, and rootCause() names the peer the others lost first.
+// Thread-safety: none.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +20,36 @@
 #include "runtime/core/status.h"
 #include "runtime/experiment.h"
 #include "runtime/metrics.h"
+#include "runtime/peer.h"
 
 namespace starling::runtime {
+
+// The first line of a peer log: what the peer ran.
+struct PeerLogHeader {
+  int rank = 0;
+  int nodes = 0;
+  uint64_t seed = 0;
+  uint64_t rounds = 0;
+  std::string scenarioHash;  // scenarioHashHex
+  std::string address;
+  std::string version;
+};
+
+// Reads the header of every rank's log in dir/peers. kNotFound names the ranks without a log,
+// kCorruption a log whose first line is not a header (`nodes` logs are expected).
+core::Result<std::vector<PeerLogHeader>> readPeerLogHeaders(const std::filesystem::path& dir,
+                                                            int nodes);
+
+// Where a run's failure started: the peer that failed on its own, or the one its neighbours lost,
+// at the earliest round.
+struct RootCause {
+  int rank = 0;
+  uint64_t round = 0;
+  bool lostByOthers = false;   // the others lost it (it may have hung, crashed or been killed)
+  std::vector<int> lostBy;     // the ranks that lost it
+  std::string message;         // its own error, or the first of those who lost it
+  std::string describe() const;
+};
 
 class PeerLogMerger {
  public:
@@ -27,12 +57,22 @@ class PeerLogMerger {
   PeerLogMerger(const Experiment& e, std::filesystem::path dir, MetricsLog& log);
 
   // Merges what is complete. Returns the number of rounds written by this call. kCorruption for a
-  // peer log line that is not what a peer writes.
+  // peer log line that is not what a peer writes, or a log written for another run.
   core::Result<int> poll();
 
   // The last merged round's metrics and mean model (nullopt before the first).
   const std::optional<RoundMetrics>& last() const { return last_; }
   const std::vector<double>& xMean() const { return xMean_; }
+
+  // What each peer's log says so far: the last round it logged (nullopt: none yet) and its
+  // failure line, if it wrote one.
+  std::optional<uint64_t> lastRoundOf(int rank) const { return sources_[rank].lastRound; }
+  const std::optional<PeerFailure>& failureOf(int rank) const { return sources_[rank].failure; }
+  std::optional<RootCause> rootCause() const;
+
+  // Why the logs stop before the scenario's last round, one line per rank that stops short
+  // (empty when every log reaches it).
+  std::string shortLogs() const;
 
  private:
   struct Record {
@@ -47,6 +87,9 @@ class PeerLogMerger {
     std::filesystem::path path;
     uint64_t offset = 0;
     std::string partial;
+    bool sawHeader = false;
+    std::optional<uint64_t> lastRound;
+    std::optional<PeerFailure> failure;
   };
 
   core::Status readPeer(int rank);
@@ -54,6 +97,7 @@ class PeerLogMerger {
   const Experiment& e_;
   std::filesystem::path dir_;
   MetricsLog& log_;
+  std::string expectedHash_;
   std::vector<Source> sources_;
   std::map<uint64_t, std::vector<std::optional<Record>>> pending_;
   std::optional<RoundMetrics> last_;

@@ -1,11 +1,15 @@
 #include "runtime/metrics.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "optim/algorithm.h"
+#include "runtime/scenario_writer.h"
 #include "topology/spec.h"
 
 namespace starling::runtime {
@@ -97,16 +101,13 @@ core::Result<std::unique_ptr<MetricsLog>> MetricsLog::create(const std::filesyst
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return core::ioError("cannot create output folder " + dir.string() + ": " + ec.message());
-  std::ofstream out(dir / "metrics.jsonl", std::ios::trunc);
-  if (!out) return core::ioError("cannot write " + (dir / "metrics.jsonl").string());
-  return std::unique_ptr<MetricsLog>(new MetricsLog(dir, std::move(out)));
+  auto out = LineFile::create(dir / "metrics.jsonl");
+  if (!out) return out.status();
+  return std::unique_ptr<MetricsLog>(new MetricsLog(dir, std::move(*out)));
 }
 
 core::Status MetricsLog::append(const RoundMetrics& m) {
-  out_ << metricsLine(m) << '\n';
-  out_.flush();
-  if (!out_) return core::ioError("write failed: " + (dir_ / "metrics.jsonl").string());
-  return core::Status::ok();
+  return out_->append(metricsLine(m));
 }
 
 core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& last,
@@ -128,16 +129,34 @@ core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& las
   for (const auto& [k, v] : final.items()) {
     if (k != "round") j[k] = v;
   }
-  const auto tmp = dir_ / "summary.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << '\n';
-    if (!out) return core::ioError("cannot write " + tmp.string());
-  }
+  return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
+}
+
+core::Status writeRunInfo(const std::filesystem::path& dir, const Scenario& s,
+                          const std::string& mode, const std::vector<std::string>& command) {
   std::error_code ec;
-  std::filesystem::rename(tmp, dir_ / "summary.json", ec);
-  if (ec) return core::ioError("cannot write summary.json: " + ec.message());
-  return core::Status::ok();
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return core::ioError("cannot create output folder " + dir.string() + ": " + ec.message());
+  STARLING_RETURN_IF_ERROR(
+      writeFileAtomically(dir / "scenario.resolved.json", resolvedScenarioJson(s) + "\n"));
+  char started[32] = "";
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  if (gmtime_r(&now, &utc)) std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  nlohmann::ordered_json j;
+  j["starling_version"] = STARLING_VERSION;
+  j["mode"] = mode;
+  j["command"] = command;
+  j["started"] = started;
+  j["host"] = host;
+  j["scenario_file"] = s.file;
+  j["scenario_hash"] = scenarioHashHex(scenarioHash(s));
+  j["seed"] = s.seed;
+  j["rounds"] = s.rounds;
+  j["nodes"] = s.nodes;
+  return writeFileAtomically(dir / "run.json", j.dump(2) + "\n");
 }
 
 }  // namespace starling::runtime

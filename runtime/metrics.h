@@ -2,6 +2,7 @@
 //
 //   metrics.jsonl  one JSON object per logged round, flushed as it is written
 //   summary.json   the scenario, the final metrics and x_mean, written at the end of a run
+//   scenario.resolved.json, run.json   what ran and how (writeRunInfo), written before it starts
 // Formats: README.md "Output files". Thread-safety: none.
 #pragma once
 
@@ -16,6 +17,7 @@
 
 #include "runtime/core/status.h"
 #include "runtime/experiment.h"
+#include "runtime/line_file.h"
 
 namespace starling::runtime {
 
@@ -61,7 +63,8 @@ class MetricsLog {
   // Creates `dir` (and parents) and truncates dir/metrics.jsonl.
   static core::Result<std::unique_ptr<MetricsLog>> create(const std::filesystem::path& dir);
 
-  // Appends one line and flushes it to the operating system.
+  // Appends one line and flushes it to the operating system: whole lines or none, even on a full
+  // disk (LineFile).
   core::Status append(const RoundMetrics& m);
 
   // Writes dir/summary.json (through a temporary file and a rename, so it is never half written).
@@ -71,11 +74,17 @@ class MetricsLog {
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
-  MetricsLog(std::filesystem::path dir, std::ofstream out)
+  MetricsLog(std::filesystem::path dir, std::unique_ptr<LineFile> out)
       : dir_(std::move(dir)), out_(std::move(out)) {}
   std::filesystem::path dir_;
-  std::ofstream out_;
+  std::unique_ptr<LineFile> out_;
 };
+
+// Makes a run folder self-describing: writes dir/scenario.resolved.json (the scenario with every
+// default filled in, runnable as it is) and dir/run.json (Starling's version, the mode, the
+// command line, start time, host, scenario file and hash, seed, rounds, nodes).
+core::Status writeRunInfo(const std::filesystem::path& dir, const Scenario& s,
+                          const std::string& mode, const std::vector<std::string>& command);
 
 // The JSON object of one metrics.jsonl line (NaN and infinity are written as null).
 std::string metricsLine(const RoundMetrics& m);

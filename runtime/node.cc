@@ -1,10 +1,15 @@
 #include "runtime/node.h"
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "compression/frame.h"
 
 namespace starling::runtime {
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
 
 template <typename T>
 Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
@@ -22,6 +27,29 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
       if (accumulator_) combined_.resize(messageSize_);
     }
   }
+}
+
+template <typename T>
+core::Status Node<T>::checkFinite(std::span<const T> values, const char* what,
+                                  double maxAbs) const {
+  // One branch-free pass (NaN fails the comparison); the slow search only when it failed.
+  const T limit = static_cast<T>(std::min<double>(maxAbs, std::numeric_limits<T>::max()));
+  bool ok = true;
+  for (const T v : values) ok &= std::abs(v) <= limit;
+  if (ok) return core::Status::ok();
+  size_t k = 0;
+  while (k < values.size() && std::abs(values[k]) <= limit) ++k;
+  const double v = static_cast<double>(values[k]);
+  char detail[160];
+  if (std::isfinite(v)) {
+    std::snprintf(detail, sizeof detail, "%s coordinate %zu is %.3g, beyond divergence.max_abs %.3g",
+                  what, k, v, maxAbs);
+  } else {
+    std::snprintf(detail, sizeof detail, "%s coordinate %zu is %s", what, k,
+                  std::isnan(v) ? "nan" : (v > 0 ? "+inf" : "-inf"));
+  }
+  return core::diverged("diverged at round " + std::to_string(info_.round) + " (rank " +
+                        std::to_string(rank_) + "): " + detail);
 }
 
 template <typename T>
@@ -50,12 +78,14 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
     }
     const std::span<T> payload = compression::beginDense<T>(messageSize_, bytes);
     algorithm_->prepare(info_, payload);
+    STARLING_RETURN_IF_ERROR(checkFinite(payload, "its message", kInf));
     compression::sealFrame(bytes);
     own_ = payload;
   } else {
     std::shared_ptr<transport::Bytes> frame = framePool_.acquire(frameBytes);
     // Lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
     algorithm_->prepare(info_, outgoing_);
+    STARLING_RETURN_IF_ERROR(checkFinite(outgoing_, "its message", kInf));
     const compression::StreamContext ctx{round, codecSharedSeed_, codecState_.get()};
     codec_->encodeStream(outgoing_, codecRng_, ctx, *frame);
     STARLING_RETURN_IF_ERROR(codec_->decode(*frame, ownDecoded_)
@@ -106,6 +136,7 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
       --sendsInFlight_;
       if (!st.isOk() && sendStatus_.isOk()) {
         sendStatus_ = st.withContext("send to rank " + std::to_string(peer));
+        lostNeighbour_ = peer;
       }
     });
     postReceive(s);
@@ -168,6 +199,7 @@ core::Status Node<T>::finishRound() {
   messages_.clear();
   for (const Slot& slot : slots_) {
     if (!slot.status.isOk()) {
+      lostNeighbour_ = slot.peer;
       return slot.status.withContext("round " + std::to_string(info_.round) +
                                      ", message from rank " + std::to_string(slot.peer));
     }
@@ -185,6 +217,7 @@ core::Status Node<T>::finishRound() {
   } else {
     algorithm_->absorb(info_, own_, messages_);
   }
+  STARLING_RETURN_IF_ERROR(checkFinite(algorithm_->model(), "its model", divergenceLimit_));
   for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
   ownFrame_.reset();
   return core::Status::ok();

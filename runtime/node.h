@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -50,6 +52,15 @@ class Node {
   // tracks its neighbours (Algorithm::tracksNeighbors): messages then go to and come from every
   // support neighbour each round, with weight 0 where this round's graph has no edge.
   void setSupport(const topology::Graph* support) { support_ = support; }
+
+  // Divergence guard: a round whose message or new model has a non-finite coordinate, or whose
+  // model has one with |x_k| > maxAbs, fails with kDiverged "diverged at round R (rank i): ..." at that round.
+  // Non-finite values are always caught; maxAbs = infinity turns the magnitude check off.
+  void setDivergenceLimit(double maxAbs) { divergenceLimit_ = maxAbs; }
+
+  // The neighbour whose message did not come (or to which a send failed) in the round that
+  // failed: the peer this node lost. Unset while rounds succeed.
+  std::optional<int> lostNeighbour() const { return lostNeighbour_; }
 
   core::Status startRound(uint64_t round, const topology::RoundTopology& topology, double stepSize,
                           transport::Clock::time_point deadline);
@@ -84,6 +95,8 @@ class Node {
   void postReceive(size_t slot);
   void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
   core::Result<std::span<const T>> decodeMessage(size_t slot, std::span<const std::byte> bytes);
+  // kDiverged unless every |values[k]| <= maxAbs (NaN never is).
+  core::Status checkFinite(std::span<const T> values, const char* what, double maxAbs) const;
 
   const int rank_;
   LogFn log_;
@@ -121,6 +134,8 @@ class Node {
   uint64_t bytesSent_ = 0;
   uint64_t corruptMessages_ = 0;
   size_t sendsInFlight_ = 0;
+  double divergenceLimit_ = std::numeric_limits<double>::infinity();
+  std::optional<int> lostNeighbour_;
 };
 
 }  // namespace starling::runtime

@@ -28,6 +28,7 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
       typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
       core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->setSupport(&e.schedule->support());
+  stack.node->setDivergenceLimit(s.divergenceMaxAbs);
   return stack;
 }
 

@@ -1,15 +1,22 @@
 // One peer of a multi-process run: node `rank` of the scenario, over the network transport.
 //
-// The peer trains, and at every logged round appends one JSON line to
-// <outDir>/peers/rank-<R>.jsonl (flushed at once): the round, its cumulative bytes sent and
-// corrupt messages, its wall time, and its model x_i. The launcher (or `node-launcher merge`)
-// turns the n peer logs into metrics.jsonl and summary.json, exactly as the simulator computes
-// them. Format: README.md "Output files".
+// The peer trains and writes <outDir>/peers/rank-<R>.jsonl, one JSON object per line, each on
+// disk before the next round starts (LineFile: whole lines or none):
+//   a header   {"peer_log": 1, "rank", "nodes", "seed", "rounds", "scenario_hash", "address",
+//               "version"}: what `merge` needs to check it merges the run it thinks it does;
+//   per logged round {"round", "bytes_sent", "corrupt_messages", "compression_error_sum",
+//               "compression_error_count", "wall_s", "x"}: its counters and its model x_i;
+//   on failure {"failed": {"round", "code", "lost_rank" (the neighbour it lost, if any),
+//               "message"}}: so that the launcher and `merge` can name the root cause.
+// The launcher (or `node-launcher merge`) turns the n peer logs into metrics.jsonl and
+// summary.json, exactly as the simulator computes them. Format: README.md "Output files".
+// A peer prints one line when it starts (rank, address) and one when it ends.
 #pragma once
 
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,5 +41,20 @@ struct PeerOptions {
 core::Status runPeer(const Experiment& e, const PeerOptions& options);
 
 std::filesystem::path peerLogPath(const std::filesystem::path& outDir, int rank);
+
+inline constexpr int kPeerLogVersion = 1;
+
+// A peer's failure as its log records it.
+struct PeerFailure {
+  int rank = 0;
+  uint64_t round = 0;           // the round that failed
+  std::string code;             // statusCodeName: "timeout", "peer gone", "diverged", ...
+  std::optional<int> lostRank;  // the neighbour whose message did not come, if that was it
+  std::string message;
+};
+
+// The peer log's first line, and its failure line.
+std::string peerLogHeader(const Scenario& s, int rank, const std::string& address);
+std::string peerFailureLine(const PeerFailure& f);
 
 }  // namespace starling::runtime

@@ -269,9 +269,9 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     throw ScenarioError{"/name", "must be a non-empty name usable as a folder (no slashes)"};
   }
   s.description = o.string("description", "");
-  s.nodes = o.integer<int>("nodes", 1, 1 << 20);
+  s.nodes = o.integer<int>("nodes", 1, kMaxNodes);
   s.seed = o.integer<uint64_t>("seed", 0, std::numeric_limits<uint64_t>::max(), uint64_t{0});
-  s.rounds = o.integer<uint64_t>("rounds", 1, uint64_t{1} << 40);
+  s.rounds = o.integer<uint64_t>("rounds", 1, kMaxRounds);
   s.logEvery = o.integer<uint64_t>("log_every", 1, uint64_t{1} << 40,
                                    std::max<uint64_t>(1, s.rounds / 100));
   s.precision = o.choice("precision", "precision", {"float32", "float64"}, 1) == 0
@@ -319,6 +319,14 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     parsePeers(pe, s);
   } else {
     o.get("peers");
+  }
+  if (o.has("divergence")) {
+    Obj dv = o.object("divergence");
+    s.divergenceMaxAbs = dv.number("max_abs", 0.0, std::numeric_limits<double>::max(),
+                                   s.divergenceMaxAbs, /*openLo=*/true);
+    dv.finish();
+  } else {
+    o.get("divergence");
   }
   o.finish();
   return s;

@@ -24,6 +24,12 @@
 namespace starling::runtime {
 
 inline constexpr int kScenarioSchemaVersion = 1;
+// Limits shared by the scenario file and the command line.
+inline constexpr uint64_t kMaxRounds = uint64_t{1} << 40;
+inline constexpr int kMaxNodes = 1 << 20;
+// Default `divergence.max_abs`: far beyond any model a converging run of the shipped problems
+// reaches, and reached within a few rounds by one that blows up.
+inline constexpr double kDefaultDivergenceMaxAbs = 1e8;
 
 enum class Precision { kFloat32, kFloat64 };
 const char* precisionName(Precision p);
@@ -84,6 +90,9 @@ struct Scenario {
   compression::CompressorSpec compression;  // identity unless the scenario says otherwise
   TransportConfig transport;
   PeersConfig peers;
+  // A run stops with "diverged at round R (rank i)" when a model coordinate is non-finite or
+  // beyond this magnitude (`divergence.max_abs`).
+  double divergenceMaxAbs = kDefaultDivergenceMaxAbs;
 };
 
 inline constexpr uint16_t kDefaultBasePort = 29500;

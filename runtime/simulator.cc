@@ -70,13 +70,17 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     const auto topo = e.schedule->at(r);
     const double step = s.algorithm.stepSize.at(r);
     const auto deadline = transport::Clock::now() + kRoundDeadline;
-    for (Node<T>* node : nodes) STARLING_RETURN_IF_ERROR(node->startRound(r, *topo, step, deadline));
+    for (int i = 0; i < n; ++i) {
+      const auto st = nodes[i]->startRound(r, *topo, step, deadline);
+      if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
+    }
     for (int i = 0; i < n; ++i) {
       while (!nodes[i]->roundComplete()) {
         auto ran = transports[i]->progress(deadline);
         if (!ran) return ran.status();
       }
-      STARLING_RETURN_IF_ERROR(nodes[i]->finishRound().withContext("node " + std::to_string(i)));
+      const auto st = nodes[i]->finishRound();
+      if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
     }
     const uint64_t done = r + 1;
     if (done % s.logEvery == 0 || done == s.rounds) {

@@ -3,13 +3,15 @@
 //   node-launcher run      SCENARIO [--out DIR] [--rounds N] [--seed S]
 //   node-launcher peer     SCENARIO [--rank R] [--out DIR] [--peers H:P,...] [--rounds N] [--seed S]
 //   node-launcher simulate SCENARIO [--out DIR] [--rounds N] [--seed S]
-//   node-launcher merge    SCENARIO --out DIR
+//   node-launcher merge    SCENARIO --out DIR [--rounds N] [--seed S]
 //   node-launcher validate SCENARIO...
 //   node-launcher topology SCENARIO [--round R] [--format text|json|dot]
 //
 // Exit status: 0 success, 2 bad scenario or usage, 1 a run that failed.
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <charconv>
+#include <limits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -19,9 +21,11 @@
 
 #include "runtime/experiment.h"
 #include "runtime/launcher.h"
+#include "runtime/line_file.h"
 #include "runtime/merge.h"
 #include "runtime/peer.h"
 #include "runtime/scenario.h"
+#include "runtime/scenario_writer.h"
 #include "runtime/simulator.h"
 #include "runtime/topology_report.h"
 
@@ -42,10 +46,62 @@ std::optional<int> rankFromEnvironment() {
     if (const char* v = std::getenv(var); v && *v) {
       char* end = nullptr;
       const long r = std::strtol(v, &end, 10);
-      if (*end == '\0' && r >= 0 && r < (1 << 20)) return static_cast<int>(r);
+      if (*end == '\0' && r >= 0 && r < runtime::kMaxNodes) return static_cast<int>(r);
     }
   }
   return std::nullopt;
+}
+
+// A non-negative decimal integer from the command line, checked like the scenario file's numbers
+// ("must be between LO and HI, got X"): no sign, no spaces, no wrap-around past 2^64 - 1.
+core::Result<uint64_t> parseCount(const std::string& flag, const std::string& text, uint64_t lo,
+                                  uint64_t hi) {
+  uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || ec != std::errc() || p != end || v < lo || v > hi) {
+    std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+    return core::invalidArgument(flag + ": must be between " + std::to_string(lo) + " and " +
+                                 std::to_string(hi) + ", got " + (digits ? shown : "\"" + shown + "\""));
+  }
+  return v;
+}
+
+// The optional numeric flags, as text until checked.
+struct NumberFlags {
+  std::optional<std::string> rounds, seed, rank, round;
+};
+
+struct Numbers {
+  std::optional<uint64_t> rounds, seed;
+  std::optional<int> rank;
+  uint64_t round = 0;
+};
+
+core::Result<Numbers> checkNumbers(const NumberFlags& f) {
+  Numbers n;
+  if (f.rounds) {
+    auto v = parseCount("--rounds", *f.rounds, 1, runtime::kMaxRounds);
+    if (!v) return v.status();
+    n.rounds = *v;
+  }
+  if (f.seed) {
+    auto v = parseCount("--seed", *f.seed, 0, std::numeric_limits<uint64_t>::max());
+    if (!v) return v.status();
+    n.seed = *v;
+  }
+  if (f.rank) {
+    auto v = parseCount("--rank", *f.rank, 0, runtime::kMaxNodes - 1);
+    if (!v) return v.status();
+    n.rank = static_cast<int>(*v);
+  }
+  if (f.round) {
+    auto v = parseCount("--round", *f.round, 0, runtime::kMaxRounds);
+    if (!v) return v.status();
+    n.round = *v;
+  }
+  return n;
 }
 
 std::vector<std::string> overrideArgs(std::optional<uint64_t> rounds, std::optional<uint64_t> seed) {
@@ -69,9 +125,20 @@ void printResult(const runtime::Experiment& e, const runtime::RoundMetrics& m,
 // Scenario problems exit 2; anything else that stops a run exits 1.
 int report(const core::Status& st) {
   std::fprintf(stderr, "node-launcher: %s\n", st.message().c_str());
+  std::fflush(stderr);
   return st.code() == core::StatusCode::kInvalidArgument || st.code() == core::StatusCode::kNotFound
              ? kExitUsage
              : kExitFailure;
+}
+
+// A run that started and failed: exit 1. A divergence is its own headline.
+int runFailed(const core::Status& st) {
+  if (st.code() == core::StatusCode::kDiverged) {
+    std::fprintf(stderr, "node-launcher: %s\n", st.message().c_str());
+  } else {
+    std::fprintf(stderr, "node-launcher: run failed: %s\n", st.toString().c_str());
+  }
+  return kExitFailure;
 }
 
 core::Result<runtime::Experiment> load(const std::string& path, std::optional<uint64_t> rounds,
@@ -82,56 +149,138 @@ core::Result<runtime::Experiment> load(const std::string& path, std::optional<ui
   return runtime::prepareExperiment(*scenario, {.solve = solve});
 }
 
+// `node-launcher merge`: the peer logs say what the peers ran (seed, rounds, scenario hash); the
+// scenario file must be the one they ran, and --seed/--rounds, if given, must agree.
+int mergeRun(const std::string& scenarioPath, const std::string& outDir, const Numbers& num,
+             const std::vector<std::string>& command) {
+  auto scenario = runtime::loadScenario(scenarioPath);
+  if (!scenario) return report(scenario.status());
+  auto headers = runtime::readPeerLogHeaders(outDir, scenario->nodes);
+  if (!headers) {
+    std::fprintf(stderr, "node-launcher merge: %s\n", headers.status().message().c_str());
+    return kExitFailure;
+  }
+  const runtime::PeerLogHeader& h0 = headers->front();
+  for (const auto& h : *headers) {
+    if (h.seed != h0.seed || h.rounds != h0.rounds || h.scenarioHash != h0.scenarioHash ||
+        h.nodes != h0.nodes) {
+      std::fprintf(stderr,
+                   "node-launcher merge: the peer logs in %s/peers come from different runs: rank 0 "
+                   "ran seed %llu, %llu rounds, scenario hash %s; rank %d ran seed %llu, %llu "
+                   "rounds, scenario hash %s\n",
+                   outDir.c_str(), static_cast<unsigned long long>(h0.seed),
+                   static_cast<unsigned long long>(h0.rounds), h0.scenarioHash.c_str(), h.rank,
+                   static_cast<unsigned long long>(h.seed),
+                   static_cast<unsigned long long>(h.rounds), h.scenarioHash.c_str());
+      return kExitFailure;
+    }
+  }
+  if (num.seed && *num.seed != h0.seed) {
+    return report(core::invalidArgument(
+        "--seed " + std::to_string(*num.seed) + ": the peers ran with seed " +
+        std::to_string(h0.seed) + " (" + runtime::peerLogPath(outDir, 0).string() +
+        "); leave --seed out, merge reads it from the logs"));
+  }
+  if (num.rounds && *num.rounds != h0.rounds) {
+    return report(core::invalidArgument(
+        "--rounds " + std::to_string(*num.rounds) + ": the peers ran " +
+        std::to_string(h0.rounds) + " rounds (" + runtime::peerLogPath(outDir, 0).string() +
+        "); leave --rounds out, merge reads it from the logs"));
+  }
+  runtime::applyOverrides(*scenario, h0.rounds, h0.seed);
+  const std::string hash = runtime::scenarioHashHex(runtime::scenarioHash(*scenario));
+  if (hash != h0.scenarioHash) {
+    return report(core::invalidArgument(
+        scenarioPath + ": not the scenario the peers in " + outDir + " ran (its hash with their "
+        "seed and rounds is " + hash + ", their logs say " + h0.scenarioHash +
+        "): pass the same scenario file, unchanged; " + outDir +
+        "/scenario.resolved.json is a copy when `run` or a previous merge wrote one"));
+  }
+  auto e = runtime::prepareExperiment(*scenario, {.solve = true});
+  if (!e) return report(e.status());
+  if (auto st = runtime::writeRunInfo(outDir, e->scenario, "merge", command); !st.isOk()) {
+    return runFailed(st);
+  }
+  auto log = runtime::MetricsLog::create(outDir);
+  if (!log) return runFailed(log.status());
+  runtime::PeerLogMerger merger(*e, outDir, **log);
+  if (auto merged = merger.poll(); !merged) return runFailed(merged.status());
+  const auto root = merger.rootCause();
+  if (!merger.last()) {
+    std::fprintf(stderr, "node-launcher merge: no round that every peer logged in %s/peers:%s\n",
+                 outDir.c_str(), merger.shortLogs().c_str());
+    if (root) std::fprintf(stderr, "  root cause: %s\n", root->describe().c_str());
+    return kExitFailure;
+  }
+  if (auto st = (*log)->writeSummary(e->scenario, *merger.last(), merger.xMean(), "run");
+      !st.isOk()) {
+    return runFailed(st);
+  }
+  printResult(*e, *merger.last(), outDir, "peers, merged");
+  if (merger.last()->round != e->scenario.rounds) {
+    std::fprintf(stderr,
+                 "node-launcher merge: merged %llu of %llu rounds; the peer logs stop short:%s\n",
+                 static_cast<unsigned long long>(merger.last()->round),
+                 static_cast<unsigned long long>(e->scenario.rounds), merger.shortLogs().c_str());
+    if (root) std::fprintf(stderr, "  root cause: %s\n", root->describe().c_str());
+    return kExitFailure;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  runtime::ignoreFileSizeSignal();  // a full disk or file-size limit is an error, not a crash
+  const std::vector<std::string> command(argv, argv + argc);
   CLI::App app{"Starling node launcher: decentralized training without a server"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "node-launcher 0.1.0");
+  app.set_version_flag("--version", "node-launcher " STARLING_VERSION);
 
   std::string scenarioPath;
   std::string outDir;
-  std::optional<uint64_t> rounds, seed;
+  NumberFlags flags;
+  const std::string roundsHelp =
+      "override the scenario's rounds (1.." + std::to_string(runtime::kMaxRounds) + ")";
   auto* sim = app.add_subcommand("simulate", "run every node of SCENARIO in this process");
   sim->add_option("scenario", scenarioPath, "scenario JSON file")->required();
   sim->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
-  sim->add_option("--rounds", rounds, "override the scenario's rounds")->check(CLI::PositiveNumber);
-  sim->add_option("--seed", seed, "override the scenario's seed");
+  sim->add_option("--rounds", flags.rounds, roundsHelp);
+  sim->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
 
   auto* run = app.add_subcommand("run", "start one peer process per node on this machine");
   run->add_option("scenario", scenarioPath, "scenario JSON file")->required();
   run->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
-  run->add_option("--rounds", rounds, "override the scenario's rounds")->check(CLI::PositiveNumber);
-  run->add_option("--seed", seed, "override the scenario's seed");
+  run->add_option("--rounds", flags.rounds, roundsHelp);
+  run->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
 
-  std::optional<int> rank;
   std::string peerList;
   auto* peer = app.add_subcommand("peer", "run one peer (rank from --rank, SLURM_PROCID, "
-                                          "OMPI_COMM_WORLD_RANK or PMIX_RANK)");
+                                          "OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK)");
   peer->add_option("scenario", scenarioPath, "scenario JSON file")->required();
-  peer->add_option("--rank", rank, "this peer's rank")->check(CLI::NonNegativeNumber);
+  peer->add_option("--rank", flags.rank, "this peer's rank (default: SLURM_PROCID, "
+                                         "OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK)");
   peer->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
   peer->add_option("--peers", peerList, "host:port of every rank, comma-separated (overrides "
                                         "the scenario's peers section)");
-  peer->add_option("--rounds", rounds, "override the scenario's rounds")->check(CLI::PositiveNumber);
-  peer->add_option("--seed", seed, "override the scenario's seed");
+  peer->add_option("--rounds", flags.rounds, roundsHelp);
+  peer->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
 
   auto* merge = app.add_subcommand("merge", "merge the peer logs of a run into metrics.jsonl and "
                                             "summary.json (after srun/mpirun)");
-  merge->add_option("scenario", scenarioPath, "scenario JSON file")->required();
+  merge->add_option("scenario", scenarioPath, "scenario JSON file the peers ran")->required();
   merge->add_option("--out", outDir, "the run's output folder")->required();
-  merge->add_option("--rounds", rounds, "the rounds override the peers ran with");
-  merge->add_option("--seed", seed, "the seed override the peers ran with");
+  merge->add_option("--rounds", flags.rounds, "optional: checked against the peer logs");
+  merge->add_option("--seed", flags.seed, "optional: checked against the peer logs");
 
   std::vector<std::string> validatePaths;
   auto* val = app.add_subcommand("validate", "check scenario files without running them");
   val->add_option("scenario", validatePaths, "scenario JSON files")->required();
 
-  uint64_t round = 0;
   std::string format = "text";
   auto* topo = app.add_subcommand("topology", "print one round's graph and mixing matrix");
   topo->add_option("scenario", scenarioPath, "scenario JSON file")->required();
-  topo->add_option("--round", round, "round number (default 0)");
+  topo->add_option("--round", flags.round, "round number (default 0)");
   topo->add_option("--format", format, "text, json or dot")
       ->check(CLI::IsMember({"text", "json", "dot"}));
 
@@ -141,6 +290,9 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
+  auto num = checkNumbers(flags);
+  if (!num) return report(num.status());
+  const std::optional<uint64_t> rounds = num->rounds, seed = num->seed;
 
   if (*val) {
     int rc = 0;
@@ -165,7 +317,8 @@ int main(int argc, char** argv) {
     const auto fmt = format == "json"  ? runtime::ReportFormat::kJson
                      : format == "dot" ? runtime::ReportFormat::kDot
                                        : runtime::ReportFormat::kText;
-    std::fputs(runtime::describeRound(round, *(*schedule)->at(round), fmt).c_str(), stdout);
+    std::fputs(runtime::describeRound(num->round, *(*schedule)->at(num->round), fmt).c_str(),
+               stdout);
     return 0;
   }
 
@@ -173,10 +326,12 @@ int main(int argc, char** argv) {
     auto e = load(scenarioPath, rounds, seed, /*solve=*/false);
     if (!e) return report(e.status());
     runtime::PeerOptions po;
+    std::optional<int> rank = num->rank;
     if (!rank) rank = rankFromEnvironment();
     if (!rank) {
       return report(core::invalidArgument("no rank: pass --rank or run under a launcher that sets "
-                                          "SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK"));
+                                          "SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK or "
+                                          "PMI_RANK"));
     }
     po.rank = *rank;
     po.outDir = outDir.empty() ? std::filesystem::path("runs") / e->scenario.name
@@ -193,7 +348,11 @@ int main(int argc, char** argv) {
     std::signal(SIGINT, onStopSignal);
     std::signal(SIGTERM, onStopSignal);
     if (auto st = runtime::runPeer(*e, po); !st.isOk()) {
-      std::fprintf(stderr, "node-launcher peer %d: %s\n", po.rank, st.toString().c_str());
+      if (st.code() == core::StatusCode::kDiverged) {
+        std::fprintf(stderr, "node-launcher peer %d: %s\n", po.rank, st.message().c_str());
+      } else {
+        std::fprintf(stderr, "node-launcher peer %d: %s\n", po.rank, st.toString().c_str());
+      }
       return st.code() == core::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
     }
     return 0;
@@ -204,21 +363,7 @@ int main(int argc, char** argv) {
                           : std::filesystem::path(outDir);
   };
 
-  if (*merge) {
-    auto e = load(scenarioPath, rounds, seed, /*solve=*/true);
-    if (!e) return report(e.status());
-    auto log = runtime::MetricsLog::create(outDir);
-    if (!log) return report(log.status());
-    runtime::PeerLogMerger merger(*e, outDir, **log);
-    if (auto merged = merger.poll(); !merged) return report(merged.status());
-    if (!merger.last()) return report(core::notFound("no complete round in " + outDir + "/peers"));
-    if (auto st = (*log)->writeSummary(e->scenario, *merger.last(), merger.xMean(), "run");
-        !st.isOk()) {
-      return report(st);
-    }
-    printResult(*e, *merger.last(), outDir, "peers, merged");
-    return merger.last()->round == e->scenario.rounds ? 0 : kExitFailure;
-  }
+  if (*merge) return mergeRun(scenarioPath, outDir, *num, command);
 
   auto e = load(scenarioPath, rounds, seed, /*solve=*/true);
   if (!e) return report(e.status());
@@ -234,11 +379,11 @@ int main(int argc, char** argv) {
     lo.scenarioPath = scenarioPath;
     lo.peerArgs = overrideArgs(rounds, seed);
     lo.outDir = outFor(*e);
-    auto result = runtime::launchPeers(*e, lo);
-    if (!result) {
-      std::fprintf(stderr, "node-launcher: run failed: %s\n", result.status().message().c_str());
-      return kExitFailure;
+    if (auto st = runtime::writeRunInfo(lo.outDir, e->scenario, "run", command); !st.isOk()) {
+      return runFailed(st);
     }
+    auto result = runtime::launchPeers(*e, lo);
+    if (!result) return runFailed(result.status());
     printResult(*e, result->last, lo.outDir, "peer processes");
     return 0;
   }
@@ -247,11 +392,11 @@ int main(int argc, char** argv) {
   runtime::SimulateOptions opt;
   opt.outDir = outFor(*e);
   opt.progress = true;
-  auto result = runtime::simulate(*e, opt);
-  if (!result) {
-    std::fprintf(stderr, "node-launcher: run failed: %s\n", result.status().toString().c_str());
-    return kExitFailure;
+  if (auto st = runtime::writeRunInfo(opt.outDir, e->scenario, "simulate", command); !st.isOk()) {
+    return runFailed(st);
   }
+  auto result = runtime::simulate(*e, opt);
+  if (!result) return runFailed(result.status());
   printResult(*e, result->last, opt.outDir, "simulated nodes");
   return 0;
 }

@@ -14,6 +14,7 @@ std::string_view statusCodeName(StatusCode code) {
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kFailedPrecondition: return "failed precondition";
     case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kDiverged: return "diverged";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

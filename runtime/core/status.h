@@ -24,6 +24,7 @@ enum class StatusCode {
   kCancelled,        // the operation was stopped on purpose
   kFailedPrecondition,  // the object is not in a state that allows the call
   kUnavailable,      // a peer could not be reached in time
+  kDiverged,         // the numbers blew up (non-finite or beyond the divergence limit)
   kInternal,         // a bug; should never be seen
 };
 
@@ -58,6 +59,7 @@ inline Status corruption(std::string m) { return {StatusCode::kCorruption, std::
 inline Status timeout(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
 inline Status peerGone(std::string m) { return {StatusCode::kPeerGone, std::move(m)}; }
 inline Status ioError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
+inline Status diverged(std::string m) { return {StatusCode::kDiverged, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status failedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};

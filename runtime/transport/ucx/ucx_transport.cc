@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime/transport/ucx/ucx_transport_impl.h"
@@ -76,6 +77,24 @@ core::Result<sockaddr_storage> resolve(const PeerAddress& a, bool forListening) 
   return out;
 }
 
+// True when every address resolves to a loopback address (127.0.0.0/8 or ::1).
+static bool allLoopback(const std::vector<PeerAddress>& addresses) {
+  for (const auto& a : addresses) {
+    auto r = resolve(a, /*forListening=*/false);
+    if (!r) return false;
+    if (r->ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&*r);
+      if ((ntohl(in->sin_addr.s_addr) >> 24) != 127) return false;
+    } else if (r->ss_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&*r);
+      if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 socklen_t sockaddrLength(const sockaddr_storage& s) {
   return s.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
@@ -90,6 +109,12 @@ core::Status UcxTransport::start() {
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read"));
   core::Status st = fromUcs(ucp_config_modify(config, "TLS", options_.tls.c_str()),
                             "UCX transports \"" + options_.tls + "\"");
+  // UCX's tcp transport opens a listening socket of its own on every network device, the
+  // machine's public address included. A run whose peers all live on loopback keeps it there
+  // (unless the user chose devices with UCX_NET_DEVICES).
+  if (st.isOk() && allLoopback(options_.addresses) && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    st = fromUcs(ucp_config_modify(config, "NET_DEVICES", "lo"), "UCX_NET_DEVICES=lo");
+  }
   const bool sharedMemory = options_.tls.find("sysv") != std::string::npos ||
                             options_.tls.find("posix") != std::string::npos ||
                             options_.tls.find("sm") != std::string::npos;

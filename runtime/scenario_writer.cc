@@ -1,0 +1,230 @@
+#include "runtime/scenario_writer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace starling::runtime {
+namespace {
+
+using json = nlohmann::ordered_json;
+using CKind = compression::CompressorSpec::Kind;
+
+json graphJson(const topology::GraphSpec& g) {
+  json j;
+  j["kind"] = topology::graphKindName(g.kind);
+  j["weights"] = topology::weightRuleName(g.weights);
+  if (g.kind == topology::GraphKind::kGrid) {
+    j["rows"] = g.rows;
+    j["cols"] = g.cols;
+    j["torus"] = g.torus;
+  } else if (g.kind == topology::GraphKind::kRandom) {
+    j["p"] = g.p;
+  }
+  return j;
+}
+
+json topologyJson(const topology::TopologySpec& t) {
+  json j = graphJson(t.base);
+  json sch;
+  sch["kind"] = topology::scheduleKindName(t.schedule.kind);
+  if (t.schedule.kind == topology::ScheduleKind::kCycle) {
+    sch["graphs"] = json::array();
+    for (const auto& g : t.schedule.cycle) sch["graphs"].push_back(graphJson(g));
+  } else if (t.schedule.kind == topology::ScheduleKind::kEdgeDropout) {
+    sch["p"] = t.schedule.p;
+  }
+  j["schedule"] = sch;
+  return j;
+}
+
+json stepSizeJson(const optim::StepSizeSchedule& st) {
+  using K = optim::StepSizeSchedule::Kind;
+  if (st.kind == K::kConstant) return st.value;
+  json j;
+  j["kind"] = st.kind == K::kInverseTime ? "inverse_time" : "step";
+  j["value"] = st.value;
+  if (st.kind == K::kInverseTime) {
+    j["tau"] = st.tau;
+  } else {
+    j["every"] = st.every;
+    j["factor"] = st.factor;
+  }
+  return j;
+}
+
+// JSON has no infinities: an unbounded box side is left out (the parser's default).
+json regularizerJson(const optim::RegularizerSpec& r) {
+  json j;
+  j["l1"] = r.l1;
+  if (std::isfinite(r.lower) || std::isfinite(r.upper)) {
+    json box = json::object();
+    if (std::isfinite(r.lower)) box["lower"] = r.lower;
+    if (std::isfinite(r.upper)) box["upper"] = r.upper;
+    j["box"] = box;
+  }
+  return j;
+}
+
+json problemJson(const ProblemConfig& p) {
+  json j;
+  j["kind"] = p.spec.loss == optim::LossKind::kLogistic ? "logistic" : "least_squares";
+  j["l2"] = p.spec.l2;
+  j["partition"] = p.partition == PartitionKind::kRandom ? "random" : "contiguous";
+  if (!p.spec.regularizer.none()) j["regularizer"] = regularizerJson(p.spec.regularizer);
+  json est;
+  est["kind"] = optim::estimatorKindName(p.estimator.kind);
+  if (p.estimator.kind != optim::EstimatorSpec::Kind::kFull) est["batch"] = p.estimator.batch;
+  if (p.estimator.kind == optim::EstimatorSpec::Kind::kLsvrg && p.estimator.p > 0) {
+    est["p"] = p.estimator.p;
+  }
+  j["estimator"] = est;
+  json data;
+  if (p.data.kind == DataSource::Kind::kSynthetic) {
+    const auto& sp = p.data.synthetic;
+    data["synthetic"] = {{"samples", sp.samples},           {"features", sp.features},
+                         {"heterogeneity", sp.heterogeneity}, {"noise", sp.noise},
+                         {"density", sp.density}};
+  } else {
+    data["format"] = "libsvm";
+    data["path"] = p.data.path;  // already absolute (resolved against the scenario's folder)
+    if (p.data.features) data["features"] = *p.data.features;
+  }
+  j["data"] = data;
+  return j;
+}
+
+json algorithmJson(const optim::AlgorithmSpec& a) {
+  using AK = optim::AlgorithmKind;
+  json j;
+  j["kind"] = optim::algorithmKindName(a.kind);
+  j["step_size"] = stepSizeJson(a.stepSize);
+  if (a.kind == AK::kChoco || a.kind == AK::kDsgd || a.kind == AK::kLead ||
+      a.kind == AK::kProxLead) {
+    j["gamma"] = a.gamma;
+  }
+  if (a.kind == AK::kLead || a.kind == AK::kProxLead) j["alpha"] = a.alpha;
+  return j;
+}
+
+void keepJson(const compression::CompressorSpec& c, json& j) {
+  if (c.k > 0) {
+    j["k"] = c.k;
+  } else {
+    j["ratio"] = c.ratio;
+  }
+}
+
+json compressionJson(const compression::CompressorSpec& c) {
+  json j;
+  j["kind"] = compression::compressorKindName(c.kind);
+  switch (c.kind) {
+    case CKind::kTopK:
+      keepJson(c, j);
+      break;
+    case CKind::kRandK:
+      keepJson(c, j);
+      j["scaled"] = c.scaled;
+      break;
+    case CKind::kQsgd:
+      j["bits"] = c.bits;
+      j["norm"] = c.linf ? "linf" : "l2";
+      j["bucket"] = c.bucket;
+      break;
+    case CKind::kNuqsgd:
+      j["bits"] = c.bits;
+      j["bucket"] = c.bucket;
+      break;
+    case CKind::kNaturalDithering:
+      j["levels"] = c.levels;
+      j["norm"] = c.linf ? "linf" : "l2";
+      break;
+    case CKind::kTopKDithering:
+      keepJson(c, j);
+      j["levels"] = c.levels;
+      break;
+    case CKind::kCountSketch:
+      j["rows"] = c.rows;
+      j["cols"] = c.cols;
+      j["estimate"] = c.meanEstimate ? "mean" : "median";
+      if (!c.meanEstimate) {
+        if (c.threshold > 0) {
+          j["threshold"] = c.threshold;
+        } else {
+          keepJson(c, j);
+        }
+      }
+      break;
+    case CKind::kAdaComp:
+      j["bin"] = c.bin;
+      break;
+    case CKind::kDqsgd:
+      j["min_bits"] = c.minBits;
+      j["max_bits"] = c.maxBits;
+      j["target"] = c.target;
+      j["bucket"] = c.bucket;
+      break;
+    default:
+      break;
+  }
+  j["error_feedback"] = c.errorFeedback;
+  return j;
+}
+
+json transportJson(const TransportConfig& t) {
+  json j;
+  if (t.kind == TransportConfig::Kind::kInproc) {
+    j["kind"] = "inproc";
+    return j;
+  }
+  j["kind"] = "ucx";
+  j["tls"] = t.tls;
+  if (!t.ucxTls.empty()) j["ucx_tls"] = t.ucxTls;
+  j["connect_timeout_ms"] = t.connectTimeoutMs;
+  j["round_timeout_ms"] = t.roundTimeoutMs;
+  j["max_endpoints"] = t.maxEndpoints;
+  j["shm_frames"] = t.shmFrames;
+  j["shm_threshold_bytes"] = t.shmThresholdBytes;
+  j["spin_us"] = t.spinUs;
+  return j;
+}
+
+}  // namespace
+
+std::string resolvedScenarioJson(const Scenario& s) {
+  json j;
+  j["schema_version"] = kScenarioSchemaVersion;
+  j["name"] = s.name;
+  if (!s.description.empty()) j["description"] = s.description;
+  j["nodes"] = s.nodes;
+  j["seed"] = s.seed;
+  j["rounds"] = s.rounds;
+  j["log_every"] = s.logEvery;
+  j["precision"] = precisionName(s.precision);
+  j["topology"] = topologyJson(s.topology);
+  j["problem"] = problemJson(s.problem);
+  j["algorithm"] = algorithmJson(s.algorithm);
+  j["compression"] = compressionJson(s.compression);
+  j["transport"] = transportJson(s.transport);
+  // A `hosts` + `base_port` section is written as the addresses it stands for.
+  if (s.peers.explicitAddresses) j["peers"] = {{"addresses", s.peers.addresses}};
+  j["divergence"] = {{"max_abs", s.divergenceMaxAbs}};
+  return j.dump(2);
+}
+
+uint64_t scenarioHash(const Scenario& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis
+  for (const unsigned char c : resolvedScenarioJson(s)) {
+    h ^= c;
+    h *= 0x100000001b3ULL;  // FNV prime
+  }
+  return h;
+}
+
+std::string scenarioHashHex(uint64_t hash) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(hash));
+  return out;
+}
+
+}  // namespace starling::runtime

@@ -1,0 +1,29 @@
+// The scenario as it runs: every default filled in, written back in the format parseScenario
+// reads (scenarios/README.md), and a hash of it.
+//
+// A run folder keeps this as scenario.resolved.json, so it says exactly what ran and can be run
+// again as it is. Peers record the hash in their logs, so that `merge` can check it merges the
+// run it is given. Thread-safety: free functions over values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/scenario.h"
+
+namespace starling::runtime {
+
+// Pretty JSON (2-space indent, keys in the parser's order). Parsing it gives back a Scenario that
+// writes the same text: a fixpoint. Data paths are absolute. The `file` a scenario was read from
+// is not part of it.
+std::string resolvedScenarioJson(const Scenario& s);
+
+// FNV-1a (64 bits) of resolvedScenarioJson: equal for scenarios that run identically (whatever
+// the key order, spacing or defaults spelled out in their files), different when anything that
+// changes the run differs, seed and rounds included.
+uint64_t scenarioHash(const Scenario& s);
+
+// 16 lowercase hex digits.
+std::string scenarioHashHex(uint64_t hash);
+
+}  // namespace starling::runtime
