@@ -171,14 +171,15 @@ TEST_CASE("a killed peer stops its neighbours with an error naming it", "[integr
   // Long enough to be mid-run when the peer is killed; a short round timeout.
   writeFile(file, scenario("kill", 4, 2000000, 1000, R"({"kind": "ring"})", transport));
   auto peers = startPeers(4, file, dir);
-  // Wait until the peers have logged a few rounds, then kill rank 2.
+  // Wait until the peers have logged a few rounds (a header line, then rounds 0, 1000, 2000), then
+  // kill rank 2.
   const auto logFile = dir / "out" / "peers" / "rank-2.jsonl";
   auto lines = [&logFile] {
     const std::string text = readFile(logFile);
     return std::count(text.begin(), text.end(), '\n');
   };
-  for (int i = 0; i < 500 && lines() < 3; ++i) std::this_thread::sleep_for(20ms);
-  REQUIRE(lines() >= 3);
+  for (int i = 0; i < 500 && lines() < 4; ++i) std::this_thread::sleep_for(20ms);
+  REQUIRE(lines() >= 4);
   peers[2]->kill(SIGKILL);
   REQUIRE(peers[2]->waitFor(5s));
   const auto killedAt = std::chrono::steady_clock::now();
