@@ -2,13 +2,26 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 namespace starling::runtime {
 namespace {
 
 using json = nlohmann::ordered_json;
 using CKind = compression::CompressorSpec::Kind;
+
+// The parser resolves a relative data path against the scenario's folder, which is itself
+// relative when the scenario was named by a relative path (`simulate scenarios/x.json`). Made
+// absolute against the working directory, the resolved file can be run from anywhere. That is
+// the directory the scenario was loaded from as long as nothing changes it in between (nothing
+// in Starling does); a parser that stored absolute paths would not need this.
+std::string absolutePath(const std::string& path) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
 
 json graphJson(const topology::GraphSpec& g) {
   json j;
@@ -53,7 +66,9 @@ json stepSizeJson(const optim::StepSizeSchedule& st) {
   return j;
 }
 
-// JSON has no infinities: an unbounded box side is left out (the parser's default).
+// Always written, {"l1": 0} when there is none (the parser reads that as no regularizer). JSON has
+// no infinities, so an unbounded box side is left out (the parser's default); `nonneg` is written
+// as the box it stands for, lower 0.
 json regularizerJson(const optim::RegularizerSpec& r) {
   json j;
   j["l1"] = r.l1;
@@ -71,10 +86,13 @@ json problemJson(const ProblemConfig& p) {
   j["kind"] = p.spec.loss == optim::LossKind::kLogistic ? "logistic" : "least_squares";
   j["l2"] = p.spec.l2;
   j["partition"] = p.partition == PartitionKind::kRandom ? "random" : "contiguous";
-  if (!p.spec.regularizer.none()) j["regularizer"] = regularizerJson(p.spec.regularizer);
+  j["regularizer"] = regularizerJson(p.spec.regularizer);
   json est;
+  // Always the estimator object, also for the older `"batch": B` form it is equivalent to.
   est["kind"] = optim::estimatorKindName(p.estimator.kind);
   if (p.estimator.kind != optim::EstimatorSpec::Kind::kFull) est["batch"] = p.estimator.batch;
+  // L-SVRG's default p is min(1, B / m_i), which differs from node to node (m_i is node i's
+  // sample count): no single number states it, so a default p stays left out.
   if (p.estimator.kind == optim::EstimatorSpec::Kind::kLsvrg && p.estimator.p > 0) {
     est["p"] = p.estimator.p;
   }
@@ -87,7 +105,8 @@ json problemJson(const ProblemConfig& p) {
                          {"density", sp.density}};
   } else {
     data["format"] = "libsvm";
-    data["path"] = p.data.path;  // already absolute (resolved against the scenario's folder)
+    data["path"] = absolutePath(p.data.path);
+    // Without `features` d is the largest index in the file: only the file knows it.
     if (p.data.features) data["features"] = *p.data.features;
   }
   j["data"] = data;
@@ -179,7 +198,7 @@ json transportJson(const TransportConfig& t) {
   }
   j["kind"] = "ucx";
   j["tls"] = t.tls;
-  if (!t.ucxTls.empty()) j["ucx_tls"] = t.ucxTls;
+  j["ucx_tls"] = t.ucxTls;  // "" (the default): UCX_TLS follows `tls`
   j["connect_timeout_ms"] = t.connectTimeoutMs;
   j["round_timeout_ms"] = t.roundTimeoutMs;
   j["max_endpoints"] = t.maxEndpoints;
@@ -189,13 +208,14 @@ json transportJson(const TransportConfig& t) {
   return j;
 }
 
-}  // namespace
-
-std::string resolvedScenarioJson(const Scenario& s) {
+// The whole scenario in the parser's key order. Derived fields are not written: the topology's
+// nodes and seed (the scenario's), the algorithm's regularizer (the problem's) and timeVarying
+// (the schedule's), problem.batchPath (a message detail).
+json resolved(const Scenario& s) {
   json j;
   j["schema_version"] = kScenarioSchemaVersion;
   j["name"] = s.name;
-  if (!s.description.empty()) j["description"] = s.description;
+  j["description"] = s.description;
   j["nodes"] = s.nodes;
   j["seed"] = s.seed;
   j["rounds"] = s.rounds;
@@ -206,15 +226,31 @@ std::string resolvedScenarioJson(const Scenario& s) {
   j["algorithm"] = algorithmJson(s.algorithm);
   j["compression"] = compressionJson(s.compression);
   j["transport"] = transportJson(s.transport);
-  // A `hosts` + `base_port` section is written as the addresses it stands for.
+  // Written only when the scenario had one: without it, `run` picks free loopback ports and
+  // `peer` uses 127.0.0.1:29500 + rank, which no `peers` section can say. A `hosts` + `base_port`
+  // section is written as the addresses it stands for (the parser keeps no hosts).
   if (s.peers.explicitAddresses) j["peers"] = {{"addresses", s.peers.addresses}};
   j["divergence"] = {{"max_abs", s.divergenceMaxAbs}};
-  return j.dump(2);
+  return j;
 }
 
+// Doubles are written in the shortest form that reads back to the same bits (nlohmann's
+// Grisu2), so every number round-trips exactly. Strings from the parser are valid UTF-8; a
+// working directory that is not (absolutePath) is written with U+FFFD rather than thrown on.
+std::string dump(const json& j) { return j.dump(2, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+std::string resolvedScenarioJson(const Scenario& s) { return dump(resolved(s)); }
+
 uint64_t scenarioHash(const Scenario& s) {
+  // The name and the description are labels: they change the run's folder, not one number of
+  // it, and a name left out of the file is the file's name, which must not matter.
+  json j = resolved(s);
+  j.erase("name");
+  j.erase("description");
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis
-  for (const unsigned char c : resolvedScenarioJson(s)) {
+  for (const unsigned char c : dump(j)) {
     h ^= c;
     h *= 0x100000001b3ULL;  // FNV prime
   }

@@ -13,14 +13,16 @@
 
 namespace starling::runtime {
 
-// Pretty JSON (2-space indent, keys in the parser's order). Parsing it gives back a Scenario that
-// writes the same text: a fixpoint. Data paths are absolute. The `file` a scenario was read from
-// is not part of it.
+// Pretty JSON (2-space indent, keys in the parser's order) with every default written out.
+// Parsing it gives back a Scenario that writes the same text: a fixpoint. Data paths are
+// absolute. The `file` a scenario was read from is not part of it. Defaults no single value can
+// state stay left out, as the parser reads them: the `peers` section when there was none,
+// L-SVRG's `p`, a LIBSVM file's `features`, unbounded box sides.
 std::string resolvedScenarioJson(const Scenario& s);
 
-// FNV-1a (64 bits) of resolvedScenarioJson: equal for scenarios that run identically (whatever
-// the key order, spacing or defaults spelled out in their files), different when anything that
-// changes the run differs, seed and rounds included.
+// FNV-1a (64 bits) of resolvedScenarioJson without `name` and `description`: equal for scenarios
+// that run identically (whatever the file's name, key order, spacing or defaults spelled out),
+// different when anything that changes the run differs, seed and rounds included.
 uint64_t scenarioHash(const Scenario& s);
 
 // 16 lowercase hex digits.
