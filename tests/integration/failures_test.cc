@@ -29,20 +29,6 @@ std::string scenario(const std::string& name, int nodes, long rounds, int logEve
     "algorithm": {"kind": "exact_diffusion", "step_size": )" + std::to_string(step) + "}}";
 }
 
-struct Outcome {
-  int exit;
-  std::string output;
-};
-
-Outcome runLauncher(const std::vector<std::string>& args, const fs::path& log,
-                    std::chrono::milliseconds timeout = 120s) {
-  auto p = spawn(args, log);
-  const bool exited = p->waitFor(timeout);
-  INFO(p->output());
-  REQUIRE(exited);
-  return {p->exitCode(), p->output()};
-}
-
 bool contains(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }

@@ -12,19 +12,6 @@ namespace {
 
 const std::string kLauncher = NODE_LAUNCHER;
 
-struct Outcome {
-  int exit;
-  std::string output;
-};
-
-Outcome launch(const std::vector<std::string>& args, const fs::path& log) {
-  auto p = spawn(args, log);
-  const bool exited = p->waitFor(120s);
-  INFO(p->output());
-  REQUIRE(exited);
-  return {p->exitCode(), p->output()};
-}
-
 bool contains(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
@@ -69,14 +56,14 @@ TEST_CASE("command-line numbers are checked like the scenario's", "[integration]
   for (const auto& c : cases) {
     std::vector<std::string> args = {kLauncher};
     args.insert(args.end(), c.args.begin(), c.args.end());
-    const auto out = launch(args, dir / "out.log");
+    const auto out = runLauncher(args, dir / "out.log");
     INFO(out.output);
     CHECK(out.exit == 2);
     CHECK(contains(out.output, c.message));
     CHECK(out.output.size() < 400);  // one line, no 309-digit numbers
   }
   // The largest values are accepted.
-  const auto topo = launch({kLauncher, "topology", f, "--round", "1099511627776"}, dir / "t.log");
+  const auto topo = runLauncher({kLauncher, "topology", f, "--round", "1099511627776"}, dir / "t.log");
   CHECK(topo.exit == 0);
   CHECK(contains(topo.output, "1099511627776"));
 }
@@ -87,7 +74,7 @@ TEST_CASE("a diverging simulation stops at the round it diverges, with a hint",
   SECTION("exact diffusion with a step far too large") {
     const auto file = dir / "ed.json";
     writeFile(file, leastSquares("ed", R"({"kind": "exact_diffusion", "step_size": 50})"));
-    const auto out = launch({kLauncher, "simulate", file.string(), "--out", (dir / "ed").string()},
+    const auto out = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "ed").string()},
                             dir / "ed.log");
     INFO(out.output);
     CHECK(out.exit == 1);
@@ -103,7 +90,7 @@ TEST_CASE("a diverging simulation stops at the round it diverges, with a hint",
     const auto file = dir / "choco.json";
     writeFile(file, leastSquares("choco", R"({"kind": "choco", "step_size": 40, "gamma": 1.0})",
                                  R"(, "compression": {"kind": "qsgd", "bits": 2})", 2000));
-    const auto out = launch({kLauncher, "simulate", file.string(), "--out",
+    const auto out = runLauncher({kLauncher, "simulate", file.string(), "--out",
                              (dir / "choco").string()},
                             dir / "choco.log");
     INFO(out.output);
@@ -117,7 +104,7 @@ TEST_CASE("a diverging simulation stops at the round it diverges, with a hint",
     const auto file = dir / "limit.json";
     writeFile(file, leastSquares("limit", R"({"kind": "exact_diffusion", "step_size": 0.3})",
                                  R"(, "divergence": {"max_abs": 0.001})"));
-    const auto out = launch({kLauncher, "simulate", file.string(), "--out",
+    const auto out = runLauncher({kLauncher, "simulate", file.string(), "--out",
                              (dir / "limit").string()},
                             dir / "limit.log");
     INFO(out.output);
@@ -128,7 +115,7 @@ TEST_CASE("a diverging simulation stops at the round it diverges, with a hint",
     // And the same run without the limit converges.
     const auto fine = dir / "fine.json";
     writeFile(fine, leastSquares("fine", R"({"kind": "exact_diffusion", "step_size": 0.3})"));
-    CHECK(launch({kLauncher, "simulate", fine.string(), "--out", (dir / "fine").string()},
+    CHECK(runLauncher({kLauncher, "simulate", fine.string(), "--out", (dir / "fine").string()},
                  dir / "fine.log")
               .exit == 0);
   }
@@ -138,7 +125,7 @@ TEST_CASE("a run folder says what ran: the resolved scenario and run.json", "[in
   const auto dir = tempDir("cli-run-folder");
   const auto file = dir / "s.json";
   writeFile(file, leastSquares("s", R"({"kind": "exact_diffusion", "step_size": 0.3})"));
-  const auto first = launch({kLauncher, "simulate", file.string(), "--out", (dir / "a").string(),
+  const auto first = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "a").string(),
                              "--seed", "4", "--rounds", "50"},
                             dir / "a.log");
   REQUIRE(first.exit == 0);
@@ -157,7 +144,7 @@ TEST_CASE("a run folder says what ran: the resolved scenario and run.json", "[in
   CHECK(resolved["seed"] == 4);
   CHECK(resolved["rounds"] == 50);
   CHECK(resolved.contains("precision"));
-  const auto again = launch({kLauncher, "simulate", (dir / "a" / "scenario.resolved.json").string(),
+  const auto again = runLauncher({kLauncher, "simulate", (dir / "a" / "scenario.resolved.json").string(),
                              "--out", (dir / "b").string()},
                             dir / "b.log");
   REQUIRE(again.exit == 0);
@@ -174,7 +161,7 @@ TEST_CASE("a full disk leaves metrics.jsonl with whole lines and fails the run",
   writeFile(file, leastSquares("s", R"({"kind": "exact_diffusion", "step_size": 0.3})", "", 2000));
   // RLIMIT_FSIZE stands in for a full disk: a write past it fails part-way (EFBIG) exactly as
   // one past the last free block does (ENOSPC). 200 logged rounds need ~50 KB.
-  const auto out = launch({"/usr/bin/prlimit", "--fsize=6000", kLauncher, "simulate",
+  const auto out = runLauncher({"/usr/bin/prlimit", "--fsize=6000", kLauncher, "simulate",
                            file.string(), "--out", (dir / "out").string()},
                           dir / "out.log");
   INFO(out.output);

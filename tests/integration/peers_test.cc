@@ -24,20 +24,6 @@ std::string scenario(const std::string& name, int nodes, int rounds, int logEver
     "algorithm": {"kind": "exact_diffusion", "step_size": 0.5}})";
 }
 
-struct Outcome {
-  int exit;
-  std::string output;
-};
-
-Outcome runLauncher(const std::vector<std::string>& args, const fs::path& log,
-                    std::chrono::milliseconds timeout = 120s) {
-  auto p = spawn(args, log);
-  const bool exited = p->waitFor(timeout);
-  INFO(p->output());
-  REQUIRE(exited);
-  return {p->exitCode(), p->output()};
-}
-
 // Starts `n` peers of `file` with `node-launcher peer --rank R`, on free loopback ports, writing to
 // dir/out; each one's output goes to dir/peerR.log.
 std::vector<std::unique_ptr<Process>> startPeers(int n, const fs::path& file, const fs::path& dir) {

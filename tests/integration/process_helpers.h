@@ -98,6 +98,21 @@ inline std::unique_ptr<Process> spawn(const std::vector<std::string>& args, cons
   return p;
 }
 
+// Runs a command to the end (at most `timeout`), its output in `log`.
+struct Outcome {
+  int exit;
+  std::string output;
+};
+
+inline Outcome runLauncher(const std::vector<std::string>& args, const fs::path& log,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
+  auto p = spawn(args, log);
+  const bool exited = p->waitFor(timeout);
+  INFO(p->output());
+  REQUIRE(exited);
+  return {p->exitCode(), p->output()};
+}
+
 inline std::vector<uint16_t> freePorts(int n) {
   std::vector<int> fds;
   std::vector<uint16_t> ports;

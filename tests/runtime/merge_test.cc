@@ -45,6 +45,20 @@ struct Logs {
   }
 };
 
+// A merger over the logs in `dir`, with the metrics log it writes to.
+struct Merged {
+  std::unique_ptr<runtime::MetricsLog> log;
+  std::unique_ptr<runtime::PeerLogMerger> merger;
+};
+
+Merged merge(const runtime::Experiment& e, const fs::path& dir) {
+  auto log = runtime::MetricsLog::create(dir);
+  REQUIRE(log);
+  Merged m{std::move(*log), nullptr};
+  m.merger = std::make_unique<runtime::PeerLogMerger>(e, dir, *m.log);
+  return m;
+}
+
 std::string roundLine(uint64_t round) {
   return R"({"round": )" + std::to_string(round) + R"(, "bytes_sent": 0, "x": [0, 0, 0]})";
 }
@@ -69,9 +83,8 @@ TEST_CASE("the root cause is the peer the others lost first, not the first to fa
     if (r == 1) lines.push_back(failed(r, 12, std::nullopt, "cancelled"));  // stopped later
     logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
   }
-  auto log = runtime::MetricsLog::create(logs.dir);
-  REQUIRE(log);
-  runtime::PeerLogMerger merger(e, logs.dir, **log);
+  auto merged = merge(e, logs.dir);
+  auto& merger = *merged.merger;
   REQUIRE(merger.poll().isOk());
   const auto root = merger.rootCause();
   REQUIRE(root);
@@ -97,9 +110,8 @@ TEST_CASE("a peer that fails on its own is the root cause, even at the round it 
     if (r == 0) lines.push_back(failed(r, round + 1, 1, "peer gone"));
     logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
   }
-  auto log = runtime::MetricsLog::create(logs.dir);
-  REQUIRE(log);
-  runtime::PeerLogMerger merger(e, logs.dir, **log);
+  auto merged = merge(e, logs.dir);
+  auto& merger = *merged.merger;
   REQUIRE(merger.poll().isOk());
   const auto root = merger.rootCause();
   REQUIRE(root);
@@ -115,9 +127,8 @@ TEST_CASE("stopped peers are no root cause", "[runtime][unit]") {
     logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"),
                {roundLine(0), failed(r, 3, std::nullopt, "cancelled")});
   }
-  auto log = runtime::MetricsLog::create(logs.dir);
-  REQUIRE(log);
-  runtime::PeerLogMerger merger(e, logs.dir, **log);
+  auto merged = merge(e, logs.dir);
+  auto& merger = *merged.merger;
   REQUIRE(merger.poll().isOk());
   CHECK_FALSE(merger.rootCause());
 }
@@ -131,9 +142,8 @@ TEST_CASE("a peer log of another run is refused, naming the file", "[runtime][un
     logs.write(r, runtime::peerLogHeader(r == 2 ? other : e.scenario, r, "127.0.0.1:1"),
                {roundLine(0)});
   }
-  auto log = runtime::MetricsLog::create(logs.dir);
-  REQUIRE(log);
-  runtime::PeerLogMerger merger(e, logs.dir, **log);
+  auto merged = merge(e, logs.dir);
+  auto& merger = *merged.merger;
   const auto polled = merger.poll();
   REQUIRE_FALSE(polled);
   CHECK(polled.status().message().find("rank-2.jsonl: written by a different run") !=
