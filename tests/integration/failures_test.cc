@@ -150,7 +150,13 @@ TEST_CASE("the launcher names the peer the others lost first, not the first to e
   CHECK(launcher->exitCode() == 1);
   const std::string out = launcher->output();
   const auto headline = out.substr(out.find("node-launcher: run failed:"));
-  CHECK(contains(headline.substr(0, headline.find('\n')), "peer 1 was lost first: peers 0, 2"));
+  // Usually "peers 0, 2"; if rank 1 stopped half-way through its sends, one of them got that
+  // round's message and loses rank 1 a round later.
+  const auto first = headline.substr(0, headline.find('\n'));
+  INFO(first);
+  CHECK((contains(first, "peer 1 was lost first: peers 0, 2 ") ||
+         contains(first, "peer 1 was lost first: peer 0 ") ||
+         contains(first, "peer 1 was lost first: peer 2 ")));
   for (pid_t p : peers) CHECK_FALSE(processAlive(p));
 }
 
