@@ -1,7 +1,12 @@
 #include "topology/graph.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/core/rng.h"
 
 #include "tests/topology/check.h"
 #include "topology/spec.h"
@@ -232,12 +237,130 @@ TEST_CASE("random: bad p and hopeless p are rejected with a clear message", "[un
     CHECK(r.status().code() == core::StatusCode::kInvalidArgument);
     CHECK(r.status().message().rfind("p: ", 0) == 0);
   }
+  // Hopeless: refused before any draw, with the smallest p that works.
   spec.p = 0.01;
   const auto r = buildGraph(spec, 16, 1);
   REQUIRE_FALSE(r.isOk());
-  CHECK(r.status().message().find(
-            "random graph with p=0.01 on 16 nodes stayed disconnected after 1000 draws; raise p") !=
+  CHECK(r.status().message().find("p: p=0.01 is too small for a connected random graph on 16 "
+                                  "nodes: a draw would leave about 13.8 nodes without any edge") !=
         std::string::npos);
+  CHECK(r.status().message().find("use p >= 0.0749") != std::string::npos);
+  // Small graphs, where the limit says nothing, still stop after 1000 draws.
+  spec.p = 0.001;
+  const auto tiny = buildGraph(spec, 4, 1);
+  REQUIRE_FALSE(tiny.isOk());
+  CHECK(tiny.status().message() ==
+        "p: random graph with p=0.001 on 4 nodes stayed disconnected after 1000 draws; raise p");
+}
+
+TEST_CASE("random: the draws are held to a work budget, and hopeless p is known at once",
+          "[unit]") {
+  // A draw flips a coin per pair up to kPairwiseMaxNodes: 1000 draws of 16 nodes, 32 of 4096.
+  CHECK(randomGraphDraws(16, 0.5) == kMaxRandomDraws);
+  CHECK(randomGraphDraws(4096, 0.5) == 32);
+  CHECK(static_cast<double>(randomGraphDraws(4096, 0.5)) * 4096 * 4095 / 2 <=
+        static_cast<double>(kRandomGraphWork));
+  // Above, a draw costs its edges: 2^20 nodes near the connectivity threshold get a few draws,
+  // and a p whose single draw has more edges than the budget is refused.
+  CHECK(randomGraphDraws(1 << 20, 2e-5) >= 4);
+  const auto dense = checkRandomGraph(0.01, 1 << 20);
+  REQUIRE_FALSE(dense.isOk());
+  CHECK(dense.message().find("has about 5497552896 edges, more than the 67108864 one may have; "
+                             "lower p") != std::string::npos);
+
+  // The minimum p sits at the Erdős–Rényi connectivity threshold ln(n)/n, within a factor
+  // set by the allowed draws (expected isolated nodes between about 0.5 and 5).
+  for (int n : {64, 1000, 4096, 5000, 1 << 20}) {
+    INFO(n);
+    const double minP = minRandomGraphP(n);
+    const double threshold = std::log(n) / n;
+    CHECK(minP > 0.6 * threshold);
+    CHECK(minP < 1.4 * threshold);
+    CHECK(isolatedNodes(n, minP) > 0.5);
+    CHECK(isolatedNodes(n, minP) < 5.0);
+    CHECK(checkRandomGraph(minP * 1.001, n).isOk());
+    const auto below = checkRandomGraph(minP * 0.99, n);
+    REQUIRE_FALSE(below.isOk());
+    CHECK(below.message().find("is too small for a connected random graph") != std::string::npos);
+  }
+  // Tiny graphs: the limit does not apply; any p may be tried (and the draws decide).
+  CHECK(minRandomGraphP(1) == 0.0);
+  CHECK(minRandomGraphP(3) == 0.0);
+  CHECK(checkRandomGraph(1e-9, 3).isOk());
+
+  // p = 1e-9 on 4096 nodes used to take 1000 draws (52 s) to give up.
+  GraphSpec spec = graphSpec(GraphKind::kRandom);
+  spec.p = 1e-9;
+  const auto r = buildGraph(spec, 4096, 1);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().message().find("use p >= 0.0019") != std::string::npos);
+}
+
+TEST_CASE("random: at the minimum p, draws on 4096 nodes connect", "[unit]") {
+  GraphSpec spec = graphSpec(GraphKind::kRandom);
+  spec.p = minRandomGraphP(4096);
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    const auto g = buildGraph(spec, 4096, seed);
+    INFO(seed << ": " << g.status().toString());
+    REQUIRE(g.isOk());
+    CHECK(isConnected(*g));
+  }
+}
+
+TEST_CASE("random: up to kPairwiseMaxNodes, a draw is a coin flip per pair as it always was",
+          "[unit]") {
+  // Seeded graphs must not change: draw k is Rng(deriveSeed(seed, "topo-er", k)) flipping a coin
+  // for each pair (i < j) in order; the first connected draw is the graph.
+  constexpr uint64_t kSalt = 0x746f706f2d657200ULL;
+  const auto reference = [](double p, int n, uint64_t seed) {
+    for (uint64_t k = 0;; ++k) {
+      core::Rng rng(core::deriveSeed(seed, kSalt, k));
+      std::vector<std::pair<int, int>> e;
+      for (int i = 0; i < n; ++i) {
+        for (int j = i + 1; j < n; ++j) {
+          if (rng.bernoulli(p)) e.emplace_back(i, j);
+        }
+      }
+      Graph g = Graph::fromEdges(n, e);
+      if (isConnected(g)) return g;
+    }
+  };
+  GraphSpec spec = graphSpec(GraphKind::kRandom);
+  for (const auto& [p, n] : {std::pair{0.3, 16}, std::pair{0.2, 40}, std::pair{0.01, 1000}}) {
+    spec.p = p;
+    for (uint64_t seed : {1, 7, 99}) {
+      INFO(p << " " << n << " " << seed);
+      CHECK(mustBuild(spec, n, seed) == reference(p, n, seed));
+    }
+  }
+}
+
+TEST_CASE("random: above kPairwiseMaxNodes, skipping draws the same distribution", "[unit]") {
+  // n = 5000, p = 0.004: 49,990 edges expected (sd 223), degrees ~ Binomial(4999, 0.004).
+  GraphSpec spec = graphSpec(GraphKind::kRandom);
+  spec.p = 0.004;
+  const int n = 5000;
+  const double pairs = n * (n - 1) / 2.0;
+  const Graph a = mustBuild(spec, n, 11);
+  CHECK(a == mustBuild(spec, n, 11));
+  CHECK_FALSE(a == mustBuild(spec, n, 12));
+  checkWellFormed(a);
+  CHECK(isConnected(a));
+  double total = 0, low = 0, lowPairs = 0;
+  const int seeds = 8;
+  for (int s = 0; s < seeds; ++s) {
+    const Graph g = mustBuild(spec, n, static_cast<uint64_t>(s));
+    total += static_cast<double>(g.edgeCount());
+    // Edges among the first 100 nodes: the skips cross row boundaries correctly.
+    for (const auto& [i, j] : g.edges()) low += (j < 100) ? 1 : 0;
+  }
+  lowPairs = 100 * 99 / 2.0;
+  const double mean = total / seeds;
+  CHECK(std::abs(mean - pairs * spec.p) < 5 * std::sqrt(pairs * spec.p / seeds));
+  CHECK(std::abs(low / seeds - lowPairs * spec.p) < 5 * std::sqrt(lowPairs * spec.p / seeds));
+  // p = 1 skips nothing: the complete graph.
+  spec.p = 1.0;
+  CHECK(mustBuild(spec, 5000, 1).edgeCount() == static_cast<size_t>(pairs));
 }
 
 TEST_CASE("nodes must be >= 1", "[unit]") {

@@ -163,7 +163,11 @@ TEST_CASE("invalid specs are rejected naming the field", "[unit]") {
     CHECK(contains(createError(topo(16, ScheduleKind::kRandomMatching, er)), "topology/base/p"));
   }
   er.p = 0.01;
-  CHECK(contains(createError(topo(16, ScheduleKind::kStatic, er)), "stayed disconnected"));
+  CHECK(contains(createError(topo(16, ScheduleKind::kStatic, er)),
+                 "topology/base/p: p=0.01 is too small for a connected random graph"));
+  er.p = 0.001;
+  CHECK(contains(createError(topo(4, ScheduleKind::kStatic, er)),
+                 "topology/base/p: random graph with p=0.001 on 4 nodes stayed disconnected"));
 
   for (double p : {1.0, 1.5, -0.1}) {
     TopologySpec drop = topo(16, ScheduleKind::kEdgeDropout);
