@@ -1,14 +1,13 @@
 #include "runtime/data.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "runtime/core/rng.h"
+#include "runtime/read_file.h"
+#include "runtime/scenario_limits.h"
 
 namespace starling::runtime {
 namespace {
@@ -136,16 +135,11 @@ core::Result<optim::Dataset> parseLibsvm(std::string_view text, std::string_view
 }
 
 core::Result<optim::Dataset> readLibsvm(const std::string& path, std::optional<int> features) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    std::string msg = "cannot open " + path + ": " + std::strerror(err);
-    return err == ENOENT ? core::notFound(msg) : core::ioError(msg);
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return core::ioError("cannot read " + path + ": " + std::strerror(errno));
-  return parseLibsvm(buffer.str(), path, features);
+  auto maxBytes = maxDataFileBytes();
+  if (!maxBytes) return maxBytes.status();
+  auto text = readRegularFile(path, *maxBytes, "data file");
+  if (!text) return text.status();
+  return parseLibsvm(*text, path, features);
 }
 
 core::Result<optim::Dataset> makeSynthetic(const SyntheticSpec& spec, optim::LossKind loss,

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <vector>
 
+#include "runtime/read_file.h"
+#include "runtime/scenario_limits.h"
 #include "runtime/scenario_reader.h"
 
 namespace starling::runtime {
@@ -263,11 +265,9 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
                                                "; this build reads version " +
                                                std::to_string(kScenarioSchemaVersion)};
   }
+  const bool named = o.has("name");
   s.name = o.string("name", std::filesystem::path(file).stem().string());
-  if (s.name.empty() || s.name.find_first_of("/\\") != std::string::npos || s.name == "." ||
-      s.name == "..") {
-    throw ScenarioError{"/name", "must be a non-empty name usable as a folder (no slashes)"};
-  }
+  checkName(s.name, named);
   s.description = o.string("description", "");
   s.nodes = o.integer<int>("nodes", 1, kMaxNodes);
   s.seed = o.integer<uint64_t>("seed", 0, std::numeric_limits<uint64_t>::max(), uint64_t{0});
@@ -338,9 +338,17 @@ const char* precisionName(Precision p) { return p == Precision::kFloat32 ? "floa
 
 core::Result<Scenario> parseScenario(std::string_view text, const std::string& file,
                                      const std::filesystem::path& baseDir) {
+  if (text.size() > kMaxScenarioFileBytes) {
+    return core::invalidArgument(file + ": the scenario is " +
+                                 formatBytes(static_cast<double>(text.size())) +
+                                 ", larger than the limit of " +
+                                 formatBytes(static_cast<double>(kMaxScenarioFileBytes)));
+  }
   json root;
   try {
-    root = json::parse(text);
+    root = parseJson(text);
+  } catch (const ScenarioError& e) {
+    return core::invalidArgument(file + ": " + e.path + ": " + e.message);
   } catch (const json::parse_error& e) {
     // Turn the byte offset into a line and column a person can find.
     size_t line = 1, col = 1;
@@ -367,14 +375,9 @@ core::Result<Scenario> parseScenario(std::string_view text, const std::string& f
 }
 
 core::Result<Scenario> loadScenario(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return std::filesystem::exists(path) ? core::ioError(path + ": cannot read the scenario file")
-                                         : core::notFound(path + ": no such scenario file");
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return parseScenario(buf.str(), path, std::filesystem::path(path).parent_path());
+  auto text = readRegularFile(path, kMaxScenarioFileBytes, "scenario file");
+  if (!text) return text.status();
+  return parseScenario(*text, path, std::filesystem::path(path).parent_path());
 }
 
 std::vector<std::string> peerAddresses(const Scenario& s) {

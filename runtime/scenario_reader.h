@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/scenario.h"
@@ -120,7 +121,13 @@ class Obj {
     const json* v = def ? get(key) : &require(key);
     if (!v) return *def;
     if (!v->is_string()) throw ScenarioError{at(key), "expected a string, got " + typeName(*v)};
-    return v->get<std::string>();
+    std::string value = v->get<std::string>();
+    // JSON allows \u0000 in strings; C paths and names end at it, so a path would silently
+    // name another file.
+    if (value.find('\0') != std::string::npos) {
+      throw ScenarioError{at(key), "must not contain a NUL character (\\u0000)"};
+    }
+    return value;
   }
 
   bool boolean(const std::string& key, bool def) {
@@ -173,6 +180,17 @@ const std::vector<std::string> kGraphKinds = {"ring",        "line",     "grid",
 const std::vector<std::string> kWeightRules = {"metropolis", "max_degree", "uniform"};
 const std::vector<std::string> kScheduleKinds = {"static", "cycle", "one_peer_exponential",
                                                  "random_matching", "edge_dropout"};
+
+// The JSON of a scenario (scenario_json.cc): nlohmann's parser, refusing what it lets through.
+// A key given twice in one object (nlohmann keeps the last one silently) throws ScenarioError at
+// the second one's JSON path; nesting deeper than kMaxJsonDepth throws ScenarioError. Syntax
+// errors throw json::parse_error.
+json parseJson(std::string_view text);
+
+// The scenario's `name` becomes a folder, runs/<name>/, so it must be one path component:
+// non-empty, at most kMaxNameBytes, not "." or "..", no '/' or '\\', no NUL or other control
+// character. Throws ScenarioError at /name; `given` false says the name came from the file name.
+void checkName(const std::string& name, bool given);
 
 // /problem (scenario_problem.cc), and the /algorithm step size it shares with it.
 void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir);

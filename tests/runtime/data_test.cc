@@ -1,8 +1,14 @@
 #include "runtime/data.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -98,7 +104,60 @@ TEST_CASE("readLibsvm reads a file and names a missing one", "[runtime][unit]") 
   const auto m = readLibsvm(missing, std::nullopt);
   REQUIRE_FALSE(m.isOk());
   CHECK(m.status().code() == core::StatusCode::kNotFound);
-  CHECK_THAT(m.status().message(), Catch::Contains("cannot open " + missing));
+  CHECK_THAT(m.status().message(), Catch::Contains(missing + ": no such data file"));
+}
+
+// A temporary folder removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("starling-data-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+TEST_CASE("readLibsvm reads only regular files: a FIFO, a device or a folder is refused unread",
+          "[runtime][unit]") {
+  // Reading a FIFO without a writer used to block forever, /dev/zero to fill memory.
+  TempDir dir("special");
+  const std::string fifo = (dir.path / "data.svm").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  struct Case {
+    std::string path, kind;
+  };
+  for (const Case& c : {Case{fifo, "a FIFO"}, Case{"/dev/zero", "a character device"},
+                        Case{dir.path.string(), "a directory"}}) {
+    const auto d = readLibsvm(c.path, std::nullopt);
+    INFO(c.path);
+    REQUIRE_FALSE(d.isOk());
+    CHECK(d.status().code() == core::StatusCode::kInvalidArgument);
+    CHECK_THAT(d.status().message(),
+               Catch::Contains(c.path + ": " + c.kind + ", not a regular file; the data file "
+                                                        "must be a regular file"));
+  }
+}
+
+TEST_CASE("readLibsvm refuses a file larger than an eighth of the memory limit",
+          "[runtime][unit]") {
+  TempDir dir("large");
+  const std::string path = (dir.path / "big.svm").string();
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 20000; ++i) out << "1 1:0.5 2:0.25\n";  // 300,000 bytes
+  }
+  REQUIRE(readLibsvm(path, std::nullopt).isOk());
+  // 0.001 GiB: an eighth is 134,217 bytes.
+  ::setenv("STARLING_MEMORY_LIMIT_GIB", "0.001", 1);
+  const auto d = readLibsvm(path, std::nullopt);
+  ::unsetenv("STARLING_MEMORY_LIMIT_GIB");
+  REQUIRE_FALSE(d.isOk());
+  CHECK(d.status().code() == core::StatusCode::kInvalidArgument);
+  CHECK_THAT(d.status().message(),
+             Catch::Contains(path + ": the data file is 293.0 KiB, larger than the limit of "
+                                    "131.1 KiB"));
 }
 
 bool sameDataset(const Dataset& a, const Dataset& b) {

@@ -1,0 +1,32 @@
+// Reading an input file the user named (a scenario, a LIBSVM data file) without trusting it.
+//
+// Only regular files are read: a FIFO, a device (/dev/zero), a socket or a directory is refused
+// before any byte is read, because reading one either blocks forever (a FIFO with no writer) or
+// never ends (/dev/zero). The file is opened non-blocking, so even the open() of a FIFO returns at
+// once, and then checked with fstat() on the open descriptor (no race with a rename between a
+// stat() and the open()). At most maxBytes are read: a file larger than that, or one that grows
+// past it while being read (a /proc file reports size 0), is refused with the limit in the
+// message. Thread-safety: free functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runtime/core/status.h"
+
+namespace starling::runtime {
+
+// The whole of `path`, at most maxBytes. `what` names the file's role in messages ("scenario
+// file", "data file"). Errors, each starting with the path:
+//   kNotFound         no such file;
+//   kInvalidArgument  not a regular file (says which kind it is), or larger than maxBytes (says
+//                     the size and the limit);
+//   kIoError          anything else open() or read() reports (permissions, EIO, ...).
+core::Result<std::string> readRegularFile(const std::string& path, uint64_t maxBytes,
+                                          std::string_view what);
+
+// "1 MiB", "200.0 MB"-style sizes for messages: binary units, one decimal above 1 KiB.
+std::string formatBytes(double bytes);
+
+}  // namespace starling::runtime

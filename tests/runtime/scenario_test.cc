@@ -1,0 +1,186 @@
+// Scenario input that used to crash, hang, allocate without bound or be silently misread:
+// duplicate keys, names that are not folder names, FIFOs and devices, oversized files, sizes
+// whose product does not fit in memory, hopeless random graphs.
+#include "runtime/scenario.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "runtime/read_file.h"
+#include "runtime/scenario_limits.h"
+
+namespace starling::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+const std::string kGood = R"({"schema_version": 1, "name": "good", "nodes": 4, "seed": 1,
+  "rounds": 40, "topology": {"kind": "ring"},
+  "problem": {"kind": "least_squares", "l2": 0.1,
+              "data": {"synthetic": {"samples": 40, "features": 3}}},
+  "algorithm": {"kind": "exact_diffusion", "step_size": 0.3}})";
+
+// kGood with the first `from` replaced by `to`.
+std::string with(const std::string& from, const std::string& to, std::string base = kGood) {
+  const auto pos = base.find(from);
+  REQUIRE(pos != std::string::npos);
+  return base.replace(pos, from.size(), to);
+}
+
+// The message of a scenario that must be refused (kInvalidArgument).
+std::string refusal(const std::string& json, const std::string& file = "s.json") {
+  const auto s = parseScenario(json, file, ".");
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.status().code() == core::StatusCode::kInvalidArgument);
+  return s.status().message();
+}
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() /
+             ("starling-scenario-" + name + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+TEST_CASE("the base scenario of these tests is valid", "[runtime][unit]") {
+  const auto s = parseScenario(kGood, "s.json", ".");
+  INFO(s.status().toString());
+  REQUIRE(s.isOk());
+  CHECK(s->name == "good");
+}
+
+TEST_CASE("a key given twice in one object is refused at its JSON path", "[runtime][unit]") {
+  // nlohmann keeps the last of two equal keys silently; the first value was simply lost.
+  CHECK_THAT(refusal(with("\"nodes\": 4,", "\"nodes\": 4, \"nodes\": 8,")),
+             Contains("s.json: /nodes: duplicate key \"nodes\"; each key may appear once"));
+  CHECK_THAT(refusal(with("{\"kind\": \"ring\"}", "{\"kind\": \"ring\", \"kind\": \"star\"}")),
+             Contains("s.json: /topology/kind: duplicate key \"kind\""));
+  CHECK_THAT(refusal(with("\"features\": 3}", "\"features\": 3, \"samples\": 50}")),
+             Contains("/problem/data/synthetic/samples: duplicate key \"samples\""));
+  // Inside an array, the path counts the elements.
+  CHECK_THAT(refusal(with("{\"kind\": \"ring\"}",
+                          "{\"kind\": \"ring\", \"schedule\": {\"kind\": \"cycle\", \"graphs\": "
+                          "[{\"kind\": \"ring\"}, 7, [1, {}], {\"kind\": \"line\", \"kind\": "
+                          "\"ring\"}]}}")),
+             Contains("/topology/schedule/graphs/3/kind: duplicate key \"kind\""));
+  // The same key in different objects is not a duplicate (kGood has "kind" in four).
+  CHECK(parseScenario(kGood, "s.json", ".").isOk());
+}
+
+TEST_CASE("JSON nested deeper than any scenario is refused", "[runtime][unit]") {
+  std::string deep;
+  for (int i = 0; i < 40; ++i) deep += "[";
+  for (int i = 0; i < 40; ++i) deep += "]";
+  CHECK_THAT(refusal(with("\"description\": \"\"", "\"description\": " + deep,
+                          with("\"nodes\": 4,", "\"description\": \"\", \"nodes\": 4,"))),
+             Contains("s.json: /description/0/0/0") && Contains("nested more than 32 levels deep"));
+  // 30 levels below the root still parse (and then fail as the wrong type, not as too deep).
+  std::string ok;
+  for (int i = 0; i < 30; ++i) ok += "[";
+  for (int i = 0; i < 30; ++i) ok += "]";
+  CHECK_THAT(refusal(with("\"nodes\": 4,", "\"description\": " + ok + ", \"nodes\": 4,")),
+             Contains("/description: expected a string"));
+}
+
+TEST_CASE("names that become folders are checked as one path component", "[runtime][unit]") {
+  struct Case {
+    std::string name, what;
+  };
+  const std::string longName(129, 'a');
+  for (const Case& c :
+       {Case{"\\u0000", "must not contain a NUL character"},
+        Case{"ok\\u0000/../../etc", "must not contain a NUL character"},
+        Case{"a\\u0001b", "no NUL or other control characters"},
+        Case{"tab\\there", "no NUL or other control characters"}, Case{"a/b", "no '/' or '\\'"},
+        Case{"a\\\\b", "no '/' or '\\'"}, Case{"..", "\".\" and \"..\" are not folder names"},
+        Case{".", "\".\" and \"..\" are not folder names"}, Case{"", "it is empty"},
+        Case{longName, "at most 128 bytes, it has 129"}}) {
+    INFO(c.name);
+    CHECK_THAT(refusal(with("\"name\": \"good\"", "\"name\": \"" + c.name + "\"")),
+               Contains("s.json: /name: ") && Contains(c.what));
+  }
+  CHECK(parseScenario(with("\"name\": \"good\"", "\"name\": \"" + std::string(128, 'a') + "\""),
+                      "s.json", ".")
+            .isOk());
+  // Without "name" the file's stem is the name, and is held to the same rules.
+  const std::string unnamed = with("\"name\": \"good\", ", "");
+  CHECK(parseScenario(unnamed, "dir/plain.json", ".")->name == "plain");
+  CHECK_THAT(refusal(unnamed, "dir/bell\x07.json"), Contains("/name: ") &&
+                                                        Contains("control characters") &&
+                                                        Contains("taken from the file name"));
+}
+
+TEST_CASE("a NUL in a data path is refused (the file opened would be another)", "[runtime][unit]") {
+  CHECK_THAT(refusal(with("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
+                          "{\"format\": \"libsvm\", \"path\": \"a.svm\\u0000.json\"}")),
+             Contains("s.json: /problem/data/path: must not contain a NUL character"));
+}
+
+TEST_CASE("scenario files: only regular files of at most 1 MiB are read", "[runtime][unit]") {
+  TempDir dir("files");
+  const std::string fifo = (dir.path / "fifo.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  struct Case {
+    std::string path, kind;
+  };
+  for (const Case& c : {Case{fifo, "a FIFO"}, Case{"/dev/zero", "a character device"},
+                        Case{dir.path.string(), "a directory"}}) {
+    const auto s = loadScenario(c.path);
+    INFO(c.path);
+    REQUIRE_FALSE(s.isOk());
+    CHECK(s.status().code() == core::StatusCode::kInvalidArgument);
+    CHECK_THAT(s.status().message(), Contains(c.path + ": " + c.kind + ", not a regular file"));
+  }
+
+  const std::string big = (dir.path / "big.json").string();
+  {
+    std::ofstream out(big);
+    out << "[";
+    for (int i = 0; i < 600000; ++i) out << "0,";  // 1.2 MB
+    out << "0]";
+  }
+  const auto s = loadScenario(big);
+  REQUIRE_FALSE(s.isOk());
+  CHECK(s.status().code() == core::StatusCode::kInvalidArgument);
+  CHECK_THAT(s.status().message(),
+             Contains(big + ": the scenario file is 1.1 MiB, larger than the limit of 1 MiB"));
+  // parseScenario holds text handed to it in code to the same limit.
+  CHECK_THAT(refusal(std::string(kMaxScenarioFileBytes + 1, ' ')),
+             Contains("s.json: the scenario is 1.0 MiB, larger than the limit of 1 MiB"));
+
+  const auto missing = loadScenario((dir.path / "absent.json").string());
+  CHECK(missing.status().code() == core::StatusCode::kNotFound);
+}
+
+TEST_CASE("readRegularFile reads at most maxBytes, also from files that report size 0",
+          "[runtime][unit]") {
+  // /proc files are regular, report st_size 0 and have content.
+  const auto status = readRegularFile("/proc/self/status", 1 << 20, "test file");
+  REQUIRE(status.isOk());
+  CHECK_THAT(*status, Contains("Name:"));
+  const auto cut = readRegularFile("/proc/self/status", 16, "test file");
+  REQUIRE_FALSE(cut.isOk());
+  CHECK_THAT(cut.status().message(),
+             Contains("/proc/self/status: the test file is larger than the limit of 16 bytes"));
+}
+
+TEST_CASE("formatBytes", "[runtime][unit]") {
+  CHECK(formatBytes(100) == "100 bytes");
+  CHECK(formatBytes(1 << 20) == "1 MiB");
+  CHECK(formatBytes(1.5 * (1 << 30)) == "1.5 GiB");
+  CHECK(formatBytes(16.0 * (uint64_t{1} << 40)) == "16 TiB");
+}
+
+}  // namespace
+}  // namespace starling::runtime
