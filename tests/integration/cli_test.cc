@@ -1,8 +1,11 @@
 // node-launcher as a user runs it: exit codes, messages, output files, determinism.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -229,4 +232,139 @@ TEST_CASE("topology prints the round's graph as JSON", "[integration][topology]"
   CHECK(dot.status == 0);
   CHECK(dot.text.find("0 -- 1") != std::string::npos);
   CHECK(launch("topology " + (dir / "ring8.json").string() + " --format xml").status == 2);
+}
+
+namespace {
+
+// kGood on `nodes` nodes with another topology.
+std::string withTopology(int nodes, const std::string& topology) {
+  std::string s = kGood;
+  s.replace(s.find("\"nodes\": 4"), 10, "\"nodes\": " + std::to_string(nodes));
+  s.replace(s.find("\"samples\": 40"), 13, "\"samples\": " + std::to_string(10 * nodes));
+  s.replace(s.find("{\"kind\": \"ring\"}"), 16, topology);
+  return s;
+}
+
+// The pinned positions of a DOT graph's nodes: `  i [... pos="x,y!"]`.
+std::map<int, std::pair<double, double>> positions(const std::string& dot) {
+  std::map<int, std::pair<double, double>> out;
+  std::istringstream in(dot);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto pos = line.find("pos=\"");
+    if (pos == std::string::npos) continue;
+    double x, y;
+    if (std::sscanf(line.c_str() + pos, "pos=\"%lf,%lf!\"", &x, &y) == 2) {
+      out[std::stoi(line)] = {x, y};
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("topology reports a disconnected round: diameter null, spectral gap exactly 0",
+          "[integration][topology]") {
+  const auto dir = tempDir("topo-disconnected");
+  // A random matching pairs nodes off: every round of 8 nodes is disconnected. So is every
+  // round of one-peer exponential.
+  writeFile(dir / "matching.json",
+            withTopology(8, R"({"kind": "ring", "schedule": {"kind": "random_matching"}})"));
+  writeFile(dir / "onepeer.json",
+            withTopology(8, R"({"kind": "ring", "schedule": {"kind": "one_peer_exponential"}})"));
+  for (const std::string name : {"matching.json", "onepeer.json"}) {
+    for (int round = 0; round < 6; ++round) {
+      const auto out = launch("topology " + (dir / name).string() + " --format json --round " +
+                              std::to_string(round));
+      INFO(name << " round " << round << "\n" << out.text);
+      REQUIRE(out.status == 0);
+      const auto j = nlohmann::json::parse(out.text);
+      CHECK(j["connected"] == false);
+      CHECK(j["diameter"].is_null());
+      REQUIRE(j["spectral_gap"].is_number());
+      CHECK(j["spectral_gap"].get<double>() == 0.0);
+      CHECK_FALSE(std::signbit(j["spectral_gap"].get<double>()));
+      // The text keeps saying inf, and prints the gap as 0.
+      const auto text = launch("topology " + (dir / name).string() + " --round " +
+                               std::to_string(round));
+      INFO(text.text);
+      CHECK(text.text.find("diameter inf") != std::string::npos);
+      CHECK(text.text.find("spectral gap 0\n") != std::string::npos);
+    }
+  }
+  // A connected round still has a number for a diameter and a positive gap.
+  writeFile(dir / "line.json", withTopology(8, R"({"kind": "line"})"));
+  const auto line = nlohmann::json::parse(
+      launch("topology " + (dir / "line.json").string() + " --format json").text);
+  CHECK(line["diameter"] == 7);
+  CHECK(line["connected"] == true);
+  CHECK(line["spectral_gap"].get<double>() > 0.0);
+}
+
+TEST_CASE("topology --format dot pins rings on a circle and grids on a lattice",
+          "[integration][topology]") {
+  const auto dir = tempDir("topo-dot");
+  writeFile(dir / "ring.json", withTopology(8, R"({"kind": "ring"})"));
+  writeFile(dir / "torus.json", withTopology(12, R"({"kind": "grid", "rows": 3, "cols": 4, "torus": true})"));
+  const auto ring = launch("topology " + (dir / "ring.json").string() + " --format dot");
+  INFO(ring.text);
+  REQUIRE(ring.status == 0);
+  // neato honours pinned positions; `dot -T...` switches to it because of layout=neato.
+  CHECK(ring.text.find("layout=neato;") != std::string::npos);
+  CHECK(ring.text.find("0 -- 1") != std::string::npos);
+  CHECK(ring.text.find("0 -- 7") != std::string::npos);
+  const auto p = positions(ring.text);
+  REQUIRE(p.size() == 8);
+  // On a circle, in node order clockwise from the top: 0 at the top, 2 on the right.
+  const double radius = std::hypot(p.at(0).first, p.at(0).second);
+  CHECK(radius > 1.0);
+  for (const auto& [i, xy] : p) CHECK(std::hypot(xy.first, xy.second) == Approx(radius).epsilon(1e-3));
+  CHECK(p.at(0).first == Approx(0.0).margin(1e-3));
+  CHECK(p.at(0).second == Approx(radius));
+  CHECK(p.at(2).first == Approx(radius));
+  CHECK(p.at(4).second == Approx(-radius));
+
+  const auto torus = launch("topology " + (dir / "torus.json").string() + " --format dot");
+  INFO(torus.text);
+  REQUIRE(torus.status == 0);
+  const auto q = positions(torus.text);
+  REQUIRE(q.size() == 12);
+  // Row-major on a lattice, row 0 at the top: node r * 4 + c in column c, row r.
+  for (int i = 0; i < 12; ++i) {
+    CHECK(q.at(i).first == Approx(q.at(i % 4).first));
+    CHECK(q.at(i).second == Approx(q.at(4 * (i / 4)).second));
+  }
+  CHECK(q.at(1).first > q.at(0).first);
+  CHECK(q.at(4).second < q.at(0).second);
+  // The wrap-around edges are routed round the nodes rather than drawn under them.
+  CHECK(torus.text.find("splines=true;") != std::string::npos);
+  CHECK(torus.text.find("0 -- 3") != std::string::npos);
+  CHECK(torus.text.find("0 -- 8") != std::string::npos);
+
+  // With Graphviz installed: the output is valid DOT, and `dot` itself draws the ring as the
+  // circle it was given (plain output: "node <name> <x> <y> ..." in inches), not as a column.
+  if (std::system("command -v dot > /dev/null 2>&1") == 0) {
+    writeFile(dir / "ring.dot", ring.text);
+    const std::string cmd = "dot -Tplain " + (dir / "ring.dot").string() + " > " +
+                            (dir / "ring.plain").string() + " 2>&1";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    std::istringstream plain(readFile(dir / "ring.plain"));
+    std::map<int, std::pair<double, double>> drawn;
+    std::string word;
+    while (plain >> word) {
+      if (word != "node") continue;
+      int id;
+      double x, y;
+      plain >> id >> x >> y;
+      drawn[id] = {x, y};
+    }
+    REQUIRE(drawn.size() == 8);
+    // Translated so that nothing is negative, otherwise as given.
+    for (int i = 0; i < 8; ++i) {
+      CHECK(drawn[i].first - drawn[4].first == Approx(p.at(i).first - p.at(4).first).margin(0.05));
+      CHECK(drawn[i].second - drawn[4].second == Approx(p.at(i).second - p.at(4).second).margin(0.05));
+    }
+    writeFile(dir / "torus.dot", torus.text);
+    CHECK(std::system(("dot -Tsvg " + (dir / "torus.dot").string() + " > /dev/null").c_str()) == 0);
+  }
 }
