@@ -17,13 +17,16 @@
 
 namespace starling::runtime {
 
+// The most features a data set may have (a scenario's `features`, a LIBSVM index).
+inline constexpr int kMaxFeatures = 1 << 28;
+
 // LIBSVM text format: `label idx:value idx:value ...`, 1-based strictly increasing indices,
 // `#` starts a comment, blank lines are skipped. `features`, when given, fixes d (an index above
-// it is an error); otherwise d is the largest index seen. Errors are kCorruption with
-// "<name>:<line>: <what>" (name is the file path, or the name passed to parseLibsvm). readLibsvm
-// reads only a regular file of at most maxDataFileBytes() (runtime/scenario_limits.h):
-// kInvalidArgument for a FIFO, a device or a larger file, kNotFound/kIoError for a file that
-// cannot be read.
+// it is an error); otherwise d is the largest index seen, at most kMaxFeatures. Errors are
+// kCorruption with "<name>:<line>: <what>" (name is the file path, or the name passed to
+// parseLibsvm). readLibsvm reads only a regular file of at most maxDataFileBytes()
+// (runtime/scenario_limits.h): kInvalidArgument for a FIFO, a device or a larger file,
+// kNotFound/kIoError for a file that cannot be read.
 core::Result<optim::Dataset> parseLibsvm(std::string_view text, std::string_view name,
                                          std::optional<int> features);
 core::Result<optim::Dataset> readLibsvm(const std::string& path, std::optional<int> features);

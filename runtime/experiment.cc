@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "runtime/scenario_limits.h"
+
 namespace starling::runtime {
 
 core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOptions& options) {
@@ -10,6 +12,9 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
   const auto fail = [&s](const std::string& path, const core::Status& st) {
     return core::invalidArgument(s.file + ": " + path + ": " + st.message());
   };
+  // Refused before anything is allocated. parseScenario checks the same; this covers scenarios
+  // built in code.
+  STARLING_RETURN_IF_ERROR(checkMemory(s, scenarioShape(s)));
 
   auto schedule = topology::Schedule::create(s.topology);
   if (!schedule) return fail("/topology", schedule.status());
@@ -24,6 +29,8 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
     auto data = readLibsvm(s.problem.data.path, s.problem.data.features);
     if (!data) return fail("/problem/data/path", data.status());
     e.data = std::move(*data);
+    // Only now is d known when the scenario does not fix `features`, and the samples' sizes.
+    STARLING_RETURN_IF_ERROR(checkMemory(s, shapeOf(e.data)));
   }
   if (s.problem.usesBatch() && s.problem.estimator.batch > e.data.samples()) {
     return fail(s.problem.batchPath, core::invalidArgument("larger than the number of samples (" +

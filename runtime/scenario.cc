@@ -11,6 +11,7 @@
 #include "runtime/read_file.h"
 #include "runtime/scenario_limits.h"
 #include "runtime/scenario_reader.h"
+#include "topology/graph.h"
 
 namespace starling::runtime {
 namespace {
@@ -117,7 +118,7 @@ void parseCompression(Obj& o, Scenario& s) {
                           "\"error_feedback\": true, or \"identity\""};
 }
 
-topology::GraphSpec parseGraph(Obj& o, topology::WeightRule defaultWeights) {
+topology::GraphSpec parseGraph(Obj& o, topology::WeightRule defaultWeights, int nodes) {
   topology::GraphSpec g;
   g.kind = static_cast<topology::GraphKind>(o.choice("kind", "topology", kGraphKinds));
   g.weights = static_cast<topology::WeightRule>(
@@ -128,6 +129,10 @@ topology::GraphSpec parseGraph(Obj& o, topology::WeightRule defaultWeights) {
     g.torus = o.boolean("torus", false);
   } else if (g.kind == topology::GraphKind::kRandom) {
     g.p = o.number("p", 0.0, 1.0, std::nullopt, /*openLo=*/true);
+    // Refused here, with its JSON path, rather than after the generator's draws run out.
+    if (auto st = topology::checkRandomGraph(g.p, nodes); !st.isOk()) {
+      throw ScenarioError{o.at("p"), st.message()};
+    }
   }
   return g;
 }
@@ -136,7 +141,7 @@ void parseTopology(Obj& o, Scenario& s) {
   auto& t = s.topology;
   t.nodes = s.nodes;
   t.seed = s.seed;
-  t.base = parseGraph(o, topology::WeightRule::kMetropolis);
+  t.base = parseGraph(o, topology::WeightRule::kMetropolis, s.nodes);
   if (t.base.kind == topology::GraphKind::kGrid &&
       static_cast<int64_t>(t.base.rows) * t.base.cols != s.nodes) {
     throw ScenarioError{o.at("rows"), "grid " + std::to_string(t.base.rows) + " x " +
@@ -159,7 +164,7 @@ void parseTopology(Obj& o, Scenario& s) {
       }
       for (size_t i = 0; i < list.size(); ++i) {
         Obj entry(list[i], sch.at("graphs") + "/" + std::to_string(i));
-        t.schedule.cycle.push_back(parseGraph(entry, t.base.weights));
+        t.schedule.cycle.push_back(parseGraph(entry, t.base.weights, s.nodes));
         const auto& g = t.schedule.cycle.back();
         if (g.kind == topology::GraphKind::kGrid &&
             static_cast<int64_t>(g.rows) * g.cols != s.nodes) {
@@ -366,7 +371,11 @@ core::Result<Scenario> parseScenario(std::string_view text, const std::string& f
                                  ": invalid JSON: " + what);
   }
   try {
-    return parseRoot(root, file, baseDir);
+    Scenario s = parseRoot(root, file, baseDir);
+    // What the sizes multiply out to, before anything is allocated. LIBSVM data is checked again
+    // once read (prepareExperiment); here only what the scenario itself fixes.
+    STARLING_RETURN_IF_ERROR(checkMemory(s, scenarioShape(s)));
+    return s;
   } catch (const ScenarioError& e) {
     return core::invalidArgument(file + ": " + (e.path.empty() ? "/" : e.path) + ": " + e.message);
   } catch (const json::exception& e) {

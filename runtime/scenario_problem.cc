@@ -124,7 +124,7 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
     Obj syn = d.object("synthetic");
     auto& sp = p.data.synthetic;
     sp.samples = syn.integer<uint64_t>("samples", 1, uint64_t{1} << 32);
-    sp.features = syn.integer<int>("features", 1, 1 << 28);
+    sp.features = syn.integer<int>("features", 1, kMaxFeatures);
     sp.heterogeneity = syn.number("heterogeneity", 0.0, 1e6, 0.0);
     sp.noise = p.spec.loss == optim::LossKind::kLogistic
                    ? syn.number("noise", 0.0, 0.5, 0.0, false, /*openHi=*/true)
@@ -143,7 +143,7 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
     if (raw.empty()) throw ScenarioError{d.at("path"), "must not be empty"};
     std::filesystem::path path(raw);
     p.data.path = (path.is_absolute() ? path : baseDir / path).lexically_normal().string();
-    if (d.has("features")) p.data.features = d.integer<int>("features", 1, 1 << 28);
+    if (d.has("features")) p.data.features = d.integer<int>("features", 1, kMaxFeatures);
   } else {
     throw ScenarioError{d.path(), "expected {\"synthetic\": {...}} or {\"format\": \"libsvm\", "
                                   "\"path\": ...}"};

@@ -107,6 +107,28 @@ TEST_CASE("readLibsvm reads a file and names a missing one", "[runtime][unit]") 
   CHECK_THAT(m.status().message(), Catch::Contains(missing + ": no such data file"));
 }
 
+TEST_CASE("parseLibsvm holds indices to 2^28 when the scenario does not fix features",
+          "[runtime][unit]") {
+  // The documented limit; the parser used to accept anything up to 2^31 - 1.
+  const auto atLimit = parseLibsvm("1 268435456:1\n", "w.svm", std::nullopt);
+  REQUIRE(atLimit.isOk());
+  CHECK(atLimit->features == kMaxFeatures);
+  CHECK(atLimit->nonZeros() == 1);
+  for (const char* line : {"1 268435457:1\n", "1 2147483647:1\n", "1 9223372036854775807:1\n"}) {
+    const auto d = parseLibsvm(line, "w.svm", std::nullopt);
+    INFO(line);
+    REQUIRE_FALSE(d.isOk());
+    CHECK(d.status().code() == core::StatusCode::kCorruption);
+    CHECK_THAT(d.status().message(),
+               Catch::Contains("w.svm:1: feature index") &&
+                   Catch::Contains("exceeds the limit of 268435456 (2^28) features"));
+  }
+  // A scenario's `features` still names itself as the limit.
+  const auto fixed = parseLibsvm("1 9:1\n", "w.svm", 8);
+  REQUIRE_FALSE(fixed.isOk());
+  CHECK_THAT(fixed.status().message(), Catch::Contains("exceeds features = 8"));
+}
+
 // A temporary folder removed at the end of the test.
 struct TempDir {
   std::filesystem::path path;

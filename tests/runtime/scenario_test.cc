@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 
+#include "runtime/experiment.h"
 #include "runtime/read_file.h"
 #include "runtime/scenario_limits.h"
 
@@ -53,11 +55,19 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { ::setenv(n, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name); }
+};
+
 TEST_CASE("the base scenario of these tests is valid", "[runtime][unit]") {
   const auto s = parseScenario(kGood, "s.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
   CHECK(s->name == "good");
+  CHECK(checkMemory(*s, scenarioShape(*s)).isOk());
 }
 
 TEST_CASE("a key given twice in one object is refused at its JSON path", "[runtime][unit]") {
@@ -180,6 +190,142 @@ TEST_CASE("formatBytes", "[runtime][unit]") {
   CHECK(formatBytes(1 << 20) == "1 MiB");
   CHECK(formatBytes(1.5 * (1 << 30)) == "1.5 GiB");
   CHECK(formatBytes(16.0 * (uint64_t{1} << 40)) == "16 TiB");
+}
+
+TEST_CASE("sizes whose memory needs exceed the limit are refused before allocating",
+          "[runtime][unit]") {
+  struct Case {
+    std::string name, json, path, term;
+  };
+  const std::string choco = with("\"exact_diffusion\"", "\"choco\"");
+  const std::vector<Case> cases = {
+      {"2^32 samples", with("\"samples\": 40", "\"samples\": 4294967296"),
+       "/problem/data/synthetic/samples", "data "},
+      {"2^28 features", with("\"features\": 3", "\"features\": 268435456"),
+       "/problem/data/synthetic/features", "central solver "},
+      {"5 x 2^31 sketch",
+       with("\"step_size\": 0.3}",
+            "\"step_size\": 0.3}, \"compression\": {\"kind\": "
+            "\"countsketch\", \"cols\": 2147483648, \"k\": 2}",
+            choco),
+       "/compression/cols", "sketches "},
+      {"complete graph on 2^20 nodes",
+       with("\"samples\": 40", "\"samples\": 1048576",
+            with("\"nodes\": 4", "\"nodes\": 1048576",
+                 with("{\"kind\": \"ring\"}", "{\"kind\": \"complete\"}"))),
+       "/topology", "topology "},
+      {"LIBSVM with features 2^28",
+       with("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
+            "{\"format\": \"libsvm\", \"path\": \"x.svm\", \"features\": 268435456}"),
+       "/problem/data/features", "models "},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const std::string m = refusal(c.json);
+    INFO(m);
+    CHECK_THAT(m, Contains("s.json: " + c.path + ": this run needs an estimated ") &&
+                      Contains("more than the limit of 16 GiB (") && Contains(c.term) &&
+                      Contains("STARLING_MEMORY_LIMIT_GIB"));
+  }
+}
+
+TEST_CASE("the memory estimate counts what the runtime holds", "[runtime][unit]") {
+  auto s = parseScenario(kGood, "s.json", ".");
+  REQUIRE(s.isOk());
+  DataShape shape;
+  shape.samples = 1000;
+  shape.features = 100;
+  shape.nonZeros = 1000 * 100;
+  shape.rowNonZerosSquared = 1000 * 100 * 100;
+  MemoryEstimate e = estimateMemory(*s, shape);
+  CHECK(e.data == 3 * (12.0 * 100000 + 16 * 1000) + 24 * 1000);
+  CHECK(e.solver == 36.0 * 100 * 100);  // min(d^2, sum of squares + d)
+  CHECK(e.models == 8.0 * 100 * 16 * 4);
+  CHECK(e.sketch == 0);
+  // float32 halves the models; a lossy codec adds a decode buffer per neighbour (ring: 2).
+  s->precision = Precision::kFloat32;
+  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * 16 * 4);
+  s->compression.kind = compression::CompressorSpec::Kind::kCountSketch;
+  s->compression.rows = 5;
+  s->compression.cols = 1000;
+  e = estimateMemory(*s, shape);
+  CHECK(e.models == 4.0 * 100 * (16 * 4 + 2 * 4));
+  CHECK(e.sketch == 4.0 * 4 * 4 * 5 * 1000);
+
+  // Expected synthetic shapes: dense rows have exactly d non-zeros.
+  SyntheticSpec syn;
+  syn.samples = 50;
+  syn.features = 20;
+  const DataShape dense = expectedShape(syn);
+  CHECK(dense.nonZeros == 1000);
+  CHECK(dense.rowNonZerosSquared == 50 * 400);
+}
+
+TEST_CASE("STARLING_MEMORY_LIMIT_GIB moves the limit; a bad value is an error", "[runtime][unit]") {
+  // 100,000 x 100 dense samples: about 0.34 GiB for the data.
+  const std::string big =
+      with("\"samples\": 40, \"features\": 3", "\"samples\": 100000, \"features\": 100");
+  REQUIRE(parseScenario(big, "s.json", ".").isOk());
+  {
+    ScopedEnv env(kMemoryLimitEnv, "0.25");
+    CHECK_THAT(refusal(big), Contains("/problem/data/synthetic/samples: this run needs") &&
+                                 Contains("more than the limit of 256 MiB"));
+  }
+  {
+    ScopedEnv env(kMemoryLimitEnv, "lots");
+    CHECK_THAT(refusal(kGood), Contains("s.json: STARLING_MEMORY_LIMIT_GIB=lots: expected the "
+                                        "memory limit in GiB"));
+  }
+  CHECK(memoryLimitBytes().value() == uint64_t{16} << 30);
+}
+
+TEST_CASE("LIBSVM data is checked against the limit once read", "[runtime][unit]") {
+  TempDir dir("libsvm");
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.path / name) << text;
+  };
+  // One index of 2^28: d = 2^28, so 4 nodes need 4 x 16 x 2^28 x 8 bytes of models.
+  write("high.svm", "1 268435456:1\n-1 1:1\n");
+  // 30,000 non-zeros in one sample: A^T A has 9e8 entries for the central solver.
+  std::string wide = "1";
+  for (int i = 1; i <= 30000; ++i) wide += " " + std::to_string(i) + ":1";
+  write("wide.svm", wide + "\n-1 1:1\n");
+  struct Case {
+    std::string file, term;
+  };
+  for (const Case& c : {Case{"high.svm", "models "}, Case{"wide.svm", "central solver "}}) {
+    INFO(c.file);
+    const std::string json = with("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
+                                  "{\"format\": \"libsvm\", \"path\": \"" + c.file + "\"}");
+    const auto s = parseScenario(json, (dir.path / "s.json").string(), dir.path);
+    REQUIRE(s.isOk());  // the scenario alone does not know d
+    const auto e = prepareExperiment(*s);
+    REQUIRE_FALSE(e.isOk());
+    CHECK(e.status().code() == core::StatusCode::kInvalidArgument);
+    CHECK_THAT(e.status().message(),
+               Contains((dir.path / "s.json").string() +
+                        ": /problem/data/path: this run needs an estimated ") &&
+                   Contains(c.term));
+  }
+}
+
+TEST_CASE("a random graph that cannot be drawn connected is refused at its JSON path",
+          "[runtime][unit]") {
+  // p = 1e-9 on 4096 nodes: every draw has ~4096 isolated nodes; the generator used to try
+  // 1000 draws (52 s) before giving up.
+  const std::string sparse =
+      with("\"samples\": 40", "\"samples\": 4096",
+           with("\"nodes\": 4", "\"nodes\": 4096",
+                with("{\"kind\": \"ring\"}", "{\"kind\": \"random\", \"p\": 1e-9}")));
+  CHECK_THAT(refusal(sparse), Contains("s.json: /topology/p: p=1e-09 is too small for a "
+                                       "connected random graph on 4096 nodes") &&
+                                  Contains("use p >= 0.0019"));
+  const std::string cycle =
+      with("{\"kind\": \"ring\"}",
+           "{\"kind\": \"ring\", \"schedule\": {\"kind\": \"cycle\", \"graphs\": [{\"kind\": "
+           "\"ring\"}, {\"kind\": \"random\", \"p\": 1e-9}]}}",
+           with("\"samples\": 40", "\"samples\": 4096", with("\"nodes\": 4", "\"nodes\": 4096")));
+  CHECK_THAT(refusal(cycle), Contains("/topology/schedule/graphs/1/p: p=1e-09 is too small"));
 }
 
 }  // namespace
