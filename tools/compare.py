@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Compare decentralized algorithms and codecs: accuracy against rounds and against bits sent.
 
-    tools/compare.py SPEC.json [--out DIR] [--launcher PATH] [--only a,b] [--jobs N] [--table-only]
+    tools/compare.py SPEC.json [--build DIR] [--out DIR] [--launcher PATH] [--only a,b] [--jobs N]
+                     [--table-only]
 
 A spec (docs/compare.md, examples in scenarios/compare/) holds a base scenario, one or more target
 rel_errors, the label of a reference run, optionally a LIBSVM data set to generate with
@@ -16,6 +17,10 @@ its metrics.jsonl and writes to DIR:
     rel_error_vs_rounds.{png,svg} rel_error (log) against rounds
     rel_error_vs_bits.{png,svg}   rel_error (log) against bits sent by all nodes (log)
     LABEL.json, LABEL/            each run's scenario and its node-launcher output
+
+The launcher is BUILD/tools/node-launcher and DIR is BUILD/compare/NAME, with BUILD the build
+folder `build` (the one `tools/dev build` and `tools/dev run` make; `--build` picks another:
+tools/compare.sh passes its release build, `build-release`).
 
 The plots need matplotlib from Debian (`apt-get install python3-matplotlib`); without it the CSV
 and the table are still written. The shebang is /usr/bin/python3 on purpose: a `python3` found
@@ -269,18 +274,25 @@ def make_plots(spec, results, out):
 def main(argv=None, table_only=False, default_out="compare"):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("spec")
-    p.add_argument("--out", default=None, help=f"default: build-release/{default_out}/NAME")
-    p.add_argument("--launcher", default=os.path.join(ROOT, "build-release/tools/node-launcher"))
+    p.add_argument("--build", default="build",
+                   help="the build folder, relative to the repository: its tools/node-launcher "
+                        f"runs, and output goes to BUILD/{default_out}/NAME (default: build, "
+                        "which tools/dev builds)")
+    p.add_argument("--out", default=None, help=f"default: BUILD/{default_out}/NAME")
+    p.add_argument("--launcher", default=None, help="default: BUILD/tools/node-launcher")
     p.add_argument("--only", default=None, help="comma-separated labels to run")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
     p.add_argument("--table-only", action="store_true", help="no plots")
     a = p.parse_args(argv)
+    build = os.path.join(ROOT, a.build)
+    a.launcher = a.launcher or os.path.join(build, "tools", "node-launcher")
     if not os.access(a.launcher, os.X_OK):
-        sys.exit(f"compare: no launcher at {a.launcher}; build it (ninja -C build-release "
-                 "tools/node-launcher) or pass --launcher")
+        how = "tools/dev build" if a.build == "build" else f"ninja -C {a.build} tools/node-launcher"
+        sys.exit(f"compare: no launcher at {a.launcher}; build it ({how}), or pass --build or "
+                 "--launcher")
 
     spec = load_spec(a.spec)
-    out = a.out or os.path.join(ROOT, "build-release", default_out, spec["name"])
+    out = a.out or os.path.join(build, default_out, spec["name"])
     os.makedirs(out, exist_ok=True)
     prepare_data(spec, a.spec, out)
 

@@ -3,7 +3,8 @@
 #   tools/compare.sh scenarios/compare/lead-vs-baselines.json [--out DIR] [--only a,b] [--jobs N]
 # Installs the Debian packages it needs if missing (the build's and python3-matplotlib for the
 # plots), configures build-release/ once, builds node-launcher there, then runs tools/compare.py
-# with /usr/bin/python3, which is the interpreter that sees Debian's matplotlib (a pyenv or
+# --build build-release (compare.py alone uses build/, the one tools/dev makes) with
+# /usr/bin/python3, which is the interpreter that sees Debian's matplotlib (a pyenv or
 # virtualenv python3 first on PATH does not). Output: build-release/compare/NAME/ unless --out.
 # To be folded into tools/dev as a `compare` verb. Not named tools/compare: tools/ is on the C++
 # include path, and that file would shadow the standard header <compare>.
@@ -27,4 +28,4 @@ fi
 
 [ -f build-release/build.ninja ] || meson setup build-release --buildtype=release
 ninja -C build-release tools/node-launcher
-exec /usr/bin/python3 tools/compare.py "$@"
+exec /usr/bin/python3 tools/compare.py --build build-release "$@"
