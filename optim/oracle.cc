@@ -122,7 +122,10 @@ void SagaOracle<T>::gradient(std::span<const T> x, std::span<T> out) {
 
 template <typename T>
 std::unique_ptr<GradientOracle<T>> createOracle(const EstimatorSpec& spec,
-                                                const LocalObjective<T>& objective, uint64_t seed) {
+                                                const Objective<T>& objective, uint64_t seed) {
+  const auto* linear = dynamic_cast<const LocalObjective<T>*>(&objective);
+  assert(linear || spec.kind == EstimatorSpec::Kind::kFull ||
+         spec.kind == EstimatorSpec::Kind::kSgd);
   switch (spec.kind) {
     case EstimatorSpec::Kind::kFull:
       return std::make_unique<ObjectiveOracle<T>>(objective, 0, seed);
@@ -130,9 +133,11 @@ std::unique_ptr<GradientOracle<T>> createOracle(const EstimatorSpec& spec,
       assert(spec.batch > 0);
       return std::make_unique<ObjectiveOracle<T>>(objective, spec.batch, seed);
     case EstimatorSpec::Kind::kLsvrg:
-      return std::make_unique<LsvrgOracle<T>>(objective, spec.batch, spec.p, seed);
+      if (!linear) return nullptr;
+      return std::make_unique<LsvrgOracle<T>>(*linear, spec.batch, spec.p, seed);
     case EstimatorSpec::Kind::kSaga:
-      return std::make_unique<SagaOracle<T>>(objective, spec.batch, seed);
+      if (!linear) return nullptr;
+      return std::make_unique<SagaOracle<T>>(*linear, spec.batch, seed);
   }
   return nullptr;
 }
@@ -142,10 +147,8 @@ template class LsvrgOracle<double>;
 template class SagaOracle<float>;
 template class SagaOracle<double>;
 template std::unique_ptr<GradientOracle<float>> createOracle(const EstimatorSpec&,
-                                                             const LocalObjective<float>&,
-                                                             uint64_t);
+                                                             const Objective<float>&, uint64_t);
 template std::unique_ptr<GradientOracle<double>> createOracle(const EstimatorSpec&,
-                                                              const LocalObjective<double>&,
-                                                              uint64_t);
+                                                              const Objective<double>&, uint64_t);
 
 }  // namespace starling::optim

@@ -41,12 +41,13 @@ struct EstimatorSpec {
 
 const char* estimatorKindName(EstimatorSpec::Kind kind);
 
-// full (batch 0) or sgd (batch > 0), header-only because it keeps no state beyond the Rng.
+// full (batch 0) or sgd (batch > 0), header-only because it keeps no state beyond the Rng. Works
+// for any Objective (linear problems and the MLP).
 template <typename T>
 class ObjectiveOracle final : public GradientOracle<T> {
  public:
   // `objective` is borrowed and must outlive the oracle.
-  ObjectiveOracle(const LocalObjective<T>& objective, size_t batch, uint64_t seed)
+  ObjectiveOracle(const Objective<T>& objective, size_t batch, uint64_t seed)
       : objective_(objective), batch_(batch), rng_(seed) {}
 
   void gradient(std::span<const T> x, std::span<T> out) override {
@@ -58,7 +59,7 @@ class ObjectiveOracle final : public GradientOracle<T> {
   }
 
  private:
-  const LocalObjective<T>& objective_;
+  const Objective<T>& objective_;
   const size_t batch_;
   core::Rng rng_;
 };
@@ -105,9 +106,10 @@ class SagaOracle final : public GradientOracle<T> {
 
 // The oracle `spec` describes for `objective` (borrowed; must outlive the oracle), seeded by
 // `seed`. The spec is validated by the scenario parser; here batch == 0 for kSgd is a bug
-// (asserted).
+// (asserted). lsvrg and saga use the per-sample structure of the linear problems: for them
+// `objective` must be a LocalObjective (asserted; the parser refuses them for the MLP).
 template <typename T>
 std::unique_ptr<GradientOracle<T>> createOracle(const EstimatorSpec& spec,
-                                                const LocalObjective<T>& objective, uint64_t seed);
+                                                const Objective<T>& objective, uint64_t seed);
 
 }  // namespace starling::optim

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "optim/dataset.h"
+#include "optim/objective.h"
 #include "optim/regularizer.h"
 #include "runtime/core/rng.h"
 #include "runtime/core/status.h"
@@ -38,22 +39,23 @@ struct ProblemSpec {
       : loss(lossKind), l2(l2Weight), regularizer(r) {}
 };
 
+// The linear problems' f_i: one parameter per feature (dim() == features).
 template <typename T>
-class LocalObjective {
+class LocalObjective final : public Objective<T> {
  public:
   // `shard` is node i's samples; `totalSamples` is m and `nodes` is n (the scale is n/m).
   static std::unique_ptr<LocalObjective<T>> create(const ProblemSpec& spec, const Dataset& shard,
                                                    size_t totalSamples, int nodes);
-  ~LocalObjective();
+  ~LocalObjective() override;
 
-  int dim() const;
-  size_t samples() const;
+  int dim() const override;
+  size_t samples() const override;
   // out = grad f_i(x). x.size() == out.size() == dim().
-  void gradient(std::span<const T> x, std::span<T> out) const;
+  void gradient(std::span<const T> x, std::span<T> out) const override;
   // An unbiased estimate of grad f_i(x) from `batch` samples drawn uniformly with replacement.
   void stochasticGradient(std::span<const T> x, std::span<T> out, size_t batch,
-                          core::Rng& rng) const;
-  double value(std::span<const T> x) const;
+                          core::Rng& rng) const override;
+  double value(std::span<const T> x) const override;
 
   // Per-sample access, for variance-reduced estimators (optim/oracle.h). With z_j = a_j^T x,
   //   grad f_i(x) = scale() sum_{j < samples()} lossDerivative(j, x) a_j + l2() x,

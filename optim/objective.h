@@ -1,0 +1,38 @@
+// The seam between a node's model and everything that trains it: a local objective f_i over a flat
+// parameter vector of dim() elements.
+//
+// The linear problems (optim/problem.h: least squares, logistic regression) have one parameter
+// per feature; the built-in neural network (optim/mlp.h) has one per weight and bias. Algorithms,
+// gradient oracles and the Node see only this interface, so they train either without knowing
+// which. Every objective follows the same scaling: node i holds m_i of the m samples and
+//   f_i(x) = (n/m) sum_{j in S_i} loss_j(x) + (l2/2) ||x||^2,
+// so that (1/n) sum_i f_i = F, the global objective.
+// Thread-safety: const methods are safe to call concurrently; the Rng passed in is not.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "runtime/core/rng.h"
+
+namespace starling::optim {
+
+template <typename T>
+class Objective {
+ public:
+  virtual ~Objective() = default;
+
+  // Number of parameters (the length of x and of every gradient).
+  virtual int dim() const = 0;
+  // Samples this node holds (m_i).
+  virtual size_t samples() const = 0;
+  // out = grad f_i(x). x.size() == out.size() == dim().
+  virtual void gradient(std::span<const T> x, std::span<T> out) const = 0;
+  // An unbiased estimate of grad f_i(x) from `batch` samples drawn uniformly with replacement.
+  virtual void stochasticGradient(std::span<const T> x, std::span<T> out, size_t batch,
+                                  core::Rng& rng) const = 0;
+  // f_i(x).
+  virtual double value(std::span<const T> x) const = 0;
+};
+
+}  // namespace starling::optim
