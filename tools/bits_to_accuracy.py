@@ -4,7 +4,7 @@
     tools/bits_to_accuracy.py SPEC.json [--launcher PATH] [--out DIR] [--only a,b] [--jobs N]
 
 Runs every run of the spec and writes curves.csv and table.md, without the plots, to DIR
-(default build-release/bits-to-accuracy/NAME). The spec format, "target" or "targets" and
+(default build/bits-to-accuracy/NAME). The spec format, "target" or "targets" and
 "reference" included, is described in docs/compare.md.
 """
 import os
