@@ -1,0 +1,255 @@
+// The `starling._starling` extension: starling::Peer for Python (python/starling/__init__.py
+// re-exports it as `starling.Peer`).
+//
+// Arrays cross without copies (python/ext/arrays.h); every call that communicates releases the
+// GIL; a non-ok starling::Status becomes a `starling.Error` (a RuntimeError) whose message is the
+// status's toString(). One Peer is used by one thread at a time: a second thread calling into a
+// Peer that is busy gets a starling.Error instead of a data race.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <starling/peer.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "python/ext/arrays.h"
+
+namespace py = pybind11;
+
+namespace starling::python {
+namespace {
+
+// starling.Error, created once at import and never freed (a static py::object would be
+// released after the interpreter is gone).
+PyObject*& errorType() {
+  static PyObject* type = nullptr;  // NOLINT: the module's exception type
+  return type;
+}
+
+[[noreturn]] void raise(const std::string& message) {
+  PyErr_SetString(errorType(), message.c_str());
+  throw py::error_already_set();
+}
+
+void check(const Status& status) {
+  if (!status.isOk()) raise(status.toString());
+}
+
+template <typename T>
+std::span<T> spanOf(const Borrowed& b) {
+  return {static_cast<T*>(b.data()), b.size()};
+}
+
+class PyPeer {
+ public:
+  explicit PyPeer(std::unique_ptr<Peer> peer) : peer_(std::move(peer)) {}
+
+  static std::unique_ptr<PyPeer> fromScenario(const std::string& scenario, int rank,
+                                              std::optional<std::string> out,
+                                              std::optional<std::vector<std::string>> peers) {
+    PeerOptions options;
+    if (out) options.outDir = *out;
+    if (peers) options.addresses = *peers;
+    Result<std::unique_ptr<Peer>> r = [&] {
+      py::gil_scoped_release release;  // creating a peer connects to its neighbours
+      return Peer::fromScenario(scenario, rank, options);
+    }();
+    if (!r) raise(r.status().toString());
+    return std::make_unique<PyPeer>(std::move(*r));
+  }
+
+  static std::unique_ptr<PyPeer> fromEnv() {
+    Result<std::unique_ptr<Peer>> r = [&] {
+      py::gil_scoped_release release;
+      return Peer::fromEnv();
+    }();
+    if (!r) raise(r.status().toString());
+    return std::make_unique<PyPeer>(std::move(*r));
+  }
+
+  void step(py::object params, py::object grads, std::optional<double> lr) {
+    Peer& peer = use("step");
+    Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
+    Borrowed g = Borrowed::from(grads.ptr(), "grads", Access::kRead);
+    if (g.dtype() != x.dtype()) {
+      throw py::type_error(std::string("grads must have the dtype of params (") +
+                           dtypeName(x.dtype()) + "); got " + dtypeName(g.dtype()));
+    }
+    if (g.size() != x.size()) {
+      throw py::value_error("grads must have as many elements as params (" +
+                            std::to_string(x.size()) + "); got " + std::to_string(g.size()));
+    }
+    Status s = communicate([&] {
+      return x.dtype() == DType::kFloat32
+                 ? peer.step(spanOf<float>(x), spanOf<const float>(g), lr)
+                 : peer.step(spanOf<double>(x), spanOf<const double>(g), lr);
+    });
+    check(s);
+  }
+
+  void mix(py::object params) {
+    Peer& peer = use("mix");
+    Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
+    check(communicate([&] {
+      return x.dtype() == DType::kFloat32 ? peer.mix(spanOf<float>(x))
+                                          : peer.mix(spanOf<double>(x));
+    }));
+  }
+
+  // The array stays borrowed (alive and in place) until mixWait(): the exchange writes into it.
+  void mixStart(py::object params) {
+    Peer& peer = use("mix_start");
+    Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
+    check(communicate([&] {
+      return x.dtype() == DType::kFloat32 ? peer.mixStart(spanOf<float>(x))
+                                          : peer.mixStart(spanOf<double>(x));
+    }));
+    pending_ = std::move(x);
+  }
+
+  void mixWait() {
+    Peer& peer = use("mix_wait");
+    Status s = communicate([&] { return peer.mixWait(); });
+    pending_.reset();
+    check(s);
+  }
+
+  void log(const py::kwargs& metrics) {
+    Peer& peer = use("log");
+    std::map<std::string, double> values;
+    for (auto [key, value] : metrics) {
+      if (!PyFloat_Check(value.ptr()) && !PyLong_Check(value.ptr()) &&
+          !py::hasattr(value, "__float__")) {
+        throw py::type_error("log: metric " + std::string(py::str(key)) +
+                             " must be a number; got " +
+                             std::string(py::str(value.get_type().attr("__name__"))));
+      }
+      values[py::str(key)] = value.cast<double>();
+    }
+    check(peer.log(values));
+  }
+
+  void close() {
+    if (!peer_) return;
+    if (busy_) raise("close: the peer is busy in another thread");
+    busy_ = true;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = peer_->close();
+    }
+    busy_ = false;
+    pending_.reset();
+    peer_.reset();
+    check(s);
+  }
+
+  int rank() { return use("rank").rank(); }
+  int nodes() { return use("nodes").nodes(); }
+  uint64_t round() { return use("round").round(); }
+  bool closed() const { return !peer_; }
+
+  std::string repr() const {
+    if (!peer_) return "<starling.Peer (closed)>";
+    return "<starling.Peer rank " + std::to_string(peer_->rank()) + " of " +
+           std::to_string(peer_->nodes()) + ", round " + std::to_string(peer_->round()) + ">";
+  }
+
+ private:
+  Peer& use(const char* what) {
+    if (!peer_) raise(std::string(what) + ": the peer is closed");
+    if (busy_) raise(std::string(what) + ": the peer is busy in another thread");
+    return *peer_;
+  }
+
+  // Runs `call` with the GIL released; the busy flag keeps other Python threads off this Peer.
+  template <typename F>
+  Status communicate(F&& call) {
+    busy_ = true;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = call();
+    }
+    busy_ = false;
+    return s;
+  }
+
+  std::unique_ptr<Peer> peer_;
+  Borrowed pending_;  // the array an unfinished mixStart() writes into
+  bool busy_ = false;  // read and written with the GIL held only
+};
+
+}  // namespace
+}  // namespace starling::python
+
+PYBIND11_MODULE(_starling, m) {
+  using starling::python::PyPeer;
+  m.doc() = "Starling's decentralized training runtime: one Peer per process (see starling.Peer).";
+  m.attr("__version__") = STARLING_VERSION;
+
+  PyObject* error = PyErr_NewExceptionWithDoc(
+      "starling.Error", "An error from Starling (its message is the status Starling returned).",
+      PyExc_RuntimeError, nullptr);
+  if (error == nullptr) throw py::error_already_set();
+  starling::python::errorType() = error;
+  m.attr("Error") = py::handle(error);
+
+  py::class_<PyPeer>(m, "Peer", R"doc(
+One decentralized-training peer: this process's rank of a Starling run.
+
+Peer(scenario, rank) joins the run described by the scenario file as `rank`;
+Peer.from_env() reads STARLING_SCENARIO and STARLING_RANK (set by
+`node-launcher run SCENARIO -- COMMAND`, or the rank of srun/mpirun).
+
+Arrays are 1-D contiguous float32 or float64 numpy arrays or PyTorch CPU tensors
+(pass p.detach() for a tensor that requires grad). Starling reads and writes
+their memory in place, never a copy, and releases the GIL while it communicates.
+Errors from Starling raise starling.Error; wrong arrays raise TypeError or ValueError.
+)doc")
+      .def(py::init(&PyPeer::fromScenario), py::arg("scenario"), py::arg("rank"),
+           py::kw_only(), py::arg("out") = py::none(), py::arg("peers") = py::none(),
+           R"doc(Rank `rank` of the run the scenario file describes. `out`: the run folder
+its peer log goes to (default: none is written); `peers`: "host:port" of every
+rank (default: the scenario's `peers`, else 127.0.0.1:29500 + rank).)doc")
+      .def_static("from_env", &PyPeer::fromEnv,
+                  "The peer of this process, from STARLING_SCENARIO and STARLING_RANK.")
+      .def("step", &PyPeer::step, py::arg("params"), py::arg("grads"), py::arg("lr") = py::none(),
+           R"doc(One round of the scenario's algorithm. `grads` is the gradient the caller
+computed at `params`; `params` holds the new local model afterwards. `lr`, when
+given, is this round's step size (instead of the scenario's schedule).)doc")
+      .def("mix", &PyPeer::mix, py::arg("params"),
+           "One gossip round: averages `params` with the neighbours', in place.")
+      .def("mix_start", &PyPeer::mixStart, py::arg("params"),
+           "Starts mix(params) and returns; mix_wait() finishes it. Leave params alone between.")
+      .def("mix_wait", &PyPeer::mixWait, "Finishes the exchange mix_start() started.")
+      .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")
+      .def("close", &PyPeer::close,
+           "Flushes this peer's last messages and leaves the run. Closing twice is harmless.")
+      .def_property_readonly("rank", &PyPeer::rank)
+      .def_property_readonly("nodes", &PyPeer::nodes)
+      .def_property_readonly("round", &PyPeer::round, "Rounds (step or mix) completed.")
+      .def_property_readonly("closed", &PyPeer::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](PyPeer& self, py::handle type, py::handle, py::handle) {
+             if (type.is_none()) {
+               self.close();
+             } else {
+               // Leaving on an exception: that exception is the news, not a failed close.
+               try {
+                 self.close();
+               } catch (py::error_already_set&) {
+               }
+             }
+             return false;
+           })
+      .def("__repr__", &PyPeer::repr);
+}

@@ -1,0 +1,239 @@
+"""PyTorch integration: wrap your optimizer, keep your training loop.
+
+    import starling.torch
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    optimizer = starling.torch.DecentralizedOptimizer(optimizer, model)
+    for x, y in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()                      # your optimizer's step, then one gossip round
+
+Launch one copy per node with `node-launcher run SCENARIO -- python3 train.py`.
+
+No libtorch is linked: tensors reach Starling through DLPack, so any torch with `__dlpack__` (1.10
+and later) works with the same build of Starling.
+"""
+
+import torch
+
+from . import Peer
+
+__all__ = ["DecentralizedOptimizer"]
+
+_MODES = ("mix", "step")
+
+
+class DecentralizedOptimizer(torch.optim.Optimizer):
+    """Wraps `optimizer` so that every `step()` also talks to the neighbours.
+
+    At construction, every parameter of `model` is moved into one flat contiguous buffer (each
+    parameter becomes a view of it, values unchanged), so Starling exchanges the whole model as
+    one array, in place, with no copy per step. Do this after the model is on its final device
+    and dtype (CPU, float32 or float64): `model.to(...)` afterwards re-allocates the parameters,
+    and the next `step()` raises.
+
+    mode="mix" (default): `step()` runs `optimizer.step()` (momentum, Adam, weight decay, all as
+    usual), then `peer.mix(params)`: one gossip round of the scenario (with its compression).
+
+    mode="step": for the scenario's bias-corrected algorithms (exact_diffusion,
+    gradient_tracking, nids, lead, ...). `step()` hands the flat gradient to
+    `peer.step(params, grads, lr)`, where Starling's algorithm owns the update; `optimizer` is
+    not stepped, and only its learning rate is used (`param_groups[0]["lr"]`, so LR schedulers
+    work; every group must have the same lr). Gradients are kept in one flat buffer too.
+
+    peer=None means `starling.Peer.from_env()` (what `node-launcher run SCENARIO -- COMMAND`
+    sets up); the wrapper then closes it in `close()`. `zero_grad`, `state_dict`,
+    `load_state_dict`, `param_groups` and `state` are the wrapped optimizer's. Buffers such as
+    BatchNorm's running statistics are not exchanged. Start every rank from the same weights
+    (the same `torch.manual_seed`) unless you mean not to.
+    """
+
+    def __init__(self, optimizer, model, peer=None, mode="mix"):
+        # torch.optim.Optimizer.__init__ is not called: every attribute it would set is the
+        # wrapped optimizer's (the properties below), which keeps isinstance() checks (LR
+        # schedulers) passing while state lives in one place.
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"optimizer must be a torch.optim.Optimizer; got {type(optimizer).__name__}")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+        if mode not in _MODES:
+            raise ValueError(f'mode must be "mix" or "step"; got {mode!r}')
+        self.optimizer = optimizer
+        self.model = model
+        self.mode = mode
+        self._owns_peer = peer is None
+        self._params, self._names = _model_parameters(model, optimizer)
+        self._flat, self._grad = _flatten(self._params, with_grads=mode == "step")
+        self._param_ptrs = [p.data_ptr() for p in self._params]
+        self._grad_ptrs = [] if self._grad is None else [
+            self._grad[o:o + p.numel()].data_ptr() for p, o in zip(self._params, self._offsets())]
+        self.peer = Peer.from_env() if peer is None else peer
+
+    # ------------------------------------------------------------------ the optimizer's state
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self.optimizer.param_groups = value
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value):
+        self.optimizer.state = value
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value):
+        self.optimizer.defaults = value
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group):
+        known = {id(p) for p in self._params}
+        params = param_group["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        if any(id(p) not in known for p in params):
+            raise ValueError("add_param_group: Starling exchanges the parameters that were in the "
+                             "model when it was wrapped; wrap again to add new ones")
+        self.optimizer.add_param_group(param_group)
+
+    def zero_grad(self, set_to_none=None):
+        if set_to_none is None:
+            self.optimizer.zero_grad()
+        else:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    # ------------------------------------------------------------------ the step
+    @property
+    def flat_params(self):
+        """The one buffer all parameters live in (1-D, in `model.parameters()` order)."""
+        return self._flat
+
+    @property
+    def flat_grads(self):
+        """mode="step": the one buffer gradients are gathered into; None in mode "mix"."""
+        return self._grad
+
+    def step(self, closure=None):
+        """One training step: the wrapped optimizer's step then `mix` (mode "mix"), or
+        Starling's algorithm on the flat gradient (mode "step"). Returns closure's loss."""
+        self._check_layout()
+        if self.mode == "mix":
+            loss = self.optimizer.step(closure)
+            self.peer.mix(self._flat)
+            return loss
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._gather_grads()
+        self.peer.step(self._flat, self._grad, lr=self._lr())
+        return loss
+
+    def close(self):
+        """Closes the peer if this wrapper created it (peer=None)."""
+        if self._owns_peer:
+            self.peer.close()
+
+    def __repr__(self):
+        return (f"DecentralizedOptimizer(mode={self.mode!r}, {self._flat.numel()} "
+                f"{str(self._flat.dtype).replace('torch.', '')} parameters, {self.peer!r})\n"
+                f"{self.optimizer!r}")
+
+    # ------------------------------------------------------------------ internals
+    def _offsets(self):
+        offset = 0
+        for p in self._params:
+            yield offset
+            offset += p.numel()
+
+    def _check_layout(self):
+        for p, ptr, name in zip(self._params, self._param_ptrs, self._names):
+            if p.data_ptr() != ptr:
+                raise RuntimeError(
+                    f"parameter {name} no longer lives in Starling's flat buffer (was the model "
+                    "moved with .to(), .cuda(), .double() or given new .data after "
+                    "DecentralizedOptimizer wrapped it?); wrap the model after moving it")
+
+    def _gather_grads(self):
+        with torch.no_grad():
+            for p, offset, ptr in zip(self._params, self._offsets(), self._grad_ptrs):
+                g = p.grad
+                if g is not None and g.data_ptr() == ptr and g.is_contiguous():
+                    continue  # backward accumulated straight into the flat buffer
+                view = self._grad[offset:offset + p.numel()]
+                if g is None:
+                    view.zero_()
+                else:
+                    view.copy_(g.reshape(-1))
+                if p.requires_grad:
+                    p.grad = view.view_as(p)
+
+    def _lr(self):
+        lrs = {float(group["lr"]) for group in self.optimizer.param_groups}
+        if len(lrs) != 1:
+            raise ValueError('mode="step" takes one step size, but the optimizer\'s param groups '
+                             f"have learning rates {sorted(lrs)}")
+        return lrs.pop()
+
+
+def _model_parameters(model, optimizer):
+    params, names, seen = [], [], set()
+    for name, p in model.named_parameters():
+        if id(p) not in seen:  # tied weights appear once
+            seen.add(id(p))
+            params.append(p)
+            names.append(name)
+    if not params:
+        raise ValueError("model has no parameters")
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in seen:
+                raise ValueError(f"the optimizer holds a parameter of shape {tuple(p.shape)} that "
+                                 "is not in model.parameters(); Starling exchanges the model's "
+                                 "parameters, so pass the model the optimizer trains")
+    dtypes = {p.dtype for p in params}
+    if len(dtypes) != 1 or dtypes.pop() not in (torch.float32, torch.float64):
+        found = ", ".join(f"{n}: {str(p.dtype).replace('torch.', '')}"
+                          for n, p in zip(names, params))
+        raise TypeError("DecentralizedOptimizer needs all parameters float32 or all float64; "
+                        f"got {found}")
+    for n, p in zip(names, params):
+        if p.device.type != "cpu":
+            raise TypeError(f"parameter {n} is on {p.device}; Starling takes CPU tensors")
+        if p.layout != torch.strided:
+            raise TypeError(f"parameter {n} has layout {p.layout}; Starling takes dense tensors")
+    return params, names
+
+
+def _flatten(params, with_grads):
+    """Moves every parameter into one flat buffer (a view each); returns (flat, flat_grad)."""
+    total = sum(p.numel() for p in params)
+    dtype = params[0].dtype
+    with torch.no_grad():
+        flat = torch.empty(total, dtype=dtype)
+        grad = torch.zeros(total, dtype=dtype) if with_grads else None
+        offset = 0
+        for p in params:
+            n = p.numel()
+            view = flat[offset:offset + n]
+            view.copy_(p.reshape(-1))
+            p.data = view.view_as(p)
+            if grad is not None and p.grad is not None:
+                grad[offset:offset + n].copy_(p.grad.reshape(-1))
+                p.grad = grad[offset:offset + n].view_as(p)
+            offset += n
+    return flat, grad
