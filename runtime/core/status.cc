@@ -1,6 +1,6 @@
 #include "runtime/core/status.h"
 
-namespace starling::core {
+namespace starling {
 
 std::string_view statusCodeName(StatusCode code) {
   switch (code) {
@@ -30,4 +30,4 @@ Status Status::withContext(std::string_view context) const {
   return Status(code_, std::string(context) + ": " + message_);
 }
 
-}  // namespace starling::core
+}  // namespace starling

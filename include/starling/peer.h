@@ -1,0 +1,152 @@
+// starling::Peer: one node of a decentralized run, inside the user's own trainer.
+//
+//   auto peer = starling::Peer::fromEnv();           // under `node-launcher run s.json -- ./trainer`
+//   if (!peer) { std::cerr << peer.status().toString() << "\n"; return 1; }
+//   for (int t = 0; t < steps; ++t) {
+//     computeGradient(params, grads);                // the trainer's model, data and backward pass
+//     if (auto st = (*peer)->step(params, grads); !st.isOk()) { ... }  // params: the new model
+//     (void)(*peer)->log({{"loss", loss}});
+//   }
+//   (void)(*peer)->close();
+//
+// The trainer owns its parameters: one flat buffer of float or double (std::span), which step()
+// and mix() update in place. The first step() or mix() fixes the element type and the dimension
+// for the Peer's lifetime. Every peer of the run must make the same sequence of step()/mix()
+// calls: round r of one peer exchanges messages with round r of its neighbours.
+//
+// step(params, grads): one round of the scenario's algorithm (dsgd, exact_diffusion,
+// gradient_tracking, choco, nids, lead, prox_lead) with `grads` the gradient the trainer computed
+// at `params`. Between steps `params` must hold what the last step left there (the algorithm's
+// model; changing them is kFailedPrecondition: use mix() for trainers that update their parameters
+// themselves). nids, lead and prox_lead take a local step from x0 before their first round: their
+// first step() returns after it without communicating (round() stays 0).
+//
+// mix(params): one gossip round averaging `params` with the neighbours, for trainers that keep
+// their own optimizer. Without compression x_i <- x_i + gamma sum_j w_ij (x_j - x_i) (gamma from
+// the scenario's algorithm, 1 by default: exactly x_i <- sum_j w_ij x_j); with the scenario's
+// codec it is CHOCO-gossip (reference points x-hat tracked by sender and receivers, so compression
+// errors do not accumulate). mixStart(params) + mixWait() is the same round split in two, so that
+// the exchange overlaps the trainer's work in between (do not touch `params` until mixWait()).
+//
+// Errors are Statuses carrying Starling's messages; a failed round (a neighbour gone or timed
+// out, a dimension mismatch, divergence) leaves the Peer failed: later calls return the same
+// error. Thread-safety: one Peer is driven by one thread; several Peers may live in one process
+// (each with its own transport).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <starling/status.h>
+
+namespace starling {
+
+// A run described in code instead of a scenario file; mapped onto the same scenario (and the
+// same validation and messages) as a file with these keys (scenarios/README.md).
+struct PeerConfig {
+  enum class Topology { kRing, kLine, kGrid, kRandom, kExponential, kComplete, kStar };
+  enum class Schedule { kStatic, kOnePeerExponential, kRandomMatching, kEdgeDropout };
+  enum class Algorithm {
+    kDsgd, kExactDiffusion, kGradientTracking, kChoco, kNids, kLead, kProxLead
+  };
+  enum class Codec { kIdentity, kFp16, kBf16, kTopK, kRandK, kSign, kQsgd, kNuqsgd, kNatural };
+  enum class Transport { kUcx, kInProcess };
+
+  int nodes = 0;  // required
+  int rank = 0;
+  uint64_t seed = 1;
+  std::string name = "embedded";
+
+  Topology topology = Topology::kRing;
+  int gridRows = 0, gridCols = 0;  // kGrid
+  bool torus = false;              // kGrid
+  double randomP = 0.0;            // kRandom
+  Schedule schedule = Schedule::kStatic;
+  double dropoutP = 0.0;           // kEdgeDropout
+
+  Algorithm algorithm = Algorithm::kDsgd;
+  double stepSize = 0.01;  // the default step size; step()'s lr overrides it per call
+  double gamma = 1.0;      // dsgd, choco, mix(): consensus step; lead, prox_lead: dual damping
+  double alpha = 0.5;      // lead, prox_lead
+
+  Codec codec = Codec::kIdentity;
+  uint64_t k = 0;           // topk, randk: elements kept (or ratio)
+  double ratio = 0.0;       // topk, randk: fraction kept
+  int bits = 4;             // qsgd, nuqsgd
+  uint64_t bucket = 512;    // qsgd, nuqsgd
+  bool linfNorm = false;    // qsgd
+  bool errorFeedback = false;
+
+  Transport transport = Transport::kUcx;
+  std::vector<std::string> addresses;  // "host:port" per rank; empty: 127.0.0.1:29500 + rank
+  std::string tls = "tcp";             // "tcp" or "shm"
+  uint64_t connectTimeoutMs = 10000;
+  uint64_t roundTimeoutMs = 30000;
+
+  std::string outDir;  // where peers/rank-R.jsonl goes; empty: nothing is written
+};
+
+// Where a Peer made from a scenario file writes and listens.
+struct PeerOptions {
+  std::string outDir;                  // empty: nothing is written
+  std::vector<std::string> addresses;  // "host:port" per rank; empty: the scenario's
+};
+
+class Peer {
+ public:
+  // Node `rank` of the scenario at `path`. A scenario for an embedded run may leave out
+  // `problem` and `rounds`.
+  static Result<std::unique_ptr<Peer>> fromScenario(const std::string& path, int rank);
+  static Result<std::unique_ptr<Peer>> fromScenario(const std::string& path, int rank,
+                                                    const PeerOptions& options);
+  // What `node-launcher run SCENARIO -- COMMAND` hands each copy of COMMAND: STARLING_SCENARIO,
+  // STARLING_RANK (else SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK), STARLING_OUT
+  // (optional) and STARLING_PEERS (optional: comma-separated host:port of every rank).
+  static Result<std::unique_ptr<Peer>> fromEnv();
+  static Result<std::unique_ptr<Peer>> fromConfig(const PeerConfig& config);
+
+  ~Peer();  // closes (errors are dropped: call close() to see them)
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+  Status step(std::span<float> params, std::span<const float> grads,
+              std::optional<double> lr = std::nullopt);
+  Status step(std::span<double> params, std::span<const double> grads,
+              std::optional<double> lr = std::nullopt);
+
+  Status mix(std::span<float> params);
+  Status mix(std::span<double> params);
+  Status mixStart(std::span<float> params);
+  Status mixStart(std::span<double> params);
+  Status mixWait();
+
+  int rank() const;
+  int nodes() const;
+  // Rounds completed (step() and mix() rounds alike).
+  uint64_t round() const;
+
+  // The trainer's own metrics at the current round (loss, accuracy, ...): written to the peer
+  // log; the launcher averages them over the peers into metrics.jsonl and summary.json. Names
+  // are [A-Za-z0-9_.]+ and must not be one of the engine's (round, bytes_sent, ...).
+  Status log(const std::map<std::string, double>& metrics);
+  Status log(std::string_view name, double value);
+
+  // Hands the peer's last messages to the network (its neighbours may still wait for them),
+  // writes its end line and closes the transport. Idempotent; later step()/mix() fail.
+  Status close();
+
+  class Impl;
+
+ private:
+  explicit Peer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace starling
