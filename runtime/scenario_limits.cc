@@ -20,21 +20,27 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // fit by a wide margin, not to predict the peak to the byte.
 //
 // Samples are stored as CSR (optim::Dataset): per non-zero a double and an int32 column, per
-// sample a label and a row offset. They are held three times: the Experiment's data set, the
-// nodes' shards (LocalObjective), and the central solver's sparse matrix A.
+// sample a label and a row offset. At the peak they are held up to five times: the Experiment's
+// data set, the nodes' shards (LocalObjective), and in the central solver the sparse matrix A,
+// the transposed copy Eigen makes for A^T A and, for logistic loss, the Hessian's scaled A.
+// (Measured: 200,000 x 200 dense samples, 0.45 GiB as CSR, peak at 2.0 GiB for least squares
+// and 2.1 GiB for logistic regression.)
 constexpr double kBytesPerNonZero = 12;
 constexpr double kBytesPerSample = 16;
-constexpr double kSampleCopies = 3;
+constexpr double kSampleCopies = 5;
 // Per sample once more: the partition's permutation and index lists, and SAGA's scalar.
 constexpr double kBytesPerSampleExtra = 24;
 // The central solver builds A^T A (a double and an index per entry), adds l2 I into a second
 // matrix and factorises it (the LDLT factor holds up to half as many entries): ~3 x 12 bytes.
 // A^T A has at most min(d^2, sum over samples of nnz(row)^2 + d) entries.
 constexpr double kSolverBytesPerEntry = 36;
-// Vectors of d elements per node: up to 8 of algorithm state (prox_lead), 3 in the Node
-// (outgoing, own decoded, combined), its frame, up to 3 in the gradient oracle (L-SVRG's
-// snapshot and its gradient, SAGA's average), x0: 16.
-constexpr double kVectorsPerNode = 16;
+// Vectors of d elements per node besides the algorithm's state (stateVectors): two outgoing
+// frames (one in flight, one being written), the combined neighbour sum, x0 and scratch. A lossy
+// codec adds the uncompressed message, its own decoded frame and its state (error feedback);
+// L-SVRG a snapshot and its gradient, SAGA its average. (Measured: exact diffusion on 1,024
+// nodes with d = 10,000 peaks at 7 x d x 8 bytes per node with the data and solver included.)
+constexpr double kNodeVectors = 4;
+constexpr double kLossyCodecVectors = 3;
 // Count-Sketch tables per node: its frame, the encode table, the accumulator's sum and last table.
 constexpr double kSketchTablesPerNode = 4;
 // Per edge of a stored graph: adjacency both ways in three copies (base, round, support), the
@@ -89,6 +95,25 @@ Edges topologyEdges(const topology::TopologySpec& t) {
       return {e, e};
     }
   }
+}
+
+// The vectors of d elements each algorithm keeps (optim/algorithms.cc, choco.cc, lead.cc).
+double stateVectors(optim::AlgorithmKind kind) {
+  using AK = optim::AlgorithmKind;
+  switch (kind) {
+    case AK::kDsgd:
+    case AK::kExactDiffusion:
+      return 3;
+    case AK::kGradientTracking:
+    case AK::kChoco:
+      return 4;
+    case AK::kNids:
+      return 7;
+    case AK::kLead:
+    case AK::kProxLead:
+      return 8;
+  }
+  return 8;
 }
 
 bool lossyCodec(const Scenario& s) {
@@ -181,6 +206,16 @@ DataShape scenarioShape(const Scenario& s) {
   return shape;
 }
 
+double vectorsPerNode(const Scenario& s) {
+  using EK = optim::EstimatorSpec::Kind;
+  const EK estimator = s.problem.estimator.kind;
+  return stateVectors(s.algorithm.kind) + kNodeVectors +
+         (lossyCodec(s) ? kLossyCodecVectors : 0.0) +
+         (estimator == EK::kLsvrg  ? 2.0
+          : estimator == EK::kSaga ? 1.0
+                                   : 0.0);
+}
+
 MemoryEstimate estimateMemory(const Scenario& s, const DataShape& data) {
   MemoryEstimate e;
   const double n = s.nodes;
@@ -193,7 +228,7 @@ MemoryEstimate estimateMemory(const Scenario& s, const DataShape& data) {
   }
   const Edges edges = topologyEdges(s.topology);
   const double perNeighbour = (lossyCodec(s) ? 1.0 : 0.0) + (tracksNeighbours(s) ? 1.0 : 0.0);
-  e.models = elem * d * (kVectorsPerNode * n + perNeighbour * 2 * edges.support);
+  e.models = elem * d * (vectorsPerNode(s) * n + perNeighbour * 2 * edges.support);
   if (s.compression.kind == compression::CompressorSpec::Kind::kCountSketch) {
     e.sketch = n * kSketchTablesPerNode * elem * static_cast<double>(s.compression.rows) *
                static_cast<double>(s.compression.cols);
@@ -225,13 +260,13 @@ core::Status checkMemory(const Scenario& s, const DataShape& data) {
            s, data.samples >= data.nonZeros / std::max(1.0, data.samples) ? "samples" : "features"),
        dataWhat + " has " + count(data.samples) + " samples with " + count(data.nonZeros) +
            " non-zeros, held " + count(kSampleCopies) +
-           " times (data set, node shards, central solver)"},
+           " times (data set, node shards, central solver's copies)"},
       {e.solver, "central solver", dataPath(s, "features"),
        "the central solver for x* factorises A^T A, up to " +
            count(e.solver / kSolverBytesPerEntry) + " entries for " + count(data.features) +
            " features"},
       {e.models, "models", featuresPath(s),
-       count(n) + " nodes each hold about " + count(kVectorsPerNode) + " vectors of " +
+       count(n) + " nodes each hold about " + count(vectorsPerNode(s)) + " vectors of " +
            count(data.features) + " features x " + precision + " bytes"},
       {e.sketch, "sketches", "/compression/cols",
        count(n) + " nodes each hold " + count(kSketchTablesPerNode) + " Count-Sketch tables of " +

@@ -238,19 +238,27 @@ TEST_CASE("the memory estimate counts what the runtime holds", "[runtime][unit]"
   shape.nonZeros = 1000 * 100;
   shape.rowNonZerosSquared = 1000 * 100 * 100;
   MemoryEstimate e = estimateMemory(*s, shape);
-  CHECK(e.data == 3 * (12.0 * 100000 + 16 * 1000) + 24 * 1000);
+  CHECK(e.data == 5 * (12.0 * 100000 + 16 * 1000) + 24 * 1000);
   CHECK(e.solver == 36.0 * 100 * 100);  // min(d^2, sum of squares + d)
-  CHECK(e.models == 8.0 * 100 * 16 * 4);
+  // Exact diffusion keeps 3 vectors, the node 4 more; 4 nodes of d = 100 doubles.
+  CHECK(e.models == 8.0 * 100 * 7 * 4);
   CHECK(e.sketch == 0);
-  // float32 halves the models; a lossy codec adds a decode buffer per neighbour (ring: 2).
+  // float32 halves the models; prox_lead keeps 8; L-SVRG adds 2.
   s->precision = Precision::kFloat32;
-  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * 16 * 4);
+  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * 7 * 4);
+  s->algorithm.kind = optim::AlgorithmKind::kProxLead;
+  s->problem.estimator.kind = optim::EstimatorSpec::Kind::kLsvrg;
+  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * 14 * 4);
+  // A lossy codec: 3 more per node and a decode buffer per neighbour (ring: 2 each).
   s->compression.kind = compression::CompressorSpec::Kind::kCountSketch;
   s->compression.rows = 5;
   s->compression.cols = 1000;
   e = estimateMemory(*s, shape);
-  CHECK(e.models == 4.0 * 100 * (16 * 4 + 2 * 4));
+  CHECK(e.models == 4.0 * 100 * (17 * 4 + 2 * 4));
   CHECK(e.sketch == 4.0 * 4 * 4 * 5 * 1000);
+  // Time-varying prox_lead also tracks every neighbour of the support graph.
+  s->topology.schedule.kind = topology::ScheduleKind::kEdgeDropout;
+  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * (17 * 4 + 2 * 2 * 4));
 
   // Expected synthetic shapes: dense rows have exactly d non-zeros.
   SyntheticSpec syn;
@@ -262,7 +270,7 @@ TEST_CASE("the memory estimate counts what the runtime holds", "[runtime][unit]"
 }
 
 TEST_CASE("STARLING_MEMORY_LIMIT_GIB moves the limit; a bad value is an error", "[runtime][unit]") {
-  // 100,000 x 100 dense samples: about 0.34 GiB for the data.
+  // 100,000 x 100 dense samples: about 0.57 GiB for the data.
   const std::string big =
       with("\"samples\": 40, \"features\": 3", "\"samples\": 100000, \"features\": 100");
   REQUIRE(parseScenario(big, "s.json", ".").isOk());
