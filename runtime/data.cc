@@ -240,6 +240,9 @@ core::Result<optim::Dataset> makeSynthetic(const SyntheticSpec& spec, optim::Los
 core::Result<std::vector<std::vector<size_t>>> partitionSamples(size_t samples, int nodes,
                                                                 PartitionKind kind, uint64_t seed) {
   if (nodes < 1) return core::invalidArgument("nodes: must be >= 1, got " + std::to_string(nodes));
+  if (kind != PartitionKind::kContiguous && kind != PartitionKind::kRandom) {
+    return core::invalidArgument("a label partition (dirichlet, shards) needs the labels");
+  }
   const auto n = static_cast<size_t>(nodes);
   if (samples < n) {
     return core::invalidArgument("cannot partition " + std::to_string(samples) + " samples over " +

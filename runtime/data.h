@@ -47,11 +47,14 @@ struct SyntheticSpec {
 core::Result<optim::Dataset> makeSynthetic(const SyntheticSpec& spec, optim::LossKind loss,
                                            int nodes, uint64_t seed);
 
-enum class PartitionKind { kContiguous, kRandom };
+// kRandom is also "iid". kDirichlet and kShards follow the labels of a classification data set
+// (runtime/partition.h).
+enum class PartitionKind { kContiguous, kRandom, kDirichlet, kShards };
 
 // Sample indices of each node: contiguous blocks of near-equal size (the first samples % nodes
 // nodes get one more), or a seeded random permutation cut the same way. Requires
 // samples >= nodes (kInvalidArgument otherwise) so every node holds at least one sample.
+// Label partitions (kDirichlet, kShards) are refused here: they need the labels.
 core::Result<std::vector<std::vector<size_t>>> partitionSamples(size_t samples, int nodes,
                                                                 PartitionKind kind,
                                                                 uint64_t seed);

@@ -2,9 +2,42 @@
 
 #include <sstream>
 
+#include "optim/mlp.h"
+#include "runtime/idx.h"
+#include "runtime/partition.h"
 #include "runtime/scenario_limits.h"
 
 namespace starling::runtime {
+namespace {
+
+constexpr uint64_t kInitSalt = 0x4d4c50'494e4954ULL;  // "MLPINIT"
+
+// The idx training and test sets of the mlp problem, checked against its layers.
+core::Status loadImages(const Scenario& s, Experiment& e) {
+  const DataSource& src = s.problem.data;
+  const auto fail = [&s](const core::Status& st) {
+    return core::invalidArgument(s.file + ": /problem/data: " + st.message());
+  };
+  auto maxBytes = maxDataFileBytes();
+  if (!maxBytes) return maxBytes.status();
+  const int classes = s.problem.layers.back();
+  auto train = readIdxImages(src.images, src.labels, *maxBytes, classes, src.trainSamples);
+  if (!train) return fail(train.status());
+  auto test = readIdxImages(src.testImages, src.testLabels, *maxBytes, classes, src.testSamples);
+  if (!test) return fail(test.status());
+  if (train->features != s.problem.layers.front() || test->features != train->features) {
+    return core::invalidArgument(
+        s.file + ": /problem/layers/0: the network takes " +
+        std::to_string(s.problem.layers.front()) + " inputs, the images have " +
+        std::to_string(train->features) + " pixels (" + src.images + ") and " +
+        std::to_string(test->features) + " (" + src.testImages + ")");
+  }
+  e.images = std::move(*train);
+  e.testImages = std::move(*test);
+  return core::Status::ok();
+}
+
+}  // namespace
 
 core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOptions& options) {
   Experiment e;
@@ -20,7 +53,9 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
   if (!schedule) return fail("/topology", schedule.status());
   e.schedule = std::move(*schedule);
 
-  if (s.problem.data.kind == DataSource::Kind::kSynthetic) {
+  if (s.problem.data.kind == DataSource::Kind::kIdx) {
+    STARLING_RETURN_IF_ERROR(loadImages(s, e));
+  } else if (s.problem.data.kind == DataSource::Kind::kSynthetic) {
     auto data = makeSynthetic(s.problem.data.synthetic, s.problem.spec.loss, s.nodes,
                               core::deriveSeed(s.seed, 0x5d47a));
     if (!data) return fail("/problem/data/synthetic", data.status());
@@ -32,21 +67,44 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
     // Only now is d known when the scenario does not fix `features`, and the samples' sizes.
     STARLING_RETURN_IF_ERROR(checkMemory(s, shapeOf(e.data)));
   }
-  if (s.problem.usesBatch() && s.problem.estimator.batch > e.data.samples()) {
+  const size_t m = e.trainingSamples();
+  if (s.problem.usesBatch() && s.problem.estimator.batch > m) {
     return fail(s.problem.batchPath, core::invalidArgument("larger than the number of samples (" +
-                                                           std::to_string(e.data.samples()) + ")"));
+                                                           std::to_string(m) + ")"));
   }
-  auto parts = partitionSamples(e.data.samples(), s.nodes, s.problem.partition,
-                                core::deriveSeed(s.seed, 0x9a27));
+  const uint64_t partitionSeed = core::deriveSeed(s.seed, 0x9a27);
+  core::Result<std::vector<std::vector<size_t>>> parts = std::vector<std::vector<size_t>>{};
+  if (s.problem.partition == PartitionKind::kDirichlet) {
+    parts = partitionDirichlet(e.images.labels, s.nodes, s.problem.partitionAlpha, partitionSeed);
+  } else if (s.problem.partition == PartitionKind::kShards) {
+    parts = partitionShards(e.images.labels, s.nodes, s.problem.shardsPerNode, partitionSeed);
+  } else {
+    parts = partitionSamples(m, s.nodes, s.problem.partition, partitionSeed);
+  }
   if (!parts) return fail("/problem/data", parts.status());
   e.parts = std::move(*parts);
 
-  if (options.solve) {
+  if (options.solve && !s.problem.isMlp()) {
     auto xs = optim::solveCentral(s.problem.spec, e.data);
     if (!xs) return fail("/problem", xs.status());
     e.xStar = std::move(*xs);
   }
   return e;
+}
+
+size_t Experiment::modelDim() const {
+  if (scenario.problem.isMlp()) return optim::mlpParameterCount(scenario.problem.layers);
+  return static_cast<size_t>(data.features);
+}
+
+size_t Experiment::trainingSamples() const {
+  return scenario.problem.isMlp() ? images.samples() : data.samples();
+}
+
+std::vector<double> initialModel(const Experiment& e) {
+  if (!e.scenario.problem.isMlp()) return std::vector<double>(e.modelDim(), 0.0);
+  return optim::mlpInitialModel(e.scenario.problem.layers,
+                                core::deriveSeed(e.scenario.seed, kInitSalt));
 }
 
 core::Status explainRoundFailure(const Scenario& s, const core::Status& st,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "optim/dataset.h"
+#include "optim/image_dataset.h"
 #include "optim/problem.h"
 #include "runtime/core/status.h"
 #include "runtime/scenario.h"
@@ -17,14 +18,25 @@ namespace starling::runtime {
 
 struct Experiment {
   Scenario scenario;
-  optim::Dataset data;
+  optim::Dataset data;  // the linear problems' samples (empty for the mlp problem)
+  // The mlp problem's samples (idx data): training set and held-out test set.
+  optim::ImageDataset images;
+  optim::ImageDataset testImages;
   std::vector<std::vector<size_t>> parts;  // sample indices of each node
   std::unique_ptr<topology::Schedule> schedule;
-  std::vector<double> xStar;  // empty when not computed (ExperimentOptions::solve = false)
+  std::vector<double> xStar;  // empty when not computed (ExperimentOptions::solve = false, mlp)
+
+  // Length of every node's model: features for the linear problems, the MLP's parameter count.
+  size_t modelDim() const;
+  size_t trainingSamples() const;
 };
 
+// Where every node starts: zeros for the linear problems; for the mlp problem the network's He
+// initialisation from the scenario's seed, the same at every node.
+std::vector<double> initialModel(const Experiment& e);
+
 struct ExperimentOptions {
-  bool solve = true;  // compute x* centrally (needed for rel_error)
+  bool solve = true;  // compute x* centrally (needed for rel_error; never for the mlp problem)
 };
 
 // Errors are kInvalidArgument naming the scenario file and JSON path of the cause, e.g.

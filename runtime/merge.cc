@@ -140,8 +140,10 @@ core::Status PeerLogMerger::readPeer(int rank) {
       src.failure = failure;
       continue;
     }
+    const bool hasX = j.is_object() && j.contains("x") && j["x"].is_array();
+    const bool hasSketch = j.is_object() && j.contains("sketch") && j["sketch"].is_array();
     if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned() ||
-        !j.contains("x") || !j["x"].is_array()) {
+        hasX == hasSketch) {
       return bad("not a peer log line");
     }
     Record rec;
@@ -150,15 +152,17 @@ core::Status PeerLogMerger::readPeer(int rank) {
     rec.compressionErrorSum = j.value("compression_error_sum", 0.0);
     rec.compressionErrorCount = j.value("compression_error_count", uint64_t{0});
     rec.wallS = j.value("wall_s", 0.0);
-    for (const auto& v : j["x"]) {
+    auto& values = hasX ? rec.x : rec.sketch;
+    for (const auto& v : j[hasX ? "x" : "sketch"]) {
       if (v.is_null()) {  // JSON has no NaN: a diverged model's NaN is written as null
-        rec.x.push_back(NAN);
+        values.push_back(NAN);
         continue;
       }
       if (!v.is_number()) return bad("non-numeric model value");
-      rec.x.push_back(v.get<double>());
+      values.push_back(v.get<double>());
     }
-    if (static_cast<int>(rec.x.size()) != e_.data.features) return bad("model of the wrong size");
+    if (hasX && rec.x.size() != e_.modelDim()) return bad("model of the wrong size");
+    if (hasSketch && rec.sketch.size() != kSketchDim) return bad("sketch of the wrong size");
     const uint64_t round = j["round"].get<uint64_t>();
     src.lastRound = round;
     auto& slot = pending_[round];
@@ -177,9 +181,24 @@ core::Result<int> PeerLogMerger::poll() {
     bool complete = true;
     for (const auto& rec : it->second) complete = complete && rec.has_value();
     if (!complete) break;
-    std::vector<std::span<const double>> models;
-    for (const auto& rec : it->second) models.emplace_back(rec->x);
-    RoundMetrics m = measureModels<double>(e_, models, xMean_);
+    bool sketched = false;
+    for (const auto& rec : it->second) sketched = sketched || rec->x.empty();
+    RoundMetrics m;
+    if (sketched) {
+      // Only the consensus distance can be had from sketches; the model metrics stay null.
+      std::vector<std::vector<double>> sketches;
+      for (const auto& rec : it->second) {
+        sketches.push_back(rec->x.empty() ? rec->sketch
+                                          : modelSketch<double>(rec->x, sketchSeed(e_.scenario)));
+      }
+      m.consensusDistance = sketchConsensusDistance(sketches);
+      m.objective = m.relError = m.meanSquareDeviation = NAN;
+      m.classification = e_.scenario.problem.isMlp();
+    } else {
+      std::vector<std::span<const double>> models;
+      for (const auto& rec : it->second) models.emplace_back(rec->x);
+      m = measureModels<double>(e_, models, xMean_);
+    }
     m.round = it->first;
     double errSum = 0;
     uint64_t errCount = 0;

@@ -81,7 +81,8 @@ class PeerLogMerger {
     double compressionErrorSum = 0;
     uint64_t compressionErrorCount = 0;
     double wallS = 0;
-    std::vector<double> x;
+    std::vector<double> x;       // the model, or empty when the peer logged a sketch
+    std::vector<double> sketch;  // metrics.h: modelSketch
   };
   struct Source {
     std::filesystem::path path;

@@ -9,6 +9,8 @@
 #include <system_error>
 
 #include "optim/algorithm.h"
+#include "optim/mlp.h"
+#include "runtime/core/rng.h"
 #include "runtime/scenario_writer.h"
 #include "topology/spec.h"
 
@@ -20,15 +22,50 @@ using json = nlohmann::ordered_json;
 json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json metricsJson(const RoundMetrics& m) {
-  return json{{"round", m.round},
-              {"objective", number(m.objective)},
-              {"rel_error", number(m.relError)},
-              {"consensus_distance", number(m.consensusDistance)},
-              {"mean_square_deviation", number(m.meanSquareDeviation)},
-              {"bytes_sent", m.bytesSent},
-              {"corrupt_messages", m.corruptMessages},
-              {"compression_error", number(m.compressionError)},
-              {"wall_s", m.wallS}};
+  json j{{"round", m.round},
+         {"objective", number(m.objective)},
+         {"rel_error", number(m.relError)},
+         {"consensus_distance", number(m.consensusDistance)},
+         {"mean_square_deviation", number(m.meanSquareDeviation)}};
+  if (m.classification) {
+    j["train_loss"] = number(m.trainLoss);
+    j["test_accuracy"] = number(m.testAccuracy);
+    j["test_accuracy_peers_mean"] = number(m.testAccuracyPeersMean);
+    j["test_accuracy_peers_min"] = number(m.testAccuracyPeersMin);
+  }
+  j["bytes_sent"] = m.bytesSent;
+  j["corrupt_messages"] = m.corruptMessages;
+  j["compression_error"] = number(m.compressionError);
+  j["wall_s"] = m.wallS;
+  return j;
+}
+
+constexpr uint64_t kSketchSalt = 0x534b45'544348ULL;  // "SKETCH"
+
+// The mlp problem's metrics at x_mean and at every node's model.
+template <typename T>
+void measureClassifier(const Experiment& e, const std::vector<std::span<const T>>& models,
+                       const std::vector<double>& xMean, RoundMetrics& m) {
+  const auto& layers = e.scenario.problem.layers;
+  m.classification = true;
+  double sq = 0;
+  for (double v : xMean) sq += v * v;
+  m.trainLoss = optim::evaluateMlp(layers, xMean, e.images).loss + 0.5 * e.scenario.problem.spec.l2 * sq;
+  m.objective = m.trainLoss;
+  m.testAccuracy = optim::evaluateMlp(layers, xMean, e.testImages).accuracy;
+  std::vector<size_t> first(std::min(kPeerEvalSamples, e.testImages.samples()));
+  for (size_t j = 0; j < first.size(); ++j) first[j] = j;
+  const optim::ImageDataset probe = e.testImages.subset(first);
+  double sum = 0, low = 1;
+  std::vector<double> x;
+  for (const auto& xi : models) {
+    x.assign(xi.begin(), xi.end());
+    const double a = optim::evaluateMlp(layers, x, probe).accuracy;
+    sum += a;
+    low = std::min(low, a);
+  }
+  m.testAccuracyPeersMean = sum / static_cast<double>(models.size());
+  m.testAccuracyPeersMin = low;
 }
 
 // F(x-bar) + r(x-bar). Models that all lie in r's box can still average to a point just outside
@@ -56,7 +93,7 @@ template <typename T>
 RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
                            std::vector<double>& xMean) {
   const size_t n = models.size();
-  const size_t d = static_cast<size_t>(e.data.features);
+  const size_t d = e.modelDim();
   xMean.assign(d, 0.0);
   for (const auto& x : models) {
     for (size_t k = 0; k < d; ++k) xMean[k] += static_cast<double>(x[k]);
@@ -74,6 +111,11 @@ RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<cons
   }
   m.consensusDistance = cons / static_cast<double>(n);
   m.meanSquareDeviation = e.xStar.empty() ? NAN : msd / static_cast<double>(n);
+  if (e.scenario.problem.isMlp()) {
+    measureClassifier<T>(e, models, xMean, m);
+    m.relError = NAN;
+    return m;
+  }
   m.objective = objectiveAt(e, xMean, n);
   if (e.xStar.empty()) {
     m.relError = NAN;
@@ -94,6 +136,46 @@ template RoundMetrics measureModels<float>(const Experiment&, const std::vector<
 template RoundMetrics measureModels<double>(const Experiment&,
                                             const std::vector<std::span<const double>>&,
                                             std::vector<double>&);
+
+template <typename T>
+std::vector<double> modelSketch(std::span<const T> x, uint64_t seed) {
+  std::vector<double> out(kSketchDim);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kSketchDim));
+  for (size_t r = 0; r < kSketchDim; ++r) {
+    core::Rng rng(core::deriveSeed(seed, kSketchSalt, r));
+    double acc = 0;
+    for (size_t k0 = 0; k0 < x.size(); k0 += 64) {
+      const uint64_t bits = rng.nextU64();
+      const size_t end = std::min(x.size(), k0 + 64);
+      for (size_t k = k0; k < end; ++k) {
+        const double v = static_cast<double>(x[k]);
+        acc += ((bits >> (k - k0)) & 1) ? v : -v;
+      }
+    }
+    out[r] = acc * scale;
+  }
+  return out;
+}
+
+template std::vector<double> modelSketch<float>(std::span<const float>, uint64_t);
+template std::vector<double> modelSketch<double>(std::span<const double>, uint64_t);
+
+uint64_t sketchSeed(const Scenario& s) { return core::deriveSeed(s.seed, kSketchSalt); }
+
+double sketchConsensusDistance(const std::vector<std::vector<double>>& sketches) {
+  if (sketches.empty()) return NAN;
+  const size_t k = sketches.front().size();
+  std::vector<double> mean(k, 0.0);
+  for (const auto& s : sketches) {
+    for (size_t r = 0; r < k; ++r) mean[r] += s[r];
+  }
+  for (double& v : mean) v /= static_cast<double>(sketches.size());
+  double cons = 0;
+  for (const auto& s : sketches) {
+    for (size_t r = 0; r < k; ++r) cons += (s[r] - mean[r]) * (s[r] - mean[r]);
+  }
+  return cons / static_cast<double>(sketches.size());
+}
 
 std::string metricsLine(const RoundMetrics& m) { return metricsJson(m).dump(); }
 

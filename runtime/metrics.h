@@ -33,7 +33,32 @@ struct RoundMetrics {
   // logged round (0 without a lossy codec; NaN when no nonzero message was compressed).
   double compressionError = 0;
   double wallS = 0;                     // seconds since the first round started
+  // Classification (the mlp problem): the fields below are written, rel_error and
+  // mean_square_deviation are null (there is no x*), objective equals train_loss.
+  bool classification = false;
+  double trainLoss = NAN;               // F(x_mean): mean training cross-entropy + (l2/2)||x_mean||^2
+  double testAccuracy = NAN;            // on the whole test set, at x_mean
+  double testAccuracyPeersMean = NAN;   // at each node's own x_i, on the first
+  double testAccuracyPeersMin = NAN;    //   kPeerEvalSamples test samples: mean and min over nodes
 };
+
+// Test samples each node's own model is evaluated on (the whole test set for x_mean): with 1,000
+// nodes, a full 10,000-image test set per node would cost 100 times a training round.
+inline constexpr size_t kPeerEvalSamples = 1000;
+
+// The consensus sketch (docs/algorithms.md §16): peers whose model has more than
+// kFullModelLogMaxDim elements log S x_i instead of x_i, with S a k x d matrix of independent
+// +-1/sqrt(k) entries (k = kSketchDim) drawn from the scenario's seed, the same at every peer.
+// Then (1/n) sum_i ||S x_i - mean_j S x_j||^2 = (1/n) sum_i ||S (x_i - x_mean)||^2 estimates the
+// consensus distance without bias, with relative standard deviation at most sqrt(2/k) (8.8%).
+inline constexpr size_t kSketchDim = 256;
+inline constexpr size_t kFullModelLogMaxDim = 4096;
+template <typename T>
+std::vector<double> modelSketch(std::span<const T> x, uint64_t seed);
+// Seed of the sketch matrix for a scenario.
+uint64_t sketchSeed(const Scenario& s);
+// (1/n) sum_i ||s_i - s_mean||^2 over the nodes' sketches (all of one length).
+double sketchConsensusDistance(const std::vector<std::vector<double>>& sketches);
 
 // Running totals of the compression error behind RoundMetrics::compressionError: feed the
 // cumulative sums and counts of all nodes at each logged round, get the mean since the last.

@@ -1,5 +1,7 @@
 #include "runtime/node_stack.h"
 
+#include "optim/mlp.h"
+
 namespace starling::runtime {
 namespace {
 // Seeds of the per-node random streams (gradient estimators' sampling, codecs).
@@ -13,8 +15,14 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
                                      transport::Transport& transport) {
   const Scenario& s = e.scenario;
   NodeStack<T> stack;
-  stack.objective = optim::LocalObjective<T>::create(s.problem.spec, e.data.subset(e.parts[rank]),
-                                                     e.data.samples(), s.nodes);
+  if (s.problem.isMlp()) {
+    stack.objective = optim::MlpObjective<T>::create({s.problem.layers, s.problem.spec.l2},
+                                                     e.images.subset(e.parts[rank]),
+                                                     e.images.samples(), s.nodes);
+  } else {
+    stack.objective = optim::LocalObjective<T>::create(
+        s.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), s.nodes);
+  }
   stack.oracle = optim::createOracle<T>(s.problem.estimator, *stack.objective,
                                         core::deriveSeed(s.seed, kGradientSalt, rank));
   if (s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
@@ -22,7 +30,8 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
     if (!codec) return codec.status();
     stack.codec = std::move(*codec);
   }
-  const std::vector<T> x0(static_cast<size_t>(e.data.features), T(0));
+  const std::vector<double> start = initialModel(e);
+  const std::vector<T> x0(start.begin(), start.end());
   stack.node = std::make_unique<Node<T>>(
       rank, optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle), transport,
       typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),

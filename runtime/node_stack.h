@@ -16,13 +16,13 @@ namespace starling::runtime {
 
 template <typename T>
 struct NodeStack {
-  std::unique_ptr<optim::LocalObjective<T>> objective;
+  std::unique_ptr<optim::Objective<T>> objective;  // linear f_i or the MLP's
   std::unique_ptr<optim::GradientOracle<T>> oracle;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<Node<T>> node;
 };
 
-// Node `rank` of the experiment, starting from x = 0, on the borrowed `transport`. Errors only for
+// Node `rank` of the experiment, starting from initialModel(e), on the borrowed `transport`. Errors only for
 // a codec the scenario validated but this build cannot make (kInvalidArgument).
 template <typename T>
 core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank, transport::Transport& transport);

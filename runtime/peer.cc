@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/line_file.h"
+#include "runtime/metrics.h"
 #include "runtime/node_stack.h"
 #include "runtime/scenario_writer.h"
 #include "runtime/transport/factory.h"
@@ -52,7 +53,12 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     j["compression_error_count"] = node.compressionErrorCount();
     j["wall_s"] = wall();
     const auto x = node.model();
-    j["x"] = std::vector<double>(x.begin(), x.end());
+    // Large models: a sketch every logged round and the model itself at the last (metrics.h).
+    if (x.size() > kFullModelLogMaxDim && round != s.rounds) {
+      j["sketch"] = modelSketch<T>(x, sketchSeed(s));
+    } else {
+      j["x"] = std::vector<double>(x.begin(), x.end());
+    }
     // A diverged model holds NaN: JSON has none, so such values are written as null.
     return out.append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   };

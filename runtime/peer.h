@@ -5,7 +5,9 @@
 //   a header   {"peer_log": 1, "rank", "nodes", "seed", "rounds", "scenario_hash", "address",
 //               "version"}: what `merge` needs to check it merges the run it thinks it does;
 //   per logged round {"round", "bytes_sent", "corrupt_messages", "compression_error_sum",
-//               "compression_error_count", "wall_s", "x"}: its counters and its model x_i;
+//               "compression_error_count", "wall_s", "x"}: its counters and its model x_i
+//               (a model of more than kFullModelLogMaxDim elements: "sketch", its consensus
+//               sketch (metrics.h), in place of "x" except at the last round);
 //   on failure {"failed": {"round", "code", "lost_rank" (the neighbour it lost, if any),
 //               "message"}}: so that the launcher and `merge` can name the root cause.
 // The launcher (or `node-launcher merge`) turns the n peer logs into metrics.jsonl and

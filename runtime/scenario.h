@@ -34,24 +34,39 @@ inline constexpr double kDefaultDivergenceMaxAbs = 1e8;
 enum class Precision { kFloat32, kFloat64 };
 const char* precisionName(Precision p);
 
+// Where `"dataset": "fashion-mnist"` points: Debian's dataset-fashion-mnist package.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
 struct DataSource {
-  enum class Kind { kSynthetic, kLibsvm };
+  enum class Kind { kSynthetic, kLibsvm, kIdx };
   Kind kind = Kind::kSynthetic;
   SyntheticSpec synthetic;       // kSynthetic
   std::string path;              // kLibsvm: resolved against the scenario file's folder
   std::optional<int> features;   // kLibsvm: fixes d
+  // kIdx (runtime/idx.h): training and test images and labels, resolved like `path`.
+  std::string images, labels, testImages, testLabels;
+  uint64_t trainSamples = 0;     // kIdx: use only the first this many (0: all)
+  uint64_t testSamples = 0;
 };
 
 struct ProblemConfig {
+  // kLinear: least squares or logistic regression (spec.loss); kMlp: the built-in neural network
+  // (optim/mlp.h) with `layers`, on kIdx data.
+  enum class Model { kLinear, kMlp };
+  Model model = Model::kLinear;
+  std::vector<int> layers;  // kMlp
   optim::ProblemSpec spec;  // loss, l2 and the regularizer r
   DataSource data;
   PartitionKind partition = PartitionKind::kContiguous;
+  double partitionAlpha = 0.5;  // kDirichlet: the concentration
+  int shardsPerNode = 2;        // kShards
   optim::EstimatorSpec estimator;  // full local gradients unless the scenario says otherwise
   std::string batchPath = "/problem/batch";  // JSON path of the batch size ("/problem/batch" or
                                              // "/problem/estimator/batch"), for messages
 
   // True when gradients are estimated from batches of estimator.batch samples.
   bool usesBatch() const { return estimator.kind != optim::EstimatorSpec::Kind::kFull; }
+  bool isMlp() const { return model == Model::kMlp; }
 };
 
 // How peers reach each other when they run as separate processes (node-launcher run/peer).

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/mlp.h"
 #include "runtime/scenario_reader.h"
 
 namespace starling::runtime::scenario_detail {
@@ -84,15 +85,94 @@ optim::EstimatorSpec parseEstimator(Obj& o) {
   return e;
 }
 
+std::vector<int> parseLayers(Obj& o) {
+  const json& v = o.require("layers");
+  if (!v.is_array()) throw ScenarioError{o.at("layers"), "expected an array of layer sizes, got " + typeName(v)};
+  std::vector<int> layers;
+  for (size_t k = 0; k < v.size(); ++k) {
+    const std::string at = o.at("layers") + "/" + std::to_string(k);
+    if (!v[k].is_number_integer()) throw ScenarioError{at, "expected an integer, got " + typeName(v[k])};
+    const auto x = v[k].get<int64_t>();
+    if (x < 1 || x > optim::kMaxMlpWidth) {
+      throw ScenarioError{at, "must be between 1 and " + std::to_string(optim::kMaxMlpWidth) +
+                                  ", got " + v[k].dump()};
+    }
+    layers.push_back(static_cast<int>(x));
+  }
+  if (auto st = optim::checkMlpLayers(layers); !st.isOk()) {
+    throw ScenarioError{o.at("layers"), st.message()};
+  }
+  return layers;
+}
+
+// "partition": "contiguous" | "random" | "iid", or {"kind": ..., "alpha", "shards_per_node"}.
+void parsePartition(Obj& o, ProblemConfig& p) {
+  const std::vector<std::string> names = {"contiguous", "random", "iid", "dirichlet", "shards"};
+  const PartitionKind kinds[] = {PartitionKind::kContiguous, PartitionKind::kRandom,
+                                 PartitionKind::kRandom, PartitionKind::kDirichlet,
+                                 PartitionKind::kShards};
+  const json* v = o.get("partition");
+  if (!v || !v->is_object()) {
+    p.partition = kinds[o.choice("partition", "partition", {"contiguous", "random", "iid"}, 0)];
+    return;
+  }
+  Obj po(*v, o.at("partition"));
+  p.partition = kinds[po.choice("kind", "partition", names)];
+  if (p.partition == PartitionKind::kDirichlet) {
+    p.partitionAlpha = po.number("alpha", 0.0, 1e6, 0.5, /*openLo=*/true);
+  }
+  if (p.partition == PartitionKind::kShards) {
+    p.shardsPerNode = po.integer<int>("shards_per_node", 1, 1 << 20, 2);
+  }
+  po.finish();
+}
+
+// {"format": "idx", "images", "labels", "test_images", "test_labels"} or
+// {"dataset": "fashion-mnist"}; both take "train_samples" and "test_samples".
+void parseIdxSource(Obj& d, DataSource& src, const std::filesystem::path& baseDir) {
+  src.kind = DataSource::Kind::kIdx;
+  if (d.has("dataset")) {
+    if (d.has("format")) throw ScenarioError{d.at("format"), "cannot be combined with \"dataset\""};
+    d.choice("dataset", "dataset", {"fashion-mnist"});
+    const std::string dir = kFashionMnistDir;
+    src.images = dir + "/train-images-idx3-ubyte.gz";
+    src.labels = dir + "/train-labels-idx1-ubyte.gz";
+    src.testImages = dir + "/t10k-images-idx3-ubyte.gz";
+    src.testLabels = dir + "/t10k-labels-idx1-ubyte.gz";
+  } else {
+    d.get("format");
+    const auto path = [&](const char* key) {
+      const std::string raw = d.string(key);
+      if (raw.empty()) throw ScenarioError{d.at(key), "must not be empty"};
+      std::filesystem::path pth(raw);
+      return (pth.is_absolute() ? pth : baseDir / pth).lexically_normal().string();
+    };
+    src.images = path("images");
+    src.labels = path("labels");
+    src.testImages = path("test_images");
+    src.testLabels = path("test_labels");
+  }
+  src.trainSamples = d.integer<uint64_t>("train_samples", 0, uint64_t{1} << 32, uint64_t{0});
+  src.testSamples = d.integer<uint64_t>("test_samples", 0, uint64_t{1} << 32, uint64_t{0});
+}
+
 }  // namespace
 
 void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
   auto& p = s.problem;
-  p.spec.loss =
-      static_cast<optim::LossKind>(o.choice("kind", "problem", {"least_squares", "logistic"}));
+  const size_t kind = o.choice("kind", "problem", {"least_squares", "logistic", "mlp"});
+  if (kind == 2) {
+    p.model = ProblemConfig::Model::kMlp;
+    p.layers = parseLayers(o);
+  } else {
+    p.spec.loss = static_cast<optim::LossKind>(kind);
+    o.get("layers");
+  }
   p.spec.l2 = o.number("l2", 0.0, 1e6, 0.0);
-  p.partition =
-      static_cast<PartitionKind>(o.choice("partition", "partition", {"contiguous", "random"}, 0));
+  parsePartition(o, p);
+  if (p.isMlp() && o.has("regularizer")) {
+    throw ScenarioError{o.at("regularizer"), "not available for the mlp problem (l2 is)"};
+  }
   if (o.has("regularizer")) {
     Obj reg = o.object("regularizer");
     p.spec.regularizer = parseRegularizer(reg);
@@ -108,6 +188,11 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
     Obj est = o.object("estimator");
     p.estimator = parseEstimator(est);
     p.batchPath = est.at("batch");
+    if (p.isMlp() && p.estimator.kind != optim::EstimatorSpec::Kind::kFull &&
+        p.estimator.kind != optim::EstimatorSpec::Kind::kSgd) {
+      throw ScenarioError{est.at("kind"), "the mlp problem takes \"full\" or \"sgd\" (lsvrg and "
+                                          "saga need a linear model)"};
+    }
   } else {
     o.get("estimator");
     // The older form: "batch": B > 0 is {"kind": "sgd", "batch": B}, 0 full gradients.
@@ -136,8 +221,10 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
                                                  std::to_string(s.nodes) +
                                                  ") so every node holds a sample"};
     }
+  } else if (d.has("dataset") || (d.has("format") && d.require("format") == "idx")) {
+    parseIdxSource(d, p.data, baseDir);
   } else if (d.has("format")) {
-    d.choice("format", "data format", {"libsvm"});
+    d.choice("format", "data format", {"libsvm", "idx"});
     p.data.kind = DataSource::Kind::kLibsvm;
     const std::string raw = d.string("path");
     if (raw.empty()) throw ScenarioError{d.at("path"), "must not be empty"};
@@ -145,10 +232,22 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir) {
     p.data.path = (path.is_absolute() ? path : baseDir / path).lexically_normal().string();
     if (d.has("features")) p.data.features = d.integer<int>("features", 1, kMaxFeatures);
   } else {
-    throw ScenarioError{d.path(), "expected {\"synthetic\": {...}} or {\"format\": \"libsvm\", "
-                                  "\"path\": ...}"};
+    throw ScenarioError{d.path(), "expected {\"synthetic\": {...}}, {\"format\": \"libsvm\", "
+                                  "\"path\": ...}, {\"format\": \"idx\", \"images\": ...} or "
+                                  "{\"dataset\": \"fashion-mnist\"}"};
   }
   d.finish();
+  const bool idx = p.data.kind == DataSource::Kind::kIdx;
+  if (p.isMlp() != idx) {
+    throw ScenarioError{p.isMlp() ? d.path() : o.at("kind"),
+                        p.isMlp() ? "the mlp problem needs image data: {\"format\": \"idx\", ...} "
+                                    "or {\"dataset\": \"fashion-mnist\"}"
+                                  : "idx data is for the mlp problem"};
+  }
+  if (!idx && (p.partition == PartitionKind::kDirichlet || p.partition == PartitionKind::kShards)) {
+    throw ScenarioError{o.at("partition"), "dirichlet and shards partitions need labelled image "
+                                           "data (idx)"};
+  }
   if (p.usesBatch() && p.data.kind == DataSource::Kind::kSynthetic &&
       p.estimator.batch > p.data.synthetic.samples) {
     throw ScenarioError{p.batchPath, "larger than the number of samples"};

@@ -83,10 +83,28 @@ json regularizerJson(const optim::RegularizerSpec& r) {
 
 json problemJson(const ProblemConfig& p) {
   json j;
-  j["kind"] = p.spec.loss == optim::LossKind::kLogistic ? "logistic" : "least_squares";
+  if (p.isMlp()) {
+    j["kind"] = "mlp";
+    j["layers"] = p.layers;
+  } else {
+    j["kind"] = p.spec.loss == optim::LossKind::kLogistic ? "logistic" : "least_squares";
+  }
   j["l2"] = p.spec.l2;
-  j["partition"] = p.partition == PartitionKind::kRandom ? "random" : "contiguous";
-  j["regularizer"] = regularizerJson(p.spec.regularizer);
+  switch (p.partition) {
+    case PartitionKind::kContiguous:
+      j["partition"] = "contiguous";
+      break;
+    case PartitionKind::kRandom:
+      j["partition"] = "random";
+      break;
+    case PartitionKind::kDirichlet:
+      j["partition"] = {{"kind", "dirichlet"}, {"alpha", p.partitionAlpha}};
+      break;
+    case PartitionKind::kShards:
+      j["partition"] = {{"kind", "shards"}, {"shards_per_node", p.shardsPerNode}};
+      break;
+  }
+  if (!p.isMlp()) j["regularizer"] = regularizerJson(p.spec.regularizer);
   json est;
   // Always the estimator object, also for the older `"batch": B` form it is equivalent to.
   est["kind"] = optim::estimatorKindName(p.estimator.kind);
@@ -103,6 +121,14 @@ json problemJson(const ProblemConfig& p) {
     data["synthetic"] = {{"samples", sp.samples},           {"features", sp.features},
                          {"heterogeneity", sp.heterogeneity}, {"noise", sp.noise},
                          {"density", sp.density}};
+  } else if (p.data.kind == DataSource::Kind::kIdx) {
+    data["format"] = "idx";
+    data["images"] = absolutePath(p.data.images);
+    data["labels"] = absolutePath(p.data.labels);
+    data["test_images"] = absolutePath(p.data.testImages);
+    data["test_labels"] = absolutePath(p.data.testLabels);
+    data["train_samples"] = p.data.trainSamples;
+    data["test_samples"] = p.data.testSamples;
   } else {
     data["format"] = "libsvm";
     data["path"] = absolutePath(p.data.path);
@@ -218,11 +244,11 @@ json resolved(const Scenario& s) {
   j["description"] = s.description;
   j["nodes"] = s.nodes;
   j["seed"] = s.seed;
-  j["rounds"] = s.rounds;
+  if (s.rounds > 0) j["rounds"] = s.rounds;  // 0: an embedded run's trainer decides
   j["log_every"] = s.logEvery;
   j["precision"] = precisionName(s.precision);
   j["topology"] = topologyJson(s.topology);
-  j["problem"] = problemJson(s.problem);
+  if (s.hasProblem) j["problem"] = problemJson(s.problem);
   j["algorithm"] = algorithmJson(s.algorithm);
   j["compression"] = compressionJson(s.compression);
   j["transport"] = transportJson(s.transport);

@@ -86,7 +86,11 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     if (done % s.logEvery == 0 || done == s.rounds) {
       STARLING_RETURN_IF_ERROR(measure(done));
       char detail[96];
-      std::snprintf(detail, sizeof detail, "rel_error %.3e", result.last.relError);
+      if (result.last.classification) {
+        std::snprintf(detail, sizeof detail, "test_accuracy %.4f", result.last.testAccuracy);
+      } else {
+        std::snprintf(detail, sizeof detail, "rel_error %.3e", result.last.relError);
+      }
       progress.update(done, detail);
     }
   }
