@@ -89,8 +89,17 @@ class Algorithm {
   // codec, `own` is the decoded frame (what the neighbours see), not what prepare wrote. `neighbors` is sorted by peer id, so the result never depends on arrival order.
   virtual void absorb(const RoundInfo& info, std::span<const T> own,
                       std::span<const NeighborMessage<T>> neighbors) = 0;
-  // The node's current model x_i.
+  // The node's current model x_i. Every call an algorithm makes to its GradientOracle asks for
+  // the gradient at model() as it is at that moment, at most once per round (and once in start()),
+  // so a trainer's own gradient at its parameters can stand in for the oracle (the public Peer).
   virtual std::span<const T> model() const = 0;
+
+  // nids, lead and prox_lead take a local step from x0 before their first round
+  // (x1 = prox(x0 - eta grad f(x0))), with a gradient at x0, and the first round then asks for
+  // the gradient at x1. start() is that step alone; prepare() runs it first if nobody did, so a
+  // caller that owns the problem never needs to know. needsStart() is true until it has run.
+  virtual bool needsStart() const { return false; }
+  virtual void start(const RoundInfo& /*info*/) {}
 
   // True when the algorithm keeps state per neighbour that each of that neighbour's messages
   // updates (CHOCO's x-hat_j on a time-varying graph). The engine then exchanges messages with

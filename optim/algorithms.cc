@@ -134,18 +134,28 @@ class ExactDiffusion final : public Algorithm<T> {
 // carries both mixed quantities:
 //   x_i <- sum_j w_ij x_j - alpha y_i;   y_i <- sum_j w_ij y_j + grad f_i(x_i new) - grad f_i(x_i old),
 // with y_i^0 = grad f_i(x_i^0). Sends [x_i, y_i] (2d values).
+// The gradient at the new x is asked for at the start of the next round (prepare), not at the end
+// of absorb, so that every oracle call is at the current model (Algorithm::model()); absorb leaves
+// y without its correction and prepare adds grad f_i(x new) - grad f_i(x old) with the same
+// arithmetic as before, so the iterates are unchanged.
 template <typename T>
 class GradientTracking final : public Algorithm<T> {
  public:
   GradientTracking(std::span<const T> x0, GradientOracle<T>& oracle)
-      : x_(x0.begin(), x0.end()), y_(x0.size()), gPrev_(x0.size()), gNew_(x0.size()), oracle_(oracle) {
-    oracle_.gradient(x_, gPrev_);
-    y_ = gPrev_;
-  }
+      : x_(x0.begin(), x0.end()), y_(x0.size()), gPrev_(x0.size()), gNew_(x0.size()), oracle_(oracle) {}
 
   size_t messageSize() const override { return 2 * x_.size(); }
 
   void prepare(const RoundInfo&, std::span<T> out) override {
+    if (!started_) {
+      started_ = true;
+      oracle_.gradient(x_, gPrev_);
+      y_ = gPrev_;
+    } else {
+      oracle_.gradient(x_, gNew_);
+      map<T>(std::span<T>(y_)) += cmap<T>(gNew_) - cmap<T>(gPrev_);
+      gPrev_.swap(gNew_);
+    }
     std::copy(x_.begin(), x_.end(), out.begin());
     std::copy(y_.begin(), y_.end(), out.begin() + static_cast<std::ptrdiff_t>(x_.size()));
   }
@@ -158,14 +168,12 @@ class GradientTracking final : public Algorithm<T> {
     combine<T>(x, cmap<T>(own), nbrs, T(1), 0, d);
     x -= static_cast<T>(info.stepSize) * y;  // y still holds y^k here
     combine<T>(y, cmap<T>(own), nbrs, T(1), d, d);
-    oracle_.gradient(x_, gNew_);
-    y += cmap<T>(gNew_) - cmap<T>(gPrev_);
-    gPrev_.swap(gNew_);
   }
 
   std::span<const T> model() const override { return x_; }
 
  private:
+  bool started_ = false;
   std::vector<T> x_, y_, gPrev_, gNew_;
   GradientOracle<T>& oracle_;
 };

@@ -39,13 +39,7 @@ class Nids final : public Algorithm<T> {
   void prepare(const RoundInfo& info, std::span<T> out) override {
     const size_t d = x_.size();
     const T eta = static_cast<T>(info.stepSize);
-    if (!started_) {
-      started_ = true;
-      oracle_.gradient(x_, gPrev_);
-      for (size_t k = 0; k < d; ++k) z_[k] = x_[k] - eta * gPrev_[k];
-      xPrev_ = x_;
-      proximal<T>(r_, info.stepSize, z_, x_);
-    }
+    if (!started_) start(info);
     oracle_.gradient(x_, g_);
     // xbar = x + delta with delta = (x - x_prev) - eta (g - g_prev), which vanishes at the fixed
     // point. z is updated with delta, never with xbar - x: the rounding error of a quantity of
@@ -57,6 +51,17 @@ class Nids final : public Algorithm<T> {
       out[k] = x_[k] + delta_[k];
     }
     gPrev_.swap(g_);
+  }
+
+  bool needsStart() const override { return !started_; }
+  // z^1 = x^0 - eta grad(x^0);  x^1 = prox(z^1).
+  void start(const RoundInfo& info) override {
+    started_ = true;
+    const T eta = static_cast<T>(info.stepSize);
+    oracle_.gradient(x_, gPrev_);
+    for (size_t k = 0; k < x_.size(); ++k) z_[k] = x_[k] - eta * gPrev_[k];
+    xPrev_ = x_;
+    proximal<T>(r_, info.stepSize, z_, x_);
   }
 
   void absorb(const RoundInfo& info, std::span<const T> own,
@@ -98,12 +103,7 @@ class ProxLead final : public Algorithm<T> {
   void prepare(const RoundInfo& info, std::span<T> out) override {
     const size_t dim = x_.size();
     const T eta = static_cast<T>(info.stepSize);
-    if (!started_) {
-      started_ = true;
-      oracle_.gradient(x_, g_);
-      for (size_t k = 0; k < dim; ++k) z_[k] = x_[k] - eta * g_[k];
-      proximal<T>(r_, info.stepSize, z_, x_);
-    }
+    if (!started_) start(info);
     oracle_.gradient(x_, g_);
     for (size_t k = 0; k < dim; ++k) {
       const T y = T(2) * x_[k] - z_[k] - eta * g_[k] - eta * d_[k];
@@ -140,6 +140,16 @@ class ProxLead final : public Algorithm<T> {
       for (size_t j = 0; j < nbrs.size(); ++j) h[j][k] += a * nbrs[j].message[k];
     }
     step2(info);
+  }
+
+  bool needsStart() const override { return !started_; }
+  // Z^1 = X^0 - eta G^0;  X^1 = prox(Z^1).
+  void start(const RoundInfo& info) override {
+    started_ = true;
+    const T eta = static_cast<T>(info.stepSize);
+    oracle_.gradient(x_, g_);
+    for (size_t k = 0; k < x_.size(); ++k) z_[k] = x_[k] - eta * g_[k];
+    proximal<T>(r_, info.stepSize, z_, x_);
   }
 
   bool tracksNeighbors() const override { return tracking_; }

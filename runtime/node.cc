@@ -53,6 +53,14 @@ core::Status Node<T>::checkFinite(std::span<const T> values, const char* what,
 }
 
 template <typename T>
+core::Status Node<T>::startAlgorithm(uint64_t round, double stepSize) {
+  if (inRound_) return core::failedPrecondition("startAlgorithm during a round");
+  info_ = optim::RoundInfo{round, stepSize, 1.0};
+  if (algorithm_->needsStart()) algorithm_->start(info_);
+  return checkFinite(algorithm_->model(), "its model", divergenceLimit_);
+}
+
+template <typename T>
 core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& topology,
                                  double stepSize,
                                  transport::Clock::time_point deadline) {
@@ -118,15 +126,15 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
       for (const auto& e : row.peers) {
         if (e.peer == peer) w = e.weight;
       }
-      slots_.push_back(Slot{peer, w, nullptr, {}, {}});
+      slots_.push_back(Slot{peer, w, nullptr, {}, {}, {}});
     }
   } else {
-    for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}, {}});
+    for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}, {}, {}});
   }
   if (scratch_.size() < slots_.size()) scratch_.resize(slots_.size());
   pending_ = slots_.size();
   sendStatus_ = core::Status::ok();
-  tag_ = transport::Tag{round, kModelChannel};
+  tag_ = transport::Tag{round, channel_};
   deadline_ = deadline;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int peer = slots_[s].peer;
@@ -176,6 +184,21 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
     }
     if (!valid.isOk()) {
       ++corruptMessages_;
+      // A frame that is whole but of another size or type is most likely the neighbour's own
+      // (its parameter buffer differs from ours: a trainer bug), but it could also be a forgery,
+      // so it never fails the round by itself; it only explains the timeout if nothing else comes.
+      if (auto view = compression::parseFrame(*bytes);
+          view && (view->elementCount != messageSize_ ||
+                   (!codec_ && view->elementType != compression::elementTypeOf<T>()))) {
+        slot.mismatch = "rank " + std::to_string(slot.peer) + " sent " +
+                        std::to_string(view->elementCount) + " values" +
+                        (view->elementType == compression::ElementType::kFloat32 ? " (float32)"
+                                                                                 : " (float64)") +
+                        " where rank " + std::to_string(rank_) + " expects " +
+                        std::to_string(messageSize_) +
+                        (std::is_same_v<T, float> ? " (float32)" : " (float64)") +
+                        ": the peers' models differ in size or type";
+      }
       if (log_) {
         log_("rank " + std::to_string(rank_) + ": rejected a message claiming to be from rank " +
              std::to_string(slot.peer) + " for round " + std::to_string(tag_.round) + ": " +
@@ -200,6 +223,9 @@ core::Status Node<T>::finishRound() {
   for (const Slot& slot : slots_) {
     if (!slot.status.isOk()) {
       lostNeighbour_ = slot.peer;
+      if (!slot.mismatch.empty()) {
+        return core::invalidArgument("round " + std::to_string(info_.round) + ": " + slot.mismatch);
+      }
       return slot.status.withContext("round " + std::to_string(info_.round) +
                                      ", message from rank " + std::to_string(slot.peer));
     }

@@ -62,6 +62,15 @@ class Node {
   // failed: the peer this node lost. Unset while rounds succeed.
   std::optional<int> lostNeighbour() const { return lostNeighbour_; }
 
+  // Messages travel on `channel` (kModelChannel unless set): two nodes of one peer that share a
+  // transport (the public Peer's step() and mix() states) keep theirs apart.
+  void setChannel(uint32_t channel) { channel_ = channel; }
+
+  // The algorithm's local step before its first round (Algorithm::start), on its own: no message.
+  // Only needed by callers that hand the algorithm a gradient per call (the public Peer);
+  // startRound runs it otherwise.
+  core::Status startAlgorithm(uint64_t round, double stepSize);
+
   core::Status startRound(uint64_t round, const topology::RoundTopology& topology, double stepSize,
                           transport::Clock::time_point deadline);
   // True once every neighbour's message is in, or as soon as a send has failed (the round cannot
@@ -90,6 +99,9 @@ class Node {
     transport::SharedBytes bytes;
     std::span<const T> values;  // decoded view into `bytes` (or into scratch_)
     core::Status status;
+    // A well-formed frame of another length or element type came from this neighbour: its
+    // model is not the size of ours. Said in the round's error if its message never comes.
+    std::string mismatch;
   };
 
   void postReceive(size_t slot);
@@ -99,6 +111,7 @@ class Node {
   core::Status checkFinite(std::span<const T> values, const char* what, double maxAbs) const;
 
   const int rank_;
+  uint32_t channel_ = kModelChannel;
   LogFn log_;
   transport::Tag tag_;
   transport::Clock::time_point deadline_;

@@ -53,8 +53,9 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     j["compression_error_count"] = node.compressionErrorCount();
     j["wall_s"] = wall();
     const auto x = node.model();
-    // Large models: a sketch every logged round and the model itself at the last (metrics.h).
-    if (x.size() > kFullModelLogMaxDim && round != s.rounds) {
+    // Large models: a sketch every logged round, the model itself at the first and the last
+    // (metrics.h).
+    if (x.size() > kFullModelLogMaxDim && round != 0 && round != s.rounds) {
       j["sketch"] = modelSketch<T>(x, sketchSeed(s));
     } else {
       j["x"] = std::vector<double>(x.begin(), x.end());

@@ -276,7 +276,9 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   s.description = o.string("description", "");
   s.nodes = o.integer<int>("nodes", 1, kMaxNodes);
   s.seed = o.integer<uint64_t>("seed", 0, std::numeric_limits<uint64_t>::max(), uint64_t{0});
-  s.rounds = o.integer<uint64_t>("rounds", 1, kMaxRounds);
+  // An embedded run (a trainer calling starling::Peer) may leave out rounds and problem: the
+  // trainer owns model and data and decides how many steps it takes. rounds 0 stands for that.
+  s.rounds = o.has("rounds") ? o.integer<uint64_t>("rounds", 1, kMaxRounds) : (o.get("rounds"), 0);
   s.logEvery = o.integer<uint64_t>("log_every", 1, uint64_t{1} << 40,
                                    std::max<uint64_t>(1, s.rounds / 100));
   s.precision = o.choice("precision", "precision", {"float32", "float64"}, 1) == 0
@@ -285,8 +287,13 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
 
   Obj topo = o.object("topology");
   parseTopology(topo, s);
-  Obj prob = o.object("problem");
-  parseProblem(prob, s, baseDir);
+  if (o.has("problem")) {
+    Obj prob = o.object("problem");
+    parseProblem(prob, s, baseDir);
+  } else {
+    o.get("problem");
+    s.hasProblem = false;
+  }
   Obj alg = o.object("algorithm");
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);

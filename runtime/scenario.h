@@ -100,6 +100,10 @@ struct Scenario {
   uint64_t logEvery = 1;
   Precision precision = Precision::kFloat64;
   topology::TopologySpec topology;
+  // False when the scenario has no "problem" (an embedded run: the trainer owns model and data;
+  // `problem` then keeps its defaults and means nothing). Such a scenario may also leave out
+  // "rounds" (then 0): only a trainer (`node-launcher run SCENARIO -- COMMAND`) can run it.
+  bool hasProblem = true;
   ProblemConfig problem;
   optim::AlgorithmSpec algorithm;
   compression::CompressorSpec compression;  // identity unless the scenario says otherwise

@@ -1,0 +1,57 @@
+// ExternalOracle: the gradient oracle of an embedded Peer, fed with the gradient the user's
+// trainer computed at its parameters.
+//
+// Every algorithm asks its oracle at most once per round (and once in Algorithm::start), always
+// at its current model (optim/algorithm.h); the trainer's params are that model. The oracle checks
+// both promises: a second request in one call, or one at another point, is recorded as an
+// internal error (the algorithm broke its contract) and answered with NaN, which the node's
+// divergence check stops at once.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "optim/algorithm.h"
+
+namespace starling::api {
+
+template <typename T>
+class ExternalOracle final : public optim::GradientOracle<T> {
+ public:
+  // The trainer's parameters and its gradient there, for the next request.
+  void offer(std::span<const T> x, std::span<const T> g) {
+    x_ = x;
+    g_ = g;
+    offered_ = true;
+  }
+  // Whether the offered gradient was used.
+  bool used() const { return !offered_; }
+
+  void gradient(std::span<const T> x, std::span<T> out) override {
+    if (!offered_) {
+      error_ = "the algorithm asked for a second gradient in one step";
+    } else if (x.size() != x_.size() ||
+               (x.data() != x_.data() && !std::equal(x.begin(), x.end(), x_.begin()))) {
+      error_ = "the algorithm asked for a gradient at a point other than the parameters";
+    }
+    if (error_) {
+      std::fill(out.begin(), out.end(), std::numeric_limits<T>::quiet_NaN());
+      return;
+    }
+    std::copy(g_.begin(), g_.end(), out.begin());
+    offered_ = false;
+  }
+
+  // Set once the contract was broken (a bug in an algorithm).
+  const std::optional<std::string>& error() const { return error_; }
+
+ private:
+  std::span<const T> x_, g_;
+  bool offered_ = false;
+  std::optional<std::string> error_;
+};
+
+}  // namespace starling::api

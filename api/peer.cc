@@ -1,0 +1,306 @@
+// starling::Peer's rounds: step() through the scenario's algorithm with the trainer's gradients,
+// mix() through gossip, both on the same engine (runtime/engine.h) that `node-launcher peer` runs.
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "api/peer_impl.h"
+#include "runtime/transport/transport.h"
+
+namespace starling {
+namespace {
+
+// Seeds of an embedded peer's codec streams (its own, apart from the simulator's).
+constexpr uint64_t kStepCodecSalt = 0x70636f6465;
+constexpr uint64_t kMixCodecSalt = 0x6d636f6465;
+constexpr uint64_t kSharedCodecSalt = 0x7368617265;
+
+template <typename T>
+constexpr const char* typeName() {
+  return std::is_same_v<T, float> ? "float32" : "float64";
+}
+
+bool validMetricName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
+// Keys of the peer log's round lines: the trainer's metrics go under "metrics", but merged into
+// metrics.jsonl next to these, so they may not take their names.
+bool reservedMetricName(const std::string& name) {
+  static const char* const kReserved[] = {
+      "round", "objective", "rel_error", "consensus_distance", "mean_square_deviation",
+      "bytes_sent", "corrupt_messages", "compression_error", "wall_s", "x", "x_mean"};
+  for (const char* r : kReserved) {
+    if (name == r) return true;
+  }
+  return false;
+}
+
+template <typename T>
+Result<std::unique_ptr<compression::Compressor<T>>> makeCodec(const runtime::Scenario& s) {
+  if (s.compression.kind == compression::CompressorSpec::Kind::kIdentity) {
+    return std::unique_ptr<compression::Compressor<T>>();
+  }
+  return compression::createCompressor<T>(s.compression);
+}
+
+}  // namespace
+
+template <typename T>
+Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
+  if (closed) return core::failedPrecondition(std::string(call) + " after close()");
+  if (dim == 0) return core::invalidArgument(std::string(call) + ": empty parameter buffer");
+  if (std::holds_alternative<std::monostate>(state)) {
+    runtime::EngineOptions eo{rank, outDir, address, nullptr, {}};
+    state.template emplace<PeerState<T>>(scenario, *schedule, *net, std::move(eo), dim);
+    auto& st = std::get<PeerState<T>>(state);
+    STARLING_RETURN_IF_ERROR(st.engine.open());
+    pendingRecord = 0;  // round 0: the model the trainer starts from
+  }
+  auto* st = std::get_if<PeerState<T>>(&state);
+  if (st == nullptr) {
+    return core::invalidArgument(std::string(call) + ": " + typeName<T>() +
+                                 " parameters, but this peer's first call fixed " +
+                                 (std::is_same_v<T, float> ? "float64" : "float32"));
+  }
+  if (st->dim != dim) {
+    return core::invalidArgument(std::string(call) + ": " + std::to_string(dim) +
+                                 " parameters, but this peer's first call fixed " +
+                                 std::to_string(st->dim));
+  }
+  STARLING_RETURN_IF_ERROR(st->engine.failure());
+  return st;
+}
+
+template <typename T>
+Status Peer::Impl::record(PeerState<T>& st) {
+  if (outDir.empty() || st.last == nullptr) return Status::ok();
+  nlohmann::ordered_json j;
+  uint64_t bytes = 0, corrupt = net->stats().corruptMessages, errCount = 0;
+  double errSum = 0;
+  for (const runtime::Node<T>* n : st.nodes()) {
+    bytes += n->bytesSent();
+    corrupt += n->corruptMessages();
+    errSum += n->compressionErrorSum();
+    errCount += n->compressionErrorCount();
+  }
+  j["round"] = *pendingRecord;
+  j["bytes_sent"] = bytes;
+  j["corrupt_messages"] = corrupt;
+  j["compression_error_sum"] = errSum;
+  j["compression_error_count"] = errCount;
+  j["wall_s"] = st.engine.wallSeconds();
+  const auto x = st.last->model();
+  if (x.size() <= kMaxLoggedModel) j["x"] = std::vector<double>(x.begin(), x.end());
+  if (!metrics.empty()) j["metrics"] = metrics;
+  return st.engine.append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+template <typename T>
+Status Peer::Impl::writePending(PeerState<T>& st) {
+  if (!pendingRecord) return Status::ok();
+  const bool due = *pendingRecord % scenario.logEvery == 0 || !metrics.empty();
+  Status s = due ? record(st) : Status::ok();
+  pendingRecord.reset();
+  metrics.clear();
+  return s;
+}
+
+Status Peer::Impl::writePendingAny() {
+  if (auto* f = std::get_if<PeerState<float>>(&state)) return writePending(*f);
+  if (auto* d = std::get_if<PeerState<double>>(&state)) return writePending(*d);
+  return Status::ok();
+}
+
+template <typename T>
+Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::optional<double> lr) {
+  if (params.size() != grads.size()) {
+    return core::invalidArgument("step: " + std::to_string(params.size()) + " parameters but " +
+                                 std::to_string(grads.size()) + " gradient values");
+  }
+  if (lr && !(*lr > 0 && *lr < 1e12)) {
+    return core::invalidArgument("step: the step size must be positive and finite");
+  }
+  auto got = stateFor<T>(params.size(), "step");
+  if (!got) return got.status();
+  PeerState<T>& st = **got;
+  if (st.mixParams.data() != nullptr) return core::failedPrecondition("step: a mix is in flight");
+  if (!st.stepNode) {
+    auto codec = makeCodec<T>(scenario);
+    if (!codec) return codec.status();
+    st.stepCodec = std::move(*codec);
+    auto algorithm = optim::createAlgorithm<T>(scenario.algorithm, params, st.oracle);
+    st.stepNode = std::make_unique<runtime::Node<T>>(
+        rank, std::move(algorithm), *net, typename runtime::Node<T>::LogFn{}, st.stepCodec.get(),
+        core::deriveSeed(scenario.seed, kStepCodecSalt, rank),
+        core::deriveSeed(scenario.seed, kSharedCodecSalt));
+    st.stepNode->setChannel(kStepChannel);
+    st.stepNode->setSupport(&schedule->support());
+    st.stepNode->setDivergenceLimit(scenario.divergenceMaxAbs);
+    if (!st.last) st.last = st.stepNode.get();
+  } else {
+    const auto model = st.stepNode->model();
+    if (std::memcmp(model.data(), params.data(), params.size_bytes()) != 0) {
+      size_t k = 0;
+      while (k < params.size() && std::memcmp(&model[k], &params[k], sizeof(T)) == 0) ++k;
+      return core::failedPrecondition(
+          "step: the parameters changed since the last step (element " + std::to_string(k) +
+          " is " + std::to_string(params[k]) + ", the step left " + std::to_string(model[k]) +
+          "); between steps they must hold what step() left there (use mix() when the trainer "
+          "updates them itself)");
+    }
+  }
+  STARLING_RETURN_IF_ERROR(writePending(st));
+  runtime::Node<T>& node = *st.stepNode;
+  st.oracle.offer(params, grads);
+  if (node.algorithm().needsStart()) {
+    // nids, lead, prox_lead: the local step from x0 (no message; round() stays).
+    if (auto s = node.startAlgorithm(st.engine.rounds(), st.engine.stepSizeAt(lr)); !s.isOk()) {
+      return st.engine.fail(s, &node);
+    }
+  } else {
+    STARLING_RETURN_IF_ERROR(st.engine.round(node, lr));
+    pendingRecord = st.engine.rounds();
+  }
+  if (st.oracle.error()) {
+    return st.engine.fail(core::internalError(*st.oracle.error()), &node);
+  }
+  if (!st.oracle.used()) {
+    return st.engine.fail(core::internalError("the algorithm did not use the gradient"), &node);
+  }
+  const auto model = node.model();
+  std::copy(model.begin(), model.end(), params.begin());
+  st.last = &node;
+  return Status::ok();
+}
+
+template <typename T>
+Status Peer::Impl::mixStart(std::span<T> params) {
+  auto got = stateFor<T>(params.size(), "mix");
+  if (!got) return got.status();
+  PeerState<T>& st = **got;
+  if (st.mixParams.data() != nullptr) return core::failedPrecondition("mix: a mix is in flight");
+  if (!st.mixNode) {
+    auto codec = makeCodec<T>(scenario);
+    if (!codec) return codec.status();
+    st.mixCodec = std::move(*codec);
+    auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
+                                         st.mixCodec != nullptr, scenario.algorithm.timeVarying);
+    st.gossip = gossip.get();
+    st.mixNode = std::make_unique<runtime::Node<T>>(
+        rank, std::move(gossip), *net, typename runtime::Node<T>::LogFn{}, st.mixCodec.get(),
+        core::deriveSeed(scenario.seed, kMixCodecSalt, rank),
+        core::deriveSeed(scenario.seed, kSharedCodecSalt, 1));
+    st.mixNode->setChannel(kMixChannel);
+    st.mixNode->setSupport(&schedule->support());
+    st.mixNode->setDivergenceLimit(scenario.divergenceMaxAbs);
+  }
+  st.gossip->setModel(params);
+  if (!st.last) st.last = st.mixNode.get();  // round 0's line: the model the trainer starts from
+  STARLING_RETURN_IF_ERROR(writePending(st));
+  STARLING_RETURN_IF_ERROR(st.engine.begin(*st.mixNode));
+  st.mixParams = params;
+  return Status::ok();
+}
+
+Status Peer::Impl::mixWait() {
+  const auto finish = [this](auto& st) -> Status {
+    if (st.mixParams.data() == nullptr) return core::failedPrecondition("mixWait without mixStart");
+    const auto params = st.mixParams;
+    st.mixParams = {};
+    STARLING_RETURN_IF_ERROR(st.engine.complete(*st.mixNode));
+    const auto model = st.mixNode->model();
+    std::copy(model.begin(), model.end(), params.begin());
+    st.last = st.mixNode.get();
+    pendingRecord = st.engine.rounds();
+    return Status::ok();
+  };
+  if (auto* f = std::get_if<PeerState<float>>(&state)) return finish(*f);
+  if (auto* d = std::get_if<PeerState<double>>(&state)) return finish(*d);
+  return core::failedPrecondition("mixWait without mixStart");
+}
+
+Status Peer::Impl::log(const std::map<std::string, double>& m) {
+  if (closed) return core::failedPrecondition("log after close()");
+  for (const auto& [name, value] : m) {
+    if (!validMetricName(name)) {
+      return core::invalidArgument("log: metric name \"" + name +
+                                   "\" must be 1 to 64 of A-Z, a-z, 0-9, _ and .");
+    }
+    if (reservedMetricName(name)) {
+      return core::invalidArgument("log: \"" + name + "\" is one of Starling's own metrics");
+    }
+    metrics[name] = value;
+  }
+  return Status::ok();
+}
+
+uint64_t Peer::Impl::rounds() const {
+  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine.rounds();
+  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine.rounds();
+  return 0;
+}
+
+Status Peer::Impl::close() {
+  if (closed) return Status::ok();
+  closed = true;
+  Status result = writePendingAny();
+  const auto drain = [&](auto& st) {
+    // A mix still in flight is finished first: its neighbours wait for this round's message.
+    if (st.mixParams.data() != nullptr) {
+      if (Status s = mixWait(); !s.isOk() && result.isOk()) result = s;
+    }
+    if (st.engine.failure().isOk()) {
+      if (Status s = st.engine.flush(st.nodes()); !s.isOk() && result.isOk()) result = s;
+    }
+  };
+  if (auto* f = std::get_if<PeerState<float>>(&state)) drain(*f);
+  if (auto* d = std::get_if<PeerState<double>>(&state)) drain(*d);
+  state = std::monostate{};  // the nodes go before the transport they borrow
+  net.reset();               // closing it flushes what is in flight
+  hub.reset();
+  return result;
+}
+
+template Status Peer::Impl::step<float>(std::span<float>, std::span<const float>,
+                                        std::optional<double>);
+template Status Peer::Impl::step<double>(std::span<double>, std::span<const double>,
+                                         std::optional<double>);
+template Status Peer::Impl::mixStart<float>(std::span<float>);
+template Status Peer::Impl::mixStart<double>(std::span<double>);
+
+// The public door: every call forwards to Impl.
+Peer::Peer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Peer::~Peer() { (void)impl_->close(); }
+
+Status Peer::step(std::span<float> params, std::span<const float> grads, std::optional<double> lr) {
+  return impl_->step(params, grads, lr);
+}
+Status Peer::step(std::span<double> params, std::span<const double> grads,
+                  std::optional<double> lr) {
+  return impl_->step(params, grads, lr);
+}
+Status Peer::mixStart(std::span<float> params) { return impl_->mixStart(params); }
+Status Peer::mixStart(std::span<double> params) { return impl_->mixStart(params); }
+Status Peer::mixWait() { return impl_->mixWait(); }
+Status Peer::mix(std::span<float> params) {
+  STARLING_RETURN_IF_ERROR(impl_->mixStart(params));
+  return impl_->mixWait();
+}
+Status Peer::mix(std::span<double> params) {
+  STARLING_RETURN_IF_ERROR(impl_->mixStart(params));
+  return impl_->mixWait();
+}
+int Peer::rank() const { return impl_->rank; }
+int Peer::nodes() const { return impl_->scenario.nodes; }
+uint64_t Peer::round() const { return impl_->rounds(); }
+Status Peer::log(const std::map<std::string, double>& metrics) { return impl_->log(metrics); }
+Status Peer::log(std::string_view name, double value) {
+  return impl_->log({{std::string(name), value}});
+}
+Status Peer::close() { return impl_->close(); }
+
+}  // namespace starling

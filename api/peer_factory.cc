@@ -1,0 +1,272 @@
+// Making a starling::Peer: from a scenario file, from the environment `node-launcher run -- CMD`
+// sets, or from a PeerConfig (written out as the scenario JSON it stands for and parsed by the
+// same parser, so it is validated with the same messages).
+#include <cstdlib>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "api/peer_impl.h"
+#include "runtime/scenario_writer.h"
+#include "runtime/transport/factory.h"
+#include "runtime/transport/inproc/inproc_transport.h"
+
+namespace starling {
+namespace {
+
+// In-process runs: the Peers of one scenario in this process share a hub, found by the
+// scenario's hash. Weak: the hub goes with its last Peer.
+std::shared_ptr<transport::inproc::InprocHub> sharedHub(const runtime::Scenario& s) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<transport::inproc::InprocHub>> hubs;
+  const std::string key = runtime::scenarioHashHex(runtime::scenarioHash(s));
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto hub = hubs[key].lock()) return hub;
+  std::shared_ptr<transport::inproc::InprocHub> hub = transport::inproc::createHub(s.nodes);
+  hubs[key] = hub;
+  return hub;
+}
+
+std::vector<std::string> splitList(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = list.find(',', start);
+    const size_t end = comma == std::string::npos ? list.size() : comma;
+    if (end > start) out.push_back(list.substr(start, end - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+Result<int> parseRank(const std::string& value, const char* var) {
+  char* end = nullptr;
+  errno = 0;
+  const long r = std::strtol(value.c_str(), &end, 10);
+  if (errno != 0 || end == value.c_str() || *end != '\0' || r < 0 || r > (1 << 20)) {
+    return core::invalidArgument(std::string(var) + "=\"" + value + "\" is not a rank");
+  }
+  return static_cast<int>(r);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
+                                                 const PeerOptions& options) {
+  if (rank < 0 || rank >= s.nodes) {
+    return core::invalidArgument("rank " + std::to_string(rank) + " is not in 0.." +
+                                 std::to_string(s.nodes - 1) + " (" + s.file + " has " +
+                                 std::to_string(s.nodes) + " nodes)");
+  }
+  auto impl = std::make_unique<Peer::Impl>();
+  auto schedule = topology::Schedule::create(s.topology);
+  if (!schedule) return schedule.status().withContext(s.file + ": /topology");
+  impl->schedule = std::move(*schedule);
+  impl->rank = rank;
+  impl->outDir = options.outDir;
+  if (s.transport.kind == runtime::TransportConfig::Kind::kInproc) {
+    impl->hub = sharedHub(s);
+    impl->net = transport::inproc::createTransport(*impl->hub, rank);
+    impl->address = "inproc";
+  } else {
+    transport::NetworkOptions no;
+    no.rank = rank;
+    no.addresses = options.addresses.empty() ? runtime::peerAddresses(s) : options.addresses;
+    if (static_cast<int>(no.addresses.size()) != s.nodes) {
+      return core::invalidArgument("expected " + std::to_string(s.nodes) +
+                                   " peer addresses, got " + std::to_string(no.addresses.size()));
+    }
+    no.tls = s.transport.tls;
+    no.ucxTls = s.transport.ucxTls;
+    no.connectTimeout = std::chrono::milliseconds(s.transport.connectTimeoutMs);
+    no.maxEndpoints = s.transport.maxEndpoints;
+    no.sharedMemoryFrames = s.transport.shmFrames;
+    no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
+    no.spin = std::chrono::microseconds(s.transport.spinUs);
+    auto net = transport::createNetworkTransport(no);
+    if (!net) return net.status().withContext("rank " + std::to_string(rank));
+    impl->net = std::move(*net);
+    impl->address = no.addresses[rank];
+  }
+  impl->scenario = std::move(s);
+  return impl;
+}
+
+Result<std::unique_ptr<Peer>> Peer::fromScenario(const std::string& path, int rank) {
+  return fromScenario(path, rank, PeerOptions{});
+}
+
+Result<std::unique_ptr<Peer>> Peer::fromScenario(const std::string& path, int rank,
+                                                 const PeerOptions& options) {
+  auto s = runtime::loadScenario(path);
+  if (!s) return s.status();
+  auto impl = makePeerImpl(std::move(*s), rank, options);
+  if (!impl) return impl.status();
+  return std::unique_ptr<Peer>(new Peer(std::move(*impl)));
+}
+
+Result<std::unique_ptr<Peer>> Peer::fromEnv() {
+  const auto scenario = env("STARLING_SCENARIO");
+  if (!scenario) {
+    return core::invalidArgument(
+        "STARLING_SCENARIO is not set (start the trainer with `node-launcher run SCENARIO -- "
+        "COMMAND`, or set STARLING_SCENARIO and STARLING_RANK)");
+  }
+  std::optional<int> rank;
+  for (const char* var :
+       {"STARLING_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (auto v = env(var)) {
+      auto r = parseRank(*v, var);
+      if (!r) return r.status();
+      rank = *r;
+      break;
+    }
+  }
+  if (!rank) {
+    return core::invalidArgument(
+        "no rank: set STARLING_RANK (or run under srun or mpirun, which set SLURM_PROCID, "
+        "OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK)");
+  }
+  PeerOptions options;
+  options.outDir = env("STARLING_OUT").value_or("");
+  if (auto peers = env("STARLING_PEERS")) options.addresses = splitList(*peers);
+  auto s = runtime::loadScenario(*scenario);
+  if (!s) return s.status();
+  if (auto nodes = env("STARLING_NODES"); nodes && *nodes != std::to_string(s->nodes)) {
+    return core::invalidArgument("STARLING_NODES=" + *nodes + " but " + *scenario + " has " +
+                                 std::to_string(s->nodes) + " nodes");
+  }
+  auto impl = makePeerImpl(std::move(*s), *rank, options);
+  if (!impl) return impl.status();
+  return std::unique_ptr<Peer>(new Peer(std::move(*impl)));
+}
+
+namespace {
+
+const char* topologyName(PeerConfig::Topology t) {
+  switch (t) {
+    case PeerConfig::Topology::kRing: return "ring";
+    case PeerConfig::Topology::kLine: return "line";
+    case PeerConfig::Topology::kGrid: return "grid";
+    case PeerConfig::Topology::kRandom: return "random";
+    case PeerConfig::Topology::kExponential: return "exponential";
+    case PeerConfig::Topology::kComplete: return "complete";
+    case PeerConfig::Topology::kStar: return "star";
+  }
+  return "?";
+}
+
+const char* scheduleName(PeerConfig::Schedule s) {
+  switch (s) {
+    case PeerConfig::Schedule::kStatic: return "static";
+    case PeerConfig::Schedule::kOnePeerExponential: return "one_peer_exponential";
+    case PeerConfig::Schedule::kRandomMatching: return "random_matching";
+    case PeerConfig::Schedule::kEdgeDropout: return "edge_dropout";
+  }
+  return "?";
+}
+
+const char* algorithmName(PeerConfig::Algorithm a) {
+  switch (a) {
+    case PeerConfig::Algorithm::kDsgd: return "dsgd";
+    case PeerConfig::Algorithm::kExactDiffusion: return "exact_diffusion";
+    case PeerConfig::Algorithm::kGradientTracking: return "gradient_tracking";
+    case PeerConfig::Algorithm::kChoco: return "choco";
+    case PeerConfig::Algorithm::kNids: return "nids";
+    case PeerConfig::Algorithm::kLead: return "lead";
+    case PeerConfig::Algorithm::kProxLead: return "prox_lead";
+  }
+  return "?";
+}
+
+const char* codecName(PeerConfig::Codec c) {
+  switch (c) {
+    case PeerConfig::Codec::kIdentity: return "identity";
+    case PeerConfig::Codec::kFp16: return "fp16";
+    case PeerConfig::Codec::kBf16: return "bf16";
+    case PeerConfig::Codec::kTopK: return "topk";
+    case PeerConfig::Codec::kRandK: return "randk";
+    case PeerConfig::Codec::kSign: return "sign";
+    case PeerConfig::Codec::kQsgd: return "qsgd";
+    case PeerConfig::Codec::kNuqsgd: return "nuqsgd";
+    case PeerConfig::Codec::kNatural: return "natural";
+  }
+  return "?";
+}
+
+// The scenario a PeerConfig stands for (scenarios/README.md), as JSON.
+std::string scenarioJson(const PeerConfig& c) {
+  using json = nlohmann::ordered_json;
+  using C = PeerConfig;
+  json j;
+  j["schema_version"] = runtime::kScenarioSchemaVersion;
+  j["name"] = c.name;
+  j["nodes"] = c.nodes;
+  j["seed"] = c.seed;
+  json topo{{"kind", topologyName(c.topology)}};
+  if (c.topology == C::Topology::kGrid) {
+    topo["rows"] = c.gridRows;
+    topo["cols"] = c.gridCols;
+    if (c.torus) topo["torus"] = true;
+  }
+  if (c.topology == C::Topology::kRandom) topo["p"] = c.randomP;
+  json sched{{"kind", scheduleName(c.schedule)}};
+  if (c.schedule == C::Schedule::kEdgeDropout) sched["p"] = c.dropoutP;
+  topo["schedule"] = sched;
+  j["topology"] = topo;
+  json alg{{"kind", algorithmName(c.algorithm)}, {"step_size", c.stepSize}};
+  const bool usesGamma = c.algorithm == C::Algorithm::kDsgd || c.algorithm == C::Algorithm::kChoco ||
+                         c.algorithm == C::Algorithm::kLead || c.algorithm == C::Algorithm::kProxLead;
+  if (usesGamma) alg["gamma"] = c.gamma;
+  if (c.algorithm == C::Algorithm::kLead || c.algorithm == C::Algorithm::kProxLead) {
+    alg["alpha"] = c.alpha;
+  }
+  j["algorithm"] = alg;
+  if (c.codec != C::Codec::kIdentity) {
+    json co{{"kind", codecName(c.codec)}};
+    if (c.codec == C::Codec::kTopK || c.codec == C::Codec::kRandK) {
+      if (c.k > 0) {
+        co["k"] = c.k;
+      } else {
+        co["ratio"] = c.ratio;
+      }
+    }
+    if (c.codec == C::Codec::kQsgd || c.codec == C::Codec::kNuqsgd) {
+      co["bits"] = c.bits;
+      co["bucket"] = c.bucket;
+    }
+    if (c.codec == C::Codec::kQsgd && c.linfNorm) co["norm"] = "linf";
+    if (c.errorFeedback) co["error_feedback"] = true;
+    j["compression"] = co;
+  }
+  if (c.transport == C::Transport::kInProcess) {
+    j["transport"] = json{{"kind", "inproc"}};
+  } else {
+    j["transport"] = json{{"kind", "ucx"},
+                          {"tls", c.tls},
+                          {"connect_timeout_ms", c.connectTimeoutMs},
+                          {"round_timeout_ms", c.roundTimeoutMs}};
+    if (!c.addresses.empty()) j["peers"] = json{{"addresses", c.addresses}};
+  }
+  return j.dump(2);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Peer>> Peer::fromConfig(const PeerConfig& config) {
+  auto s = runtime::parseScenario(scenarioJson(config), "PeerConfig", ".");
+  if (!s) return s.status();
+  PeerOptions options;
+  options.outDir = config.outDir;
+  auto impl = makePeerImpl(std::move(*s), config.rank, options);
+  if (!impl) return impl.status();
+  return std::unique_ptr<Peer>(new Peer(std::move(*impl)));
+}
+
+}  // namespace starling

@@ -1,0 +1,102 @@
+// starling::Peer's insides: a scenario, its schedule, one transport, and per element type the
+// engine (runtime/engine.h) with up to two nodes: the algorithm's (step) and the gossip's (mix).
+// Internal: nothing here is installed.
+#pragma once
+
+#include <starling/peer.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "api/external_oracle.h"
+#include "compression/compressor.h"
+#include "optim/gossip.h"
+#include "runtime/engine.h"
+#include "runtime/node.h"
+#include "runtime/scenario.h"
+#include "runtime/transport/transport.h"
+#include "topology/schedule.h"
+
+namespace starling::transport::inproc {
+class InprocHub;
+}
+
+namespace starling {
+
+// Models longer than this are not written into the peer log's round lines (a trainer's network
+// can have millions of parameters; JSON every round would dwarf the training): merge then has
+// no consensus distance and no x_mean for them, only the trainer's own metrics.
+inline constexpr size_t kMaxLoggedModel = 4096;
+
+// Channels of the two nodes a Peer may drive over its one transport.
+inline constexpr uint32_t kStepChannel = runtime::kModelChannel;
+inline constexpr uint32_t kMixChannel = 1;
+
+template <typename T>
+struct PeerState {
+  PeerState(const runtime::Scenario& s, const topology::Schedule& schedule,
+            transport::Transport& net, runtime::EngineOptions options, size_t dimension)
+      : dim(dimension), engine(s, schedule, net, std::move(options)) {}
+
+  size_t dim;
+  runtime::Engine<T> engine;
+  // step(): the scenario's algorithm fed with the trainer's gradients.
+  api::ExternalOracle<T> oracle;
+  std::unique_ptr<compression::Compressor<T>> stepCodec;
+  std::unique_ptr<runtime::Node<T>> stepNode;
+  // mix(): gossip only.
+  optim::GossipAlgorithm<T>* gossip = nullptr;  // owned by mixNode
+  std::unique_ptr<compression::Compressor<T>> mixCodec;
+  std::unique_ptr<runtime::Node<T>> mixNode;
+  std::span<T> mixParams;  // between mixStart and mixWait
+  const runtime::Node<T>* last = nullptr;  // the node of the last round (its model is logged)
+
+  std::vector<const runtime::Node<T>*> nodes() const {
+    std::vector<const runtime::Node<T>*> out;
+    if (stepNode) out.push_back(stepNode.get());
+    if (mixNode) out.push_back(mixNode.get());
+    return out;
+  }
+};
+
+class Peer::Impl {
+ public:
+  runtime::Scenario scenario;
+  std::unique_ptr<topology::Schedule> schedule;
+  int rank = 0;
+  std::string address;
+  std::string outDir;
+  std::shared_ptr<transport::inproc::InprocHub> hub;  // in-process runs; outlives `net`
+  std::unique_ptr<transport::Transport> net;
+  std::variant<std::monostate, PeerState<float>, PeerState<double>> state;
+  std::map<std::string, double> metrics;  // logged since the last round line
+  std::optional<uint64_t> pendingRecord;  // a round whose line waits for the trainer's metrics
+  bool closed = false;
+
+  template <typename T>
+  Status step(std::span<T> params, std::span<const T> grads, std::optional<double> lr);
+  template <typename T>
+  Status mixStart(std::span<T> params);
+  Status mixWait();
+  Status log(const std::map<std::string, double>& m);
+  Status close();
+  uint64_t rounds() const;
+
+ private:
+  template <typename T>
+  Result<PeerState<T>*> stateFor(size_t dim, const char* call);
+  template <typename T>
+  Status writePending(PeerState<T>& st);
+  Status writePendingAny();
+  template <typename T>
+  Status record(PeerState<T>& st);
+};
+
+// Builds a Peer's Impl for `rank` of `scenario` (validated), with its transport.
+Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario scenario, int rank,
+                                                 const PeerOptions& options);
+
+}  // namespace starling

@@ -1,0 +1,115 @@
+#include "optim/gossip.h"
+
+#include <algorithm>
+#include <map>
+#include <vector>
+
+namespace starling::optim {
+namespace {
+
+template <typename T>
+class PlainGossip final : public GossipAlgorithm<T> {
+ public:
+  PlainGossip(double gamma, size_t dim) : gamma_(static_cast<T>(gamma)), x_(dim, T(0)) {}
+
+  void setModel(std::span<const T> x) override { std::copy(x.begin(), x.end(), x_.begin()); }
+  size_t messageSize() const override { return x_.size(); }
+  void prepare(const RoundInfo&, std::span<T> out) override {
+    std::copy(x_.begin(), x_.end(), out.begin());
+  }
+  void absorb(const RoundInfo&, std::span<const T> own,
+              std::span<const NeighborMessage<T>> nbrs) override {
+    const size_t d = x_.size();
+    for (size_t k = 0; k < d; ++k) x_[k] = own[k];
+    for (const auto& n : nbrs) {
+      const T w = gamma_ * static_cast<T>(n.weight);
+      const T* m = n.message.data();
+      for (size_t k = 0; k < d; ++k) x_[k] += w * (m[k] - own[k]);
+    }
+  }
+  std::span<const T> model() const override { return x_; }
+
+ private:
+  const T gamma_;
+  std::vector<T> x_;
+};
+
+template <typename T>
+class ChocoGossip final : public GossipAlgorithm<T> {
+ public:
+  ChocoGossip(double gamma, size_t dim, bool tracking)
+      : gamma_(static_cast<T>(gamma)), tracking_(tracking), x_(dim, T(0)), hat_(dim, T(0)),
+        s_(dim, T(0)) {}
+
+  void setModel(std::span<const T> x) override { std::copy(x.begin(), x.end(), x_.begin()); }
+  size_t messageSize() const override { return x_.size(); }
+  void prepare(const RoundInfo&, std::span<T> out) override {
+    for (size_t k = 0; k < x_.size(); ++k) out[k] = x_[k] - hat_[k];
+  }
+
+  void absorb(const RoundInfo& info, std::span<const T> own,
+              std::span<const NeighborMessage<T>> nbrs) override {
+    const size_t d = x_.size();
+    if (!tracking_) {
+      const T self = static_cast<T>(info.selfWeight);
+      for (size_t k = 0; k < d; ++k) {
+        hat_[k] += own[k];
+        s_[k] += self * own[k];
+      }
+      for (const auto& n : nbrs) {
+        const T w = static_cast<T>(n.weight);
+        for (size_t k = 0; k < d; ++k) s_[k] += w * n.message[k];
+      }
+      step();
+      return;
+    }
+    for (size_t k = 0; k < d; ++k) hat_[k] += own[k];
+    for (const auto& n : nbrs) {
+      std::vector<T>& h = peers_.try_emplace(n.peer, d, T(0)).first->second;
+      for (size_t k = 0; k < d; ++k) h[k] += n.message[k];
+    }
+    for (const auto& n : nbrs) {
+      if (n.weight == 0.0) continue;
+      const T w = gamma_ * static_cast<T>(n.weight);
+      const std::vector<T>& h = peers_.at(n.peer);
+      for (size_t k = 0; k < d; ++k) x_[k] += w * (h[k] - hat_[k]);
+    }
+  }
+
+  bool tracksNeighbors() const override { return tracking_; }
+  bool absorbsCombined() const override { return !tracking_; }
+  void absorbCombined(const RoundInfo&, std::span<const T> own,
+                      std::span<const T> combined) override {
+    for (size_t k = 0; k < x_.size(); ++k) {
+      hat_[k] += own[k];
+      s_[k] += combined[k];
+    }
+    step();
+  }
+  std::span<const T> model() const override { return x_; }
+
+ private:
+  // x <- x + gamma (s - x-hat) = x + gamma sum_j w_ij (x-hat_j - x-hat_i).
+  void step() {
+    for (size_t k = 0; k < x_.size(); ++k) x_[k] += gamma_ * (s_[k] - hat_[k]);
+  }
+
+  const T gamma_;
+  const bool tracking_;
+  std::vector<T> x_, hat_, s_;
+  std::map<int, std::vector<T>> peers_;  // time-varying: x-hat_j of every neighbour heard from
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<GossipAlgorithm<T>> createGossip(double gamma, size_t dim, bool compressed,
+                                                 bool timeVarying) {
+  if (!compressed) return std::make_unique<PlainGossip<T>>(gamma, dim);
+  return std::make_unique<ChocoGossip<T>>(gamma, dim, timeVarying);
+}
+
+template std::unique_ptr<GossipAlgorithm<float>> createGossip<float>(double, size_t, bool, bool);
+template std::unique_ptr<GossipAlgorithm<double>> createGossip<double>(double, size_t, bool, bool);
+
+}  // namespace starling::optim

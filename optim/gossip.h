@@ -1,0 +1,36 @@
+// Gossip averaging without a gradient step: the public Peer's mix(), for trainers that keep their
+// own optimizer (docs/algorithms.md, "Gossip for trainers with their own optimizer").
+//
+// The model is set from the trainer's parameters before every round (setModel), because the
+// trainer changes them between rounds. Uncompressed (the identity codec), one round is
+//   x_i <- x_i + gamma sum_j w_ij (x_j - x_i)       (sends x_i; gamma = 1: x_i <- sum_j w_ij x_j)
+// in difference form, so the rounded self weight never enters. With a lossy codec it is
+// CHOCO-gossip (Koloskova, Stich, Jaggi 2019, Alg. 1): sender and receivers track reference points
+// x-hat, only compressed differences travel, so compression errors do not accumulate:
+//   send q_i = C(x_i - x-hat_i);  x-hat_j <- x-hat_j + q_j (all j, self included);
+//   x_i <- x_i + gamma sum_j w_ij (x-hat_j - x-hat_i)
+// On a static graph s = sum_j w_ij x-hat_j (self included) is kept as a running sum; on a
+// time-varying one every neighbour's x-hat_j is tracked (Algorithm::tracksNeighbors).
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "optim/algorithm.h"
+
+namespace starling::optim {
+
+template <typename T>
+class GossipAlgorithm : public Algorithm<T> {
+ public:
+  // The point the next round starts from (x.size() == messageSize()).
+  virtual void setModel(std::span<const T> x) = 0;
+};
+
+// `compressed`: the messages go through a lossy codec (CHOCO-gossip); `timeVarying`: the mixing
+// matrix changes between rounds.
+template <typename T>
+std::unique_ptr<GossipAlgorithm<T>> createGossip(double gamma, size_t dim, bool compressed,
+                                                 bool timeVarying);
+
+}  // namespace starling::optim

@@ -1,0 +1,145 @@
+#include "runtime/engine.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "runtime/experiment.h"
+#include "runtime/peer.h"
+
+namespace starling::runtime {
+namespace {
+
+using Clock = transport::Clock;
+// How often a waiting peer looks at its stop flag.
+constexpr auto kStopPoll = std::chrono::milliseconds(200);
+
+}  // namespace
+
+template <typename T>
+Engine<T>::Engine(const Scenario& s, const topology::Schedule& schedule, transport::Transport& net,
+                  EngineOptions options)
+    : s_(s), schedule_(schedule), net_(net), opt_(std::move(options)), start_(Clock::now()) {}
+
+template <typename T>
+void Engine<T>::say(const std::string& line) const {
+  if (opt_.log) {
+    opt_.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+template <typename T>
+double Engine<T>::wallSeconds() const {
+  return std::chrono::duration<double>(Clock::now() - start_).count();
+}
+
+template <typename T>
+core::Status Engine<T>::open() {
+  start_ = Clock::now();
+  if (opt_.outDir.empty()) return core::Status::ok();
+  std::error_code ec;
+  std::filesystem::create_directories(opt_.outDir / "peers", ec);
+  if (ec) {
+    return core::ioError("cannot create " + (opt_.outDir / "peers").string() + ": " + ec.message());
+  }
+  auto created = LineFile::create(peerLogPath(opt_.outDir, opt_.rank));
+  if (!created) return created.status();
+  out_ = std::move(*created);
+  return out_->append(peerLogHeader(s_, opt_.rank, opt_.address));
+}
+
+template <typename T>
+double Engine<T>::stepSizeAt(std::optional<double> stepSize) const {
+  return stepSize ? *stepSize : s_.algorithm.stepSize.at(round_);
+}
+
+template <typename T>
+core::Status Engine<T>::begin(Node<T>& node, std::optional<double> stepSize) {
+  if (!failure_.isOk()) return failure_;
+  if (inRound_) return core::failedPrecondition("a round is already in flight");
+  const auto topo = schedule_.at(round_);
+  deadline_ = Clock::now() + std::chrono::milliseconds(s_.transport.roundTimeoutMs);
+  if (auto st = node.startRound(round_, *topo, stepSizeAt(stepSize), deadline_); !st.isOk()) {
+    return fail(st, &node);
+  }
+  inRound_ = &node;
+  return core::Status::ok();
+}
+
+template <typename T>
+core::Status Engine<T>::wait(Node<T>& node) {
+  while (!node.roundComplete()) {
+    if (opt_.stop && opt_.stop->load()) return core::cancelled("stopped by a signal");
+    // Receives expire at the deadline and complete with kTimeout; the margin only bounds this
+    // loop if a completion were ever lost.
+    if (Clock::now() > deadline_ + std::chrono::seconds(5)) {
+      return core::internalError("round did not complete after its deadline");
+    }
+    auto ran = net_.progress(std::min(Clock::now() + kStopPoll, deadline_ + std::chrono::seconds(1)));
+    if (!ran) return ran.status();
+  }
+  return node.finishRound();
+}
+
+template <typename T>
+core::Status Engine<T>::complete(Node<T>& node) {
+  if (!failure_.isOk()) return failure_;
+  if (inRound_ != &node) return core::failedPrecondition("no round of this node is in flight");
+  inRound_ = nullptr;
+  if (auto st = wait(node); !st.isOk()) return fail(st, &node);
+  ++round_;
+  return core::Status::ok();
+}
+
+template <typename T>
+core::Status Engine<T>::round(Node<T>& node, std::optional<double> stepSize) {
+  STARLING_RETURN_IF_ERROR(begin(node, stepSize));
+  return complete(node);
+}
+
+template <typename T>
+core::Status Engine<T>::append(const std::string& line) {
+  if (!out_) return core::Status::ok();
+  return out_->append(line);
+}
+
+template <typename T>
+core::Status Engine<T>::fail(const core::Status& raw, const Node<T>* node) {
+  if (!failure_.isOk()) return failure_;
+  const auto context = "rank " + std::to_string(opt_.rank) + ", round " + std::to_string(round_);
+  failure_ = explainRoundFailure(s_, raw, context);
+  if (failure_.isOk()) failure_ = core::internalError(context + ": failed with an ok status");
+  // The others learn from this line whom this peer lost (the launcher and `merge` name the
+  // root cause of a cascade from it). Best effort: the error itself is what is returned.
+  if (out_) {
+    PeerFailure f{opt_.rank, round_, std::string(core::statusCodeName(failure_.code())),
+                  failure_.code() == core::StatusCode::kCancelled || node == nullptr
+                      ? std::nullopt
+                      : node->lostNeighbour(),
+                  failure_.message()};
+    (void)out_->append(peerFailureLine(f));
+  }
+  return failure_;
+}
+
+template <typename T>
+core::Status Engine<T>::flush(const std::vector<const Node<T>*>& nodes) {
+  const auto inFlight = [&] {
+    size_t n = 0;
+    for (const Node<T>* node : nodes) n += node->sendsInFlight();
+    return n;
+  };
+  const auto flushDeadline = Clock::now() + std::chrono::milliseconds(s_.transport.connectTimeoutMs);
+  while (inFlight() > 0 && Clock::now() < flushDeadline) {
+    if (opt_.stop && opt_.stop->load()) break;
+    auto ran = net_.progress(std::min(Clock::now() + kStopPoll, flushDeadline));
+    if (!ran) return ran.status();
+  }
+  return core::Status::ok();
+}
+
+template class Engine<float>;
+template class Engine<double>;
+
+}  // namespace starling::runtime

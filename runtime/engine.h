@@ -1,0 +1,97 @@
+// Engine: the round loop of one peer, shared by every way Starling runs a peer over a network
+// transport: `node-launcher peer` (runPeer, the problem's own gradients) and the public
+// starling::Peer inside a user's trainer (the trainer's gradients). It drives Nodes one round at
+// a time over a borrowed Transport, stops on the stop flag, names failed rounds, keeps the peer
+// log (runtime/peer.h has its format) and hands the last messages to the network at the end.
+//
+// The simulator drives its n nodes round-robin on one thread (start all, then finish all) and
+// therefore uses Node directly; everything a round does is in Node either way.
+// Thread-safety: none; an Engine, its nodes and its transport are driven by one thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/line_file.h"
+#include "runtime/node.h"
+#include "runtime/scenario.h"
+#include "runtime/transport/transport.h"
+#include "topology/schedule.h"
+
+namespace starling::runtime {
+
+struct EngineOptions {
+  int rank = 0;
+  std::filesystem::path outDir;  // peers/rank-R.jsonl goes here; empty: no peer log
+  std::string address;           // this peer's listen address, for the log header
+  // Polled between waits (at least every 200 ms); when it becomes true the round stops with
+  // kCancelled. Owned by the caller (a signal handler's flag).
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const std::string&)> log;  // diagnostics; default stderr
+};
+
+template <typename T>
+class Engine {
+ public:
+  // `s`, `schedule` and `net` are borrowed and must outlive the engine.
+  Engine(const Scenario& s, const topology::Schedule& schedule, transport::Transport& net,
+         EngineOptions options);
+
+  // Creates the peer log (when there is an out dir) and writes its header.
+  core::Status open();
+
+  // One round on `node`: start it (the algorithm prepares and sends), drive the transport until
+  // every neighbour's message is in, finish it (absorb). `stepSize` overrides the scenario's
+  // schedule for this round. begin + complete is the same round split in two. On error the engine
+  // is failed (see fail()).
+  core::Status round(Node<T>& node, std::optional<double> stepSize = std::nullopt);
+  core::Status begin(Node<T>& node, std::optional<double> stepSize = std::nullopt);
+  core::Status complete(Node<T>& node);
+  bool inRound() const { return inRound_ != nullptr; }
+
+  // Rounds completed.
+  uint64_t rounds() const { return round_; }
+  // The step size of the next round: the scenario's schedule unless overridden.
+  double stepSizeAt(std::optional<double> stepSize) const;
+
+  // Appends one line to the peer log (nothing without an out dir). Round lines are written by
+  // the engine's users (runPeer, the public Peer), which know what their model is.
+  core::Status append(const std::string& line);
+
+  // Makes `st` the engine's failure: explains it (explainRoundFailure), writes the failure line
+  // naming the neighbour `node` lost, and returns it. Later calls return it again.
+  core::Status fail(const core::Status& st, const Node<T>* node);
+  const core::Status& failure() const { return failure_; }
+
+  // Drives the transport until every send of `nodes` has completed (their neighbours still need
+  // this peer's last messages), at most connect_timeout_ms.
+  core::Status flush(const std::vector<const Node<T>*>& nodes);
+
+  double wallSeconds() const;
+  void say(const std::string& line) const;
+
+ private:
+  core::Status wait(Node<T>& node);
+
+  const Scenario& s_;
+  const topology::Schedule& schedule_;
+  transport::Transport& net_;
+  EngineOptions opt_;
+  std::unique_ptr<LineFile> out_;
+  uint64_t round_ = 0;
+  Node<T>* inRound_ = nullptr;
+  transport::Clock::time_point deadline_{};
+  transport::Clock::time_point start_;
+  core::Status failure_;
+};
+
+}  // namespace starling::runtime

@@ -1,0 +1,308 @@
+// starling::Peer (include/starling/peer.h): 4 Peers on 4 threads of this process, over the
+// in-process transport and over UCX loopback. step() fed with the gradient a "trainer" computes
+// from the same local objective the simulator uses must give the simulator's iterates bit for bit
+// for every algorithm (so every oracle call is at the current model, once per round); mix() is
+// checked against sums written out by hand.
+#include <starling/peer.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "optim/problem.h"
+#include "runtime/experiment.h"
+#include "runtime/launcher.h"
+#include "runtime/scenario.h"
+#include "runtime/simulator.h"
+
+using namespace starling;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::filesystem::path writeScenario(const std::string& name, const std::string& json) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("starling-peer-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / (name + ".json");
+  std::ofstream(path) << json;
+  return path;
+}
+
+// Ring of 4 (Metropolis weights 1/3), least squares on synthetic data.
+std::string ring4(const std::string& algorithm, uint64_t rounds, const std::string& transport,
+                  const std::string& extra = "") {
+  return R"({"schema_version": 1, "name": "peer-test", "nodes": 4, "seed": 3, "rounds": )" +
+         std::to_string(rounds) +
+         R"(, "topology": {"kind": "ring"},
+     "problem": {"kind": "least_squares", "l2": 0.05,
+                 "data": {"synthetic": {"samples": 200, "features": 10, "heterogeneity": 1.0}}},
+     "algorithm": )" + algorithm + R"(, "transport": )" + transport + extra + "}";
+}
+
+const char* kInproc = R"({"kind": "inproc"})";
+
+// Runs `body(rank)` on 4 threads and returns their statuses.
+std::vector<Status> onThreads(int n, const std::function<Status(int)>& body) {
+  std::vector<Status> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { out[r] = body(r); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// Each rank trains with the gradient of its own shard of `e` (what the simulator's node computes)
+// through Peer::step, and returns its final model.
+std::vector<std::vector<double>> trainWithPeers(const runtime::Experiment& e,
+                                                const std::string& path, uint64_t steps,
+                                                const std::vector<std::string>& addresses = {}) {
+  const runtime::Scenario& s = e.scenario;
+  std::vector<std::vector<double>> models(s.nodes);
+  const auto statuses = onThreads(s.nodes, [&](int rank) -> Status {
+    PeerOptions po;
+    po.addresses = addresses;
+    auto peer = Peer::fromScenario(path, rank, po);
+    if (!peer) return peer.status();
+    auto objective = optim::LocalObjective<double>::create(
+        s.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), s.nodes);
+    std::vector<double> x(static_cast<size_t>(e.data.features), 0.0), g(x.size());
+    for (uint64_t t = 0; t < steps; ++t) {
+      objective->gradient(x, g);  // the trainer's own backward pass
+      if (auto st = (*peer)->step(std::span<double>(x), std::span<const double>(g)); !st.isOk()) {
+        return st;
+      }
+    }
+    models[rank] = x;
+    return (*peer)->close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  return models;
+}
+
+runtime::Experiment experiment(const std::filesystem::path& path) {
+  auto s = runtime::loadScenario(path.string());
+  INFO(s.status().toString());
+  REQUIRE(s.isOk());
+  auto e = runtime::prepareExperiment(*s);
+  INFO(e.status().toString());
+  REQUIRE(e.isOk());
+  return std::move(*e);
+}
+
+}  // namespace
+
+TEST_CASE("step with the trainer's gradient gives the simulator's iterates bit for bit",
+          "[api][unit]") {
+  const uint64_t kRounds = 25;
+  const std::vector<std::pair<const char*, const char*>> algorithms = {
+      {"dsgd", R"({"kind": "dsgd", "step_size": 0.1})"},
+      {"exact_diffusion", R"({"kind": "exact_diffusion", "step_size": 0.1})"},
+      {"gradient_tracking", R"({"kind": "gradient_tracking", "step_size": 0.05})"},
+      {"choco", R"({"kind": "choco", "step_size": 0.1, "gamma": 0.8})"},
+      {"nids", R"({"kind": "nids", "step_size": 0.1})"},
+      {"lead", R"({"kind": "lead", "step_size": 0.1, "gamma": 1, "alpha": 0.5})"},
+      {"prox_lead", R"({"kind": "prox_lead", "step_size": 0.1, "gamma": 1, "alpha": 0.5})"},
+  };
+  for (const auto& [name, algorithm] : algorithms) {
+    DYNAMIC_SECTION(name) {
+      const auto path = writeScenario(name, ring4(algorithm, kRounds, kInproc));
+      const auto e = experiment(path);
+      auto sim = runtime::simulate(e, {});
+      REQUIRE(sim.isOk());
+      // nids, lead and prox_lead: the first step is their local step from x0 (no round).
+      const std::string n = name;
+      const bool warmup = n == "nids" || n == "lead" || n == "prox_lead";
+      const auto models = trainWithPeers(e, path.string(), kRounds + (warmup ? 1 : 0));
+      for (int r = 0; r < 4; ++r) {
+        CAPTURE(r);
+        REQUIRE(models[r].size() == sim->models[r].size());
+        for (size_t k = 0; k < models[r].size(); ++k) {
+          CAPTURE(k);
+          CHECK(models[r][k] == sim->models[r][k]);  // bit for bit
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("step over UCX loopback gives the simulator's iterates", "[api][unit][ucx]") {
+  auto ports = runtime::freeLoopbackPorts(4);
+  REQUIRE(ports.isOk());
+  std::vector<std::string> addresses;
+  for (uint16_t p : *ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
+  const auto path = writeScenario(
+      "ucx", ring4(R"({"kind": "exact_diffusion", "step_size": 0.1})", 20, R"({"kind": "ucx"})"));
+  const auto e = experiment(path);
+  auto sim = runtime::simulate(e, {});
+  REQUIRE(sim.isOk());
+  const auto models = trainWithPeers(e, path.string(), 20, addresses);
+  for (int r = 0; r < 4; ++r) CHECK(models[r] == sim->models[r]);
+}
+
+TEMPLATE_TEST_CASE("mix without compression is x_i <- sum_j w_ij x_j", "[api][unit]", float,
+                   double) {
+  const auto path = writeScenario(
+      "mix", ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
+  const size_t d = 7;
+  auto start = [&](int rank) {
+    std::vector<TestType> x(d);
+    for (size_t k = 0; k < d; ++k) x[k] = static_cast<TestType>((rank + 1) * (k + 1) + 0.25 * rank);
+    return x;
+  };
+  std::vector<std::vector<TestType>> after(4);
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    auto peer = Peer::fromScenario(path.string(), rank);
+    if (!peer) return peer.status();
+    auto x = start(rank);
+    // Two rounds: one mix, then one split in two with work in between.
+    STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<TestType>(x)));
+    after[rank] = x;
+    STARLING_RETURN_IF_ERROR((*peer)->mixStart(std::span<TestType>(x)));
+    STARLING_RETURN_IF_ERROR((*peer)->mixWait());
+    if ((*peer)->round() != 2) return Status(StatusCode::kInternal, "round() is not 2");
+    return (*peer)->close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  // Ring of 4 with Metropolis weights: every w_ij = 1/3 (self included).
+  const double tol = std::is_same_v<TestType, float> ? 1e-6 : 1e-14;
+  for (int i = 0; i < 4; ++i) {
+    const auto a = start((i + 3) % 4), b = start(i), c = start((i + 1) % 4);
+    for (size_t k = 0; k < d; ++k) {
+      const double want = (double(a[k]) + double(b[k]) + double(c[k])) / 3.0;
+      CHECK(std::abs(double(after[i][k]) - want) <= tol * std::abs(want));
+    }
+  }
+}
+
+TEST_CASE("mix with a quantizer (CHOCO-gossip) keeps the average and reaches it",
+          "[api][unit]") {
+  const auto path = writeScenario(
+      "mixq", ring4(R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5})", 1, kInproc,
+                    R"(, "compression": {"kind": "qsgd", "bits": 4})"));
+  const size_t d = 50;
+  auto start = [&](int rank) {
+    std::vector<double> x(d);
+    for (size_t k = 0; k < d; ++k) x[k] = std::sin(1.0 + rank * 7.0 + k) * (rank + 1);
+    return x;
+  };
+  std::vector<double> mean(d, 0.0);
+  for (int r = 0; r < 4; ++r) {
+    const auto x = start(r);
+    for (size_t k = 0; k < d; ++k) mean[k] += x[k] / 4;
+  }
+  std::vector<std::vector<double>> final(4);
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    auto peer = Peer::fromScenario(path.string(), rank);
+    if (!peer) return peer.status();
+    auto x = start(rank);
+    for (int t = 0; t < 300; ++t) STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<double>(x)));
+    final[rank] = x;
+    return (*peer)->close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  double worst = 0;
+  for (int r = 0; r < 4; ++r) {
+    for (size_t k = 0; k < d; ++k) worst = std::max(worst, std::abs(final[r][k] - mean[k]));
+  }
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("Peer refuses what it cannot do, with Starling's messages", "[api][unit]") {
+  const auto path = writeScenario(
+      "errors", ring4(R"({"kind": "exact_diffusion", "step_size": 0.1})", 1, kInproc,
+                      R"(, "peers": {"addresses": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"]})"));
+  SECTION("a rank outside the scenario") {
+    auto peer = Peer::fromScenario(path.string(), 4);
+    REQUIRE_FALSE(peer);
+    CHECK(peer.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(peer.status().toString(), Contains("rank 4 is not in 0..3"));
+  }
+  SECTION("a missing scenario") {
+    auto peer = Peer::fromScenario("/nonexistent/s.json", 0);
+    REQUIRE_FALSE(peer);
+    CHECK_THAT(peer.status().toString(), Contains("/nonexistent/s.json"));
+  }
+  SECTION("another element type or dimension after the first call") {
+    auto peer = Peer::fromScenario(path.string(), 0);
+    REQUIRE(peer);
+    std::vector<double> x(3, 0.0);
+    std::vector<float> xf(3, 0.0f);
+    // mixStart only starts the round: nothing waits for the neighbours here.
+    REQUIRE((*peer)->mixStart(std::span<double>(x)).isOk());
+    const Status typed = (*peer)->mixStart(std::span<float>(xf));
+    CHECK(typed.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(typed.message(), Contains("float32"));
+    std::vector<double> y(4, 0.0);
+    const Status sized = (*peer)->mixStart(std::span<double>(y));
+    CHECK(sized.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(sized.message(), Contains("4 parameters"));
+  }
+  SECTION("step with mismatched gradient length") {
+    auto peer = Peer::fromScenario(path.string(), 0);
+    REQUIRE(peer);
+    std::vector<double> x(3, 0.0), g(2, 0.0);
+    const Status st = (*peer)->step(std::span<double>(x), std::span<const double>(g));
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+  }
+  SECTION("metric names") {
+    auto peer = Peer::fromScenario(path.string(), 0);
+    REQUIRE(peer);
+    CHECK((*peer)->log("loss", 0.5).isOk());
+    CHECK((*peer)->log("rel_error", 0.5).code() == StatusCode::kInvalidArgument);
+    CHECK((*peer)->log("bad name", 0.5).code() == StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("a neighbour with another dimension is named in the error", "[api][unit][ucx]") {
+  auto ports = runtime::freeLoopbackPorts(2);
+  REQUIRE(ports.isOk());
+  const auto path = writeScenario("mismatch", R"({"schema_version": 1, "name": "mismatch",
+      "nodes": 2, "topology": {"kind": "line"},
+      "algorithm": {"kind": "dsgd", "step_size": 0.1},
+      "transport": {"kind": "ucx", "round_timeout_ms": 1500},
+      "peers": {"addresses": ["127.0.0.1:)" + std::to_string((*ports)[0]) +
+                                                   R"(", "127.0.0.1:)" +
+                                                   std::to_string((*ports)[1]) + R"("]}})");
+  std::vector<Status> st = onThreads(2, [&](int rank) -> Status {
+    auto peer = Peer::fromScenario(path.string(), rank);
+    if (!peer) return peer.status();
+    std::vector<double> x(rank == 0 ? 5 : 6, 1.0), g(x.size(), 0.0);
+    return (*peer)->step(std::span<double>(x), std::span<const double>(g));
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO(st[r].toString());
+    CHECK(st[r].code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st[r].message(), Contains("rank " + std::to_string(1 - r) + " sent " +
+                                         std::to_string(r == 0 ? 6 : 5) + " values"));
+  }
+}
+
+TEST_CASE("step refuses parameters changed behind its back", "[api][unit]") {
+  const auto path = writeScenario(
+      "changed", R"({"schema_version": 1, "name": "changed", "nodes": 1,
+      "topology": {"kind": "ring"}, "algorithm": {"kind": "dsgd", "step_size": 0.5},
+      "transport": {"kind": "inproc"}})");
+  auto peer = Peer::fromScenario(path.string(), 0);
+  REQUIRE(peer);
+  std::vector<double> x = {1.0, 2.0}, g = {1.0, 1.0};
+  REQUIRE((*peer)->step(std::span<double>(x), std::span<const double>(g)).isOk());
+  CHECK(x == std::vector<double>{0.5, 1.5});  // one node: x - eta g
+  CHECK((*peer)->round() == 1);
+  x[1] = 7.0;
+  const Status st = (*peer)->step(std::span<double>(x), std::span<const double>(g));
+  CHECK(st.code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(st.message(), Contains("element 1"));
+}
