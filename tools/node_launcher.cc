@@ -1,7 +1,6 @@
 // node-launcher: the command-line front end of Starling.
 //
 //   node-launcher run      SCENARIO [--out DIR] [--rounds N] [--seed S]
-//   node-launcher run      SCENARIO [--out DIR] -- COMMAND [ARGS...]   (the user's trainer)
 //   node-launcher peer     SCENARIO [--rank R] [--out DIR] [--peers H:P,...] [--rounds N] [--seed S]
 //   node-launcher simulate SCENARIO [--out DIR] [--rounds N] [--seed S]
 //   node-launcher merge    SCENARIO --out DIR [--rounds N] [--seed S]
@@ -142,23 +141,11 @@ int runFailed(const core::Status& st) {
   return kExitFailure;
 }
 
-// A scenario without a problem or without rounds is for a trainer that owns model, data and step
-// count (starling::Peer); only `run SCENARIO -- COMMAND` can run it.
-core::Status needsTrainer(const runtime::Scenario& s, const std::string& path) {
-  const char* missing = !s.hasProblem ? "\"problem\"" : s.rounds == 0 ? "\"rounds\"" : nullptr;
-  if (missing == nullptr) return core::Status::ok();
-  return core::invalidArgument(path + ": no " + missing +
-                               ": this scenario is for a trainer that owns its model, data and "
-                               "step count; run it with `node-launcher run " + path +
-                               " -- COMMAND [ARGS...]`");
-}
-
 core::Result<runtime::Experiment> load(const std::string& path, std::optional<uint64_t> rounds,
                                        std::optional<uint64_t> seed, bool solve) {
   auto scenario = runtime::loadScenario(path);
   if (!scenario) return scenario.status();
   runtime::applyOverrides(*scenario, rounds, seed);
-  STARLING_RETURN_IF_ERROR(needsTrainer(*scenario, path));
   return runtime::prepareExperiment(*scenario, {.solve = solve});
 }
 
@@ -243,7 +230,7 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
 
 }  // namespace
 
-int launcherMain(int argc, char** argv) {
+int main(int argc, char** argv) {
   runtime::ignoreFileSizeSignal();  // a full disk or file-size limit is an error, not a crash
   const std::vector<std::string> command(argv, argv + argc);
   CLI::App app{"Starling node launcher: decentralized training without a server"};
@@ -266,10 +253,6 @@ int launcherMain(int argc, char** argv) {
   run->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
   run->add_option("--rounds", flags.rounds, roundsHelp);
   run->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
-  std::vector<std::string> trainerCommand;
-  run->add_option("command", trainerCommand,
-                  "after --: the trainer to start once per node (it makes its starling::Peer "
-                  "with Peer::fromEnv())");
 
   std::string peerList;
   auto* peer = app.add_subcommand("peer", "run one peer (rank from --rank, SLURM_PROCID, "
@@ -314,11 +297,6 @@ int launcherMain(int argc, char** argv) {
   if (*val) {
     int rc = 0;
     for (const auto& path : validatePaths) {
-      if (auto s = runtime::loadScenario(path); s && !needsTrainer(*s, path).isOk()) {
-        std::printf("%s: ok (%s, %d nodes, for a trainer: run it with `node-launcher run %s -- "
-                    "COMMAND`)\n", path.c_str(), s->name.c_str(), s->nodes, path.c_str());
-        continue;
-      }
       auto e = load(path, std::nullopt, std::nullopt, /*solve=*/true);
       if (!e) {
         rc = std::max(rc, report(e.status()));
@@ -340,9 +318,7 @@ int launcherMain(int argc, char** argv) {
     const auto fmt = format == "json"  ? runtime::ReportFormat::kJson
                      : format == "dot" ? runtime::ReportFormat::kDot
                                        : runtime::ReportFormat::kText;
-    std::fputs(runtime::describeRound(num->round, *(*schedule)->at(num->round), fmt,
-                                      &scenario->topology)
-                   .c_str(),
+    std::fputs(runtime::describeRound(num->round, *(*schedule)->at(num->round), fmt).c_str(),
                stdout);
     return 0;
   }
@@ -390,40 +366,6 @@ int launcherMain(int argc, char** argv) {
 
   if (*merge) return mergeRun(scenarioPath, outDir, *num, command);
 
-  if (*run && !trainerCommand.empty()) {
-    auto scenario = runtime::loadScenario(scenarioPath);
-    if (!scenario) return report(scenario.status());
-    if (rounds || seed) {
-      return report(core::invalidArgument("--rounds and --seed do not apply to a trainer's run (the "
-                                          "trainer decides its steps; set seed in the scenario)"));
-    }
-    if (scenario->transport.kind != runtime::TransportConfig::Kind::kUcx) {
-      return report(core::invalidArgument(scenarioPath + ": /transport/kind: a trainer's run needs "
-                                          "\"ucx\" (one process per node)"));
-    }
-    runtime::LaunchOptions lo;
-    lo.scenarioPath = scenarioPath;
-    lo.command = trainerCommand;
-    lo.outDir = outDir.empty() ? std::filesystem::path("runs") / scenario->name
-                               : std::filesystem::path(outDir);
-    if (auto st = runtime::writeRunInfo(lo.outDir, *scenario, "run", command); !st.isOk()) {
-      return runFailed(st);
-    }
-    auto result = runtime::launchTrainers(*scenario, lo);
-    if (!result) return runFailed(result.status());
-    if (!result->rounds) {
-      std::printf("%s: the trainers finished without logging a round (no Peer step or mix)\n"
-                  "  outputs: %s\n", scenario->name.c_str(), lo.outDir.string().c_str());
-      return 0;
-    }
-    std::printf("%s: %llu rounds on %d trainer processes (%s, %s): %s\n  outputs: %s\n",
-                scenario->name.c_str(), static_cast<unsigned long long>(*result->rounds),
-                scenario->nodes, optim::algorithmKindName(scenario->algorithm.kind),
-                topology::graphKindName(scenario->topology.base.kind), result->detail.c_str(),
-                lo.outDir.string().c_str());
-    return 0;
-  }
-
   auto e = load(scenarioPath, rounds, seed, /*solve=*/true);
   if (!e) return report(e.status());
 
@@ -458,18 +400,4 @@ int launcherMain(int argc, char** argv) {
   if (!result) return runFailed(result.status());
   printResult(*e, result->last, opt.outDir, "simulated nodes");
   return 0;
-}
-
-// Sizes are checked before anything large is allocated (runtime/scenario_limits.h), but that is
-// an estimate: running out of memory anyway is a clear error, not an abort.
-int main(int argc, char** argv) {
-  try {
-    return launcherMain(argc, argv);
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "node-launcher: out of memory (the scenario's sizes passed the estimate of "
-                 "runtime/scenario_limits.h; STARLING_MEMORY_LIMIT_GIB lowers the limit it checks "
-                 "against)\n");
-    return kExitFailure;
-  }
 }
