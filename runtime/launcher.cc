@@ -14,11 +14,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstring>
+#include <cmath>
 #include <deque>
+#include <functional>
 #include <memory>
 
 #include "runtime/merge.h"
 #include "runtime/progress.h"
+#include "runtime/trainer_merge.h"
 
 namespace starling::runtime {
 namespace {
@@ -50,15 +53,23 @@ struct Child {
   }
 };
 
+// What the supervisor needs of the merger of the peers' logs: PeerLogMerger for peers that run
+// the scenario's problem, TrainerLogMerger for trainers (run -- COMMAND).
+struct Merging {
+  std::function<core::Result<int>()> poll;
+  std::function<std::optional<RootCause>()> rootCause;
+  std::function<std::optional<uint64_t>()> lastRound;
+  std::function<std::string()> detail;  // for the progress line
+};
+
 class Supervisor {
  public:
-  Supervisor(const Experiment& e, const LaunchOptions& opt, MetricsLog& log)
-      : e_(e), opt_(opt), merger_(e, opt.outDir, log), signals_(io_, SIGINT, SIGTERM, SIGCHLD),
-        timer_(io_), progress_(e.scenario.name, e.scenario.rounds, opt.progress) {}
+  Supervisor(const Scenario& s, const LaunchOptions& opt, Merging merging)
+      : s_(s), opt_(opt), merging_(std::move(merging)), signals_(io_, SIGINT, SIGTERM, SIGCHLD),
+        timer_(io_), progress_(s.name, s.rounds, opt.progress) {}
 
   core::Status spawn(const std::vector<std::string>& addresses);
   core::Status run();
-  const PeerLogMerger& merger() const { return merger_; }
 
  private:
   void readOutput(Child& c);
@@ -69,9 +80,9 @@ class Supervisor {
   bool allDone() const;
   std::string failureReport() const;
 
-  const Experiment& e_;
+  const Scenario& s_;
   const LaunchOptions& opt_;
-  PeerLogMerger merger_;
+  Merging merging_;
   asio::io_context io_;
   asio::signal_set signals_;
   asio::steady_timer timer_;
@@ -91,11 +102,24 @@ core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
   std::string peers;
   for (const auto& a : addresses) peers += (peers.empty() ? "" : ",") + a;
   const pid_t parent = getpid();
-  for (int r = 0; r < e_.scenario.nodes; ++r) {
+  const bool trainer = !opt_.command.empty();
+  std::error_code ec;
+  const std::string scenarioAbs = std::filesystem::absolute(opt_.scenarioPath, ec).string();
+  const std::string outAbs = std::filesystem::absolute(opt_.outDir, ec).string();
+  for (int r = 0; r < s_.nodes; ++r) {
     std::vector<std::string> args = {opt_.executable, "peer", opt_.scenarioPath, "--rank",
                                      std::to_string(r), "--out", opt_.outDir.string(), "--peers",
                                      peers};
     args.insert(args.end(), opt_.peerArgs.begin(), opt_.peerArgs.end());
+    // run -- COMMAND: the user's trainer, told who it is through the environment
+    // (starling::Peer::fromEnv reads it), like torchrun's RANK and WORLD_SIZE.
+    if (trainer) args = opt_.command;
+    const std::vector<std::pair<std::string, std::string>> env = {
+        {"STARLING_RANK", std::to_string(r)},
+        {"STARLING_NODES", std::to_string(s_.nodes)},
+        {"STARLING_SCENARIO", scenarioAbs},
+        {"STARLING_OUT", outAbs},
+        {"STARLING_PEERS", peers}};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -113,6 +137,12 @@ core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
+      if (trainer) {
+        for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+        execvp(argv[0], argv.data());
+        std::fprintf(stderr, "cannot start %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+      }
       execv(argv[0], argv.data());
       _exit(127);
     }
@@ -194,12 +224,10 @@ void Supervisor::onSignal(int signo) {
 
 void Supervisor::tick() {
   reap();
-  if (auto merged = merger_.poll(); !merged) {
+  if (auto merged = merging_.poll(); !merged) {
     if (mergeError_.isOk()) mergeError_ = merged.status();
-  } else if (merger_.last()) {
-    char detail[64];
-    std::snprintf(detail, sizeof detail, "rel_error %.3e", merger_.last()->relError);
-    progress_.update(merger_.last()->round, detail);
+  } else if (auto round = merging_.lastRound()) {
+    progress_.update(*round, merging_.detail());
   }
   const auto now = Clock::now();
   if (phase_ == Phase::kDraining && now - phaseSince_ >= opt_.failureGrace) {
@@ -224,7 +252,7 @@ std::string Supervisor::failureReport() const {
   // The headline names the root cause: the peer that failed on its own, or the one the others
   // lost first, from the failure lines in the peer logs. The first peer to exit is often only a
   // knock-on failure (it lost a neighbour that had lost another).
-  auto root = merger_.rootCause();
+  auto root = merging_.rootCause();
   if (root && (root->rank < 0 || root->rank >= static_cast<int>(children_.size()))) root.reset();
   int culprit = firstFailure_;
   if (root) culprit = root->rank;
@@ -263,7 +291,7 @@ core::Status Supervisor::run() {
     }
   }
   progress_.finish();
-  if (auto merged = merger_.poll(); !merged && mergeError_.isOk()) mergeError_ = merged.status();
+  if (auto merged = merging_.poll(); !merged && mergeError_.isOk()) mergeError_ = merged.status();
   if (cancelled_) return core::cancelled("stopped by a signal; every peer was stopped");
   if (firstFailure_ >= 0) return core::unavailable(failureReport());
   return mergeError_;
@@ -294,29 +322,72 @@ core::Result<std::vector<uint16_t>> freeLoopbackPorts(int count) {
   return ports;
 }
 
-core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& opt) {
+namespace {
+
+// The scenario's addresses, or free loopback ports; and a clean peers/ folder (stale logs would
+// be merged).
+core::Result<std::vector<std::string>> prepareRun(const Scenario& s, const LaunchOptions& opt) {
   std::vector<std::string> addresses;
-  if (e.scenario.peers.explicitAddresses) {
-    addresses = e.scenario.peers.addresses;
+  if (s.peers.explicitAddresses) {
+    addresses = s.peers.addresses;
   } else {
-    auto ports = freeLoopbackPorts(e.scenario.nodes);
+    auto ports = freeLoopbackPorts(s.nodes);
     if (!ports) return ports.status();
     for (uint16_t p : *ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
   }
   std::error_code ec;
-  std::filesystem::remove_all(opt.outDir / "peers", ec);  // stale logs would be merged
+  std::filesystem::remove_all(opt.outDir / "peers", ec);
+  return addresses;
+}
+
+}  // namespace
+
+core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& opt) {
+  auto addresses = prepareRun(e.scenario, opt);
+  if (!addresses) return addresses.status();
   auto log = MetricsLog::create(opt.outDir);
   if (!log) return log.status();
+  PeerLogMerger merger(e, opt.outDir, **log);
+  Merging merging{[&] { return merger.poll(); }, [&] { return merger.rootCause(); },
+                  [&]() -> std::optional<uint64_t> {
+                    if (!merger.last()) return std::nullopt;
+                    return merger.last()->round;
+                  },
+                  [&] {
+                    char detail[64];
+                    std::snprintf(detail, sizeof detail, "rel_error %.3e",
+                                  merger.last() ? merger.last()->relError : NAN);
+                    return std::string(detail);
+                  }};
 
-  Supervisor sup(e, opt, **log);
-  if (auto st = sup.spawn(addresses); !st.isOk()) return st;
+  Supervisor sup(e.scenario, opt, merging);
+  if (auto st = sup.spawn(*addresses); !st.isOk()) return st;
   STARLING_RETURN_IF_ERROR(sup.run());
-  if (!sup.merger().last() || sup.merger().last()->round != e.scenario.rounds) {
+  if (!merger.last() || merger.last()->round != e.scenario.rounds) {
     return core::internalError("the peers finished but their logs stop before the last round:" +
-                               sup.merger().shortLogs());
+                               merger.shortLogs());
   }
-  LaunchResult result{*sup.merger().last(), sup.merger().xMean()};
+  LaunchResult result{*merger.last(), merger.xMean()};
   STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run"));
+  return result;
+}
+
+core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOptions& opt) {
+  if (opt.command.empty()) return core::invalidArgument("no trainer command");
+  auto addresses = prepareRun(s, opt);
+  if (!addresses) return addresses.status();
+  auto created = TrainerLogMerger::create(s, opt.outDir);
+  if (!created) return created.status();
+  TrainerLogMerger& merger = **created;
+  Merging merging{[&] { return merger.poll(); }, [&] { return merger.rootCause(); },
+                  [&] { return merger.lastRound(); }, [&] { return merger.progressDetail(); }};
+  Supervisor sup(s, opt, merging);
+  if (auto st = sup.spawn(*addresses); !st.isOk()) return st;
+  STARLING_RETURN_IF_ERROR(sup.run());
+  TrainerRunResult result;
+  result.rounds = merger.lastRound();
+  result.detail = merger.progressDetail();
+  if (result.rounds) STARLING_RETURN_IF_ERROR(merger.writeSummary());
   return result;
 }
 

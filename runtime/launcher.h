@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct LaunchOptions {
   std::string executable;                // node-launcher (for `node-launcher peer`)
   std::string scenarioPath;              // as given on the command line
   std::vector<std::string> peerArgs;     // extra arguments for every peer (--rounds, --seed)
+  // launchTrainers: the user's program (run SCENARIO -- COMMAND...), one copy per node, with
+  // STARLING_RANK, STARLING_NODES, STARLING_SCENARIO, STARLING_OUT and STARLING_PEERS (the
+  // host:port of every rank, comma-separated) in its environment.
+  std::vector<std::string> command;
   std::filesystem::path outDir;
   bool progress = true;                  // progress line on stderr
   std::chrono::milliseconds failureGrace{3000};    // others may report after a failure
@@ -38,6 +43,16 @@ struct LaunchResult {
 // Errors: kUnavailable when a peer failed (the message names it and quotes its last lines),
 // kCancelled after SIGINT/SIGTERM, kIoError when a process could not be started.
 core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& options);
+
+struct TrainerRunResult {
+  std::optional<uint64_t> rounds;  // the last round every trainer logged (none: no round)
+  std::string detail;              // consensus distance and the trainers' metrics, in words
+};
+
+// `node-launcher run SCENARIO -- COMMAND`: starts COMMAND once per node (options.command), with
+// the same supervision as launchPeers, and merges what their starling::Peer objects log into
+// metrics.jsonl and summary.json (runtime/trainer_merge.h). Errors as launchPeers.
+core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOptions& options);
 
 // `count` free TCP ports on 127.0.0.1 (bound, read and released; the OS hands out ports in
 // sequence, so another process taking one of them before the peer binds it is unlikely).

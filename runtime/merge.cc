@@ -219,6 +219,12 @@ core::Result<int> PeerLogMerger::poll() {
 }
 
 std::optional<RootCause> PeerLogMerger::rootCause() const {
+  std::vector<std::optional<PeerFailure>> failures;
+  for (const auto& src : sources_) failures.push_back(src.failure);
+  return rootCauseOf(failures);
+}
+
+std::optional<RootCause> rootCauseOf(const std::vector<std::optional<PeerFailure>>& failures) {
   // Each failure is an event at a round: a peer failing on its own, or a neighbour lost. The
   // earliest wins; at the same round a peer's own failure comes before its neighbours losing it
   // (they lose it because it failed), then the peer lost by the most.
@@ -230,9 +236,9 @@ std::optional<RootCause> PeerLogMerger::rootCause() const {
     return a.rank < b.rank;
   };
   std::map<std::pair<uint64_t, int>, RootCause> losses;  // (round, lost rank)
-  for (const auto& src : sources_) {
-    if (!src.failure || src.failure->code == "cancelled") continue;
-    const PeerFailure& f = *src.failure;
+  for (const auto& failure : failures) {
+    if (!failure || failure->code == "cancelled") continue;
+    const PeerFailure& f = *failure;
     if (f.lostRank) {
       auto [it, fresh] = losses.try_emplace({f.round, *f.lostRank});
       RootCause& c = it->second;

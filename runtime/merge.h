@@ -51,6 +51,10 @@ struct RootCause {
   std::string describe() const;
 };
 
+// The root cause among the peers' failure lines (indexed by rank; nullopt: none): the earliest
+// event, a peer's own failure before its neighbours losing it.
+std::optional<RootCause> rootCauseOf(const std::vector<std::optional<PeerFailure>>& failures);
+
 class PeerLogMerger {
  public:
   // `e` and `log` are borrowed. `dir` is the run's output folder (peer logs in dir/peers/).

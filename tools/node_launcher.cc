@@ -1,6 +1,7 @@
 // node-launcher: the command-line front end of Starling.
 //
 //   node-launcher run      SCENARIO [--out DIR] [--rounds N] [--seed S]
+//   node-launcher run      SCENARIO [--out DIR] -- COMMAND [ARGS...]   (the user's trainer)
 //   node-launcher peer     SCENARIO [--rank R] [--out DIR] [--peers H:P,...] [--rounds N] [--seed S]
 //   node-launcher simulate SCENARIO [--out DIR] [--rounds N] [--seed S]
 //   node-launcher merge    SCENARIO --out DIR [--rounds N] [--seed S]
@@ -141,11 +142,23 @@ int runFailed(const core::Status& st) {
   return kExitFailure;
 }
 
+// A scenario without a problem or without rounds is for a trainer that owns model, data and step
+// count (starling::Peer); only `run SCENARIO -- COMMAND` can run it.
+core::Status needsTrainer(const runtime::Scenario& s, const std::string& path) {
+  const char* missing = !s.hasProblem ? "\"problem\"" : s.rounds == 0 ? "\"rounds\"" : nullptr;
+  if (missing == nullptr) return core::Status::ok();
+  return core::invalidArgument(path + ": no " + missing +
+                               ": this scenario is for a trainer that owns its model, data and "
+                               "step count; run it with `node-launcher run " + path +
+                               " -- COMMAND [ARGS...]`");
+}
+
 core::Result<runtime::Experiment> load(const std::string& path, std::optional<uint64_t> rounds,
                                        std::optional<uint64_t> seed, bool solve) {
   auto scenario = runtime::loadScenario(path);
   if (!scenario) return scenario.status();
   runtime::applyOverrides(*scenario, rounds, seed);
+  STARLING_RETURN_IF_ERROR(needsTrainer(*scenario, path));
   return runtime::prepareExperiment(*scenario, {.solve = solve});
 }
 
@@ -253,6 +266,10 @@ int main(int argc, char** argv) {
   run->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
   run->add_option("--rounds", flags.rounds, roundsHelp);
   run->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
+  std::vector<std::string> trainerCommand;
+  run->add_option("command", trainerCommand,
+                  "after --: the trainer to start once per node (it makes its starling::Peer "
+                  "with Peer::fromEnv())");
 
   std::string peerList;
   auto* peer = app.add_subcommand("peer", "run one peer (rank from --rank, SLURM_PROCID, "
@@ -297,6 +314,11 @@ int main(int argc, char** argv) {
   if (*val) {
     int rc = 0;
     for (const auto& path : validatePaths) {
+      if (auto s = runtime::loadScenario(path); s && !needsTrainer(*s, path).isOk()) {
+        std::printf("%s: ok (%s, %d nodes, for a trainer: run it with `node-launcher run %s -- "
+                    "COMMAND`)\n", path.c_str(), s->name.c_str(), s->nodes, path.c_str());
+        continue;
+      }
       auto e = load(path, std::nullopt, std::nullopt, /*solve=*/true);
       if (!e) {
         rc = std::max(rc, report(e.status()));
@@ -365,6 +387,40 @@ int main(int argc, char** argv) {
   };
 
   if (*merge) return mergeRun(scenarioPath, outDir, *num, command);
+
+  if (*run && !trainerCommand.empty()) {
+    auto scenario = runtime::loadScenario(scenarioPath);
+    if (!scenario) return report(scenario.status());
+    if (rounds || seed) {
+      return report(core::invalidArgument("--rounds and --seed do not apply to a trainer's run (the "
+                                          "trainer decides its steps; set seed in the scenario)"));
+    }
+    if (scenario->transport.kind != runtime::TransportConfig::Kind::kUcx) {
+      return report(core::invalidArgument(scenarioPath + ": /transport/kind: a trainer's run needs "
+                                          "\"ucx\" (one process per node)"));
+    }
+    runtime::LaunchOptions lo;
+    lo.scenarioPath = scenarioPath;
+    lo.command = trainerCommand;
+    lo.outDir = outDir.empty() ? std::filesystem::path("runs") / scenario->name
+                               : std::filesystem::path(outDir);
+    if (auto st = runtime::writeRunInfo(lo.outDir, *scenario, "run", command); !st.isOk()) {
+      return runFailed(st);
+    }
+    auto result = runtime::launchTrainers(*scenario, lo);
+    if (!result) return runFailed(result.status());
+    if (!result->rounds) {
+      std::printf("%s: the trainers finished without logging a round (no Peer step or mix)\n"
+                  "  outputs: %s\n", scenario->name.c_str(), lo.outDir.string().c_str());
+      return 0;
+    }
+    std::printf("%s: %llu rounds on %d trainer processes (%s, %s): %s\n  outputs: %s\n",
+                scenario->name.c_str(), static_cast<unsigned long long>(*result->rounds),
+                scenario->nodes, optim::algorithmKindName(scenario->algorithm.kind),
+                topology::graphKindName(scenario->topology.base.kind), result->detail.c_str(),
+                lo.outDir.string().c_str());
+    return 0;
+  }
 
   auto e = load(scenarioPath, rounds, seed, /*solve=*/true);
   if (!e) return report(e.status());

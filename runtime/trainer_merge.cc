@@ -1,0 +1,217 @@
+#include "runtime/trainer_merge.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "optim/algorithm.h"
+#include "runtime/metrics.h"
+#include "runtime/scenario_writer.h"
+#include "topology/spec.h"
+
+namespace starling::runtime {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+}  // namespace
+
+TrainerLogMerger::TrainerLogMerger(const Scenario& s, std::filesystem::path dir,
+                                   std::unique_ptr<LineFile> out)
+    : s_(s), dir_(std::move(dir)), out_(std::move(out)),
+      expectedHash_(scenarioHashHex(scenarioHash(s))) {
+  for (int r = 0; r < s.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}, false, {}});
+}
+
+core::Result<std::unique_ptr<TrainerLogMerger>> TrainerLogMerger::create(
+    const Scenario& s, std::filesystem::path dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return core::ioError("cannot create output folder " + dir.string() + ": " + ec.message());
+  auto out = LineFile::create(dir / "metrics.jsonl");
+  if (!out) return out.status();
+  return std::unique_ptr<TrainerLogMerger>(new TrainerLogMerger(s, std::move(dir), std::move(*out)));
+}
+
+core::Status TrainerLogMerger::readPeer(int rank) {
+  Source& src = sources_[rank];
+  std::ifstream in(src.path, std::ios::binary);
+  if (!in) return core::Status::ok();  // the trainer has not made its Peer yet
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(in.tellg());
+  if (size < src.offset) return core::corruption(src.path.string() + " shrank while being read");
+  if (size == src.offset) return core::Status::ok();
+  std::string chunk(size - src.offset, '\0');
+  in.seekg(static_cast<std::streamoff>(src.offset));
+  in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+  src.offset = size;
+  src.partial += chunk;
+
+  size_t start = 0;
+  for (size_t nl; (nl = src.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const auto j = json::parse(src.partial.substr(start, nl - start), nullptr, false);
+    const auto bad = [&](const std::string& why) {
+      return core::corruption(src.path.string() + ": " + why);
+    };
+    if (!src.sawHeader) {
+      if (!j.is_object() || !j.contains("peer_log")) return bad("the first line is not a peer log header");
+      if (j.value("rank", -1) != rank || j.value("nodes", -1) != s_.nodes ||
+          j.value("scenario_hash", std::string()) != expectedHash_) {
+        return bad("written by a different run (rank " + j.value("rank", json(-1)).dump() +
+                   ", scenario hash " + j.value("scenario_hash", json("")).dump() +
+                   "; expected rank " + std::to_string(rank) + ", scenario hash " +
+                   expectedHash_ + ")");
+      }
+      src.sawHeader = true;
+      continue;
+    }
+    if (j.is_object() && j.contains("failed") && j["failed"].is_object()) {
+      const auto& f = j["failed"];
+      PeerFailure failure;
+      failure.rank = rank;
+      failure.round = f.value("round", uint64_t{0});
+      failure.code = f.value("code", "");
+      failure.message = f.value("message", "");
+      if (f.contains("lost_rank") && f["lost_rank"].is_number_integer()) {
+        failure.lostRank = f["lost_rank"].get<int>();
+      }
+      src.failure = failure;
+      continue;
+    }
+    if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned()) {
+      return bad("not a peer log line");
+    }
+    Record rec;
+    rec.bytesSent = j.value("bytes_sent", uint64_t{0});
+    rec.corrupt = j.value("corrupt_messages", uint64_t{0});
+    rec.errSum = j.value("compression_error_sum", 0.0);
+    rec.errCount = j.value("compression_error_count", uint64_t{0});
+    rec.wallS = j.value("wall_s", 0.0);
+    if (j.contains("x") && j["x"].is_array()) {
+      rec.hasX = true;
+      for (const auto& v : j["x"]) rec.x.push_back(v.is_number() ? v.get<double>() : NAN);
+    }
+    if (j.contains("metrics") && j["metrics"].is_object()) {
+      for (const auto& [k, v] : j["metrics"].items()) {
+        rec.metrics[k] = v.is_number() ? v.get<double>() : NAN;
+      }
+    }
+    auto& slot = pending_[j["round"].get<uint64_t>()];
+    slot.resize(s_.nodes);
+    slot[rank] = std::move(rec);
+  }
+  src.partial.erase(0, start);
+  return core::Status::ok();
+}
+
+core::Result<int> TrainerLogMerger::poll() {
+  for (int r = 0; r < s_.nodes; ++r) STARLING_RETURN_IF_ERROR(readPeer(r));
+  int merged = 0;
+  while (!pending_.empty()) {
+    auto it = pending_.begin();
+    bool complete = true;
+    for (const auto& rec : it->second) complete = complete && rec.has_value();
+    if (!complete) break;
+    const auto& recs = it->second;
+    json line;
+    line["round"] = it->first;
+    // Consensus distance from the models, when every peer logged one of one length.
+    bool models = true;
+    for (const auto& rec : recs) models = models && rec->hasX && rec->x.size() == recs[0]->x.size();
+    double consensus = NAN;
+    if (models) {
+      const size_t d = recs[0]->x.size();
+      xMean_.assign(d, 0.0);
+      for (const auto& rec : recs) {
+        for (size_t k = 0; k < d; ++k) xMean_[k] += rec->x[k] / s_.nodes;
+      }
+      double c = 0;
+      for (const auto& rec : recs) {
+        for (size_t k = 0; k < d; ++k) c += (rec->x[k] - xMean_[k]) * (rec->x[k] - xMean_[k]);
+      }
+      consensus = c / s_.nodes;
+    } else {
+      xMean_.clear();
+    }
+    line["consensus_distance"] = number(consensus);
+    uint64_t bytes = 0, corrupt = 0, errCount = 0;
+    double errSum = 0, wall = 0;
+    std::map<std::string, std::pair<double, int>> sums;
+    for (const auto& rec : recs) {
+      bytes += rec->bytesSent;
+      corrupt += rec->corrupt;
+      errSum += rec->errSum;
+      errCount += rec->errCount;
+      wall = std::max(wall, rec->wallS);
+      for (const auto& [k, v] : rec->metrics) {
+        sums[k].first += v;
+        ++sums[k].second;
+      }
+    }
+    line["bytes_sent"] = bytes;
+    line["corrupt_messages"] = corrupt;
+    const uint64_t c = errCount - errCountSeen_;
+    line["compression_error"] =
+        number(c > 0 ? (errSum - errSumSeen_) / static_cast<double>(c) : 0.0);
+    errSumSeen_ = errSum;
+    errCountSeen_ = errCount;
+    line["wall_s"] = wall;
+    for (const auto& [k, v] : sums) line[k] = number(v.first / v.second);
+    lastLine_ = line.dump();
+    STARLING_RETURN_IF_ERROR(out_->append(lastLine_));
+    lastRound_ = it->first;
+    pending_.erase(it);
+    ++merged;
+  }
+  return merged;
+}
+
+std::string TrainerLogMerger::progressDetail() const {
+  if (lastLine_.empty()) return "";
+  const auto j = json::parse(lastLine_);
+  std::string out;
+  char buf[96];
+  if (!j["consensus_distance"].is_null()) {
+    std::snprintf(buf, sizeof buf, "consensus %.3e", j["consensus_distance"].get<double>());
+    out = buf;
+  }
+  for (const char* key : {"loss", "train_loss", "accuracy", "test_accuracy"}) {
+    if (j.contains(key) && j[key].is_number()) {
+      std::snprintf(buf, sizeof buf, "%s%s %.4g", out.empty() ? "" : ", ", key, j[key].get<double>());
+      out += buf;
+    }
+  }
+  return out;
+}
+
+std::optional<RootCause> TrainerLogMerger::rootCause() const {
+  std::vector<std::optional<PeerFailure>> failures;
+  for (const auto& src : sources_) failures.push_back(src.failure);
+  return rootCauseOf(failures);
+}
+
+core::Status TrainerLogMerger::writeSummary() const {
+  if (lastLine_.empty()) return core::failedPrecondition("no round to summarize");
+  const json final = json::parse(lastLine_);
+  json j{{"scenario", s_.name},
+         {"scenario_file", s_.file},
+         {"mode", "run"},
+         {"trainer", true},
+         {"nodes", s_.nodes},
+         {"rounds", final["round"]},
+         {"seed", s_.seed},
+         {"algorithm", optim::algorithmKindName(s_.algorithm.kind)},
+         {"topology", topology::graphKindName(s_.topology.base.kind)},
+         {"schedule", topology::scheduleKindName(s_.topology.schedule.kind)},
+         {"final", final}};
+  for (const auto& [k, v] : final.items()) {
+    if (k != "round") j[k] = v;
+  }
+  j["x_mean"] = xMean_;
+  return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
+}
+
+}  // namespace starling::runtime

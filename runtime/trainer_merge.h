@@ -1,0 +1,79 @@
+// TrainerLogMerger: metrics.jsonl and summary.json of `node-launcher run SCENARIO -- COMMAND`,
+// from the peer logs the trainers' starling::Peer objects write (runtime/peer.h has the format;
+// their round lines may carry "metrics", the trainer's own, and leave out "x" for models longer
+// than 4,096 values).
+//
+// A round is merged once every peer has logged it. Its metrics line has round, bytes_sent and
+// corrupt_messages (sums over the peers), compression_error, wall_s (the slowest peer),
+// consensus_distance (1/n sum_i ||x_i - x_mean||^2, when every peer logged its model) and each
+// trainer metric averaged over the peers that logged it. There is no problem, so no objective,
+// rel_error or x*. summary.json: the last merged round's values and x_mean (small models only).
+// Thread-safety: none.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/status.h"
+#include "runtime/line_file.h"
+#include "runtime/merge.h"
+#include "runtime/peer.h"
+#include "runtime/scenario.h"
+
+namespace starling::runtime {
+
+class TrainerLogMerger {
+ public:
+  // `s` is borrowed. Creates dir/metrics.jsonl.
+  static core::Result<std::unique_ptr<TrainerLogMerger>> create(const Scenario& s,
+                                                                std::filesystem::path dir);
+
+  // Merges what is complete; returns the number of rounds written by this call. kCorruption for
+  // a line no peer writes or a log of another run.
+  core::Result<int> poll();
+
+  std::optional<uint64_t> lastRound() const { return lastRound_; }
+  // "consensus 1.2e-03, loss 0.31" for the progress line (empty before the first round).
+  std::string progressDetail() const;
+  std::optional<RootCause> rootCause() const;
+  // Writes dir/summary.json from the last merged round (kFailedPrecondition before one).
+  core::Status writeSummary() const;
+
+ private:
+  struct Record {
+    uint64_t bytesSent = 0, corrupt = 0, errCount = 0;
+    double errSum = 0, wallS = 0;
+    std::vector<double> x;
+    bool hasX = false;
+    std::map<std::string, double> metrics;
+  };
+  struct Source {
+    std::filesystem::path path;
+    uint64_t offset = 0;
+    std::string partial;
+    bool sawHeader = false;
+    std::optional<PeerFailure> failure;
+  };
+
+  TrainerLogMerger(const Scenario& s, std::filesystem::path dir, std::unique_ptr<LineFile> out);
+  core::Status readPeer(int rank);
+
+  const Scenario& s_;
+  std::filesystem::path dir_;
+  std::unique_ptr<LineFile> out_;
+  std::string expectedHash_;
+  std::vector<Source> sources_;
+  std::map<uint64_t, std::vector<std::optional<Record>>> pending_;
+  std::optional<uint64_t> lastRound_;
+  std::string lastLine_;  // the last metrics line, for summary.json
+  std::vector<double> xMean_;
+  double errSumSeen_ = 0;
+  uint64_t errCountSeen_ = 0;
+};
+
+}  // namespace starling::runtime
