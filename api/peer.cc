@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
+#include "runtime/metrics.h"
 #include "runtime/transport/transport.h"
 
 namespace starling {
@@ -94,7 +95,13 @@ Status Peer::Impl::record(PeerState<T>& st) {
   j["compression_error_count"] = errCount;
   j["wall_s"] = st.engine.wallSeconds();
   const auto x = st.last->model();
-  if (x.size() <= kMaxLoggedModel) j["x"] = std::vector<double>(x.begin(), x.end());
+  // Large models: the consensus sketch (runtime/metrics.h), from which merge estimates the
+  // consensus distance; the model itself is the trainer's to save.
+  if (x.size() <= runtime::kFullModelLogMaxDim) {
+    j["x"] = std::vector<double>(x.begin(), x.end());
+  } else {
+    j["sketch"] = runtime::modelSketch<T>(x, runtime::sketchSeed(scenario));
+  }
   if (!metrics.empty()) j["metrics"] = metrics;
   return st.engine.append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }

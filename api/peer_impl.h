@@ -26,11 +26,6 @@ class InprocHub;
 
 namespace starling {
 
-// Models longer than this are not written into the peer log's round lines (a trainer's network
-// can have millions of parameters; JSON every round would dwarf the training): merge then has
-// no consensus distance and no x_mean for them, only the trainer's own metrics.
-inline constexpr size_t kMaxLoggedModel = 4096;
-
 // Channels of the two nodes a Peer may drive over its one transport.
 inline constexpr uint32_t kStepChannel = runtime::kModelChannel;
 inline constexpr uint32_t kMixChannel = 1;

@@ -1,5 +1,5 @@
 // Gossip averaging without a gradient step: the public Peer's mix(), for trainers that keep their
-// own optimizer (docs/algorithms.md, "Gossip for trainers with their own optimizer").
+// own optimizer (docs/algorithms.md §17).
 //
 // The model is set from the trainer's parameters before every round (setModel), because the
 // trainer changes them between rounds. Uncompressed (the identity codec), one round is

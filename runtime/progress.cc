@@ -20,9 +20,14 @@ void ProgressLine::update(uint64_t done, const std::string& detail) {
   }
   last_ = now;
   const double secs = std::chrono::duration<double>(now - start_).count();
-  std::fprintf(stderr, "%s[%s] round %llu/%llu (%.0f%%)  %.1f rounds/s  %s%s", tty_ ? "\r\033[K" : "",
-               label_.c_str(), static_cast<unsigned long long>(done),
-               static_cast<unsigned long long>(total_), 100.0 * static_cast<double>(done) / total_,
+  // total 0: a trainer's run, whose step count only the trainer knows.
+  char of[64] = "";
+  if (total_ > 0) {
+    std::snprintf(of, sizeof of, "/%llu (%.0f%%)", static_cast<unsigned long long>(total_),
+                  100.0 * static_cast<double>(done) / static_cast<double>(total_));
+  }
+  std::fprintf(stderr, "%s[%s] round %llu%s  %.1f rounds/s  %s%s", tty_ ? "\r\033[K" : "",
+               label_.c_str(), static_cast<unsigned long long>(done), of,
                static_cast<double>(done) / secs, detail.c_str(), tty_ ? "" : "\n");
   std::fflush(stderr);
   printed_ = true;

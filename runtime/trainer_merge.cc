@@ -94,6 +94,10 @@ core::Status TrainerLogMerger::readPeer(int rank) {
       rec.hasX = true;
       for (const auto& v : j["x"]) rec.x.push_back(v.is_number() ? v.get<double>() : NAN);
     }
+    if (j.contains("sketch") && j["sketch"].is_array()) {
+      for (const auto& v : j["sketch"]) rec.sketch.push_back(v.is_number() ? v.get<double>() : NAN);
+      if (rec.sketch.size() != kSketchDim) return bad("sketch of the wrong size");
+    }
     if (j.contains("metrics") && j["metrics"].is_object()) {
       for (const auto& [k, v] : j["metrics"].items()) {
         rec.metrics[k] = v.is_number() ? v.get<double>() : NAN;
@@ -134,7 +138,15 @@ core::Result<int> TrainerLogMerger::poll() {
       }
       consensus = c / s_.nodes;
     } else {
+      // Models too large to log: the consensus sketch's unbiased estimate (runtime/metrics.h).
       xMean_.clear();
+      bool sketches = true;
+      for (const auto& rec : recs) sketches = sketches && !rec->sketch.empty();
+      if (sketches) {
+        std::vector<std::vector<double>> all;
+        for (const auto& rec : recs) all.push_back(rec->sketch);
+        consensus = sketchConsensusDistance(all);
+      }
     }
     line["consensus_distance"] = number(consensus);
     uint64_t bytes = 0, corrupt = 0, errCount = 0;

@@ -1,11 +1,11 @@
 // TrainerLogMerger: metrics.jsonl and summary.json of `node-launcher run SCENARIO -- COMMAND`,
 // from the peer logs the trainers' starling::Peer objects write (runtime/peer.h has the format;
-// their round lines may carry "metrics", the trainer's own, and leave out "x" for models longer
-// than 4,096 values).
+// their round lines may carry "metrics", the trainer's own, and carry the consensus sketch instead
+// of "x" for models longer than kFullModelLogMaxDim, runtime/metrics.h).
 //
 // A round is merged once every peer has logged it. Its metrics line has round, bytes_sent and
 // corrupt_messages (sums over the peers), compression_error, wall_s (the slowest peer),
-// consensus_distance (1/n sum_i ||x_i - x_mean||^2, when every peer logged its model) and each
+// consensus_distance (1/n sum_i ||x_i - x_mean||^2; for large models the sketch's estimate) and each
 // trainer metric averaged over the peers that logged it. There is no problem, so no objective,
 // rel_error or x*. summary.json: the last merged round's values and x_mean (small models only).
 // Thread-safety: none.
@@ -50,6 +50,7 @@ class TrainerLogMerger {
     double errSum = 0, wallS = 0;
     std::vector<double> x;
     bool hasX = false;
+    std::vector<double> sketch;  // models longer than kFullModelLogMaxDim
     std::map<std::string, double> metrics;
   };
   struct Source {

@@ -26,7 +26,9 @@
 // the scenario's algorithm, 1 by default: exactly x_i <- sum_j w_ij x_j); with the scenario's
 // codec it is CHOCO-gossip (reference points x-hat tracked by sender and receivers, so compression
 // errors do not accumulate). mixStart(params) + mixWait() is the same round split in two, so that
-// the exchange overlaps the trainer's work in between (do not touch `params` until mixWait()).
+// the exchange overlaps the trainer's work in between (do not touch `params` until mixWait()):
+// mixStart encodes and hands this peer's message to the transport and posts the receives; what
+// the transport does not move on its own (UCX rendezvous for large messages) moves in mixWait.
 //
 // Errors are Statuses carrying Starling's messages; a failed round (a neighbour gone or timed
 // out, a dimension mismatch, divergence) leaves the Peer failed: later calls return the same

@@ -18,6 +18,7 @@
 #include "runtime/launcher.h"
 #include "runtime/scenario.h"
 #include "runtime/simulator.h"
+#include "runtime/trainer_merge.h"
 
 using namespace starling;
 using Catch::Matchers::Contains;
@@ -305,4 +306,74 @@ TEST_CASE("step refuses parameters changed behind its back", "[api][unit]") {
   const Status st = (*peer)->step(std::span<double>(x), std::span<const double>(g));
   CHECK(st.code() == StatusCode::kFailedPrecondition);
   CHECK_THAT(st.message(), Contains("element 1"));
+}
+
+TEST_CASE("a trainer's peer logs merge into consensus distance and averaged metrics",
+          "[api][unit]") {
+  // d above kFullModelLogMaxDim: the peers log the consensus sketch, and merge estimates the
+  // consensus distance from it (relative standard deviation sqrt(2/256) = 8.8%).
+  const size_t d = 5000;
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("starling-peer-test-log-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  const auto path = writeScenario(
+      "logged", ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
+  auto start = [&](int rank) {
+    std::vector<float> x(d);
+    for (size_t k = 0; k < d; ++k) x[k] = static_cast<float>(std::cos(0.37 * k + 1.3 * rank));
+    return x;
+  };
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    PeerOptions po;
+    po.outDir = out.string();
+    auto peer = Peer::fromScenario(path.string(), rank, po);
+    if (!peer) return peer.status();
+    auto x = start(rank);
+    STARLING_RETURN_IF_ERROR((*peer)->log("loss", 10.0 + rank));  // round 0
+    for (int t = 0; t < 3; ++t) {
+      STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<float>(x)));
+      STARLING_RETURN_IF_ERROR((*peer)->log({{"loss", double(rank) * (t + 1)}}));
+    }
+    return (*peer)->close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  auto s = runtime::loadScenario(path.string());
+  REQUIRE(s.isOk());
+  auto merger = runtime::TrainerLogMerger::create(*s, out);
+  REQUIRE(merger.isOk());
+  auto merged = (*merger)->poll();
+  INFO(merged.status().toString());
+  REQUIRE(merged.isOk());
+  CHECK(*merged == 4);  // rounds 0..3
+  REQUIRE((*merger)->writeSummary().isOk());
+
+  // The exact consensus distance of the starting models.
+  std::vector<double> mean(d, 0.0);
+  for (int r = 0; r < 4; ++r) {
+    const auto x = start(r);
+    for (size_t k = 0; k < d; ++k) mean[k] += x[k] / 4.0;
+  }
+  double exact = 0;
+  for (int r = 0; r < 4; ++r) {
+    const auto x = start(r);
+    for (size_t k = 0; k < d; ++k) exact += (x[k] - mean[k]) * (x[k] - mean[k]) / 4.0;
+  }
+  std::ifstream in(out / "metrics.jsonl");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 4);
+  // One JSON line per round; the numbers read back with a tiny scanner to keep json out.
+  auto field = [](const std::string& line, const std::string& key) {
+    const auto at = line.find("\"" + key + "\":");
+    REQUIRE(at != std::string::npos);
+    return std::stod(line.substr(at + key.size() + 3));
+  };
+  const double c0 = field(lines[0], "consensus_distance");
+  CHECK(std::abs(c0 - exact) < 0.35 * exact);  // 4 standard deviations of the sketch
+  CHECK(field(lines[0], "loss") == Approx(11.5));  // (10 + 11 + 12 + 13) / 4
+  CHECK(field(lines[3], "loss") == Approx(4.5));   // 3 * (0 + 1 + 2 + 3) / 4
+  CHECK(field(lines[3], "consensus_distance") < c0 / 4);  // 3 rounds of averaging on a ring
 }
