@@ -72,7 +72,7 @@ std::optional<Shape> latticeShape(uint64_t round, const topology::Graph& g, bool
 // a lattice, splines=true routes the edges around the nodes, so a torus's wrap-around edges bend
 // round their row or column instead of hiding under it.
 void writeDot(std::ostream& os, uint64_t round, const topology::RoundTopology& r,
-              const std::vector<std::vector<double>>& dense, std::optional<Shape> lattice) {
+              std::optional<Shape> lattice) {
   constexpr double kSpacing = 1.5;  // inches between neighbouring nodes
   const int n = r.graph.nodes();
   os << "graph round_" << round << " {\n"
@@ -98,7 +98,11 @@ void writeDot(std::ostream& os, uint64_t round, const topology::RoundTopology& r
     os << buf;
   }
   for (auto [i, j] : r.graph.edges()) {
-    std::snprintf(buf, sizeof buf, "  %d -- %d [label=\"%.4g\"];\n", i, j, dense[i][j]);
+    double w = 0;
+    for (const auto& e : r.weights.rows[i].peers) {
+      if (e.peer == j) w = e.weight;
+    }
+    std::snprintf(buf, sizeof buf, "  %d -- %d [label=\"%.4g\"];\n", i, j, w);
     os << buf;
   }
   os << "}\n";
@@ -110,15 +114,19 @@ std::string describeRound(uint64_t round, const topology::RoundTopology& r, Repo
                           const topology::TopologySpec* spec) {
   const topology::Graph& g = r.graph;
   const int n = g.nodes();
-  const int diam = topology::diameter(g);
+  // The diameter (a search from every node), the dense W and its eigenvalues grow as n^2 to n^3:
+  // past kDenseReportNodes they are left out (a ring of 2^20 nodes is allowed, and would need
+  // 8 TiB for W).
+  const bool small = n <= kDenseReportNodes;
+  const int diam = small ? topology::diameter(g) : -1;
   const bool connected = topology::isConnected(g);
   // A disconnected round has lambda_2 = 1 exactly (one eigenvalue 1 per component), so its gap
   // is 0; the eigen-solver returns 1 +- a few ulps, and 1 - |lambda| then prints as +-2e-16.
   // Below the solver's accuracy (about n ulps of ||W|| = 1) a gap is noise: 0 as well; and it is
   // never negative (W is doubly stochastic, |lambda| <= 1).
-  double gap = topology::spectralGap(r.weights);
-  if (!connected || gap <= 64.0 * std::max(n, 1) * DBL_EPSILON) gap = 0.0;
-  const auto dense = r.weights.dense();
+  double gap = small && connected ? topology::spectralGap(r.weights) : 0.0;
+  if (gap <= 64.0 * std::max(n, 1) * DBL_EPSILON) gap = 0.0;
+  const auto dense = small ? r.weights.dense() : std::vector<std::vector<double>>{};
   std::vector<int> degrees(n);
   for (int i = 0; i < n; ++i) degrees[i] = g.degree(i);
 
@@ -127,19 +135,32 @@ std::string describeRound(uint64_t round, const topology::RoundTopology& r, Repo
     for (auto [i, j] : g.edges()) edges.push_back({i, j});
     // No finite diameter when disconnected: null (JSON has no infinity), where the text says inf.
     const nlohmann::json diameter = diam < 0 ? nlohmann::json(nullptr) : nlohmann::json(diam);
-    nlohmann::json j{{"round", round},     {"nodes", n},            {"edges", edges},
-                     {"degrees", degrees},   {"diameter", diameter},  {"weights", dense},
-                     {"spectral_gap", gap},  {"connected", connected}};
+    nlohmann::json j{{"round", round}, {"nodes", n}, {"edges", edges}, {"degrees", degrees}};
+    if (small) {
+      j["diameter"] = diameter;
+      j["weights"] = dense;
+      j["spectral_gap"] = gap;
+    } else {
+      j["not_computed"] = {"diameter", "weights", "spectral_gap"};
+    }
+    j["connected"] = connected;
     return j.dump() + "\n";
   }
   std::ostringstream os;
   if (format == ReportFormat::kDot) {
-    writeDot(os, round, r, dense, latticeShape(round, g, connected, spec));
+    writeDot(os, round, r, latticeShape(round, g, connected, spec));
     return os.str();
   }
-  os << "round " << round << ": " << n << " nodes, " << g.edgeCount() << " edges, diameter "
-     << (diam < 0 ? std::string("inf (disconnected this round)") : std::to_string(diam))
-     << ", spectral gap " << gap << "\n";
+  os << "round " << round << ": " << n << " nodes, " << g.edgeCount() << " edges, ";
+  if (small) {
+    os << "diameter "
+       << (diam < 0 ? std::string("inf (disconnected this round)") : std::to_string(diam))
+       << ", spectral gap " << gap << "\n";
+  } else {
+    os << (connected ? "connected" : "disconnected this round")
+       << "; diameter and spectral gap not computed for more than " << kDenseReportNodes
+       << " nodes\n";
+  }
   for (int i = 0; i < n; ++i) {
     os << "  node " << i << " (degree " << degrees[i] << "): self " << r.weights.rows[i].self;
     for (const auto& e : r.weights.rows[i].peers) os << ", " << e.peer << ":" << e.weight;

@@ -243,7 +243,7 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int launcherMain(int argc, char** argv) {
   runtime::ignoreFileSizeSignal();  // a full disk or file-size limit is an error, not a crash
   const std::vector<std::string> command(argv, argv + argc);
   CLI::App app{"Starling node launcher: decentralized training without a server"};
@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
   if (*val) {
     int rc = 0;
     for (const auto& path : validatePaths) {
-      if (auto s = runtime::loadScenario(path); s && !needsTrainer(*s, path).isOk()) {
+      if (auto s = runtime::loadScenario(path); s && !s->hasProblem) {
         std::printf("%s: ok (%s, %d nodes, for a trainer: run it with `node-launcher run %s -- "
                     "COMMAND`)\n", path.c_str(), s->name.c_str(), s->nodes, path.c_str());
         continue;
@@ -340,7 +340,9 @@ int main(int argc, char** argv) {
     const auto fmt = format == "json"  ? runtime::ReportFormat::kJson
                      : format == "dot" ? runtime::ReportFormat::kDot
                                        : runtime::ReportFormat::kText;
-    std::fputs(runtime::describeRound(num->round, *(*schedule)->at(num->round), fmt).c_str(),
+    std::fputs(runtime::describeRound(num->round, *(*schedule)->at(num->round), fmt,
+                                      &scenario->topology)
+                   .c_str(),
                stdout);
     return 0;
   }
@@ -456,4 +458,18 @@ int main(int argc, char** argv) {
   if (!result) return runFailed(result.status());
   printResult(*e, result->last, opt.outDir, "simulated nodes");
   return 0;
+}
+
+// Sizes are checked before anything large is allocated (runtime/scenario_limits.h), but that is
+// an estimate: running out of memory anyway is a clear error, not an abort.
+int main(int argc, char** argv) {
+  try {
+    return launcherMain(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "node-launcher: out of memory (the scenario's sizes passed the estimate of "
+                 "runtime/scenario_limits.h; STARLING_MEMORY_LIMIT_GIB lowers the limit it checks "
+                 "against)\n");
+    return kExitFailure;
+  }
 }

@@ -368,3 +368,36 @@ TEST_CASE("topology --format dot pins rings on a circle and grids on a lattice",
     CHECK(std::system(("dot -Tsvg " + (dir / "torus.dot").string() + " > /dev/null").c_str()) == 0);
   }
 }
+
+TEST_CASE("topology of a large graph leaves out what grows as n^2 and answers quickly",
+          "[integration][topology]") {
+  const auto dir = tempDir("topology-large");
+  // 5,000 nodes: W alone would be 200 MB of doubles, the eigenvalues O(n^3).
+  writeFile(dir / "big.json", R"({"schema_version": 1, "name": "big", "nodes": 5000, "seed": 1,
+    "rounds": 10, "topology": {"kind": "ring"},
+    "problem": {"kind": "least_squares", "data": {"synthetic": {"samples": 5000, "features": 2}}},
+    "algorithm": {"kind": "exact_diffusion", "step_size": 0.3}})");
+  const auto json = launch("topology " + (dir / "big.json").string() + " --format json");
+  REQUIRE(json.status == 0);
+  const auto j = nlohmann::json::parse(json.text);
+  CHECK(j["nodes"] == 5000);
+  CHECK(j["edges"].size() == 5000);
+  CHECK(j["connected"] == true);
+  CHECK_FALSE(j.contains("weights"));
+  CHECK_FALSE(j.contains("spectral_gap"));
+  CHECK(j["not_computed"] == nlohmann::json::array({"diameter", "weights", "spectral_gap"}));
+  const auto text = launch("topology " + (dir / "big.json").string());
+  REQUIRE(text.status == 0);
+  CHECK(text.text.find("round 0: 5000 nodes, 5000 edges, connected; diameter and spectral gap not "
+                       "computed for more than 4096 nodes") == 0);
+  // At the limit everything is still there.
+  writeFile(dir / "limit.json", R"({"schema_version": 1, "name": "limit", "nodes": 64, "seed": 1,
+    "rounds": 10, "topology": {"kind": "ring"},
+    "problem": {"kind": "least_squares", "data": {"synthetic": {"samples": 64, "features": 2}}},
+    "algorithm": {"kind": "exact_diffusion", "step_size": 0.3}})");
+  const auto small = nlohmann::json::parse(
+      launch("topology " + (dir / "limit.json").string() + " --format json").text);
+  CHECK(small["diameter"] == 32);
+  CHECK(small["weights"].size() == 64);
+  CHECK(small["spectral_gap"].get<double>() > 0);
+}
