@@ -45,6 +45,7 @@ struct DataSource {
   std::optional<int> features;   // kLibsvm: fixes d
   // kIdx (runtime/idx.h): training and test images and labels, resolved like `path`.
   std::string images, labels, testImages, testLabels;
+  std::string dataset;           // kIdx: "fashion-mnist" when the paths came from that shortcut
   uint64_t trainSamples = 0;     // kIdx: use only the first this many (0: all)
   uint64_t testSamples = 0;
 };

@@ -134,6 +134,7 @@ void parseIdxSource(Obj& d, DataSource& src, const std::filesystem::path& baseDi
   if (d.has("dataset")) {
     if (d.has("format")) throw ScenarioError{d.at("format"), "cannot be combined with \"dataset\""};
     d.choice("dataset", "dataset", {"fashion-mnist"});
+    src.dataset = "fashion-mnist";
     const std::string dir = kFashionMnistDir;
     src.images = dir + "/train-images-idx3-ubyte.gz";
     src.labels = dir + "/train-labels-idx1-ubyte.gz";

@@ -122,11 +122,15 @@ json problemJson(const ProblemConfig& p) {
                          {"heterogeneity", sp.heterogeneity}, {"noise", sp.noise},
                          {"density", sp.density}};
   } else if (p.data.kind == DataSource::Kind::kIdx) {
-    data["format"] = "idx";
-    data["images"] = absolutePath(p.data.images);
-    data["labels"] = absolutePath(p.data.labels);
-    data["test_images"] = absolutePath(p.data.testImages);
-    data["test_labels"] = absolutePath(p.data.testLabels);
+    if (!p.data.dataset.empty()) {
+      data["dataset"] = p.data.dataset;
+    } else {
+      data["format"] = "idx";
+      data["images"] = absolutePath(p.data.images);
+      data["labels"] = absolutePath(p.data.labels);
+      data["test_images"] = absolutePath(p.data.testImages);
+      data["test_labels"] = absolutePath(p.data.testLabels);
+    }
     data["train_samples"] = p.data.trainSamples;
     data["test_samples"] = p.data.testSamples;
   } else {
