@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/mlp.h"
 #include "runtime/read_file.h"
 
 namespace starling::runtime {
@@ -143,6 +144,7 @@ std::string dataPath(const Scenario& s, const char* syntheticKey) {
 
 // The JSON path that fixes d: synthetic `features`, LIBSVM `features` when given, else the file.
 std::string featuresPath(const Scenario& s) {
+  if (s.problem.isMlp()) return "/problem/layers";
   return s.problem.data.kind == DataSource::Kind::kLibsvm && s.problem.data.features
              ? "/problem/data/features"
              : dataPath(s, "features");
@@ -219,11 +221,15 @@ double vectorsPerNode(const Scenario& s) {
 MemoryEstimate estimateMemory(const Scenario& s, const DataShape& data) {
   MemoryEstimate e;
   const double n = s.nodes;
-  const double d = data.features;
+  // The mlp problem's vectors hold its parameters, not one value per feature; its images are
+  // bytes (bounded by the data-file limit when read) and it has no central solver.
+  const bool mlp = s.problem.isMlp();
+  const double d = mlp ? static_cast<double>(optim::mlpParameterCount(s.problem.layers))
+                       : data.features;
   const double elem = s.precision == Precision::kFloat32 ? 4.0 : 8.0;
   e.data = kSampleCopies * (kBytesPerNonZero * data.nonZeros + kBytesPerSample * data.samples) +
            kBytesPerSampleExtra * data.samples;
-  if (d > 0 && data.samples > 0) {
+  if (!mlp && d > 0 && data.samples > 0) {
     e.solver = kSolverBytesPerEntry * std::min(d * d, data.rowNonZerosSquared + d);
   }
   const Edges edges = topologyEdges(s.topology);
@@ -267,7 +273,10 @@ core::Status checkMemory(const Scenario& s, const DataShape& data) {
            " features"},
       {e.models, "models", featuresPath(s),
        count(n) + " nodes each hold about " + count(vectorsPerNode(s)) + " vectors of " +
-           count(data.features) + " features x " + precision + " bytes"},
+           (s.problem.isMlp()
+                ? count(static_cast<double>(optim::mlpParameterCount(s.problem.layers))) +
+                      " parameters x "
+                : count(data.features) + " features x ") + precision + " bytes"},
       {e.sketch, "sketches", "/compression/cols",
        count(n) + " nodes each hold " + count(kSketchTablesPerNode) + " Count-Sketch tables of " +
            count(static_cast<double>(s.compression.rows)) + " x " +

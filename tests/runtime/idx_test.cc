@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "runtime/partition.h"
+#include "runtime/scenario.h"
+#include "runtime/scenario_limits.h"
 
 namespace starling::runtime {
 namespace {
@@ -249,6 +251,26 @@ TEST_CASE("Gamma draws have the right mean and variance", "[runtime][partition]"
     CHECK(mean == Approx(shape).epsilon(0.02));
     CHECK(var == Approx(shape).epsilon(0.05));
   }
+}
+
+}  // namespace
+}  // namespace starling::runtime
+
+namespace starling::runtime {
+namespace {
+
+TEST_CASE("Memory estimate: the mlp problem's vectors hold its parameters", "[runtime][mlp]") {
+  const std::string json = R"({"schema_version": 1, "name": "huge", "nodes": 1000, "seed": 1,
+    "rounds": 10, "precision": "float32", "topology": {"kind": "ring"},
+    "problem": {"kind": "mlp", "layers": [784, 4096, 4096, 10],
+                "estimator": {"kind": "sgd", "batch": 8}, "data": {"dataset": "fashion-mnist"}},
+    "algorithm": {"kind": "dsgd", "step_size": 0.1}})";
+  auto s = parseScenario(json, "huge.json", ".");
+  // 20,037,642 parameters on 1,000 nodes: refused (at parse time, or by checkMemory).
+  const core::Status st = s ? checkMemory(*s, scenarioShape(*s)) : s.status();
+  REQUIRE_FALSE(st.isOk());
+  CHECK(st.message().find("/problem/layers") != std::string::npos);
+  CHECK(st.message().find("20037642 parameters") != std::string::npos);
 }
 
 }  // namespace
