@@ -138,21 +138,16 @@ class PyPeer {
 
   void close() {
     if (!peer_) return;
-    if (busy_) raise("close: the peer is busy in another thread");
-    busy_ = true;
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = peer_->close();
-    }
-    busy_ = false;
+    Peer& peer = use("close");
+    Status s = communicate([&] { return peer.close(); });
     pending_.reset();
     peer_.reset();
     check(s);
   }
 
-  int rank() { return use("rank").rank(); }
-  int nodes() { return use("nodes").nodes(); }
+  // Fixed for the Peer's life, so readable while another thread is in a call.
+  int rank() { return alive("rank").rank(); }
+  int nodes() { return alive("nodes").nodes(); }
   uint64_t round() { return use("round").round(); }
   bool closed() const { return !peer_; }
 
@@ -163,27 +158,33 @@ class PyPeer {
   }
 
  private:
-  Peer& use(const char* what) {
+  Peer& alive(const char* what) {
     if (!peer_) raise(std::string(what) + ": the peer is closed");
-    if (busy_) raise(std::string(what) + ": the peer is busy in another thread");
     return *peer_;
+  }
+
+  Peer& use(const char* what) {
+    Peer& peer = alive(what);
+    if (busy_) raise(std::string(what) + ": the peer is busy in another thread");
+    return peer;
   }
 
   // Runs `call` with the GIL released; the busy flag keeps other Python threads off this Peer.
   template <typename F>
   Status communicate(F&& call) {
-    busy_ = true;
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = call();
-    }
-    busy_ = false;
-    return s;
+    struct Busy {
+      bool& flag;
+      explicit Busy(bool& f) : flag(f) { flag = true; }
+      ~Busy() { flag = false; }  // runs with the GIL held again (declared before `release`)
+    } busy(busy_);
+    py::gil_scoped_release release;
+    return call();
   }
 
-  std::unique_ptr<Peer> peer_;
+  // Declared before peer_, so destroyed after it: a Peer dropped during an unfinished
+  // mixStart() stops writing into the array before the array is let go.
   Borrowed pending_;  // the array an unfinished mixStart() writes into
+  std::unique_ptr<Peer> peer_;
   bool busy_ = false;  // read and written with the GIL held only
 };
 

@@ -1,0 +1,177 @@
+"""One rank of test_api.py: runs under `node-launcher run` (2 nodes, complete graph) and checks
+starling.Peer on numpy arrays and torch tensors. Both ranks make the same calls in the same order,
+so every exchange has its partner. Exits non-zero (an AssertionError) on the first failure."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import torch
+
+import starling
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def raises(kind, words, call):
+    """Checks that call() raises `kind` with every one of `words` in its message."""
+    try:
+        call()
+    except kind as e:
+        for w in words:
+            check(w in str(e), f"{kind.__name__} message {str(e)!r} lacks {w!r}")
+        return str(e)
+    except Exception as e:  # noqa: BLE001: report the wrong type
+        raise AssertionError(f"expected {kind.__name__} containing {words}, got "
+                             f"{type(e).__name__}: {e}")
+    raise AssertionError(f"expected {kind.__name__} containing {words}, nothing raised")
+
+
+def pointer(a):
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data_ptr()
+
+
+def extra_peer(index, rank):
+    """Another Peer of this process: the run's scenario again, on the ports the test picked (a
+    Peer fixes its dtype and dimension at its first round, so each kind of array gets its own)."""
+    ports = os.environ["STARLING_TEST_PORTS"].split(";")[index].split(",")
+    return starling.Peer(os.environ["STARLING_SCENARIO"], rank,
+                         peers=[f"127.0.0.1:{p}" for p in ports])
+
+
+def mix_in_place(peer, numpy_dtype, torch_dtype, rank):
+    """mix on a numpy array and on a torch tensor of one dtype: the same memory, the average."""
+    rounds = 0
+    for name, a in [(f"numpy {numpy_dtype.__name__}", np.full(1000, rank + 1.0, numpy_dtype)),
+                    (f"torch {torch_dtype}", torch.full((1000,), rank + 1.0, dtype=torch_dtype))]:
+        before = pointer(a)
+        peer.mix(a)
+        rounds += 1
+        check(pointer(a) == before, f"mix moved {name}")
+        got = np.asarray(a)
+        check(np.allclose(got, 1.5, rtol=0, atol=1e-6),
+              f"mix of {name}: {got[:3]}, expected 1.5 (the average of 1 and 2)")
+    return rounds
+
+
+def step_in_place(peer, numpy_dtype, rank):
+    """step through numpy and through torch on the same memory (torch.from_numpy shares it)."""
+    x = np.full(100, rank + 1.0, numpy_dtype)
+    t = torch.from_numpy(x)
+    before = pointer(x)
+    peer.step(x, np.zeros(100, numpy_dtype), lr=0.1)  # a zero gradient: a pure gossip round
+    check(pointer(x) == before and t.data_ptr() == before, "step moved the numpy array")
+    check(np.allclose(x, 1.5, rtol=0, atol=1e-6), f"step with zero gradient: {x[:3]}, expected 1.5")
+    old = x.copy()
+    peer.step(t, torch.ones(100, dtype=t.dtype), lr=0.1)
+    check(t.data_ptr() == before, "step moved the torch tensor")
+    check(np.all(np.isfinite(x)) and not np.array_equal(x, old), f"step did not move: {x[:3]}")
+    peer.step(t, torch.zeros(100, dtype=t.dtype))  # the scenario's step size
+    return 3
+
+
+def gil_released_while_waiting(peer, rank):
+    """Rank 1 starts its round a second late; while rank 0 waits inside mix() for it, a Python
+    thread of rank 0 must keep running (it could not if mix() held the GIL)."""
+    ticks, stop = [0], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    try:
+        if rank == 1:
+            time.sleep(1.0)
+        x = np.full(1000, rank + 1.0, np.float32)
+        before = ticks[0]
+        peer.mix(x)
+        during = ticks[0] - before
+    finally:
+        stop.set()
+        thread.join()
+    if rank == 0:
+        check(during >= 10, f"a Python thread ticked {during} times while mix() waited 1 s for "
+                            "rank 1: mix() does not release the GIL")
+    check(np.allclose(x, 1.5), f"mix after the wait: {x[:3]}")
+    return 1
+
+
+def main():
+    peer = starling.Peer.from_env()
+    rank = peer.rank
+    check(peer.nodes == 2, f"nodes {peer.nodes}, expected 2")
+    check(rank == int(os.environ["STARLING_RANK"]), f"rank {rank} != STARLING_RANK")
+    check(peer.round == 0, f"round {peer.round} before any call")
+
+    rounds = mix_in_place(peer, np.float32, torch.float32, rank)
+    rounds += gil_released_while_waiting(peer, rank)
+    # A tensor that requires grad goes in as p.detach(), which shares its memory.
+    p = torch.full((1000,), rank + 1.0, requires_grad=True)
+    raises(ValueError, ["requires grad", ".detach()"], lambda: peer.mix(p))
+    peer.mix(p.detach())
+    rounds += 1
+    check(torch.allclose(p.detach(), torch.full((1000,), 1.5)), "mix through p.detach()")
+
+    with extra_peer(0, rank) as peer64:
+        check(mix_in_place(peer64, np.float64, torch.float64, rank) == peer64.round, "round")
+    with extra_peer(1, rank) as step32:
+        check(step_in_place(step32, np.float32, rank) == step32.round, "round of step32")
+    with extra_peer(2, rank) as step64:
+        check(step_in_place(step64, np.float64, rank) == step64.round, "round of step64")
+
+    # Wrong arrays: clear errors, and nothing is sent (the round count stays).
+    expect = "1-D contiguous float32 or float64"
+    raises(TypeError, [expect, "int64"], lambda: peer.mix(np.ones(8, np.int64)))
+    raises(TypeError, [expect, "float16"], lambda: peer.mix(torch.ones(8, dtype=torch.float16)))
+    raises(ValueError, [expect, "shape (2, 4)"], lambda: peer.mix(np.ones((2, 4), np.float32)))
+    raises(ValueError, [expect, "shape (2, 4)"], lambda: peer.mix(torch.ones(2, 4)))
+    raises(ValueError, ["not contiguous", "stride of 2"],
+           lambda: peer.mix(np.ones(2000, np.float32)[::2]))
+    raises(ValueError, ["not contiguous", "stride of 2"], lambda: peer.mix(torch.ones(2000)[::2]))
+    read_only = np.ones(1000, np.float32)
+    read_only.flags.writeable = False
+    raises(ValueError, ["read-only"], lambda: peer.mix(read_only))
+    raises(TypeError, [expect, "list"], lambda: peer.mix([1.0, 2.0]))
+    raises(TypeError, ["grads", "dtype of params (float32)", "float64"],
+           lambda: peer.step(np.ones(4, np.float32), np.ones(4)))
+    raises(ValueError, ["grads", "as many elements as params (4)", "3"],
+           lambda: peer.step(np.ones(4), np.ones(3)))
+    raises(TypeError, ["loss", "number"], lambda: peer.log(loss="low"))
+    check(peer.round == rounds, f"round {peer.round} after {rounds} exchanges and refused calls")
+
+    # The asynchronous form: start, compute, wait; the array is updated in place by the wait.
+    a = torch.full((1000,), rank + 1.0)
+    before = a.data_ptr()
+    peer.mix_start(a)
+    busy = sum(range(1000))  # the caller's own work while the exchange runs
+    peer.mix_wait()
+    rounds += 1
+    check(busy > 0 and a.data_ptr() == before, "mix_start/mix_wait moved the tensor")
+    check(torch.allclose(a, torch.full((1000,), 1.5)), f"mix_start/mix_wait: {a[:3]}")
+
+    peer.log(loss=0.25, accuracy=np.float32(0.5), step=rounds)
+
+    # Starling's own errors are starling.Error, a RuntimeError, with Starling's message.
+    missing = os.path.join(os.environ.get("STARLING_OUT", "/tmp"), "no-such-scenario.json")
+    raises(starling.Error, ["no-such-scenario.json"], lambda: starling.Peer(missing, 0))
+    check(issubclass(starling.Error, RuntimeError), "starling.Error is not a RuntimeError")
+
+    with peer:  # the context manager closes
+        check(peer.round == rounds, f"round {peer.round}, expected {rounds}")
+    check(peer.closed, "peer not closed by the with block")
+    raises(starling.Error, ["closed"], lambda: peer.mix(np.ones(3)))
+    peer.close()  # twice is harmless
+    # The launcher keeps a rank's output only for failures: the test looks for this file.
+    with open(os.path.join(os.environ["STARLING_OUT"], f"api-rank-{rank}.passed"), "w") as f:
+        f.write(f"rank {rank}: api checks passed ({rounds} rounds)\n")
+
+
+if __name__ == "__main__":
+    main()
