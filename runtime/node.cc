@@ -224,7 +224,10 @@ core::Status Node<T>::finishRound() {
     if (!slot.status.isOk()) {
       lostNeighbour_ = slot.peer;
       if (!slot.mismatch.empty()) {
-        return core::invalidArgument("round " + std::to_string(info_.round) + ": " + slot.mismatch);
+        // Still the receive's own status (a timeout): the mismatch is why, not a proof.
+        return core::Status(slot.status.code(), "round " + std::to_string(info_.round) + ": " +
+                                                    slot.mismatch + " (" + slot.status.message() +
+                                                    ")");
       }
       return slot.status.withContext("round " + std::to_string(info_.round) +
                                      ", message from rank " + std::to_string(slot.peer));

@@ -103,7 +103,8 @@ TEST_CASE("malformed scenarios exit 2 naming the file and the JSON path", "[inte
       {"zero_nodes", replace("\"nodes\": 4", "\"nodes\": 0"), "/nodes: must be between"},
       {"negative_step", replace("\"step_size\": 0.3", "\"step_size\": -1"),
        "/algorithm/step_size: must be in"},
-      {"missing_rounds", replace("\"rounds\": 40,", ""), "missing required key \"rounds\""},
+      // Without rounds only a trainer can run it (node-launcher run SCENARIO -- COMMAND).
+      {"missing_rounds", replace("\"rounds\": 40,", ""), "no \"rounds\": this scenario is for a trainer"},
       {"schema", replace("\"schema_version\": 1", "\"schema_version\": 9"),
        "/schema_version: unsupported schema version 9"},
       {"grid_size", replace("{\"kind\": \"ring\"}", "{\"kind\": \"grid\", \"rows\": 3, \"cols\": 5}"),

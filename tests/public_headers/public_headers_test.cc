@@ -16,6 +16,9 @@
 #include "topology/mixing.h"
 #include "topology/schedule.h"
 #include "topology/spec.h"
+// The installed front door (include/starling/), which a trainer compiles against.
+#include <starling/peer.h>
+#include <starling/status.h>
 
 #if defined(BOOST_CONFIG_HPP) || defined(BOOST_VERSION)
 #error "a public header includes Boost"
