@@ -96,6 +96,12 @@ void parseCompression(Obj& o, Scenario& s) {
       break;
   }
   c.errorFeedback = o.boolean("error_feedback", false);
+  if (c.kind == Kind::kAdaComp && c.errorFeedback) {
+    // The codec would refuse it when the run starts; say so while validating.
+    throw ScenarioError{o.at("error_feedback"),
+                        "adacomp keeps its own residue (its error feedback); leave "
+                        "\"error_feedback\" out"};
+  }
   o.finish();
   const bool differences = optim::sendsCompressedDifferences(s.algorithm.kind);
   const char* alg = optim::algorithmKindName(s.algorithm.kind);

@@ -338,3 +338,14 @@ TEST_CASE("a random graph that cannot be drawn connected is refused at its JSON 
 
 }  // namespace
 }  // namespace starling::runtime
+
+TEST_CASE("adacomp with error_feedback is refused while validating, not when the run starts",
+          "[runtime][unit]") {
+  const auto dsgd = with("\"kind\": \"exact_diffusion\", \"step_size\": 0.3",
+                         "\"kind\": \"dsgd\", \"step_size\": 0.3");
+  const auto base = dsgd.substr(0, dsgd.rfind('}'));
+  CHECK(parseScenario(base + R"(, "compression": {"kind": "adacomp"}})", "s.json", ".").isOk());
+  CHECK(refusal(base + R"(, "compression": {"kind": "adacomp", "error_feedback": true}})")
+            .find("s.json: /compression/error_feedback: adacomp keeps its own residue") == 0);
+}
+
