@@ -337,7 +337,6 @@ TEST_CASE("a random graph that cannot be drawn connected is refused at its JSON 
 }
 
 }  // namespace
-}  // namespace starling::runtime
 
 TEST_CASE("adacomp with error_feedback is refused while validating, not when the run starts",
           "[runtime][unit]") {
@@ -349,3 +348,4 @@ TEST_CASE("adacomp with error_feedback is refused while validating, not when the
             .find("s.json: /compression/error_feedback: adacomp keeps its own residue") == 0);
 }
 
+}  // namespace starling::runtime
