@@ -240,7 +240,7 @@ core::Result<optim::Dataset> makeSynthetic(const SyntheticSpec& spec, optim::Los
 core::Result<std::vector<std::vector<size_t>>> partitionSamples(size_t samples, int nodes,
                                                                 PartitionKind kind, uint64_t seed) {
   if (nodes < 1) return core::invalidArgument("nodes: must be >= 1, got " + std::to_string(nodes));
-  if (kind != PartitionKind::kContiguous && kind != PartitionKind::kRandom) {
+  if (kind == PartitionKind::kDirichlet || kind == PartitionKind::kShards) {
     return core::invalidArgument("a label partition (dirichlet, shards) needs the labels");
   }
   const auto n = static_cast<size_t>(nodes);
@@ -251,7 +251,7 @@ core::Result<std::vector<std::vector<size_t>>> partitionSamples(size_t samples, 
   }
   std::vector<size_t> order(samples);
   for (size_t j = 0; j < samples; ++j) order[j] = j;
-  if (kind == PartitionKind::kRandom) {
+  if (kind == PartitionKind::kRandom || kind == PartitionKind::kIid) {
     core::Rng rng(core::deriveSeed(seed, kPartitionSalt));
     for (size_t j = samples; j > 1; --j) std::swap(order[j - 1], order[rng.below(j)]);
   }

@@ -47,9 +47,9 @@ struct SyntheticSpec {
 core::Result<optim::Dataset> makeSynthetic(const SyntheticSpec& spec, optim::LossKind loss,
                                            int nodes, uint64_t seed);
 
-// kRandom is also "iid". kDirichlet and kShards follow the labels of a classification data set
-// (runtime/partition.h).
-enum class PartitionKind { kContiguous, kRandom, kDirichlet, kShards };
+// kIid is kRandom under the name used for label data. kDirichlet and kShards follow the labels of
+// a classification data set (runtime/partition.h).
+enum class PartitionKind { kContiguous, kRandom, kDirichlet, kShards, kIid };
 
 // Sample indices of each node: contiguous blocks of near-equal size (the first samples % nodes
 // nodes get one more), or a seeded random permutation cut the same way. Requires

@@ -109,7 +109,7 @@ std::vector<int> parseLayers(Obj& o) {
 void parsePartition(Obj& o, ProblemConfig& p) {
   const std::vector<std::string> names = {"contiguous", "random", "iid", "dirichlet", "shards"};
   const PartitionKind kinds[] = {PartitionKind::kContiguous, PartitionKind::kRandom,
-                                 PartitionKind::kRandom, PartitionKind::kDirichlet,
+                                 PartitionKind::kIid, PartitionKind::kDirichlet,
                                  PartitionKind::kShards};
   const json* v = o.get("partition");
   if (!v || !v->is_object()) {

@@ -97,6 +97,9 @@ json problemJson(const ProblemConfig& p) {
     case PartitionKind::kRandom:
       j["partition"] = "random";
       break;
+    case PartitionKind::kIid:
+      j["partition"] = "iid";
+      break;
     case PartitionKind::kDirichlet:
       j["partition"] = {{"kind", "dirichlet"}, {"alpha", p.partitionAlpha}};
       break;
