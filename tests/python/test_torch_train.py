@@ -42,7 +42,9 @@ def main():
     from idx import load_fashion_mnist
 
     with harness.TempDir("python-torch-train") as tmp:
-        scenario = harness.embedded_scenario(tmp, "python-torch-train", NODES)
+        # A logged round of a model this size also computes its consensus sketch: log every 25.
+        scenario = harness.embedded_scenario(tmp, "python-torch-train", NODES,
+                                             extra={"log_every": 25})
         saved = os.path.join(tmp, "models")
         out = os.path.join(tmp, "run")
         rc, output = harness.run_launcher(scenario, out, [
