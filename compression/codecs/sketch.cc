@@ -453,6 +453,14 @@ class CountSketchCompressor final : public Compressor<T> {
     if (!v) return v.status();
     auto p = loadParams(v->params, out.size());
     if (!p) return p.status();
+    // Every peer of a run shares one spec: a frame of the other estimate is not one a neighbour
+    // sends, and the mean-estimate accumulator (which only sums mean frames) must refuse exactly
+    // what decode() refuses.
+    if (p->mean != spec_.meanEstimate) {
+      return core::corruption(std::string("countsketch frame with the ") +
+                              (p->mean ? "mean" : "median") + " estimate; this run's is the " +
+                              (spec_.meanEstimate ? "mean" : "median"));
+    }
     std::vector<T> table;
     STARLING_RETURN_IF_ERROR(loadTable<T>(v->payload, *p, table));
     // Validated: the estimate can go straight into `out`, then be scaled in place.
