@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/peer_log_reader.h"
 #include "runtime/scenario_writer.h"
 
 namespace starling::runtime {
@@ -93,21 +94,9 @@ PeerLogMerger::PeerLogMerger(const Experiment& e, std::filesystem::path dir, Met
 
 core::Status PeerLogMerger::readPeer(int rank) {
   Source& src = sources_[rank];
-  std::ifstream in(src.path, std::ios::binary);
-  if (!in) return core::Status::ok();  // the peer has not started writing yet
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(in.tellg());
-  if (size < src.offset) return core::corruption(src.path.string() + " shrank while being read");
-  if (size == src.offset) return core::Status::ok();
-  std::string chunk(size - src.offset, '\0');
-  in.seekg(static_cast<std::streamoff>(src.offset));
-  in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-  src.offset = size;
-  src.partial += chunk;
-
-  size_t start = 0;
-  for (size_t nl; (nl = src.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    const std::string line = src.partial.substr(start, nl - start);
+  auto lines = readNewLines(src.path, src.offset, src.partial);
+  if (!lines) return lines.status();
+  for (const std::string& line : *lines) {
     const auto j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     const auto bad = [&](const std::string& why) {
       return core::corruption(src.path.string() + ": " + why);
@@ -127,17 +116,8 @@ core::Status PeerLogMerger::readPeer(int rank) {
       src.sawHeader = true;
       continue;
     }
-    if (j.is_object() && j.contains("failed") && j["failed"].is_object()) {
-      const auto& f = j["failed"];
-      PeerFailure failure;
-      failure.rank = rank;
-      failure.round = f.value("round", uint64_t{0});
-      failure.code = f.value("code", "");
-      failure.message = f.value("message", "");
-      if (f.contains("lost_rank") && f["lost_rank"].is_number_integer()) {
-        failure.lostRank = f["lost_rank"].get<int>();
-      }
-      src.failure = failure;
+    if (auto failure = parseFailureLine(j, rank)) {
+      src.failure = *failure;
       continue;
     }
     const bool hasX = j.is_object() && j.contains("x") && j["x"].is_array();
@@ -169,7 +149,6 @@ core::Status PeerLogMerger::readPeer(int rank) {
     slot.resize(e_.scenario.nodes);
     slot[rank] = std::move(rec);
   }
-  src.partial.erase(0, start);
   return core::Status::ok();
 }
 
