@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/engine.h"
 #include "runtime/line_file.h"
 #include "runtime/metrics.h"
 #include "runtime/node_stack.h"
@@ -13,18 +14,6 @@
 
 namespace starling::runtime {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-// How often a waiting peer looks at its stop flag.
-constexpr auto kStopPoll = std::chrono::milliseconds(200);
-
-void say(const PeerOptions& opt, const std::string& line) {
-  if (opt.log) {
-    opt.log(line);
-  } else {
-    std::fprintf(stderr, "%s\n", line.c_str());
-  }
-}
 
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
@@ -35,15 +24,17 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   NodeStack<T> stack = std::move(*built);
   Node<T>& node = *stack.node;
 
-  std::error_code ec;
-  std::filesystem::create_directories(opt.outDir / "peers", ec);
-  if (ec) return core::ioError("cannot create " + (opt.outDir / "peers").string() + ": " + ec.message());
-  auto created = LineFile::create(peerLogPath(opt.outDir, opt.rank));
-  if (!created) return created.status();
-  LineFile& out = **created;
+  // The same round loop as a starling::Peer in a user's trainer (runtime/engine.h); here the
+  // gradients come from the scenario's own problem (the NodeStack's oracle).
+  EngineOptions eo;
+  eo.rank = opt.rank;
+  eo.outDir = opt.outDir;
+  eo.address = address;
+  eo.stop = opt.stop;
+  eo.log = opt.log;
+  Engine<T> engine(s, *e.schedule, net, eo);
+  STARLING_RETURN_IF_ERROR(engine.open());
 
-  const auto start = Clock::now();
-  const auto wall = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   auto record = [&](uint64_t round) -> core::Status {
     nlohmann::ordered_json j;
     j["round"] = round;
@@ -51,7 +42,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     j["corrupt_messages"] = node.corruptMessages() + net.stats().corruptMessages;
     j["compression_error_sum"] = node.compressionErrorSum();
     j["compression_error_count"] = node.compressionErrorCount();
-    j["wall_s"] = wall();
+    j["wall_s"] = engine.wallSeconds();
     const auto x = node.model();
     // Large models: a sketch every logged round, the model itself at the first and the last
     // (metrics.h).
@@ -61,63 +52,27 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       j["x"] = std::vector<double>(x.begin(), x.end());
     }
     // A diverged model holds NaN: JSON has none, so such values are written as null.
-    return out.append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    return engine.append(
+        j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   };
 
-  STARLING_RETURN_IF_ERROR(out.append(peerLogHeader(s, opt.rank, address)));
-  say(opt, "node-launcher peer " + std::to_string(opt.rank) + ": listening on " + address + " (" +
-               std::to_string(s.nodes) + " nodes, " + std::to_string(s.rounds) + " rounds, " +
-               s.name + ")");
+  engine.say("node-launcher peer " + std::to_string(opt.rank) + ": listening on " + address +
+             " (" + std::to_string(s.nodes) + " nodes, " + std::to_string(s.rounds) +
+             " rounds, " + s.name + ")");
   STARLING_RETURN_IF_ERROR(record(0));
-  uint64_t r = 0;
-  auto rounds = [&]() -> core::Status {
-    const auto roundTimeout = std::chrono::milliseconds(s.transport.roundTimeoutMs);
-    for (; r < s.rounds; ++r) {
-      const auto topo = e.schedule->at(r);
-      const auto deadline = Clock::now() + roundTimeout;
-      STARLING_RETURN_IF_ERROR(node.startRound(r, *topo, s.algorithm.stepSize.at(r), deadline));
-      while (!node.roundComplete()) {
-        if (opt.stop && opt.stop->load()) return core::cancelled("stopped by a signal");
-        // Receives expire at `deadline` and complete with kTimeout; the margin only bounds this
-        // loop if a completion were ever lost.
-        if (Clock::now() > deadline + std::chrono::seconds(5)) {
-          return core::internalError("round did not complete after its deadline");
-        }
-        auto ran =
-            net.progress(std::min(Clock::now() + kStopPoll, deadline + std::chrono::seconds(1)));
-        if (!ran) return ran.status();
-      }
-      STARLING_RETURN_IF_ERROR(node.finishRound());
-      const uint64_t done = r + 1;
-      if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
-    }
-    return core::Status::ok();
-  };
-  if (auto st = rounds(); !st.isOk()) {
-    const auto context = "rank " + std::to_string(opt.rank) + ", round " + std::to_string(r);
-    st = explainRoundFailure(s, st, context);
-    // The others learn from this line whom this peer lost (the launcher and `merge` name the
-    // root cause of a cascade from it). Best effort: the error itself is what is returned.
-    PeerFailure f{opt.rank, r, std::string(core::statusCodeName(st.code())),
-                  st.code() == core::StatusCode::kCancelled ? std::nullopt : node.lostNeighbour(),
-                  st.message()};
-    (void)out.append(peerFailureLine(f));
-    return st;
+  while (engine.rounds() < s.rounds) {
+    STARLING_RETURN_IF_ERROR(engine.round(node));  // a failure is already in the log
+    const uint64_t done = engine.rounds();
+    if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
   }
   // The neighbours still need this peer's last messages: hand them all to the network before
   // the transport is closed (its close flushes what is in flight).
-  const auto flushDeadline =
-      Clock::now() + std::chrono::milliseconds(s.transport.connectTimeoutMs);
-  while (node.sendsInFlight() > 0 && Clock::now() < flushDeadline) {
-    if (opt.stop && opt.stop->load()) break;
-    auto ran = net.progress(std::min(Clock::now() + kStopPoll, flushDeadline));
-    if (!ran) return ran.status();
-  }
+  STARLING_RETURN_IF_ERROR(engine.flush({&node}));
   char done[160];
   std::snprintf(done, sizeof done, "node-launcher peer %d: done, %llu rounds, %.1f MB sent, %.2f s",
                 opt.rank, static_cast<unsigned long long>(s.rounds),
-                static_cast<double>(node.bytesSent()) / 1e6, wall());
-  say(opt, done);
+                static_cast<double>(node.bytesSent()) / 1e6, engine.wallSeconds());
+  engine.say(done);
   return core::Status::ok();
 }
 
