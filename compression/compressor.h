@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "compression/frame.h"
-#include "runtime/core/rng.h"
-#include "runtime/core/status.h"
+#include "core/rng.h"
+#include "core/status.h"
 
 namespace starling::compression {
 

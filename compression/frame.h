@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::compression {
 

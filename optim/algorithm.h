@@ -18,7 +18,7 @@
 
 #include "optim/regularizer.h"
 #include "optim/step_size.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::optim {
 

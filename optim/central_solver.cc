@@ -9,7 +9,7 @@
 #include <string>
 
 #include "optim/problem.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::optim {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "optim/image_dataset.h"
 #include "optim/objective.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::optim {
 

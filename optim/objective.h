@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <span>
 
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::optim {
 

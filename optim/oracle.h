@@ -28,7 +28,7 @@
 
 #include "optim/algorithm.h"
 #include "optim/problem.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::optim {
 

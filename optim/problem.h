@@ -21,8 +21,8 @@
 #include "optim/dataset.h"
 #include "optim/objective.h"
 #include "optim/regularizer.h"
-#include "runtime/core/rng.h"
-#include "runtime/core/status.h"
+#include "core/rng.h"
+#include "core/status.h"
 
 namespace starling::optim {
 

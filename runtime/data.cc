@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 #include "runtime/read_file.h"
 #include "runtime/scenario_limits.h"
 

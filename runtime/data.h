@@ -13,7 +13,7 @@
 
 #include "optim/dataset.h"
 #include "optim/problem.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::runtime {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/line_file.h"
 #include "runtime/node.h"
 #include "runtime/scenario.h"

@@ -10,7 +10,7 @@
 #include "optim/dataset.h"
 #include "optim/image_dataset.h"
 #include "optim/problem.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/scenario.h"
 #include "topology/schedule.h"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "optim/image_dataset.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::runtime {
 

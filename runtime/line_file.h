@@ -11,7 +11,7 @@
 #include <memory>
 #include <string_view>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::runtime {
 

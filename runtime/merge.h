@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/experiment.h"
 #include "runtime/metrics.h"
 #include "runtime/peer.h"

@@ -10,7 +10,7 @@
 
 #include "optim/algorithm.h"
 #include "optim/mlp.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 #include "runtime/scenario_writer.h"
 #include "topology/spec.h"
 

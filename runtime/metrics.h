@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/experiment.h"
 #include "runtime/line_file.h"
 

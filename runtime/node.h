@@ -25,7 +25,7 @@
 
 #include "compression/compressor.h"
 #include "optim/algorithm.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/transport.h"
 #include "topology/schedule.h"

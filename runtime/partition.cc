@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::runtime {
 namespace {

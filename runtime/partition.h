@@ -19,8 +19,8 @@
 #include <span>
 #include <vector>
 
-#include "runtime/core/rng.h"
-#include "runtime/core/status.h"
+#include "core/rng.h"
+#include "core/status.h"
 
 namespace starling::runtime {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/experiment.h"
 
 namespace starling::runtime {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/peer.h"
 
 namespace starling::runtime {

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::runtime {
 

@@ -17,7 +17,7 @@
 #include "optim/algorithm.h"
 #include "optim/oracle.h"
 #include "optim/problem.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/data.h"
 #include "topology/spec.h"
 

@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "optim/dataset.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/scenario.h"
 
 namespace starling::runtime {

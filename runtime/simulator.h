@@ -11,7 +11,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/experiment.h"
 #include "runtime/metrics.h"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/line_file.h"
 #include "runtime/merge.h"
 #include "runtime/peer.h"

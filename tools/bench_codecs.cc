@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "compression/compressor.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::bench::gossip {
 

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::topology {
 namespace {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "topology/spec.h"
 
 namespace starling::topology {

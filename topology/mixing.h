@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "topology/graph.h"
 #include "topology/spec.h"
 

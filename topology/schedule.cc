@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::topology {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "topology/graph.h"
 #include "topology/mixing.h"
 #include "topology/spec.h"

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "compression/codecs/wire.h"
-#include "runtime/core/rng.h"
-#include "runtime/core/status.h"
+#include "core/rng.h"
+#include "core/status.h"
 
 namespace starling::compression::codecs {
 

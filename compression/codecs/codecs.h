@@ -12,7 +12,7 @@
 
 #include "compression/compressor.h"
 #include "compression/frame.h"
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::compression::codecs {
 

@@ -1,5 +1,5 @@
 // Status and Result<T>: how every fallible Starling function reports failure, inside the engine
-// and at its public door alike (one type: runtime/core/status.h only names it for internal code).
+// and at its public door alike (one type: core/status.h only names it for internal code).
 //
 // No exception crosses a module boundary; functions that can fail return a Status (or a Result<T>
 // carrying either a value or a non-ok Status). Both are [[nodiscard]]. Thread-safety: values, safe

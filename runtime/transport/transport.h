@@ -26,7 +26,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::transport {
 

@@ -20,7 +20,7 @@
 #include "compression/compressor.h"
 #include "compression/frame.h"
 #include "hex.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::compression::codec_testing {
 

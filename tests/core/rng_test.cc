@@ -2,7 +2,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 using namespace starling::core;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 using namespace starling::core;
 

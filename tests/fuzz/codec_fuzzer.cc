@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "compression/compressor.h"
-#include "runtime/core/rng.h"
-#include "runtime/core/status.h"
+#include "core/rng.h"
+#include "core/status.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace starling::fuzz {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "compression/frame.h"
-#include "runtime/core/rng.h"
-#include "runtime/core/status.h"
+#include "core/rng.h"
+#include "core/status.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace starling::fuzz {

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "process_helpers.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 using namespace starling::testing;
 

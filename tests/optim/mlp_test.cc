@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "optim/oracle.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::optim {
 namespace {

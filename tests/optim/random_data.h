@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "optim/dataset.h"
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 namespace starling::optim::testing {
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 #include "tests/topology/check.h"
 #include "topology/spec.h"

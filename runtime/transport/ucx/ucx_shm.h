@@ -29,7 +29,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/transport/transport.h"
 
 namespace starling::transport::ucx::detail {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling::transport::ucx {
 

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/status.h"
+#include "core/status.h"
 #include "runtime/transport/transport.h"
 
 namespace starling::transport::ucx {

@@ -1,4 +1,4 @@
-#include "runtime/core/rng.h"
+#include "core/rng.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,4 +1,4 @@
-#include "runtime/core/status.h"
+#include "core/status.h"
 
 namespace starling {
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The module order of docs/architecture.md, checked on every #include of the project's code.
+
+A module may include its own headers and those of the modules below it; nothing may include
+upwards (topology reaching into optim, the transport into the runtime, ...). The public headers
+(include/starling/) include only the standard library and each other, and no code outside api/
+includes api/'s internal headers. Standard library only; run by meson as the 'layering' test.
+
+usage: layering_test.py PROJECT_ROOT
+"""
+import pathlib
+import re
+import sys
+
+# module folder -> the module folders it may include (besides itself); order as in
+# docs/architecture.md "Modules and their order". Longest prefix wins (runtime/transport is its
+# own module inside runtime/).
+ALLOWED = {
+    "core": set(),
+    "topology": {"core"},
+    "compression": {"core"},
+    "optim": {"core", "topology", "compression"},
+    "runtime/transport": {"core", "compression"},
+    "runtime": {"core", "topology", "compression", "optim", "runtime/transport"},
+    "api": {"core", "topology", "compression", "optim", "runtime/transport", "runtime"},
+}
+MODULES = sorted(ALLOWED, key=len, reverse=True)
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+SYSTEM_INCLUDE = re.compile(r"^\s*#\s*include\s*<([^>]+)>", re.M)
+
+
+def module_of(rel: str):
+    for m in MODULES:
+        if rel == m or rel.startswith(m + "/"):
+            return m
+    return None
+
+
+def main() -> int:
+    root = pathlib.Path(sys.argv[1]).resolve()
+    problems = []
+    checked = 0
+    for m in ALLOWED:
+        for path in sorted((root / m).rglob("*")):
+            if path.suffix not in (".h", ".cc") or module_of(str(path.relative_to(root))) != m:
+                continue
+            checked += 1
+            for inc in INCLUDE.findall(path.read_text(errors="replace")):
+                target = module_of(inc)
+                if target is None or target == m:
+                    continue
+                if target not in ALLOWED[m]:
+                    problems.append(f"{path.relative_to(root)}: includes \"{inc}\" ({target} is "
+                                    f"not below {m})")
+    # Public headers: nothing of the project's internals, nothing but the standard library.
+    for path in sorted((root / "include" / "starling").glob("*.h")):
+        checked += 1
+        text = path.read_text(errors="replace")
+        for inc in INCLUDE.findall(text):
+            problems.append(f"{path.relative_to(root)}: includes \"{inc}\" (public headers use "
+                            "<starling/...> and the standard library only)")
+        for inc in SYSTEM_INCLUDE.findall(text):
+            if "/" in inc and not inc.startswith("starling/"):
+                problems.append(f"{path.relative_to(root)}: includes <{inc}> (not the standard "
+                                "library)")
+    # api/'s internal headers are the door's own.
+    for top in ("core", "topology", "compression", "optim", "runtime", "tools", "python"):
+        for path in sorted((root / top).rglob("*")):
+            if path.suffix not in (".h", ".cc"):
+                continue
+            for inc in INCLUDE.findall(path.read_text(errors="replace")):
+                if inc.startswith("api/"):
+                    problems.append(f"{path.relative_to(root)}: includes \"{inc}\" (api/ is "
+                                    "internal to the public door)")
+    if checked < 50:
+        problems.append(f"only {checked} files checked: is {root} the project root?")
+    for p in problems:
+        print(p)
+    print(f"{checked} files checked, {len(problems)} layering problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
