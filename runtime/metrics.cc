@@ -139,20 +139,16 @@ template RoundMetrics measureModels<double>(const Experiment&,
 
 template <typename T>
 std::vector<double> modelSketch(std::span<const T> x, uint64_t seed) {
-  std::vector<double> out(kSketchDim);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(kSketchDim));
-  for (size_t r = 0; r < kSketchDim; ++r) {
-    core::Rng rng(core::deriveSeed(seed, kSketchSalt, r));
-    double acc = 0;
-    for (size_t k0 = 0; k0 < x.size(); k0 += 64) {
-      const uint64_t bits = rng.nextU64();
-      const size_t end = std::min(x.size(), k0 + 64);
-      for (size_t k = k0; k < end; ++k) {
-        const double v = static_cast<double>(x[k]);
-        acc += ((bits >> (k - k0)) & 1) ? v : -v;
-      }
-    }
-    out[r] = acc * scale;
+  // A sparse sign projection (Count-Sketch of one row): coordinate j goes to bucket h(j) with
+  // sign s(j), both from SplitMix64's j-th output for the seed; one pass, O(d).
+  static_assert(kSketchDim == 256, "the bucket is the hash's low 8 bits");
+  std::vector<double> out(kSketchDim, 0.0);
+  const uint64_t key = core::mix64(seed ^ kSketchSalt);
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  for (size_t j = 0; j < x.size(); ++j) {
+    const uint64_t h = core::mix64(key + static_cast<uint64_t>(j) * kGolden);
+    const double v = static_cast<double>(x[j]);
+    out[h & 0xff] += (h & 0x100) ? v : -v;
   }
   return out;
 }

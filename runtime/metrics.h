@@ -47,8 +47,9 @@ struct RoundMetrics {
 inline constexpr size_t kPeerEvalSamples = 1000;
 
 // The consensus sketch (docs/algorithms.md §16): peers whose model has more than
-// kFullModelLogMaxDim elements log S x_i instead of x_i, with S a k x d matrix of independent
-// +-1/sqrt(k) entries (k = kSketchDim) drawn from the scenario's seed, the same at every peer.
+// kFullModelLogMaxDim elements log S x_i instead of x_i, with S the k x d (k = kSketchDim)
+// sparse sign matrix of a Count-Sketch: column j has one entry, +-1 in row h(j), hash and sign
+// from the scenario's seed, the same at every peer; O(d) to apply.
 // Then (1/n) sum_i ||S x_i - mean_j S x_j||^2 = (1/n) sum_i ||S (x_i - x_mean)||^2 estimates the
 // consensus distance without bias, with relative standard deviation at most sqrt(2/k) (8.8%).
 inline constexpr size_t kSketchDim = 256;
