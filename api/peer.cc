@@ -230,6 +230,13 @@ Status Peer::Impl::mixWait() {
   return core::failedPrecondition("mixWait without mixStart");
 }
 
+Status Peer::Impl::poll() {
+  if (closed) return core::failedPrecondition("poll after close()");
+  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine.poll();
+  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine.poll();
+  return Status::ok();  // nothing has run yet
+}
+
 Status Peer::Impl::log(const std::map<std::string, double>& m) {
   if (closed) return core::failedPrecondition("log after close()");
   for (const auto& [name, value] : m) {
@@ -293,6 +300,7 @@ Status Peer::step(std::span<double> params, std::span<const double> grads,
 Status Peer::mixStart(std::span<float> params) { return impl_->mixStart(params); }
 Status Peer::mixStart(std::span<double> params) { return impl_->mixStart(params); }
 Status Peer::mixWait() { return impl_->mixWait(); }
+Status Peer::poll() { return impl_->poll(); }
 Status Peer::mix(std::span<float> params) {
   STARLING_RETURN_IF_ERROR(impl_->mixStart(params));
   return impl_->mixWait();

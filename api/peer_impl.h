@@ -76,6 +76,7 @@ class Peer::Impl {
   template <typename T>
   Status mixStart(std::span<T> params);
   Status mixWait();
+  Status poll();
   Status log(const std::map<std::string, double>& m);
   Status close();
   uint64_t rounds() const;

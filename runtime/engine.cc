@@ -93,6 +93,15 @@ core::Status Engine<T>::complete(Node<T>& node) {
 }
 
 template <typename T>
+core::Status Engine<T>::poll() {
+  if (!failure_.isOk()) return failure_;
+  if (!inRound_) return core::Status::ok();
+  auto ran = net_.progress(Clock::now());
+  if (!ran) return fail(ran.status(), inRound_);
+  return core::Status::ok();
+}
+
+template <typename T>
 core::Status Engine<T>::round(Node<T>& node, std::optional<double> stepSize) {
   STARLING_RETURN_IF_ERROR(begin(node, stepSize));
   return complete(node);

@@ -57,6 +57,9 @@ class Engine {
   core::Status begin(Node<T>& node, std::optional<double> stepSize = std::nullopt);
   core::Status complete(Node<T>& node);
   bool inRound() const { return inRound_ != nullptr; }
+  // Runs the transport's ready completions without waiting (a round in flight progresses while
+  // the caller computes). Returns the failure, if the engine has one.
+  core::Status poll();
 
   // Rounds completed.
   uint64_t rounds() const { return round_; }

@@ -137,6 +137,12 @@ def worker_train(steps, out):
     run(wrapped, 10)
     wrapped_total, wrapped_step = run(wrapped, steps)
     manual_total, manual_step = run(sgd, steps, mix=lambda: peer.mix(wrapped.flat_params))
+    # overlap=True: zero_grad() starts the round, backward's gradient hooks poll it, step()
+    # waits for it and then steps SGD.
+    overlapped = starling.torch.DecentralizedOptimizer(sgd, model, peer=peer, overlap=True)
+    run(overlapped, 10)
+    overlap_total, overlap_step = run(overlapped, steps)
+    overlapped.close()
     # The wrapper alone, in process: no communication.
     quiet = starling.torch.DecentralizedOptimizer(sgd, model, peer=_NoPeer())
     run(quiet, 10)
@@ -146,6 +152,7 @@ def worker_train(steps, out):
         json.dump({"plain_total": plain_total, "plain_step": plain_step,
                    "wrapped_total": wrapped_total, "wrapped_step": wrapped_step,
                    "manual_total": manual_total, "manual_step": manual_step,
+                   "overlap_total": overlap_total, "overlap_step": overlap_step,
                    "quiet_step": quiet_step, "inner_step": inner_step,
                    "params": wrapped.flat_params.numel()}, f)
     peer.close()
@@ -179,7 +186,7 @@ def main():
               f"{args.repeat} runs\n")
         print("| P | d | Python mix ms | C++ mix ms | bench-gossip ms | Python / C++ | C++ / gossip |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
-        for dim in [int(float(d)) for d in args.dims.split(",")]:
+        for dim in [int(float(d)) for d in args.dims.split(",") if d not in ("", "none")]:
             rounds = args.rounds or max(20, min(100, int(1e8 / dim)))
             common = ["--dim", str(dim), "--rounds", str(rounds), "--warmup", str(args.warmup)]
             py, cc = [], []
@@ -223,6 +230,8 @@ def main():
               f"{ms('manual_step'):.3f} |")
         print(f"| DecentralizedOptimizer(SGD) | {ms('wrapped_total'):.3f} | "
               f"{ms('wrapped_step'):.3f} |")
+        print(f"| DecentralizedOptimizer(SGD, overlap=True) | {ms('overlap_total'):.3f} | "
+              f"{ms('overlap_step'):.3f} |")
         print(f"\nThe wrapper's own Python (its step with a do-nothing peer minus SGD's step): "
               f"{(ms('quiet_step') - ms('inner_step')) * 1e3:.1f} us per step")
 

@@ -28,7 +28,9 @@
 // errors do not accumulate). mixStart(params) + mixWait() is the same round split in two, so that
 // the exchange overlaps the trainer's work in between (do not touch `params` until mixWait()):
 // mixStart encodes and hands this peer's message to the transport and posts the receives; what
-// the transport does not move on its own (UCX rendezvous for large messages) moves in mixWait.
+// the transport does not move on its own (UCX rendezvous over TCP, completions) moves when the
+// trainer calls poll() in between (never blocks: call it between layers of the backward pass)
+// or in mixWait.
 //
 // Errors are Statuses carrying Starling's messages; a failed round (a neighbour gone or timed
 // out, a dimension mismatch, divergence) leaves the Peer failed: later calls return the same
@@ -128,6 +130,10 @@ class Peer {
   Status mixStart(std::span<float> params);
   Status mixStart(std::span<double> params);
   Status mixWait();
+  // Moves what the transport can move now, without waiting: the exchange of a mixStart in
+  // flight progresses while the trainer computes. Returns the peer's failure, if it has one;
+  // a no-op (ok) when nothing is in flight.
+  Status poll();
 
   int rank() const;
   int nodes() const;

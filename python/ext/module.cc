@@ -121,6 +121,12 @@ class PyPeer {
     check(s);
   }
 
+  // Never waits: a few microseconds when there is nothing to move, so it keeps the GIL.
+  void poll() {
+    Peer& peer = use("poll");
+    check(peer.poll());
+  }
+
   void log(const py::kwargs& metrics) {
     Peer& peer = use("log");
     std::map<std::string, double> values;
@@ -231,6 +237,10 @@ given, is this round's step size (instead of the scenario's schedule).)doc")
       .def("mix_start", &PyPeer::mixStart, py::arg("params"),
            "Starts mix(params) and returns; mix_wait() finishes it. Leave params alone between.")
       .def("mix_wait", &PyPeer::mixWait, "Finishes the exchange mix_start() started.")
+      .def("poll", &PyPeer::poll,
+           "Moves what the network can move now, without waiting, so that a mix_start() in "
+           "flight progresses while the program computes (DecentralizedOptimizer(overlap=True) "
+           "calls it from gradient hooks). Raises the peer's failure, if it has one.")
       .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")
       .def("close", &PyPeer::close,
            "Flushes this peer's last messages and leaves the run. Closing twice is harmless.")

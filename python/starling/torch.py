@@ -41,6 +41,17 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     not stepped, and only its learning rate is used (`param_groups[0]["lr"]`, so LR schedulers
     work; every group must have the same lr). Gradients are kept in one flat buffer too.
 
+    overlap=True (mode "mix" only): the gossip round overlaps the forward and backward pass.
+    `zero_grad()` starts the exchange of the current parameters (`peer.mix_start`), a hook on
+    every parameter's gradient calls `peer.poll()` as the backward pass reaches it, and `step()`
+    waits for the round (`peer.mix_wait`, which writes the neighbours' average into the
+    parameters) and then runs `optimizer.step()` with the gradient taken before the average:
+    x <- sum_j w_ij x_j - lr * g(x), decentralized SGD's combine-while-compute form, where the
+    default is x <- sum_j w_ij (x_j - lr * g(x_j)) (adapt, then combine). Call `zero_grad()` at
+    the start of each step, before the forward pass (a `step()` with no exchange in flight mixes
+    first, without overlap), and do not change the parameters between `zero_grad()` and
+    `step()`.
+
     peer=None means `starling.Peer.from_env()` (what `node-launcher run SCENARIO -- COMMAND`
     sets up); the wrapper then closes it in `close()`. `zero_grad`, `state_dict`,
     `load_state_dict`, `param_groups` and `state` are the wrapped optimizer's. Buffers such as
@@ -48,7 +59,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     (the same `torch.manual_seed`) unless you mean not to.
     """
 
-    def __init__(self, optimizer, model, peer=None, mode="mix"):
+    def __init__(self, optimizer, model, peer=None, mode="mix", overlap=False):
         # torch.optim.Optimizer.__init__ is not called: every attribute it would set is the
         # wrapped optimizer's (the properties below), which keeps isinstance() checks (LR
         # schedulers) passing while state lives in one place.
@@ -59,6 +70,9 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
         if mode not in _MODES:
             raise ValueError(f'mode must be "mix" or "step"; got {mode!r}')
+        if overlap and mode != "mix":
+            raise ValueError('overlap=True needs mode="mix" (in mode "step" the gradient is '
+                             'the round\'s input, so there is nothing to overlap it with)')
         self.optimizer = optimizer
         self.model = model
         self.mode = mode
@@ -69,6 +83,12 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._grad_ptrs = [] if self._grad is None else [
             self._grad[o:o + p.numel()].data_ptr() for p, o in zip(self._params, self._offsets())]
         self.peer = Peer.from_env() if peer is None else peer
+        self.overlap = bool(overlap)
+        self._in_flight = False
+        self._hooks = []
+        if self.overlap:
+            for p in self._params:
+                self._hooks.append(p.register_hook(self._poll_hook))
 
     # ------------------------------------------------------------------ the optimizer's state
     @property
@@ -115,6 +135,15 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self.optimizer.zero_grad()
         else:
             self.optimizer.zero_grad(set_to_none=set_to_none)
+        if self.overlap and not self._in_flight:
+            self._check_layout()
+            self.peer.mix_start(self._flat)
+            self._in_flight = True
+
+    def _poll_hook(self, grad):
+        if self._in_flight:
+            self.peer.poll()
+        return grad
 
     # ------------------------------------------------------------------ the step
     @property
@@ -131,6 +160,16 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         """One training step: the wrapped optimizer's step then `mix` (mode "mix"), or
         Starling's algorithm on the flat gradient (mode "step"). Returns closure's loss."""
         self._check_layout()
+        if self.mode == "mix" and self.overlap:
+            if closure is not None:
+                raise ValueError("overlap=True takes no closure: the parameters are being "
+                                 "exchanged while the gradient is computed")
+            if self._in_flight:
+                self._in_flight = False
+                self.peer.mix_wait()
+            else:
+                self.peer.mix(self._flat)
+            return self.optimizer.step()
         if self.mode == "mix":
             loss = self.optimizer.step(closure)
             self.peer.mix(self._flat)
@@ -144,12 +183,20 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         return loss
 
     def close(self):
-        """Closes the peer if this wrapper created it (peer=None)."""
+        """Finishes an exchange in flight; closes the peer if this wrapper created it
+        (peer=None)."""
+        if self._in_flight:
+            self._in_flight = False
+            self.peer.mix_wait()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
         if self._owns_peer:
             self.peer.close()
 
     def __repr__(self):
-        return (f"DecentralizedOptimizer(mode={self.mode!r}, {self._flat.numel()} "
+        return (f"DecentralizedOptimizer(mode={self.mode!r}, overlap={self.overlap}, "
+                f"{self._flat.numel()} "
                 f"{str(self._flat.dtype).replace('torch.', '')} parameters, {self.peer!r})\n"
                 f"{self.optimizer!r}")
 

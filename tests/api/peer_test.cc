@@ -165,7 +165,9 @@ TEMPLATE_TEST_CASE("mix without compression is x_i <- sum_j w_ij x_j", "[api][un
     // Two rounds: one mix, then one split in two with work in between.
     STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<TestType>(x)));
     after[rank] = x;
+    STARLING_RETURN_IF_ERROR((*peer)->poll());  // nothing in flight: a no-op
     STARLING_RETURN_IF_ERROR((*peer)->mixStart(std::span<TestType>(x)));
+    for (int i = 0; i < 100; ++i) STARLING_RETURN_IF_ERROR((*peer)->poll());  // never waits
     STARLING_RETURN_IF_ERROR((*peer)->mixWait());
     if ((*peer)->round() != 2) return Status(StatusCode::kInternal, "round() is not 2");
     return (*peer)->close();

@@ -103,6 +103,56 @@ def gil_released_while_waiting(peer, rank):
     return 1
 
 
+def optimizer_trajectory(peer, rank, overlap):
+    """DecentralizedOptimizer on a 3-parameter model whose loss is 0.5 |x - c_r|^2 (gradient
+    x - c_r), against the two forms of decentralized SGD computed here by hand for both ranks
+    (weights 1/2 and 1/2 on two nodes):
+      default (adapt, then combine):     x_r <- mean_j (x_j - lr (x_j - c_j))
+      overlap=True (combine while compute): x_r <- mean_j x_j - lr (x_r - c_r)"""
+    import starling.torch
+
+    lr, steps = 0.3, 4
+    start = [np.array([1.0, -2.0, 0.5]), np.array([3.0, 0.0, -1.5])]
+    target = [np.array([0.0, 1.0, 2.0]), np.array([-1.0, 4.0, 0.0])]
+    model = torch.nn.Linear(3, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(torch.from_numpy(start[rank]).view(1, 3))
+    inner = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = starling.torch.DecentralizedOptimizer(inner, model, peer=peer, overlap=overlap)
+    c = torch.from_numpy(target[rank]).view(1, 3)
+    polled = []
+    real_poll = peer.poll
+    if overlap:
+        # Count the polls from the gradient hook (the exchange is in flight during backward).
+        opt.peer = type("Counting", (), {
+            "mix_start": peer.mix_start, "mix_wait": peer.mix_wait, "mix": peer.mix,
+            "poll": lambda self=None: (polled.append(1), real_poll())[1]})()
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = 0.5 * ((model.weight - c) ** 2).sum()
+        loss.backward()
+        opt.step()
+    opt.close()
+    x = [s.copy() for s in start]
+    for _ in range(steps):
+        if overlap:
+            mean = (x[0] + x[1]) / 2
+            x = [mean - lr * (x[j] - target[j]) for j in range(2)]
+        else:
+            half = [x[j] - lr * (x[j] - target[j]) for j in range(2)]
+            x = [(half[0] + half[1]) / 2] * 2
+    got = model.weight.detach().numpy().ravel()
+    check(np.allclose(got, x[rank], rtol=0, atol=1e-12),
+          f"DecentralizedOptimizer(overlap={overlap}) after {steps} steps: {got}, expected "
+          f"{x[rank]} (hand-computed)")
+    if overlap:
+        check(len(polled) == steps, f"the gradient hook polled {len(polled)} times in {steps} "
+                                    "backward passes (one parameter: once each)")
+    raises(ValueError, ["overlap=True needs mode=\"mix\""],
+           lambda: starling.torch.DecentralizedOptimizer(inner, model, peer=peer, mode="step",
+                                                        overlap=True))
+
+
 def main():
     peer = starling.Peer.from_env()
     rank = peer.rank
@@ -125,6 +175,13 @@ def main():
         check(step_in_place(step32, np.float32, rank) == step32.round, "round of step32")
     with extra_peer(2, rank) as step64:
         check(step_in_place(step64, np.float64, rank) == step64.round, "round of step64")
+
+    with extra_peer(3, rank) as p3:
+        optimizer_trajectory(p3, rank, overlap=False)
+    with extra_peer(4, rank) as p4:
+        optimizer_trajectory(p4, rank, overlap=True)
+        check(p4.round == 4, f"{p4.round} rounds with overlap, expected 4")
+        p4.poll()  # nothing in flight: a no-op
 
     # Wrong arrays: clear errors, and nothing is sent (the round count stays).
     expect = "1-D contiguous float32 or float64"

@@ -16,9 +16,9 @@ def main():
     with harness.TempDir("python-api") as tmp:
         scenario = harness.embedded_scenario(tmp, "python-api", 2,
                                              extra={"topology": {"kind": "complete"}})
-        # Three more Peers per rank, each a run of its own on these ports (api_worker.py).
-        ports = harness.free_ports(6)
-        pairs = ";".join(f"{ports[i]},{ports[i + 1]}" for i in range(0, 6, 2))
+        # Five more Peers per rank, each a run of its own on these ports (api_worker.py).
+        ports = harness.free_ports(10)
+        pairs = ";".join(f"{ports[i]},{ports[i + 1]}" for i in range(0, 10, 2))
         rc, output = harness.run_launcher(scenario, os.path.join(tmp, "run"),
                                           [sys.executable, worker],
                                           env={"STARLING_TEST_PORTS": pairs})
