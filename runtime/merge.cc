@@ -132,6 +132,10 @@ core::Status PeerLogMerger::readPeer(int rank) {
     rec.compressionErrorSum = j.value("compression_error_sum", 0.0);
     rec.compressionErrorCount = j.value("compression_error_count", uint64_t{0});
     rec.wallS = j.value("wall_s", 0.0);
+    if (j.contains("test_accuracy_own")) {
+      if (!j["test_accuracy_own"].is_number()) return bad("non-numeric test_accuracy_own");
+      rec.ownAccuracy = j["test_accuracy_own"].get<double>();
+    }
     auto& values = hasX ? rec.x : rec.sketch;
     for (const auto& v : j[hasX ? "x" : "sketch"]) {
       if (v.is_null()) {  // JSON has no NaN: a diverged model's NaN is written as null
@@ -173,6 +177,20 @@ core::Result<int> PeerLogMerger::poll() {
       m.consensusDistance = sketchConsensusDistance(sketches);
       m.objective = m.relError = m.meanSquareDeviation = NAN;
       m.classification = e_.scenario.problem.isMlp();
+      // Each peer's accuracy on its own model: logged by the peer, or measured here from x.
+      double sum = 0, low = 1;
+      bool all = m.classification;
+      for (const auto& rec : it->second) {
+        const double a = rec->x.empty() ? rec->ownAccuracy
+                                        : peerTestAccuracy<double>(e_, rec->x);
+        all = all && !std::isnan(a);
+        sum += a;
+        low = std::min(low, a);
+      }
+      if (all) {
+        m.testAccuracyPeersMean = sum / static_cast<double>(it->second.size());
+        m.testAccuracyPeersMin = low;
+      }
     } else {
       std::vector<std::span<const double>> models;
       for (const auto& rec : it->second) models.emplace_back(rec->x);

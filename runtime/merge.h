@@ -9,6 +9,7 @@
 // Thread-safety: none.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -87,6 +88,7 @@ class PeerLogMerger {
     double wallS = 0;
     std::vector<double> x;       // the model, or empty when the peer logged a sketch
     std::vector<double> sketch;  // metrics.h: modelSketch
+    double ownAccuracy = NAN;    // "test_accuracy_own": a sketching mlp peer's own accuracy
   };
   struct Source {
     std::filesystem::path path;

@@ -42,6 +42,23 @@ json metricsJson(const RoundMetrics& m) {
 
 constexpr uint64_t kSketchSalt = 0x534b45'544348ULL;  // "SKETCH"
 
+}  // namespace
+
+template <typename T>
+double peerTestAccuracy(const Experiment& e, std::span<const T> xi) {
+  if (!e.scenario.problem.isMlp() || e.testImages.samples() == 0) return NAN;
+  std::vector<size_t> first(std::min(kPeerEvalSamples, e.testImages.samples()));
+  for (size_t j = 0; j < first.size(); ++j) first[j] = j;
+  const optim::ImageDataset probe = e.testImages.subset(first);
+  const std::vector<double> x(xi.begin(), xi.end());
+  return optim::evaluateMlp(e.scenario.problem.layers, x, probe).accuracy;
+}
+
+template double peerTestAccuracy<float>(const Experiment&, std::span<const float>);
+template double peerTestAccuracy<double>(const Experiment&, std::span<const double>);
+
+namespace {
+
 // The mlp problem's metrics at x_mean and at every node's model.
 template <typename T>
 void measureClassifier(const Experiment& e, const std::vector<std::span<const T>>& models,
@@ -53,14 +70,9 @@ void measureClassifier(const Experiment& e, const std::vector<std::span<const T>
   m.trainLoss = optim::evaluateMlp(layers, xMean, e.images).loss + 0.5 * e.scenario.problem.spec.l2 * sq;
   m.objective = m.trainLoss;
   m.testAccuracy = optim::evaluateMlp(layers, xMean, e.testImages).accuracy;
-  std::vector<size_t> first(std::min(kPeerEvalSamples, e.testImages.samples()));
-  for (size_t j = 0; j < first.size(); ++j) first[j] = j;
-  const optim::ImageDataset probe = e.testImages.subset(first);
   double sum = 0, low = 1;
-  std::vector<double> x;
   for (const auto& xi : models) {
-    x.assign(xi.begin(), xi.end());
-    const double a = optim::evaluateMlp(layers, x, probe).accuracy;
+    const double a = peerTestAccuracy<T>(e, xi);
     sum += a;
     low = std::min(low, a);
   }

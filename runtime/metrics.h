@@ -56,6 +56,11 @@ inline constexpr size_t kSketchDim = 256;
 inline constexpr size_t kFullModelLogMaxDim = 4096;
 template <typename T>
 std::vector<double> modelSketch(std::span<const T> x, uint64_t seed);
+// The mlp problem: the accuracy of one node's own model on the first kPeerEvalSamples test
+// images, as test_accuracy_peers_* average it. Peers that log sketches log this too, so that
+// `run` has the per-peer accuracies at every logged round (NaN without a test set).
+template <typename T>
+double peerTestAccuracy(const Experiment& e, std::span<const T> x);
 // Seed of the sketch matrix for a scenario.
 uint64_t sketchSeed(const Scenario& s);
 // (1/n) sum_i ||s_i - s_mean||^2 over the nodes' sketches (all of one length).

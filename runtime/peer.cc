@@ -1,6 +1,7 @@
 #include "runtime/peer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,9 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     // (metrics.h).
     if (x.size() > kFullModelLogMaxDim && round != 0 && round != s.rounds) {
       j["sketch"] = modelSketch<T>(x, sketchSeed(s));
+      // The merge cannot evaluate a sketch: the peer evaluates its own model (the first 1,000
+      // test images, as simulate's test_accuracy_peers_*).
+      if (const double a = peerTestAccuracy<T>(e, x); !std::isnan(a)) j["test_accuracy_own"] = a;
     } else {
       j["x"] = std::vector<double>(x.begin(), x.end());
     }

@@ -7,7 +7,9 @@
 //   per logged round {"round", "bytes_sent", "corrupt_messages", "compression_error_sum",
 //               "compression_error_count", "wall_s", "x"}: its counters and its model x_i
 //               (a model of more than kFullModelLogMaxDim elements: "sketch", its consensus
-//               sketch (metrics.h), in place of "x" except at the last round);
+//               sketch (metrics.h), in place of "x" except at the last round, and, for the
+//               mlp problem, "test_accuracy_own": its own model's accuracy on the first
+//               1,000 test images);
 //   on failure {"failed": {"round", "code", "lost_rank" (the neighbour it lost, if any),
 //               "message"}}: so that the launcher and `merge` can name the root cause.
 // The launcher (or `node-launcher merge`) turns the n peer logs into metrics.jsonl and

@@ -81,6 +81,10 @@ TEST_CASE("mlp: node-launcher run equals simulate; merge estimates consensus fro
         CHECK(a[k]["bytes_sent"] == b[k]["bytes_sent"]);
         CHECK(a[k]["test_accuracy"].is_null());  // no models in the logs: null, not a guess
         CHECK(b[k]["test_accuracy"].is_number());
+        // Each peer evaluates its own model and logs that: the same numbers as simulate's.
+        CHECK(a[k]["test_accuracy_peers_mean"].is_number());
+        CHECK(a[k]["test_accuracy_peers_mean"] == b[k]["test_accuracy_peers_mean"]);
+        CHECK(a[k]["test_accuracy_peers_min"] == b[k]["test_accuracy_peers_min"]);
         // Sketched consensus: unbiased with relative standard deviation <= sqrt(2/256) = 8.8%.
         const double exact = b[k]["consensus_distance"].get<double>();
         const double sketched = a[k]["consensus_distance"].get<double>();
