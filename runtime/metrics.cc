@@ -85,10 +85,10 @@ void measureClassifier(const Experiment& e, const std::vector<std::span<const T>
 // (3 x 0.1 / 3 > 0.1), which would make the objective +inf (null). That rounding error is below
 // n eps |b|, so a mean at most that far out is put back on the bound; anything further out is
 // infeasible.
-double objectiveAt(const Experiment& e, const std::vector<double>& xMean, size_t n) {
-  const optim::ProblemSpec& spec = e.scenario.problem.spec;
+double objectiveAt(const optim::ProblemSpec& spec, const optim::Dataset& data,
+                   const std::vector<double>& xMean, size_t n) {
   const optim::RegularizerSpec& r = spec.regularizer;
-  const optim::GlobalObjective objective(spec, e.data);
+  const optim::GlobalObjective objective(spec, data);
   if (std::isinf(r.lower) && std::isinf(r.upper)) return objective.value(xMean);
   const double slack = 4.0 * static_cast<double>(n) * std::numeric_limits<double>::epsilon();
   std::vector<double> x = xMean;
@@ -103,7 +103,8 @@ double objectiveAt(const Experiment& e, const std::vector<double>& xMean, size_t
 
 template <typename T>
 RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
-                           std::vector<double>& xMean) {
+                           std::vector<double>& xMean, const SurvivorProblem* survivors) {
+  const std::vector<double>& xStar = survivors ? survivors->xStar : e.xStar;
   const size_t n = models.size();
   const size_t d = e.modelDim();
   xMean.assign(d, 0.0);
@@ -118,24 +119,25 @@ RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<cons
     for (size_t k = 0; k < d; ++k) {
       const double xi = static_cast<double>(x[k]);
       cons += (xi - xMean[k]) * (xi - xMean[k]);
-      if (!e.xStar.empty()) msd += (xi - e.xStar[k]) * (xi - e.xStar[k]);
+      if (!xStar.empty()) msd += (xi - xStar[k]) * (xi - xStar[k]);
     }
   }
   m.consensusDistance = cons / static_cast<double>(n);
-  m.meanSquareDeviation = e.xStar.empty() ? NAN : msd / static_cast<double>(n);
+  m.meanSquareDeviation = xStar.empty() ? NAN : msd / static_cast<double>(n);
   if (e.scenario.problem.isMlp()) {
     measureClassifier<T>(e, models, xMean, m);
     m.relError = NAN;
     return m;
   }
-  m.objective = objectiveAt(e, xMean, n);
-  if (e.xStar.empty()) {
+  m.objective = survivors ? survivors->kappa * objectiveAt(survivors->spec, survivors->data, xMean, n)
+                          : objectiveAt(e.scenario.problem.spec, e.data, xMean, n);
+  if (xStar.empty()) {
     m.relError = NAN;
   } else {
     double num = 0, den = 0;
     for (size_t k = 0; k < d; ++k) {
-      num += (xMean[k] - e.xStar[k]) * (xMean[k] - e.xStar[k]);
-      den += e.xStar[k] * e.xStar[k];
+      num += (xMean[k] - xStar[k]) * (xMean[k] - xStar[k]);
+      den += xStar[k] * xStar[k];
     }
     // x* = 0 happens (e.g. a zero-label least-squares problem): fall back to the absolute error.
     m.relError = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
@@ -144,10 +146,37 @@ RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<cons
 }
 
 template RoundMetrics measureModels<float>(const Experiment&, const std::vector<std::span<const float>>&,
-                                           std::vector<double>&);
+                                           std::vector<double>&, const SurvivorProblem*);
 template RoundMetrics measureModels<double>(const Experiment&,
                                             const std::vector<std::span<const double>>&,
-                                            std::vector<double>&);
+                                            std::vector<double>&, const SurvivorProblem*);
+
+core::Result<SurvivorProblem> survivorProblem(const Experiment& e, const std::vector<bool>& alive) {
+  SurvivorProblem p;
+  p.alive = alive;
+  if (e.scenario.problem.isMlp()) return p;
+  std::vector<size_t> idx;
+  int count = 0;
+  for (size_t i = 0; i < alive.size(); ++i) {
+    if (!alive[i]) continue;
+    ++count;
+    idx.insert(idx.end(), e.parts[i].begin(), e.parts[i].end());
+  }
+  if (count == 0 || idx.empty()) return core::failedPrecondition("no survivor holds any data");
+  p.data = e.data.subset(idx);
+  const double n = static_cast<double>(alive.size());
+  const double m = static_cast<double>(e.data.samples());
+  p.kappa = n * static_cast<double>(idx.size()) / (m * count);
+  p.spec = e.scenario.problem.spec;
+  p.spec.l2 /= p.kappa;
+  p.spec.regularizer.l1 /= p.kappa;
+  if (!e.xStar.empty()) {
+    auto xs = optim::solveCentral(p.spec, p.data);
+    if (!xs) return xs.status().withContext("the survivors' optimum");
+    p.xStar = std::move(*xs);
+  }
+  return p;
+}
 
 template <typename T>
 std::vector<double> modelSketch(std::span<const T> x, uint64_t seed) {

@@ -85,9 +85,23 @@ class CompressionErrorMean {
 
 // Measures the models of all n nodes (double accumulation whatever T is). Fills everything but
 // round, bytesSent, corruptMessages, compressionError and wallS. `xMean` receives the average model.
+// The problem of the nodes still in a run after peers were lost (docs/algorithms.md §18): x* of
+// (1/|A|) sum_{i in A} f_i + r over the survivors A, and that objective, which is
+// kappa (G_A + r/kappa) with G_A the standard objective of the survivors' samples with l2 and l1
+// divided by kappa = n m_A / (m |A|) (1 when the nodes hold equal shares).
+struct SurvivorProblem {
+  std::vector<bool> alive;
+  std::vector<double> xStar;  // empty for the mlp problem
+  optim::Dataset data;
+  optim::ProblemSpec spec;
+  double kappa = 1.0;
+};
+core::Result<SurvivorProblem> survivorProblem(const Experiment& e, const std::vector<bool>& alive);
+
 template <typename T>
 RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
-                           std::vector<double>& xMean);
+                           std::vector<double>& xMean,
+                           const SurvivorProblem* survivors = nullptr);
 
 class MetricsLog {
  public:

@@ -1,5 +1,6 @@
 #include "runtime/node.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -27,6 +28,30 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
       if (accumulator_) combined_.resize(messageSize_);
     }
   }
+}
+
+template <typename T>
+void Node<T>::setLost(int peer) {
+  auto it = std::lower_bound(lost_.begin(), lost_.end(), peer);
+  if (it == lost_.end() || *it != peer) lost_.insert(it, peer);
+}
+
+template <typename T>
+bool Node<T>::isLost(int peer) const {
+  return std::binary_search(lost_.begin(), lost_.end(), peer);
+}
+
+template <typename T>
+std::vector<int> Node<T>::takeNewlyLost() {
+  std::vector<int> out;
+  out.swap(newlyLost_);
+  return out;
+}
+
+template <typename T>
+void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
+  algorithm_ = std::move(algorithm);
+  if (codec_) codecState_ = codec_->newState(messageSize_);
 }
 
 template <typename T>
@@ -138,10 +163,24 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   deadline_ = deadline;
   for (size_t s = 0; s < slots_.size(); ++s) {
     const int peer = slots_[s].peer;
+    if (isLost(peer)) {
+      slots_[s].standIn = true;
+      --pending_;
+      continue;
+    }
     bytesSent_ += message->size();
     ++sendsInFlight_;
     transport_.send(peer, tag_, message, [this, peer](const core::Status& st) {
       --sendsInFlight_;
+      if (!st.isOk() && tolerateLoss_ && st.code() != core::StatusCode::kCancelled) {
+        // Its message, if it ever comes, is awaited until the deadline; the neighbour is lost
+        // either way (finishRound).
+        if (!isLost(peer)) {
+          setLost(peer);
+          newlyLost_.push_back(peer);
+        }
+        return;
+      }
       if (!st.isOk() && sendStatus_.isOk()) {
         sendStatus_ = st.withContext("send to rank " + std::to_string(peer));
         lostNeighbour_ = peer;
@@ -220,6 +259,24 @@ core::Status Node<T>::finishRound() {
   inRound_ = false;
   STARLING_RETURN_IF_ERROR(sendStatus_);
   messages_.clear();
+  for (Slot& slot : slots_) {
+    const bool lossLike = slot.status.code() == core::StatusCode::kTimeout ||
+                          slot.status.code() == core::StatusCode::kPeerGone ||
+                          slot.status.code() == core::StatusCode::kUnavailable;
+    if (!slot.standIn && !slot.status.isOk() && tolerateLoss_ && lossLike &&
+        slot.mismatch.empty()) {
+      if (!isLost(slot.peer)) {
+        setLost(slot.peer);
+        newlyLost_.push_back(slot.peer);
+      }
+      slot.standIn = true;
+    }
+    if (slot.standIn) {
+      slot.status = core::Status::ok();
+      slot.bytes = ownFrame_;
+      slot.values = own_;
+    }
+  }
   for (const Slot& slot : slots_) {
     if (!slot.status.isOk()) {
       lostNeighbour_ = slot.peer;

@@ -62,6 +62,19 @@ class Node {
   // failed: the peer this node lost. Unset while rounds succeed.
   std::optional<int> lostNeighbour() const { return lostNeighbour_; }
 
+  // Peer loss (faults.on_peer_loss "continue", docs/algorithms.md §18). With tolerateLoss, a
+  // neighbour whose message does not come by the deadline (or whose connection fails) does not
+  // fail the round: it becomes lost (takeNewlyLost() reports it once). A lost neighbour gets no
+  // messages and none is awaited from it; until the membership changes, this node's own message
+  // stands in for it, with its weight (as if the lost node held this node's model).
+  void setTolerateLoss(bool on) { tolerateLoss_ = on; }
+  void setLost(int peer);
+  bool isLost(int peer) const;
+  std::vector<int> takeNewlyLost();
+  // A membership change: the algorithm starts afresh from this node's current model (what it
+  // keeps about the lost nodes cannot be corrected locally), codec state included.
+  void restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm);
+
   // Messages travel on `channel` (kModelChannel unless set): two nodes of one peer that share a
   // transport (the public Peer's step() and mix() states) keep theirs apart.
   void setChannel(uint32_t channel) { channel_ = channel; }
@@ -102,6 +115,7 @@ class Node {
     // A well-formed frame of another length or element type came from this neighbour: its
     // model is not the size of ours. Said in the round's error if its message never comes.
     std::string mismatch;
+    bool standIn = false;  // a lost neighbour: this node's own message stands in
   };
 
   void postReceive(size_t slot);
@@ -149,6 +163,9 @@ class Node {
   size_t sendsInFlight_ = 0;
   double divergenceLimit_ = std::numeric_limits<double>::infinity();
   std::optional<int> lostNeighbour_;
+  bool tolerateLoss_ = false;
+  std::vector<int> lost_;  // sorted
+  std::vector<int> newlyLost_;
 };
 
 }  // namespace starling::runtime

@@ -346,6 +346,12 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   } else {
     o.get("divergence");
   }
+  if (o.has("faults")) {
+    Obj fa = o.object("faults");
+    parseFaults(fa, s);
+  } else {
+    o.get("faults");
+  }
   o.finish();
   return s;
 }

@@ -91,6 +91,23 @@ struct PeersConfig {
   bool explicitAddresses = false;
 };
 
+// `faults`: what a run does when peers are lost, and faults scripted for tests and users.
+enum class OnPeerLoss { kStop, kContinue };
+enum class RepairKind { kReconnect, kNone };
+// {"kill": R, "at_round": N}: rank R dies before round N (0-based; after N completed rounds). In
+// `run` a real SIGKILL of the peer process, which sends it to itself; in `simulate` the node
+// stops taking part.
+struct FaultEvent {
+  int kill = -1;
+  uint64_t atRound = 0;
+};
+struct FaultsConfig {
+  OnPeerLoss onPeerLoss = OnPeerLoss::kStop;
+  RepairKind repair = RepairKind::kReconnect;
+  uint64_t agreementRounds = 0;  // rounds from noticing a loss to the change; 0: automatic
+  std::vector<FaultEvent> script;
+};
+
 struct Scenario {
   std::string file;  // the path as given, for messages
   std::string name;
@@ -113,6 +130,7 @@ struct Scenario {
   // A run stops with "diverged at round R (rank i)" when a model coordinate is non-finite or
   // beyond this magnitude (`divergence.max_abs`).
   double divergenceMaxAbs = kDefaultDivergenceMaxAbs;
+  FaultsConfig faults;
 };
 
 inline constexpr uint16_t kDefaultBasePort = 29500;

@@ -195,5 +195,7 @@ void checkName(const std::string& name, bool given);
 // /problem (scenario_problem.cc), and the /algorithm step size it shares with it.
 void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
 optim::StepSizeSchedule parseStepSize(Obj& o);
+// /faults (scenario_faults.cc); after nodes and rounds are known.
+void parseFaults(Obj& o, Scenario& s);
 
 }  // namespace starling::runtime::scenario_detail

@@ -264,6 +264,19 @@ json resolved(const Scenario& s) {
   // section is written as the addresses it stands for (the parser keeps no hosts).
   if (s.peers.explicitAddresses) j["peers"] = {{"addresses", s.peers.addresses}};
   j["divergence"] = {{"max_abs", s.divergenceMaxAbs}};
+  json faults = json::object();
+  faults["on_peer_loss"] = s.faults.onPeerLoss == OnPeerLoss::kContinue ? "continue" : "stop";
+  faults["repair"] = s.faults.repair == RepairKind::kNone ? "none" : "reconnect";
+  if (s.faults.agreementRounds > 0) faults["agreement_rounds"] = s.faults.agreementRounds;
+  json script = json::array();
+  for (const FaultEvent& e : s.faults.script) {
+    json ev = json::object();
+    ev["kill"] = e.kill;
+    ev["at_round"] = e.atRound;
+    script.push_back(ev);
+  }
+  faults["script"] = script;
+  j["faults"] = faults;
   return j;
 }
 

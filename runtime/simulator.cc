@@ -2,6 +2,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
+
+#include "runtime/line_file.h"
+#include "runtime/membership.h"
 
 #include "runtime/node_stack.h"
 #include "runtime/progress.h"
@@ -36,23 +40,56 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
 
   SimulateResult result;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::span<const T>> models(n);
+  // Peer loss (docs/algorithms.md §18), as `run` does it: a killed node stops before its round;
+  // the others stand in for it at once (its neighbours' receives would fail that round), and the
+  // membership changes `agreement` rounds later, when every survivor restarts its algorithm from
+  // its own model over the repaired graph.
+  const bool continueOnLoss = s.faults.onPeerLoss == OnPeerLoss::kContinue;
+  Membership membership(n);
+  SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
+  std::vector<bool> running(n, true);
+  const uint64_t agreement = agreementRounds(s, e.schedule->support());
+  std::map<uint64_t, std::vector<int>> changes;  // effective round -> ranks
+  std::unique_ptr<SurvivorProblem> survivors;
+  std::unique_ptr<LineFile> membershipLog;
+  if (!opt.outDir.empty() && !s.faults.script.empty()) {
+    auto created = LineFile::create(opt.outDir / "membership.jsonl");
+    if (!created) return created.status();
+    membershipLog = std::move(*created);
+  }
+  for (Node<T>* node : nodes) node->setTolerateLoss(continueOnLoss);
+  struct Counters {
+    uint64_t bytes = 0, corrupt = 0;
+    double errSum = 0;
+    uint64_t errCount = 0;
+  };
+  std::vector<Counters> lastLogged(n);
+  std::vector<std::span<const T>> models;
   CompressionErrorMean compressionError;
   auto measure = [&](uint64_t round) -> core::Status {
     // Wall time when the round finished, before the metrics themselves are computed.
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (int i = 0; i < n; ++i) models[i] = nodes[i]->model();
-    RoundMetrics m = measureModels<T>(e, models, result.xMean);
+    models.clear();
+    for (int i = 0; i < n; ++i) {
+      if (running[i]) models.push_back(nodes[i]->model());
+    }
+    RoundMetrics m = measureModels<T>(e, models, result.xMean, survivors.get());
     m.round = round;
     m.wallS = wall;
     double errSum = 0;
     uint64_t errCount = 0;
-    for (const Node<T>* node : nodes) {
-      m.bytesSent += node->bytesSent();
-      m.corruptMessages += node->corruptMessages();
-      errSum += node->compressionErrorSum();
-      errCount += node->compressionErrorCount();
+    for (int i = 0; i < n; ++i) {
+      // A killed node counts with what it had sent at its last logged round (what its peer log
+      // says in `run`).
+      if (running[i]) {
+        lastLogged[i] = {nodes[i]->bytesSent(), nodes[i]->corruptMessages(),
+                         nodes[i]->compressionErrorSum(), nodes[i]->compressionErrorCount()};
+      }
+      m.bytesSent += lastLogged[i].bytes;
+      m.corruptMessages += lastLogged[i].corrupt;
+      errSum += lastLogged[i].errSum;
+      errCount += lastLogged[i].errCount;
     }
     m.compressionError = compressionError.next(errSum, errCount);
     result.last = m;
@@ -67,14 +104,55 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   // guard against a bug leaving a receive unmatched.
   const auto kRoundDeadline = std::chrono::seconds(60);
   for (uint64_t r = 0; r < s.rounds; ++r) {
-    const auto topo = e.schedule->at(r);
+    for (const FaultEvent& ev : s.faults.script) {
+      if (ev.atRound != r) continue;
+      const std::string why = "killed by the fault script before round " + std::to_string(r);
+      if (!continueOnLoss) {
+        return core::peerGone("rank " + std::to_string(ev.kill) + " was " + why +
+                              " (faults.on_peer_loss is \"stop\")");
+      }
+      running[ev.kill] = false;
+      for (int i = 0; i < n; ++i) {
+        if (running[i]) nodes[i]->setLost(ev.kill);
+      }
+      changes[r + agreement].push_back(ev.kill);
+      if (membershipLog) {
+        STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(r, ev.kill, why)));
+      }
+    }
+    if (auto it = changes.find(r); it != changes.end()) {
+      membership.remove(it->second);
+      auto problem = survivorProblem(e, membership.aliveMask());
+      if (!problem) return problem.status();
+      survivors = std::make_unique<SurvivorProblem>(std::move(*problem));
+      auto support = survivorSchedule.support(membership);
+      if (!support) return support.status();
+      for (int i = 0; i < n; ++i) {
+        if (!running[i]) continue;
+        const auto x = nodes[i]->model();
+        const std::vector<T> x0(x.begin(), x.end());
+        nodes[i]->restartAlgorithm(optim::createAlgorithm<T>(s.algorithm, x0, *stacks[i].oracle));
+        nodes[i]->setSupport(*support);
+      }
+      std::string why;
+      for (int rank : it->second) {
+        why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " lost";
+      }
+      MembershipChange change{r, membership.epoch(), it->second, why};
+      if (membershipLog) STARLING_RETURN_IF_ERROR(membershipLog->append(membershipChangeLine(change)));
+      result.changes.push_back(change);
+    }
+    auto topo = survivorSchedule.at(r, membership);
+    if (!topo) return topo.status().withContext("round " + std::to_string(r));
     const double step = s.algorithm.stepSize.at(r);
     const auto deadline = transport::Clock::now() + kRoundDeadline;
     for (int i = 0; i < n; ++i) {
-      const auto st = nodes[i]->startRound(r, *topo, step, deadline);
+      if (!running[i]) continue;
+      const auto st = nodes[i]->startRound(r, **topo, step, deadline);
       if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
     }
     for (int i = 0; i < n; ++i) {
+      if (!running[i]) continue;
       while (!nodes[i]->roundComplete()) {
         auto ran = transports[i]->progress(deadline);
         if (!ran) return ran.status();
@@ -96,8 +174,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   }
   progress.finish();
 
-  for (const Node<T>* node : nodes) {
-    result.models.emplace_back(node->model().begin(), node->model().end());
+  for (int i = 0; i < n; ++i) {
+    if (running[i]) result.models.emplace_back(nodes[i]->model().begin(), nodes[i]->model().end());
   }
   if (log) STARLING_RETURN_IF_ERROR(log->writeSummary(s, result.last, result.xMean, "simulate"));
   return result;

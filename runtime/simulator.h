@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "runtime/experiment.h"
+#include "runtime/membership.h"
 #include "runtime/metrics.h"
 
 namespace starling::runtime {
@@ -29,7 +30,8 @@ struct SimulateOptions {
 struct SimulateResult {
   RoundMetrics last;
   std::vector<double> xMean;
-  std::vector<std::vector<double>> models;  // final x_i of every node
+  std::vector<std::vector<double>> models;  // final x_i of every node still running
+  std::vector<MembershipChange> changes;    // peers lost (faults.on_peer_loss "continue")
 };
 
 core::Result<SimulateResult> simulate(const Experiment& experiment, const SimulateOptions& options);

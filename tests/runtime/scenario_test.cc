@@ -349,3 +349,49 @@ TEST_CASE("adacomp with error_feedback is refused while validating, not when the
 }
 
 }  // namespace starling::runtime
+
+namespace starling::runtime {
+namespace {
+
+TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit]") {
+  const auto plain = parseScenario(kGood, "s.json", ".");
+  REQUIRE(plain.isOk());
+  CHECK(plain->faults.onPeerLoss == OnPeerLoss::kStop);  // today's clear stop is the default
+  CHECK(plain->faults.repair == RepairKind::kReconnect);
+  CHECK(plain->faults.script.empty());
+  const std::string alg = R"("step_size": 0.3}})";
+  const auto withFaults = [&](const std::string& faults) {
+    return with(alg, R"("step_size": 0.3}, "faults": )" + faults + "}");
+  };
+  const auto s = parseScenario(withFaults(R"({"on_peer_loss": "continue", "repair": "none",
+      "agreement_rounds": 9, "script": [{"kill": 2, "at_round": 30}, {"kill": 1, "at_round": 5}]})"),
+                               "s.json", ".");
+  INFO(s.status().toString());
+  REQUIRE(s.isOk());
+  CHECK(s->faults.onPeerLoss == OnPeerLoss::kContinue);
+  CHECK(s->faults.repair == RepairKind::kNone);
+  CHECK(s->faults.agreementRounds == 9);
+  REQUIRE(s->faults.script.size() == 2);
+  CHECK(s->faults.script[0].kill == 1);  // sorted by round
+  CHECK(s->faults.script[1].atRound == 30);
+
+  CHECK_THAT(refusal(withFaults(R"({"on_peer_loss": "retry"})")),
+             Contains("s.json: /faults/on_peer_loss: unknown") && Contains("stop, continue"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"kill": 4, "at_round": 1}]})")),
+             Contains("/faults/script/0/kill: must be between 0 and 3"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"kill": 1, "at_round": 40}]})")),
+             Contains("/faults/script/0/at_round: must be between 0 and 39"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"kill": 1, "at_round": 3},
+                                                {"kill": 1, "at_round": 9}]})")),
+             Contains("/faults/script/1/kill: rank 1 is killed twice"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"kill": 0, "at_round": 1}, {"kill": 1, "at_round": 1},
+      {"kill": 2, "at_round": 1}, {"kill": 3, "at_round": 1}]})")),
+             Contains("/faults/script: the script kills every node"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"kill": 1, "at_round": 3, "signal": 9}]})")),
+             Contains("/faults/script/0/signal: unknown key"));
+  CHECK_THAT(refusal(withFaults(R"({"script": {"kill": 1}})")),
+             Contains("/faults/script: expected an array"));
+}
+
+}  // namespace
+}  // namespace starling::runtime

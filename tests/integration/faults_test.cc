@@ -1,0 +1,160 @@
+// Peer loss in simulate (docs/algorithms.md §18): with faults.on_peer_loss "continue" the
+// survivors finish every round, and the bias-corrected algorithms end at the optimum of the
+// survivors' data. The reference is independent of the survivor bookkeeping: the sum of the
+// surviving nodes' own local gradients (optim::LocalObjective, built here) at the final average
+// model, which is zero exactly at the minimiser of sum_{i in A} f_i.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "optim/problem.h"
+#include "run_helpers.h"
+#include "topology/graph.h"
+
+using namespace starling;
+using testing::experimentFrom;
+
+namespace {
+
+std::string faultScenario(const std::string& topology, const std::string& algorithm,
+                          uint64_t rounds, const std::string& faults) {
+  return R"({"schema_version": 1, "name": "faults", "nodes": 8, "seed": 5, "rounds": )" +
+         std::to_string(rounds) + R"(, "log_every": 100, "topology": )" + topology +
+         R"(, "problem": {"kind": "logistic", "l2": 0.05, "partition": "random",
+         "data": {"synthetic": {"samples": 1203, "features": 12, "heterogeneity": 2.0}}},
+         "algorithm": )" + algorithm + R"(, "faults": )" + faults + "}";
+}
+
+// ||sum_{i alive} grad f_i(x)|| / max(1, ||sum_{i alive} grad f_i(0)||).
+double survivorsStationarity(const runtime::Experiment& e, const std::vector<bool>& alive,
+                             const std::vector<double>& x) {
+  const size_t d = x.size();
+  std::vector<double> g(d, 0.0), g0(d, 0.0), gi(d), zero(d, 0.0);
+  for (int i = 0; i < e.scenario.nodes; ++i) {
+    if (!alive[i]) continue;
+    auto f = optim::LocalObjective<double>::create(e.scenario.problem.spec,
+                                                   e.data.subset(e.parts[i]), e.data.samples(),
+                                                   e.scenario.nodes);
+    f->gradient(x, gi);
+    for (size_t k = 0; k < d; ++k) g[k] += gi[k];
+    f->gradient(zero, gi);
+    for (size_t k = 0; k < d; ++k) g0[k] += gi[k];
+  }
+  double n = 0, n0 = 0;
+  for (size_t k = 0; k < d; ++k) {
+    n += g[k] * g[k];
+    n0 += g0[k] * g0[k];
+  }
+  return std::sqrt(n) / std::max(1.0, std::sqrt(n0));
+}
+
+std::vector<bool> aliveWithout(int n, std::vector<int> lost) {
+  std::vector<bool> a(n, true);
+  for (int r : lost) a[r] = false;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("after a loss, exact algorithms reach the survivors' optimum", "[integration][faults]") {
+  const char* kAlgorithms[] = {
+      R"({"kind": "exact_diffusion", "step_size": 0.5})",
+      R"({"kind": "gradient_tracking", "step_size": 0.3})",
+      R"({"kind": "nids", "step_size": 0.5})",
+      R"({"kind": "lead", "step_size": 0.5, "gamma": 1.0, "alpha": 0.5})",
+  };
+  const char* kTopologies[] = {R"({"kind": "ring"})", R"({"kind": "random", "p": 0.4})"};
+  for (const char* topo : kTopologies) {
+    for (const char* alg : kAlgorithms) {
+      DYNAMIC_SECTION(topo << " " << alg) {
+        const auto e = experimentFrom(faultScenario(
+            topo, alg, 2500,
+            R"({"on_peer_loss": "continue", "script": [{"kill": 3, "at_round": 150}]})"));
+        const auto r = testing::run(e);
+        REQUIRE(r.changes.size() == 1);
+        CHECK(r.changes[0].left == std::vector<int>{3});
+        CHECK(r.changes[0].round > 150);
+        CHECK(r.models.size() == 7);  // the survivors
+        CHECK(survivorsStationarity(e, aliveWithout(8, {3}), r.xMean) < 1e-8);
+        // Not the optimum of all eight nodes' data: the lost node's data is gone.
+        CHECK(survivorsStationarity(e, aliveWithout(8, {}), r.xMean) > 1e-4);
+        CHECK(r.last.relError < 1e-8);  // against the survivors' x* (metrics.h)
+        CHECK(r.last.consensusDistance < 1e-16);
+      }
+    }
+  }
+}
+
+TEST_CASE("two losses at once, and a loss during a membership change", "[integration][faults]") {
+  const char* alg = R"({"kind": "exact_diffusion", "step_size": 0.5})";
+  SECTION("two at once") {
+    const auto e = experimentFrom(faultScenario(R"({"kind": "ring"})", alg, 2500,
+        R"({"on_peer_loss": "continue", "script": [{"kill": 2, "at_round": 100},
+                                                   {"kill": 3, "at_round": 100}]})"));
+    const auto r = testing::run(e);
+    REQUIRE(r.changes.size() == 1);
+    CHECK(r.changes[0].left == std::vector<int>{2, 3});
+    CHECK(r.models.size() == 6);
+    CHECK(survivorsStationarity(e, aliveWithout(8, {2, 3}), r.xMean) < 1e-8);
+  }
+  SECTION("the second before the first took effect") {
+    const auto e = experimentFrom(faultScenario(R"({"kind": "ring"})", alg, 2500,
+        R"({"on_peer_loss": "continue", "script": [{"kill": 1, "at_round": 100},
+                                                   {"kill": 6, "at_round": 102}]})"));
+    const auto r = testing::run(e);
+    REQUIRE(r.changes.size() == 2);
+    CHECK(r.changes[0].round < r.changes[1].round);
+    CHECK(r.changes[1].round - r.changes[0].round == 2);
+    CHECK(r.changes[1].epoch == 2);
+    CHECK(survivorsStationarity(e, aliveWithout(8, {1, 6}), r.xMean) < 1e-8);
+  }
+}
+
+TEST_CASE("a loss that disconnects the graph is reported; a ring closes over the gap",
+          "[integration][faults]") {
+  const char* alg = R"({"kind": "exact_diffusion", "step_size": 0.5})";
+  SECTION("star without repair: the centre's loss leaves 7 parts") {
+    auto s = runtime::parseScenario(
+        faultScenario(R"({"kind": "star"})", alg, 300,
+                      R"({"on_peer_loss": "continue", "repair": "none",
+                          "script": [{"kill": 0, "at_round": 10}]})"),
+        "t.json", ".");
+    REQUIRE(s.isOk());
+    auto e = runtime::prepareExperiment(*s);
+    REQUIRE(e.isOk());
+    auto r = runtime::simulate(*e, {});
+    REQUIRE_FALSE(r.isOk());
+    CHECK_THAT(r.status().message(), Catch::Contains("disconnects the graph") &&
+                                         Catch::Contains("7 parts") &&
+                                         Catch::Contains("{1}, {2}"));
+  }
+  SECTION("star with repair: the leaves are joined in a path and train on") {
+    const auto e = experimentFrom(faultScenario(R"({"kind": "star"})", alg, 4000,
+        R"({"on_peer_loss": "continue", "script": [{"kill": 0, "at_round": 10}]})"));
+    const auto r = testing::run(e);
+    CHECK(survivorsStationarity(e, aliveWithout(8, {0}), r.xMean) < 1e-8);
+  }
+  SECTION("repairGraph: a ring of 8 without 3 and 4 is the ring 0-1-2-5-6-7") {
+    const auto ring = topology::Graph::fromEdges(
+        8, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
+    auto g = runtime::repairGraph(ring, aliveWithout(8, {3, 4}), runtime::RepairKind::kReconnect);
+    REQUIRE(g.isOk());
+    CHECK(g->edges() ==
+          std::vector<std::pair<int, int>>{{0, 1}, {0, 7}, {1, 2}, {2, 5}, {5, 6}, {6, 7}});
+    CHECK(g->degree(3) == 0);
+  }
+}
+
+TEST_CASE("with on_peer_loss \"stop\" a scripted kill stops the run, naming the rank",
+          "[integration][faults]") {
+  auto s = runtime::parseScenario(
+      faultScenario(R"({"kind": "ring"})", R"({"kind": "dsgd", "step_size": 0.5})", 300,
+                    R"({"script": [{"kill": 5, "at_round": 40}]})"),
+      "t.json", ".");
+  REQUIRE(s.isOk());
+  auto e = runtime::prepareExperiment(*s);
+  REQUIRE(e.isOk());
+  auto r = runtime::simulate(*e, {});
+  REQUIRE_FALSE(r.isOk());
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("rank 5") && Catch::Contains("before round 40"));
+}
