@@ -56,11 +56,17 @@ double Engine<T>::stepSizeAt(std::optional<double> stepSize) const {
 
 template <typename T>
 core::Status Engine<T>::begin(Node<T>& node, std::optional<double> stepSize) {
+  const auto topo = schedule_.at(round_);
+  return begin(node, *topo, stepSize);
+}
+
+template <typename T>
+core::Status Engine<T>::begin(Node<T>& node, const topology::RoundTopology& topo,
+                              std::optional<double> stepSize) {
   if (!failure_.isOk()) return failure_;
   if (inRound_) return core::failedPrecondition("a round is already in flight");
-  const auto topo = schedule_.at(round_);
   deadline_ = Clock::now() + std::chrono::milliseconds(s_.transport.roundTimeoutMs);
-  if (auto st = node.startRound(round_, *topo, stepSizeAt(stepSize), deadline_); !st.isOk()) {
+  if (auto st = node.startRound(round_, topo, stepSizeAt(stepSize), deadline_); !st.isOk()) {
     return fail(st, &node);
   }
   inRound_ = &node;
@@ -69,7 +75,7 @@ core::Status Engine<T>::begin(Node<T>& node, std::optional<double> stepSize) {
 
 template <typename T>
 core::Status Engine<T>::wait(Node<T>& node) {
-  while (!node.roundComplete()) {
+  while (!node.roundComplete() || (alsoWaitFor_ && !alsoWaitFor_())) {
     if (opt_.stop && opt_.stop->load()) return core::cancelled("stopped by a signal");
     // Receives expire at the deadline and complete with kTimeout; the margin only bounds this
     // loop if a completion were ever lost.

@@ -55,6 +55,13 @@ class Engine {
   // is failed (see fail()).
   core::Status round(Node<T>& node, std::optional<double> stepSize = std::nullopt);
   core::Status begin(Node<T>& node, std::optional<double> stepSize = std::nullopt);
+  // begin() on a topology other than the schedule's (the survivors' after a peer loss).
+  core::Status begin(Node<T>& node, const topology::RoundTopology& topology,
+                     std::optional<double> stepSize = std::nullopt);
+  // complete() also waits until `done()` is true (another exchange of the same round, such as
+  // the membership gossip), under the same deadline.
+  void setAlsoWaitFor(std::function<bool()> done) { alsoWaitFor_ = std::move(done); }
+  transport::Clock::time_point deadline() const { return deadline_; }
   core::Status complete(Node<T>& node);
   bool inRound() const { return inRound_ != nullptr; }
   // Runs the transport's ready completions without waiting (a round in flight progresses while
@@ -95,6 +102,7 @@ class Engine {
   transport::Clock::time_point deadline_{};
   transport::Clock::time_point start_;
   core::Status failure_;
+  std::function<bool()> alsoWaitFor_;
 };
 
 }  // namespace starling::runtime

@@ -60,6 +60,8 @@ struct Merging {
   std::function<std::optional<RootCause>()> rootCause;
   std::function<std::optional<uint64_t>()> lastRound;
   std::function<std::string()> detail;  // for the progress line
+  // Ranks the survivors declared lost (faults.on_peer_loss "continue"); empty otherwise.
+  std::function<std::map<int, uint64_t>()> lost = [] { return std::map<int, uint64_t>{}; };
 };
 
 class Supervisor {
@@ -93,6 +95,7 @@ class Supervisor {
   Phase phase_ = Phase::kRunning;
   Clock::time_point phaseSince_{};
   int firstFailure_ = -1;
+  std::vector<int> lostChildren_;  // continue mode: peers that died or left, not failures
   bool cancelled_ = false;
   bool killed_ = false;
   core::Status mergeError_;
@@ -196,6 +199,18 @@ void Supervisor::reap() {
     if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
       c->exited = true;
       c->waitStatus = status;
+      // With on_peer_loss "continue", a peer that crashed or was killed (a signal), or that the
+      // others declared lost and that left (kExitLeftRun), is a loss the survivors carry on
+      // without; an error it reported itself still stops the run.
+      const bool loss = WIFSIGNALED(status) ||
+                        (WIFEXITED(status) && WEXITSTATUS(status) == kExitLeftRun);
+      if (c->failed() && loss && !cancelled_ &&
+          s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
+        lostChildren_.push_back(c->rank);
+        progress_.message("node-launcher: peer " + std::to_string(c->rank) + " " +
+                          c->describeExit() + "; the others carry on without it");
+        continue;
+      }
       if (c->failed() && firstFailure_ < 0 && !cancelled_) {
         firstFailure_ = c->rank;
         if (phase_ == Phase::kRunning) {
@@ -237,6 +252,30 @@ void Supervisor::tick() {
   } else if (phase_ == Phase::kTerminating && !killed_ && now - phaseSince_ >= opt_.terminateGrace) {
     killed_ = true;
     signalAll(SIGKILL);
+  }
+  // Continue mode: once every peer has exited or was declared lost by the others, a lost peer
+  // that still runs (stopped, or stuck) has no run to return to: it is killed.
+  if (s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning && !killed_) {
+    const auto lost = merging_.lost();
+    bool settled = true, anyStuck = false;
+    for (const auto& c : children_) {
+      if (c->exited) continue;
+      if (lost.count(c->rank)) {
+        anyStuck = true;
+      } else {
+        settled = false;
+      }
+    }
+    if (settled && anyStuck) {
+      for (const auto& c : children_) {
+        if (!c->exited && lost.count(c->rank)) {
+          progress_.message("node-launcher: peer " + std::to_string(c->rank) +
+                            " was declared lost by the others and is still running: killed");
+          lostChildren_.push_back(c->rank);
+          kill(c->pid, SIGKILL);
+        }
+      }
+    }
   }
   if (allDone()) {
     io_.stop();
@@ -294,6 +333,9 @@ core::Status Supervisor::run() {
   if (auto merged = merging_.poll(); !merged && mergeError_.isOk()) mergeError_ = merged.status();
   if (cancelled_) return core::cancelled("stopped by a signal; every peer was stopped");
   if (firstFailure_ >= 0) return core::unavailable(failureReport());
+  if (static_cast<int>(lostChildren_.size()) >= s_.nodes) {
+    return core::unavailable("every peer was lost; nobody finished the run");
+  }
   return mergeError_;
 }
 
@@ -358,7 +400,8 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
                     std::snprintf(detail, sizeof detail, "rel_error %.3e",
                                   merger.last() ? merger.last()->relError : NAN);
                     return std::string(detail);
-                  }};
+                  },
+                  [&] { return merger.lost(); }};
 
   Supervisor sup(e.scenario, opt, merging);
   if (auto st = sup.spawn(*addresses); !st.isOk()) return st;

@@ -120,6 +120,35 @@ core::Status PeerLogMerger::readPeer(int rank) {
       src.failure = *failure;
       continue;
     }
+    if (j.is_object() && j.contains("lost") && j["lost"].is_object()) {
+      const json& l = j["lost"];
+      if (!l.contains("rank") || !l["rank"].is_number_integer() || !l.contains("round") ||
+          !l["round"].is_number_unsigned()) {
+        return bad("malformed \"lost\" line");
+      }
+      const int who = l["rank"].get<int>();
+      if (who < 0 || who >= e_.scenario.nodes) return bad("\"lost\" names no rank of this run");
+      const auto round = l["round"].get<uint64_t>();
+      auto it = lostAt_.find(who);
+      if (it == lostAt_.end() || round < it->second) {
+        const bool first = it == lostAt_.end();
+        lostAt_[who] = round;
+        if (first) STARLING_RETURN_IF_ERROR(noteMembership(line));
+      }
+      continue;
+    }
+    if (j.is_object() && j.contains("membership") && j["membership"].is_object()) {
+      const json& m = j["membership"];
+      if (!m.contains("epoch") || !m["epoch"].is_number_unsigned()) {
+        return bad("malformed \"membership\" line");
+      }
+      const auto epoch = m["epoch"].get<uint64_t>();
+      if (!changes_.count(epoch)) {
+        changes_[epoch] = line;
+        STARLING_RETURN_IF_ERROR(noteMembership(line));
+      }
+      continue;
+    }
     const bool hasX = j.is_object() && j.contains("x") && j["x"].is_array();
     const bool hasSketch = j.is_object() && j.contains("sketch") && j["sketch"].is_array();
     if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned() ||
@@ -156,21 +185,51 @@ core::Status PeerLogMerger::readPeer(int rank) {
   return core::Status::ok();
 }
 
+core::Status PeerLogMerger::noteMembership(const std::string& line) {
+  if (!membershipLog_) {
+    auto created = LineFile::create(dir_ / "membership.jsonl");
+    if (!created) return created.status();
+    membershipLog_ = std::move(*created);
+  }
+  return membershipLog_->append(line);
+}
+
 core::Result<int> PeerLogMerger::poll() {
   for (int r = 0; r < e_.scenario.nodes; ++r) STARLING_RETURN_IF_ERROR(readPeer(r));
   int merged = 0;
+  const int n = e_.scenario.nodes;
+  if (lastRecord_.empty()) lastRecord_.resize(n);
   while (!pending_.empty()) {
     auto it = pending_.begin();
+    const uint64_t round = it->first;
+    // Round `round` is complete when every rank logged it or was lost before it; the records of
+    // ranks lost before it (a straggler that comes back) are not the run's.
+    std::vector<bool> running(n, true);
     bool complete = true;
-    for (const auto& rec : it->second) complete = complete && rec.has_value();
+    for (int r = 0; r < n; ++r) {
+      auto lost = lostAt_.find(r);
+      running[r] = lost == lostAt_.end() || lost->second >= round;
+      if (running[r]) complete = complete && it->second[r].has_value();
+    }
     if (!complete) break;
+    const bool anyLost = std::find(running.begin(), running.end(), false) != running.end();
+    for (int r = 0; r < n; ++r) {
+      if (!running[r]) it->second[r].reset();
+    }
+    if (anyLost && surviving_ != running) {
+      auto problem = survivorProblem(e_, running);
+      if (!problem) return problem.status();
+      survivors_ = std::make_unique<SurvivorProblem>(std::move(*problem));
+      surviving_ = running;
+    }
     bool sketched = false;
-    for (const auto& rec : it->second) sketched = sketched || rec->x.empty();
+    for (const auto& rec : it->second) sketched = sketched || (rec && rec->x.empty());
     RoundMetrics m;
     if (sketched) {
       // Only the consensus distance can be had from sketches; the model metrics stay null.
       std::vector<std::vector<double>> sketches;
       for (const auto& rec : it->second) {
+        if (!rec) continue;
         sketches.push_back(rec->x.empty() ? rec->sketch
                                           : modelSketch<double>(rec->x, sketchSeed(e_.scenario)));
       }
@@ -180,7 +239,10 @@ core::Result<int> PeerLogMerger::poll() {
       // Each peer's accuracy on its own model: logged by the peer, or measured here from x.
       double sum = 0, low = 1;
       bool all = m.classification;
+      size_t count = 0;
       for (const auto& rec : it->second) {
+        if (!rec) continue;
+        ++count;
         const double a = rec->x.empty() ? rec->ownAccuracy
                                         : peerTestAccuracy<double>(e_, rec->x);
         all = all && !std::isnan(a);
@@ -188,18 +250,24 @@ core::Result<int> PeerLogMerger::poll() {
         low = std::min(low, a);
       }
       if (all) {
-        m.testAccuracyPeersMean = sum / static_cast<double>(it->second.size());
+        m.testAccuracyPeersMean = sum / static_cast<double>(count);
         m.testAccuracyPeersMin = low;
       }
     } else {
       std::vector<std::span<const double>> models;
-      for (const auto& rec : it->second) models.emplace_back(rec->x);
-      m = measureModels<double>(e_, models, xMean_);
+      for (const auto& rec : it->second) {
+        if (rec) models.emplace_back(rec->x);
+      }
+      m = measureModels<double>(e_, models, xMean_, anyLost ? survivors_.get() : nullptr);
     }
     m.round = it->first;
     double errSum = 0;
     uint64_t errCount = 0;
-    for (const auto& rec : it->second) {
+    for (int r = 0; r < n; ++r) {
+      // A lost rank counts with its last logged round's counters (as simulate counts it).
+      if (it->second[r]) lastRecord_[r] = it->second[r];
+      const std::optional<Record>& rec = it->second[r] ? it->second[r] : lastRecord_[r];
+      if (!rec) continue;
       errSum += rec->compressionErrorSum;
       errCount += rec->compressionErrorCount;
       m.bytesSent += rec->bytesSent;

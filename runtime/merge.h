@@ -20,6 +20,7 @@
 
 #include "core/status.h"
 #include "runtime/experiment.h"
+#include "runtime/line_file.h"
 #include "runtime/metrics.h"
 #include "runtime/peer.h"
 
@@ -79,6 +80,11 @@ class PeerLogMerger {
   // (empty when every log reaches it).
   std::string shortLogs() const;
 
+  // Peer loss (faults.on_peer_loss "continue"): the ranks the survivors' logs say they lost, with
+  // the round they were lost in. A lost rank's log ends early; from the round after, the merged
+  // metrics are the survivors' (and rel_error is against the survivors' optimum).
+  const std::map<int, uint64_t>& lost() const { return lostAt_; }
+
  private:
   struct Record {
     uint64_t bytesSent = 0;
@@ -110,6 +116,13 @@ class PeerLogMerger {
   std::optional<RoundMetrics> last_;
   CompressionErrorMean compressionError_;
   std::vector<double> xMean_;
+  std::map<int, uint64_t> lostAt_;                 // rank -> round it was lost in (earliest)
+  std::map<uint64_t, std::string> changes_;        // epoch -> its membership line
+  std::vector<std::optional<Record>> lastRecord_;  // each rank's last round line
+  std::unique_ptr<LineFile> membershipLog_;        // dir/membership.jsonl, once there is news
+  std::vector<bool> surviving_;                    // the set survivors_ is for
+  std::unique_ptr<SurvivorProblem> survivors_;
+  core::Status noteMembership(const std::string& line);
 };
 
 }  // namespace starling::runtime

@@ -168,6 +168,7 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
       --pending_;
       continue;
     }
+    const bool losing = std::find(losing_.begin(), losing_.end(), peer) != losing_.end();
     bytesSent_ += message->size();
     ++sendsInFlight_;
     transport_.send(peer, tag_, message, [this, peer](const core::Status& st) {
@@ -186,6 +187,11 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
         lostNeighbour_ = peer;
       }
     });
+    if (losing) {
+      slots_[s].standIn = true;
+      --pending_;
+      continue;
+    }
     postReceive(s);
   }
   return core::Status::ok();
@@ -259,6 +265,8 @@ core::Status Node<T>::finishRound() {
   inRound_ = false;
   STARLING_RETURN_IF_ERROR(sendStatus_);
   messages_.clear();
+  for (int peer : losing_) setLost(peer);
+  losing_.clear();
   for (Slot& slot : slots_) {
     const bool lossLike = slot.status.code() == core::StatusCode::kTimeout ||
                           slot.status.code() == core::StatusCode::kPeerGone ||

@@ -69,6 +69,10 @@ class Node {
   // stands in for it, with its weight (as if the lost node held this node's model).
   void setTolerateLoss(bool on) { tolerateLoss_ = on; }
   void setLost(int peer);
+  // The simulator's view of a neighbour that dies before this round: this node still sends to it
+  // (it does not know yet, as a peer process would not) but stands in for its message; lost
+  // from the next round.
+  void loseThisRound(int peer) { losing_.push_back(peer); }
   bool isLost(int peer) const;
   std::vector<int> takeNewlyLost();
   // A membership change: the algorithm starts afresh from this node's current model (what it
@@ -166,6 +170,7 @@ class Node {
   bool tolerateLoss_ = false;
   std::vector<int> lost_;  // sorted
   std::vector<int> newlyLost_;
+  std::vector<int> losing_;
 };
 
 }  // namespace starling::runtime

@@ -1,12 +1,16 @@
 #include "runtime/peer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine.h"
+#include "runtime/membership.h"
+#include "runtime/membership_gossip.h"
 #include "runtime/line_file.h"
 #include "runtime/metrics.h"
 #include "runtime/node_stack.h"
@@ -15,6 +19,25 @@
 
 namespace starling::runtime {
 namespace {
+
+// A membership change at the start of `round`: the ranks in `left` are out; this peer restarts
+// its algorithm from its model over the repaired graph (docs/algorithms.md §18).
+template <typename T>
+core::Status applyChange(const Experiment& e, NodeStack<T>& stack, Membership& membership,
+                         SurvivorSchedule& schedule, const std::vector<int>& left, uint64_t round,
+                         Engine<T>& engine) {
+  membership.remove(left);
+  Node<T>& node = *stack.node;
+  auto support = schedule.support(membership);
+  if (!support) return engine.fail(support.status(), &node);
+  const auto x = node.model();
+  const std::vector<T> x0(x.begin(), x.end());
+  node.restartAlgorithm(optim::createAlgorithm<T>(e.scenario.algorithm, x0, *stack.oracle));
+  node.setSupport(*support);
+  std::string why;
+  for (int r : left) why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " lost";
+  return engine.append(membershipChangeLine(MembershipChange{round, membership.epoch(), left, why}));
+}
 
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
@@ -64,8 +87,63 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
              " (" + std::to_string(s.nodes) + " nodes, " + std::to_string(s.rounds) +
              " rounds, " + s.name + ")");
   STARLING_RETURN_IF_ERROR(record(0));
+  // Peer loss (docs/algorithms.md §18): survivors stand in for lost neighbours, agree on the
+  // change by gossip and apply it at the same round, restarting the algorithm from their models.
+  const bool continueOnLoss = s.faults.onPeerLoss == OnPeerLoss::kContinue;
+  node.setTolerateLoss(continueOnLoss);
+  Membership membership(s.nodes);
+  SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
+  MembershipGossip gossip(opt.rank, s.nodes, agreementRounds(s, e.schedule->support()), net);
+  if (continueOnLoss) engine.setAlsoWaitFor([&] { return gossip.complete(); });
   while (engine.rounds() < s.rounds) {
-    STARLING_RETURN_IF_ERROR(engine.round(node));  // a failure is already in the log
+    const uint64_t r = engine.rounds();
+    for (const FaultEvent& ev : s.faults.script) {
+      if (ev.kill == opt.rank && ev.atRound == r) {
+        // A real crash: no goodbye, no flush; what the log has is on disk already (LineFile).
+        engine.say("node-launcher peer " + std::to_string(opt.rank) +
+                   ": killed by the fault script before round " + std::to_string(r));
+        ::raise(SIGKILL);
+      }
+    }
+    if (!continueOnLoss) {
+      STARLING_RETURN_IF_ERROR(engine.round(node));  // a failure is already in the log
+    } else {
+      if (auto due = gossip.dueAt(r); !due.empty()) {
+        STARLING_RETURN_IF_ERROR(applyChange(e, stack, membership, survivorSchedule, due, r,
+                                             engine));
+      }
+      auto topo = survivorSchedule.at(r, membership);
+      if (!topo) return engine.fail(topo.status(), &node);
+      auto support = survivorSchedule.support(membership);
+      if (!support) return engine.fail(support.status(), &node);
+      for (int lost : gossip.knownLost()) node.setLost(lost);
+      STARLING_RETURN_IF_ERROR(engine.begin(node, **topo));
+      gossip.start(r, **support, engine.deadline());
+      STARLING_RETURN_IF_ERROR(engine.complete(node));
+      std::vector<int> lostNow = node.takeNewlyLost();
+      for (int peer : gossip.finish()) lostNow.push_back(peer);
+      std::sort(lostNow.begin(), lostNow.end());
+      lostNow.erase(std::unique(lostNow.begin(), lostNow.end()), lostNow.end());
+      for (int peer : lostNow) {
+        if (gossip.isKnownLost(peer)) continue;
+        gossip.propose(peer, r);
+        node.setLost(peer);
+        STARLING_RETURN_IF_ERROR(engine.append(membershipLostLine(
+            r, peer, "no message from rank " + std::to_string(peer) + " in round " +
+                         std::to_string(r))));
+        engine.say("node-launcher peer " + std::to_string(opt.rank) + ": lost rank " +
+                   std::to_string(peer) + " in round " + std::to_string(r) +
+                   "; carrying on without it");
+      }
+      if (gossip.excluded()) {
+        if (opt.leftRun) *opt.leftRun = true;
+        return engine.fail(core::Status(core::StatusCode::kPeerGone,
+                                        "the other peers declared this peer lost (it missed the "
+                                        "round timeout); it leaves the run"),
+                           nullptr);
+      }
+      if (!gossip.disagreement().isOk()) return engine.fail(gossip.disagreement(), &node);
+    }
     const uint64_t done = engine.rounds();
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
   }
@@ -130,6 +208,7 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
   no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
   no.spin = std::chrono::microseconds(s.transport.spinUs);
   no.log = opt.log;
+  no.failReceivesOfLostPeers = s.faults.onPeerLoss == OnPeerLoss::kContinue;
   auto net = transport::createNetworkTransport(no);
   if (!net) return net.status().withContext("rank " + std::to_string(opt.rank));
   const std::string& address = no.addresses[opt.rank];

@@ -29,6 +29,10 @@
 
 namespace starling::runtime {
 
+// `node-launcher peer`'s exit status when the other peers declared it lost (it stalled past the
+// round timeout) and it left the run: a loss, not a failure, for the launcher.
+inline constexpr int kExitLeftRun = 3;
+
 struct PeerOptions {
   int rank = 0;
   std::filesystem::path outDir;
@@ -37,6 +41,8 @@ struct PeerOptions {
   // kCancelled. Owned by the caller (a signal handler's flag).
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // diagnostics; default stderr
+  // Set when the peer left because the others declared it lost (exit with kExitLeftRun).
+  bool* leftRun = nullptr;
 };
 
 // Runs every round of the scenario as peer `rank`. Errors name the round and the neighbour:

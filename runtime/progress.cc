@@ -33,6 +33,12 @@ void ProgressLine::update(uint64_t done, const std::string& detail) {
   printed_ = true;
 }
 
+void ProgressLine::message(const std::string& line) {
+  finish();
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
 void ProgressLine::finish() {
   if (printed_ && tty_) std::fputc('\n', stderr);
   printed_ = false;

@@ -14,6 +14,9 @@ class ProgressLine {
   ~ProgressLine();
   // Reports that `done` of `total` steps are complete; prints at most a few times a second.
   void update(uint64_t done, const std::string& detail);
+  // Prints `line` on a line of its own (always, even when progress is off), and the progress
+  // line again at its next update.
+  void message(const std::string& line);
   // Ends the line (if anything was printed).
   void finish();
 

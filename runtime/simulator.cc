@@ -113,7 +113,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       }
       running[ev.kill] = false;
       for (int i = 0; i < n; ++i) {
-        if (running[i]) nodes[i]->setLost(ev.kill);
+        if (running[i]) nodes[i]->loseThisRound(ev.kill);
       }
       changes[r + agreement].push_back(ev.kill);
       if (membershipLog) {

@@ -372,7 +372,13 @@ int launcherMain(int argc, char** argv) {
     po.stop = &gStop;
     std::signal(SIGINT, onStopSignal);
     std::signal(SIGTERM, onStopSignal);
+    bool leftRun = false;
+    po.leftRun = &leftRun;
     if (auto st = runtime::runPeer(*e, po); !st.isOk()) {
+      if (leftRun) {
+        std::fprintf(stderr, "node-launcher peer %d: %s\n", po.rank, st.message().c_str());
+        return runtime::kExitLeftRun;
+      }
       if (st.code() == core::StatusCode::kDiverged) {
         std::fprintf(stderr, "node-launcher peer %d: %s\n", po.rank, st.message().c_str());
       } else {

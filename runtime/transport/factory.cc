@@ -30,6 +30,7 @@ core::Result<std::unique_ptr<Transport>> createNetworkTransport(const NetworkOpt
   o.sharedMemoryThreshold = options.sharedMemoryThreshold;
   o.spin = options.spin;
   o.log = options.log;
+  o.failReceivesOfLostPeers = options.failReceivesOfLostPeers;
   return ucx::createTransport(o);
 #else
   (void)options;

@@ -26,6 +26,9 @@ struct NetworkOptions {
   size_t sharedMemoryThreshold = 16384;  // smaller messages stay on UCX active messages
   std::chrono::microseconds spin{50};    // polling before sleeping on the event fd
   std::function<void(const std::string&)> log;  // diagnostics, one line each (default stderr)
+  // Receives from a neighbour whose connection failed fail soon after (kPeerGone) rather than at
+  // their deadlines: for runs that carry on without lost peers (faults.on_peer_loss "continue").
+  bool failReceivesOfLostPeers = false;
 };
 
 // A UCX transport for `options.rank`. kFailedPrecondition when this build has no UCX;

@@ -180,6 +180,7 @@ void UcxTransport::failPeer(int peer, core::Status status) {
   log(status.message());
   p.state = OutPeer::State::kFailed;
   p.failure = std::move(status);
+  p.failedAt = Clock::now();
   p.mapped = false;
   if (outbox_) outbox_->forget(peer);
   if (p.ep) {

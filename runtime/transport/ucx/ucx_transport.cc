@@ -213,6 +213,13 @@ void UcxTransport::maintain(Clock::time_point now) {
   }
 
   for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const OutPeer& from = peers_[it->first.from];
+    if (options_.failReceivesOfLostPeers && from.state == OutPeer::State::kFailed &&
+        now >= from.failedAt + kLostPeerGrace) {
+      ready_.push_back([cb = std::move(it->second.done), st = from.failure] { cb(st, nullptr); });
+      it = waiting_.erase(it);
+      continue;
+    }
     if (it->second.deadline <= now) {
       stats_.timeouts++;
       const int from = it->first.from;
@@ -267,7 +274,13 @@ void UcxTransport::evictIdle() {
 
 Clock::time_point UcxTransport::nextWake(Clock::time_point until) const {
   Clock::time_point wake = until;
-  for (const auto& [key, pending] : waiting_) wake = std::min(wake, pending.deadline);
+  for (const auto& [key, pending] : waiting_) {
+    wake = std::min(wake, pending.deadline);
+    const OutPeer& from = peers_[key.from];
+    if (options_.failReceivesOfLostPeers && from.state == OutPeer::State::kFailed) {
+      wake = std::min(wake, from.failedAt + kLostPeerGrace);
+    }
+  }
   for (const auto& p : peers_) {
     if (p.state == OutPeer::State::kBackoff) wake = std::min(wake, p.retryAt);
     if (p.state == OutPeer::State::kConnecting || p.state == OutPeer::State::kBackoff) {

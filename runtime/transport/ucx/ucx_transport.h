@@ -57,7 +57,14 @@ struct Options {
   std::chrono::microseconds spin{50};
   // Where diagnostics go (one line each); default: stderr.
   std::function<void(const std::string&)> log;
+  // A neighbour whose connection failed (its process died: the kernel closes its sockets) fails
+  // the receives from it with kPeerGone kLostPeerGrace later, instead of at their deadlines.
+  bool failReceivesOfLostPeers = false;
 };
+
+// Time a failed neighbour's last messages get to arrive before its receives fail (they travel
+// on the connection it opened, which may be read after ours reports the failure).
+inline constexpr std::chrono::milliseconds kLostPeerGrace{500};
 
 // Creates the context, the worker and the listener. Errors: kInvalidArgument for a bad rank or
 // address, kIoError when UCX cannot start or the listen address cannot be bound.

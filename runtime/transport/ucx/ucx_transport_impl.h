@@ -143,6 +143,7 @@ struct OutPeer {
   bool mapped = false;  // the neighbour accepted our hello: large frames go through shared memory
   std::deque<std::unique_ptr<SendOp>> unsent;
   core::Status failure;
+  Clock::time_point failedAt{};
 };
 
 struct PendingRecv {

@@ -1,0 +1,117 @@
+#include "runtime/membership_gossip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compression/frame.h"
+
+namespace starling::runtime {
+
+void MembershipGossip::start(uint64_t round, const topology::Graph& support,
+                             transport::Clock::time_point deadline) {
+  round_ = round;
+  missing_.clear();
+  expected_.clear();
+  // [rank, leaves-at] pairs as float64 (exact below 2^53), in a checksummed frame.
+  std::vector<double> values;
+  for (const auto& [r, at] : proposals_) {
+    values.push_back(static_cast<double>(r));
+    values.push_back(static_cast<double>(at));
+  }
+  auto frame = std::make_shared<transport::Bytes>();
+  compression::encodeDense<double>(values, *frame);
+  const transport::Tag tag{round, kMembershipChannel};
+  for (int peer : support.neighbors(rank_)) {
+    if (isKnownLost(peer)) continue;
+    expected_.push_back(peer);
+  }
+  pending_ = expected_.size();
+  for (int peer : expected_) {
+    net_.send(peer, tag, frame, [](const core::Status&) {});  // a failed send shows as a loss
+    net_.recv(peer, tag, deadline, [this, peer](const core::Status& st, transport::SharedBytes b) {
+      --pending_;
+      if (!st.isOk()) {
+        missing_.push_back(peer);
+        return;
+      }
+      merge(peer, *b);
+    });
+  }
+}
+
+void MembershipGossip::merge(int from, std::span<const std::byte> bytes) {
+  auto view = compression::parseFrame(bytes);
+  const size_t limit = 2 * static_cast<size_t>(nodes_);
+  if (!view || view->elementCount > limit || view->elementCount % 2 != 0) {
+    ++corrupt_;
+    return;
+  }
+  std::vector<double> scratch;
+  auto values = compression::decodeDense<double>(bytes, view->elementCount, scratch);
+  if (!values) {
+    ++corrupt_;
+    return;
+  }
+  for (size_t k = 0; k + 1 < values->size(); k += 2) {
+    const double r = (*values)[k], at = (*values)[k + 1];
+    if (!(r >= 0 && r < nodes_ && r == std::floor(r) && at >= 0 && at < 9.0e15 &&
+          at == std::floor(at))) {
+      ++corrupt_;
+      return;
+    }
+  }
+  for (size_t k = 0; k + 1 < values->size(); k += 2) {
+    const int r = static_cast<int>((*values)[k]);
+    const auto at = static_cast<uint64_t>((*values)[k + 1]);
+    if (r == rank_) {  // a neighbour declared this peer lost
+      excluded_ = true;
+      continue;
+    }
+    auto it = proposals_.find(r);
+    const bool news = it == proposals_.end() || at < it->second;
+    if (!news) continue;
+    // A change must be known before its round starts; this one's round (at <= round_ + 1 is
+    // the next round at the earliest a peer can still apply) has passed here already.
+    if (at <= round_ && disagreement_.isOk()) {
+      disagreement_ = core::failedPrecondition(
+          "membership disagreement: rank " + std::to_string(from) + " says rank " +
+          std::to_string(r) + " left at round " + std::to_string(at) + ", which rank " +
+          std::to_string(rank_) + " learned only in round " + std::to_string(round_) +
+          " (the news needs more rounds to cross this graph: raise faults.agreement_rounds, "
+          "now " + std::to_string(agreement_) + ")");
+    }
+    proposals_[r] = at;
+  }
+}
+
+std::vector<int> MembershipGossip::finish() {
+  std::vector<int> out;
+  out.swap(missing_);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void MembershipGossip::propose(int rank, uint64_t round) {
+  const uint64_t at = round + agreement_;
+  auto it = proposals_.find(rank);
+  if (it == proposals_.end() || at < it->second) proposals_[rank] = at;
+}
+
+std::vector<int> MembershipGossip::dueAt(uint64_t round) {
+  std::vector<int> out;
+  for (const auto& [r, at] : proposals_) {
+    if (at <= round && !applied_[r]) {
+      applied_[r] = true;
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::vector<int> MembershipGossip::knownLost() const {
+  std::vector<int> out;
+  for (const auto& [r, at] : proposals_) out.push_back(r);
+  return out;
+}
+
+}  // namespace starling::runtime

@@ -1,0 +1,73 @@
+// MembershipGossip: how the survivors of a run agree on who is gone, with no central party
+// (faults.on_peer_loss "continue"; docs/algorithms.md §18).
+//
+// A peer that loses a neighbour in round r (its message did not come by the deadline, or its
+// connection failed) proposes "rank j leaves at round r + D", D = agreementRounds(). Every round
+// each peer sends its proposals to each live neighbour of the support graph, in a small frame on
+// its own channel, and merges what it receives, keeping the earliest round per rank. News travels
+// one hop per round, so when it can reach every survivor within D - 1 rounds, all survivors hold
+// the same proposals before the earliest one takes effect and apply the same change at the same
+// round. A peer that hears of a change whose round has already passed without it is told so
+// (disagreement(): the run stops with a clear error instead of splitting silently).
+// Messages are checked like any frame (CRC32C, bounded size, ranks in range); a malformed one is
+// counted and ignored. Thread-safety: none; driven by the peer's one thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/transport/transport.h"
+#include "topology/graph.h"
+
+namespace starling::runtime {
+
+inline constexpr uint32_t kMembershipChannel = 2;
+
+class MembershipGossip {
+ public:
+  MembershipGossip(int rank, int nodes, uint64_t agreement, transport::Transport& net)
+      : rank_(rank), nodes_(nodes), agreement_(agreement), net_(net) {}
+
+  // Round `round`: sends this peer's proposals to every neighbour of `support` that is not known
+  // lost and asks for theirs, by `deadline`.
+  void start(uint64_t round, const topology::Graph& support, transport::Clock::time_point deadline);
+  bool complete() const { return pending_ == 0; }
+  // After the round: merges what came. Neighbours whose message did not come are returned (lost).
+  std::vector<int> finish();
+
+  // This peer noticed the loss of `rank` in `round`.
+  void propose(int rank, uint64_t round);
+  // Ranks whose change takes effect at `round`, sorted; each is returned once.
+  std::vector<int> dueAt(uint64_t round);
+  // Every rank proposed or applied.
+  std::vector<int> knownLost() const;
+  bool isKnownLost(int rank) const { return proposals_.count(rank) > 0; }
+  // Set when a neighbour's proposal for a round already past reached this peer.
+  const core::Status& disagreement() const { return disagreement_; }
+  // A neighbour proposed this peer's own departure (it stalled past the round timeout): it is
+  // out of the run and must leave.
+  bool excluded() const { return excluded_; }
+  uint64_t corruptMessages() const { return corrupt_; }
+
+ private:
+  void merge(int from, std::span<const std::byte> bytes);
+
+  const int rank_;
+  const int nodes_;
+  const uint64_t agreement_;
+  transport::Transport& net_;
+  std::map<int, uint64_t> proposals_;  // rank -> round it leaves at (the earliest heard)
+  std::map<int, bool> applied_;
+  uint64_t round_ = 0;
+  size_t pending_ = 0;
+  std::vector<int> missing_;
+  std::vector<int> expected_;
+  core::Status disagreement_;
+  bool excluded_ = false;
+  uint64_t corrupt_ = 0;
+};
+
+}  // namespace starling::runtime
