@@ -75,15 +75,24 @@ core::Status Engine<T>::begin(Node<T>& node, const topology::RoundTopology& topo
 
 template <typename T>
 core::Status Engine<T>::wait(Node<T>& node) {
+  const auto third = std::chrono::milliseconds(std::max<uint64_t>(1, s_.transport.roundTimeoutMs / 3));
+  auto nextLongWait = Clock::now() + third;
   while (!node.roundComplete() || (alsoWaitFor_ && !alsoWaitFor_())) {
     if (opt_.stop && opt_.stop->load()) return core::cancelled("stopped by a signal");
-    // Receives expire at the deadline and complete with kTimeout; the margin only bounds this
-    // loop if a completion were ever lost.
-    if (Clock::now() > deadline_ + std::chrono::seconds(5)) {
-      return core::internalError("round did not complete after its deadline");
-    }
     auto ran = net_.progress(std::min(Clock::now() + kStopPoll, deadline_ + std::chrono::seconds(1)));
     if (!ran) return ran.status();
+    if (node.roundComplete() && (!alsoWaitFor_ || alsoWaitFor_())) break;
+    const auto now = Clock::now();
+    if (onLongWait_ && now >= nextLongWait) {
+      onLongWait_();
+      nextLongWait = now + third;
+    }
+    // Receives expire at the deadline and complete with kTimeout (progress runs them first,
+    // also after this process was stopped for longer); the margin only bounds this loop if a
+    // completion were ever lost.
+    if (now > deadline_ + std::chrono::seconds(5)) {
+      return core::internalError("round did not complete after its deadline");
+    }
   }
   return node.finishRound();
 }

@@ -62,6 +62,10 @@ class Engine {
   // the membership gossip), under the same deadline.
   void setAlsoWaitFor(std::function<bool()> done) { alsoWaitFor_ = std::move(done); }
   transport::Clock::time_point deadline() const { return deadline_; }
+  // Moves this round's deadline (a neighbour said it is alive but delayed).
+  void extendDeadline(transport::Clock::time_point until) { deadline_ = std::max(deadline_, until); }
+  // Called while a round waits, each time another third of the round timeout has passed.
+  void setOnLongWait(std::function<void()> f) { onLongWait_ = std::move(f); }
   core::Status complete(Node<T>& node);
   bool inRound() const { return inRound_ != nullptr; }
   // Runs the transport's ready completions without waiting (a round in flight progresses while
@@ -103,6 +107,7 @@ class Engine {
   transport::Clock::time_point start_;
   core::Status failure_;
   std::function<bool()> alsoWaitFor_;
+  std::function<void()> onLongWait_;
 };
 
 }  // namespace starling::runtime

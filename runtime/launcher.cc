@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <set>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -95,7 +97,7 @@ class Supervisor {
   Phase phase_ = Phase::kRunning;
   Clock::time_point phaseSince_{};
   int firstFailure_ = -1;
-  std::vector<int> lostChildren_;  // continue mode: peers that died or left, not failures
+  std::set<int> lostChildren_;  // continue mode: peers that died or left, not failures
   bool cancelled_ = false;
   bool killed_ = false;
   core::Status mergeError_;
@@ -206,7 +208,7 @@ void Supervisor::reap() {
                         (WIFEXITED(status) && WEXITSTATUS(status) == kExitLeftRun);
       if (c->failed() && loss && !cancelled_ &&
           s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
-        lostChildren_.push_back(c->rank);
+        lostChildren_.insert(c->rank);
         progress_.message("node-launcher: peer " + std::to_string(c->rank) + " " +
                           c->describeExit() + "; the others carry on without it");
         continue;
@@ -271,7 +273,7 @@ void Supervisor::tick() {
         if (!c->exited && lost.count(c->rank)) {
           progress_.message("node-launcher: peer " + std::to_string(c->rank) +
                             " was declared lost by the others and is still running: killed");
-          lostChildren_.push_back(c->rank);
+          lostChildren_.insert(c->rank);
           kill(c->pid, SIGKILL);
         }
       }

@@ -10,8 +10,10 @@ namespace starling::runtime {
 void MembershipGossip::start(uint64_t round, const topology::Graph& support,
                              transport::Clock::time_point deadline) {
   round_ = round;
+  deadline_ = deadline;
   missing_.clear();
   expected_.clear();
+  extended_.clear();
   // [rank, leaves-at] pairs as float64 (exact below 2^53), in a checksummed frame.
   std::vector<double> values;
   for (const auto& [r, at] : proposals_) {
@@ -28,14 +30,73 @@ void MembershipGossip::start(uint64_t round, const topology::Graph& support,
   pending_ = expected_.size();
   for (int peer : expected_) {
     net_.send(peer, tag, frame, [](const core::Status&) {});  // a failed send shows as a loss
-    net_.recv(peer, tag, deadline, [this, peer](const core::Status& st, transport::SharedBytes b) {
-      --pending_;
-      if (!st.isOk()) {
-        missing_.push_back(peer);
+    postReceive(peer, deadline);
+  }
+}
+
+void MembershipGossip::postReceive(int peer, transport::Clock::time_point deadline) {
+  const transport::Tag tag{round_, kMembershipChannel};
+  net_.recv(peer, tag, deadline, [this, peer](const core::Status& st, transport::SharedBytes b) {
+    if (st.code() == core::StatusCode::kTimeout) {
+      auto ext = extended_.find(peer);
+      if (ext != extended_.end() && ext->second > transport::Clock::now()) {
+        postReceive(peer, ext->second);  // a notice said it is alive: wait on
         return;
       }
-      merge(peer, *b);
-    });
+    }
+    --pending_;
+    if (!st.isOk()) {
+      missing_.push_back(peer);
+      return;
+    }
+    merge(peer, *b);
+  });
+}
+
+void MembershipGossip::extend(int peer, transport::Clock::time_point until) {
+  auto& e = extended_[peer];
+  e = std::max(e, until);
+}
+
+void MembershipGossip::listen(const topology::Graph& support) {
+  for (int peer : support.neighbors(rank_)) {
+    if (isKnownLost(peer) || listening_[peer]) continue;
+    listening_[peer] = true;
+    postNotice(peer);
+  }
+}
+
+void MembershipGossip::postNotice(int peer) {
+  // One receive per neighbour at a time, re-posted after each notice; the deadline only bounds
+  // a receive nobody answers (the run ends first).
+  const auto far = transport::Clock::now() + std::chrono::hours(24);
+  net_.recv(peer, transport::Tag{0, kLivenessChannel}, far,
+            [this, peer](const core::Status& st, transport::SharedBytes b) {
+              if (!st.isOk()) {
+                listening_[peer] = false;
+                return;
+              }
+              auto view = compression::parseFrame(*b);
+              std::vector<double> scratch;
+              if (view && view->elementCount == 1) {
+                auto v = compression::decodeDense<double>(*b, 1, scratch);
+                if (v && (*v)[0] >= 0 && (*v)[0] < 9.0e15 && onAlive_) {
+                  onAlive_(peer, static_cast<uint64_t>((*v)[0]));
+                }
+              } else {
+                ++corrupt_;
+              }
+              postNotice(peer);
+            });
+}
+
+void MembershipGossip::notify(uint64_t round, const topology::Graph& support) {
+  const double value = static_cast<double>(round);
+  auto frame = std::make_shared<transport::Bytes>();
+  compression::encodeDense<double>(std::span<const double>(&value, 1), *frame);
+  for (int peer : support.neighbors(rank_)) {
+    if (isKnownLost(peer)) continue;
+    net_.send(peer, transport::Tag{0, kLivenessChannel}, frame, [](const core::Status&) {});
   }
 }
 

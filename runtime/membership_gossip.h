@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@
 namespace starling::runtime {
 
 inline constexpr uint32_t kMembershipChannel = 2;
+// Liveness notices: "I am alive, still in round q" (see MembershipGossip::notify).
+inline constexpr uint32_t kLivenessChannel = 3;
 
 class MembershipGossip {
  public:
@@ -45,6 +48,18 @@ class MembershipGossip {
   // Every rank proposed or applied.
   std::vector<int> knownLost() const;
   bool isKnownLost(int rank) const { return proposals_.count(rank) > 0; }
+
+  // Stragglers and the cascade a timeout would start. A peer that waits in a round past a third
+  // of the round timeout tells its live neighbours so (notify(): "alive, in round q"); a peer
+  // that hears it extends its wait for that neighbour's next messages by a whole round timeout
+  // (onAlive), so only the neighbours of a peer that is really silent declare it lost, and a peer
+  // delayed by detecting a loss is not mistaken for one. listen() keeps one receive posted per
+  // live neighbour for these notices.
+  void listen(const topology::Graph& support);
+  void notify(uint64_t round, const topology::Graph& support);
+  void setOnAlive(std::function<void(int peer, uint64_t round)> f) { onAlive_ = std::move(f); }
+  // Extends this round's wait for `peer`'s gossip until `until` (a notice came from it).
+  void extend(int peer, transport::Clock::time_point until);
   // Set when a neighbour's proposal for a round already past reached this peer.
   const core::Status& disagreement() const { return disagreement_; }
   // A neighbour proposed this peer's own departure (it stalled past the round timeout): it is
@@ -54,6 +69,8 @@ class MembershipGossip {
 
  private:
   void merge(int from, std::span<const std::byte> bytes);
+  void postReceive(int peer, transport::Clock::time_point deadline);
+  void postNotice(int peer);
 
   const int rank_;
   const int nodes_;
@@ -66,6 +83,10 @@ class MembershipGossip {
   std::vector<int> missing_;
   std::vector<int> expected_;
   core::Status disagreement_;
+  std::function<void(int, uint64_t)> onAlive_;
+  std::map<int, bool> listening_;
+  std::map<int, transport::Clock::time_point> extended_;  // this round's extensions
+  transport::Clock::time_point deadline_{};
   bool excluded_ = false;
   uint64_t corrupt_ = 0;
 };

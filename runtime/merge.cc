@@ -128,13 +128,7 @@ core::Status PeerLogMerger::readPeer(int rank) {
       }
       const int who = l["rank"].get<int>();
       if (who < 0 || who >= e_.scenario.nodes) return bad("\"lost\" names no rank of this run");
-      const auto round = l["round"].get<uint64_t>();
-      auto it = lostAt_.find(who);
-      if (it == lostAt_.end() || round < it->second) {
-        const bool first = it == lostAt_.end();
-        lostAt_[who] = round;
-        if (first) STARLING_RETURN_IF_ERROR(noteMembership(line));
-      }
+      reports_.push_back(Report{l["round"].get<uint64_t>(), rank, who, 0, line});
       continue;
     }
     if (j.is_object() && j.contains("membership") && j["membership"].is_object()) {
@@ -142,11 +136,11 @@ core::Status PeerLogMerger::readPeer(int rank) {
       if (!m.contains("epoch") || !m["epoch"].is_number_unsigned()) {
         return bad("malformed \"membership\" line");
       }
-      const auto epoch = m["epoch"].get<uint64_t>();
-      if (!changes_.count(epoch)) {
-        changes_[epoch] = line;
-        STARLING_RETURN_IF_ERROR(noteMembership(line));
+      if (!m.contains("round") || !m["round"].is_number_unsigned()) {
+        return bad("malformed \"membership\" line");
       }
+      reports_.push_back(
+          Report{m["round"].get<uint64_t>(), rank, -1, m["epoch"].get<uint64_t>(), line});
       continue;
     }
     const bool hasX = j.is_object() && j.contains("x") && j["x"].is_array();
@@ -194,8 +188,28 @@ core::Status PeerLogMerger::noteMembership(const std::string& line) {
   return membershipLog_->append(line);
 }
 
+core::Status PeerLogMerger::settleReports() {
+  std::stable_sort(reports_.begin(), reports_.end(),
+                   [](const Report& a, const Report& b) { return a.round < b.round; });
+  std::map<int, uint64_t> lost;
+  for (const Report& rep : reports_) {
+    auto reporter = lost.find(rep.reporter);
+    if (reporter != lost.end() && reporter->second <= rep.round) continue;  // out by then
+    if (rep.rank >= 0) {
+      if (!lost.count(rep.rank)) lost[rep.rank] = rep.round;
+      if (!lostAt_.count(rep.rank)) STARLING_RETURN_IF_ERROR(noteMembership(rep.line));
+    } else if (!changes_.count(rep.epoch)) {
+      changes_[rep.epoch] = rep.line;
+      STARLING_RETURN_IF_ERROR(noteMembership(rep.line));
+    }
+    if (rep.rank >= 0 && !lostAt_.count(rep.rank)) lostAt_[rep.rank] = lost[rep.rank];
+  }
+  return core::Status::ok();
+}
+
 core::Result<int> PeerLogMerger::poll() {
   for (int r = 0; r < e_.scenario.nodes; ++r) STARLING_RETURN_IF_ERROR(readPeer(r));
+  STARLING_RETURN_IF_ERROR(settleReports());
   int merged = 0;
   const int n = e_.scenario.nodes;
   if (lastRecord_.empty()) lastRecord_.resize(n);

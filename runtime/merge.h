@@ -118,6 +118,18 @@ class PeerLogMerger {
   std::vector<double> xMean_;
   std::map<int, uint64_t> lostAt_;                 // rank -> round it was lost in (earliest)
   std::map<uint64_t, std::string> changes_;        // epoch -> its membership line
+  // Every "lost" and "membership" line as (round, reporter, lost rank or -1, line); only those of
+  // reporters still in the run at that round count (a stalled peer that resumes reports the
+  // others lost, wrongly).
+  struct Report {
+    uint64_t round;
+    int reporter;
+    int rank;  // -1: a membership line (epoch in `epoch`)
+    uint64_t epoch;
+    std::string line;
+  };
+  std::vector<Report> reports_;
+  core::Status settleReports();
   std::vector<std::optional<Record>> lastRecord_;  // each rank's last round line
   std::unique_ptr<LineFile> membershipLog_;        // dir/membership.jsonl, once there is news
   std::vector<bool> surviving_;                    // the set survivors_ is for

@@ -198,8 +198,21 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
 }
 
 template <typename T>
+void Node<T>::extend(int peer, transport::Clock::time_point until) {
+  if (!inRound_) return;
+  for (Slot& slot : slots_) {
+    if (slot.peer == peer) slot.extendedUntil = std::max(slot.extendedUntil, until);
+  }
+}
+
+template <typename T>
 void Node<T>::postReceive(size_t s) {
-  transport_.recv(slots_[s].peer, tag_, deadline_,
+  postReceive(s, deadline_);
+}
+
+template <typename T>
+void Node<T>::postReceive(size_t s, transport::Clock::time_point deadline) {
+  transport_.recv(slots_[s].peer, tag_, deadline,
                   [this, s](const core::Status& st, transport::SharedBytes bytes) {
                     onMessage(s, st, std::move(bytes));
                   });
@@ -216,6 +229,10 @@ core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s, std::span<cons
 template <typename T>
 void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes bytes) {
   Slot& slot = slots_[s];
+  if (st.code() == core::StatusCode::kTimeout && slot.extendedUntil > transport::Clock::now()) {
+    postReceive(s, slot.extendedUntil);  // the neighbour said it is alive: wait on
+    return;
+  }
   if (st.isOk()) {
     // With an accumulator the frame is only checked now and added in peer order at the end of
     // the round, so the sum never depends on arrival order.

@@ -75,6 +75,9 @@ class Node {
   void loseThisRound(int peer) { losing_.push_back(peer); }
   bool isLost(int peer) const;
   std::vector<int> takeNewlyLost();
+  // Waits for `peer`'s message of this round until `until` at least (it said it is alive but
+  // delayed: MembershipGossip's liveness notices).
+  void extend(int peer, transport::Clock::time_point until);
   // A membership change: the algorithm starts afresh from this node's current model (what it
   // keeps about the lost nodes cannot be corrected locally), codec state included.
   void restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm);
@@ -120,9 +123,11 @@ class Node {
     // model is not the size of ours. Said in the round's error if its message never comes.
     std::string mismatch;
     bool standIn = false;  // a lost neighbour: this node's own message stands in
+    transport::Clock::time_point extendedUntil{};
   };
 
   void postReceive(size_t slot);
+  void postReceive(size_t slot, transport::Clock::time_point deadline);
   void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
   core::Result<std::span<const T>> decodeMessage(size_t slot, std::span<const std::byte> bytes);
   // kDiverged unless every |values[k]| <= maxAbs (NaN never is).

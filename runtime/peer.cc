@@ -94,7 +94,23 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   Membership membership(s.nodes);
   SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
   MembershipGossip gossip(opt.rank, s.nodes, agreementRounds(s, e.schedule->support()), net);
-  if (continueOnLoss) engine.setAlsoWaitFor([&] { return gossip.complete(); });
+  if (continueOnLoss) {
+    engine.setAlsoWaitFor([&] { return gossip.complete(); });
+    const auto patience = std::chrono::milliseconds(s.transport.roundTimeoutMs);
+    gossip.setOnAlive([&](int peer, uint64_t round) {
+      // `peer` is alive and still in `round`: its messages of the next round may come late.
+      if (round + 1 < engine.rounds()) return;
+      const auto until = transport::Clock::now() + patience;
+      node.extend(peer, until);
+      gossip.extend(peer, until);
+      engine.extendDeadline(until);
+    });
+    engine.setOnLongWait([&] {
+      if (auto support = survivorSchedule.support(membership)) {
+        gossip.notify(engine.rounds(), **support);
+      }
+    });
+  }
   while (engine.rounds() < s.rounds) {
     const uint64_t r = engine.rounds();
     for (const FaultEvent& ev : s.faults.script) {
@@ -118,6 +134,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       if (!support) return engine.fail(support.status(), &node);
       for (int lost : gossip.knownLost()) node.setLost(lost);
       STARLING_RETURN_IF_ERROR(engine.begin(node, **topo));
+      gossip.listen(**support);
       gossip.start(r, **support, engine.deadline());
       STARLING_RETURN_IF_ERROR(engine.complete(node));
       std::vector<int> lostNow = node.takeNewlyLost();
