@@ -65,7 +65,11 @@ core::Status Engine<T>::begin(Node<T>& node, const topology::RoundTopology& topo
                               std::optional<double> stepSize) {
   if (!failure_.isOk()) return failure_;
   if (inRound_) return core::failedPrecondition("a round is already in flight");
-  deadline_ = Clock::now() + std::chrono::milliseconds(s_.transport.roundTimeoutMs);
+  // The first round also waits for the neighbours to start and connect.
+  const uint64_t wait = round_ == 0 ? std::max(s_.transport.roundTimeoutMs,
+                                               s_.transport.connectTimeoutMs)
+                                    : s_.transport.roundTimeoutMs;
+  deadline_ = Clock::now() + std::chrono::milliseconds(wait);
   if (auto st = node.startRound(round_, topo, stepSizeAt(stepSize), deadline_); !st.isOk()) {
     return fail(st, &node);
   }

@@ -51,7 +51,7 @@ class MembershipGossip {
 
   // Stragglers and the cascade a timeout would start. A peer that waits in a round past a third
   // of the round timeout tells its live neighbours so (notify(): "alive, in round q"); a peer
-  // that hears it extends its wait for that neighbour's next messages by a whole round timeout
+  // that hears it extends its wait for that neighbour's next messages by two round timeouts
   // (onAlive), so only the neighbours of a peer that is really silent declare it lost, and a peer
   // delayed by detecting a loss is not mistaken for one. listen() keeps one receive posted per
   // live neighbour for these notices.

@@ -96,7 +96,9 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   MembershipGossip gossip(opt.rank, s.nodes, agreementRounds(s, e.schedule->support()), net);
   if (continueOnLoss) {
     engine.setAlsoWaitFor([&] { return gossip.complete(); });
-    const auto patience = std::chrono::milliseconds(s.transport.roundTimeoutMs);
+    // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
+    // loaded host can delay the neighbour's next message by well over a second after it.
+    const auto patience = 2 * std::chrono::milliseconds(s.transport.roundTimeoutMs);
     gossip.setOnAlive([&](int peer, uint64_t round) {
       // `peer` is alive and still in `round`: its messages of the next round may come late.
       if (round + 1 < engine.rounds()) return;
@@ -133,6 +135,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       auto support = survivorSchedule.support(membership);
       if (!support) return engine.fail(support.status(), &node);
       for (int lost : gossip.knownLost()) node.setLost(lost);
+      const auto roundStart = transport::Clock::now();
       STARLING_RETURN_IF_ERROR(engine.begin(node, **topo));
       gossip.listen(**support);
       gossip.start(r, **support, engine.deadline());
@@ -141,6 +144,26 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       for (int peer : gossip.finish()) lostNow.push_back(peer);
       std::sort(lostNow.begin(), lostNow.end());
       lostNow.erase(std::unique(lostNow.begin(), lostNow.end()), lostNow.end());
+      // Every live neighbour silent at once (two or more of them, or the only one after a round
+      // that took over twice the timeout): far more likely this peer was the one that stopped
+      // (SIGSTOP, a long swap) and the others declared it lost. It leaves rather than carry on
+      // as a run of its own.
+      const bool longRound = transport::Clock::now() - roundStart >
+                             2 * std::chrono::milliseconds(s.transport.roundTimeoutMs);
+      size_t live = 0, missing = 0;
+      for (int peer : (*support)->neighbors(opt.rank)) {
+        if (gossip.isKnownLost(peer)) continue;
+        ++live;
+        missing += std::binary_search(lostNow.begin(), lostNow.end(), peer);
+      }
+      if (live > 0 && missing == live && (live >= 2 || longRound)) {
+        if (opt.leftRun) *opt.leftRun = true;
+        return engine.fail(core::Status(core::StatusCode::kPeerGone,
+                                        "no neighbour's message came in round " +
+                                            std::to_string(r) + " (was this process stopped?); "
+                                            "it leaves the run, the others carry on"),
+                           nullptr);
+      }
       for (int peer : lostNow) {
         if (gossip.isKnownLost(peer)) continue;
         gossip.propose(peer, r);

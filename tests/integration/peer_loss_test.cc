@@ -103,3 +103,77 @@ TEST_CASE("with on_peer_loss \"stop\" the same kill stops the run and names the 
   CHECK(run.exit == 1);
   CHECK(contains(run.output, "peer 5"));
 }
+
+namespace {
+
+// Starts `file` under the launcher, waits until rank 2 has logged `afterLines` lines, stops it
+// (SIGSTOP) for `stall`, lets it go on, and waits for the launcher.
+std::unique_ptr<Process> runWithStall(const fs::path& dir, const fs::path& file,
+                                      std::chrono::milliseconds stall) {
+  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
+                        dir / "run.log");
+  const auto log2 = dir / "run" / "peers" / "rank-2.jsonl";
+  pid_t rank2 = -1;
+  for (int i = 0; i < 1000 && rank2 < 0; ++i) {
+    for (pid_t p : childrenOf(launcher->pid)) {
+      std::string cmd = readFile("/proc/" + std::to_string(p) + "/cmdline");
+      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+      if (contains(cmd, " --rank 2 ")) rank2 = p;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(rank2 > 0);
+  for (int i = 0; i < 1000 && !contains(readFile(log2), R"("round":1000,)"); ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(contains(readFile(log2), R"("round":1000,)"));
+  ::kill(rank2, SIGSTOP);
+  std::this_thread::sleep_for(stall);
+  ::kill(rank2, SIGCONT);
+  REQUIRE(launcher->waitFor(180s));
+  return launcher;
+}
+
+}  // namespace
+
+TEST_CASE("a straggler: a 2 s stall with a 5 s round timeout changes nothing",
+          "[integration][peers][faults]") {
+  const std::string transport = R"({"kind": "ucx", "round_timeout_ms": 5000})";
+  const auto dir = tempDir("straggler-short");
+  const auto file = dir / "short.json";
+  writeFile(file, lossScenario("short", R"({"kind": "ring"})", R"({"on_peer_loss": "continue"})",
+                               6000, transport));
+  auto launcher = runWithStall(dir, file, 2s);
+  INFO(launcher->output());
+  CHECK(launcher->exitCode() == 0);
+  CHECK_FALSE(fs::exists(dir / "run" / "membership.jsonl"));
+  const auto sim = runLauncher(
+      {kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()}, dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  CHECK(metricsWithoutWall(dir / "run" / "metrics.jsonl") ==
+        metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+}
+
+// NOT YET PASSING, so hidden from the suite (run it with `peer_loss_test "[straggler30]"`):
+// with a 30 s stall the stopped peer's neighbours declare it lost, but in about half of the runs
+// on this 2-core machine the delay this costs them spreads around the ring and further peers are
+// declared lost too (docs/algorithms.md §18, "Stragglers"). Issue 12 stays open on it.
+TEST_CASE("a straggler: a 30 s stall is a loss and only that", "[.][straggler30]") {
+  const std::string transport = R"({"kind": "ucx", "round_timeout_ms": 5000})";
+  const auto dir = tempDir("straggler-long");
+  const auto file = dir / "long.json";
+  writeFile(file, lossScenario("long", R"({"kind": "ring"})", R"({"on_peer_loss": "continue"})",
+                               6000, transport));
+  auto launcher = runWithStall(dir, file, 30s);
+  const std::string out = launcher->output();
+  INFO(out);
+  CHECK(launcher->exitCode() == 0);
+  const std::string changes = readFile(dir / "run" / "membership.jsonl");
+  INFO(changes);
+  CHECK(contains(changes, R"("left":[2])"));
+  CHECK_FALSE(contains(changes, R"("rank":1,)"));
+  CHECK_FALSE(contains(changes, R"("rank":3,)"));
+  const auto a = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  REQUIRE(a.size() == 121);  // 0 to 6000 every 50
+  CHECK(a.back()["rel_error"].get<double>() < 1e-8);  // the survivors' optimum
+}
