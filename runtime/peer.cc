@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine.h"
+#include "runtime/fault_injection.h"
 #include "runtime/membership.h"
 #include "runtime/membership_gossip.h"
 #include "runtime/line_file.h"
@@ -116,7 +117,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   while (engine.rounds() < s.rounds) {
     const uint64_t r = engine.rounds();
     for (const FaultEvent& ev : s.faults.script) {
-      if (ev.kill == opt.rank && ev.atRound == r) {
+      if (ev.kind == FaultEvent::Kind::kKill && ev.kill == opt.rank && ev.atRound == r) {
         // A real crash: no goodbye, no flush; what the log has is on disk already (LineFile).
         engine.say("node-launcher peer " + std::to_string(opt.rank) +
                    ": killed by the fault script before round " + std::to_string(r));
@@ -252,8 +253,15 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
   auto net = transport::createNetworkTransport(no);
   if (!net) return net.status().withContext("rank " + std::to_string(opt.rank));
   const std::string& address = no.addresses[opt.rank];
-  if (s.precision == Precision::kFloat32) return runAs<float>(e, opt, **net, address);
-  return runAs<double>(e, opt, **net, address);
+  transport::Transport* use = net->get();
+  std::unique_ptr<FaultInjector> faults;  // scripted link faults (runtime/fault_injection.h)
+  if (FaultInjector::wanted(s)) {
+    faults = std::make_unique<FaultInjector>(**net, s.faults.script, s.seed, kModelChannel,
+                                             /*realTime=*/true);
+    use = faults.get();
+  }
+  if (s.precision == Precision::kFloat32) return runAs<float>(e, opt, *use, address);
+  return runAs<double>(e, opt, *use, address);
 }
 
 }  // namespace starling::runtime

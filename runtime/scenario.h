@@ -97,9 +97,22 @@ enum class RepairKind { kReconnect, kNone };
 // {"kill": R, "at_round": N}: rank R dies before round N (0-based; after N completed rounds). In
 // `run` a real SIGKILL of the peer process, which sends it to itself; in `simulate` the node
 // stops taking part.
+// {"corrupt": P, "from_round": N, "to_round": M}: each model message sent in rounds [N, M) is
+// preceded, with probability P, by a copy with one byte flipped (what an attacker or a broken
+// link would inject): receivers must count and reject it and the results stay the same.
+// {"delay_ms": D, "from_round": N, "to_round": M}: model messages sent in those rounds leave D ms
+// late (in `run`; `simulate` has no clock, so nothing changes there). "link": [A, B] limits
+// either to messages between ranks A and B.
 struct FaultEvent {
+  enum class Kind { kKill, kCorrupt, kDelay };
+  Kind kind = Kind::kKill;
   int kill = -1;
   uint64_t atRound = 0;
+  double probability = 0;
+  uint64_t delayMs = 0;
+  uint64_t fromRound = 0;
+  uint64_t toRound = 0;
+  int linkA = -1, linkB = -1;  // -1: every link
 };
 struct FaultsConfig {
   OnPeerLoss onPeerLoss = OnPeerLoss::kStop;

@@ -21,8 +21,41 @@ void parseFaults(Obj& o, Scenario& s) {
     for (size_t k = 0; k < list.size(); ++k) {
       Obj ev(list[k], at + "/" + std::to_string(k));
       FaultEvent e;
-      e.kill = ev.integer<int>("kill", 0, std::max(0, s.nodes - 1));
       const uint64_t last = s.rounds > 0 ? s.rounds - 1 : 0;
+      const int kinds = ev.has("kill") + ev.has("corrupt") + ev.has("delay_ms");
+      if (kinds != 1) {
+        throw ScenarioError{ev.path(), "a fault event has exactly one of \"kill\", \"corrupt\" "
+                                       "or \"delay_ms\""};
+      }
+      if (!ev.has("kill")) {
+        if (ev.has("corrupt")) {
+          e.kind = FaultEvent::Kind::kCorrupt;
+          e.probability = ev.number("corrupt", 0.0, 1.0, std::nullopt);
+        } else {
+          e.kind = FaultEvent::Kind::kDelay;
+          e.delayMs = ev.integer<uint64_t>("delay_ms", 0, 3600000);
+        }
+        e.fromRound = ev.integer<uint64_t>("from_round", 0, last, 0);
+        e.toRound = ev.integer<uint64_t>("to_round", e.fromRound, s.rounds, s.rounds);
+        if (ev.has("link")) {
+          const json& l = *ev.get("link");
+          if (!l.is_array() || l.size() != 2 || !l[0].is_number_integer() ||
+              !l[1].is_number_integer() || l[0].get<int64_t>() < 0 || l[1].get<int64_t>() < 0 ||
+              l[0].get<int64_t>() >= s.nodes || l[1].get<int64_t>() >= s.nodes ||
+              l[0] == l[1]) {
+            throw ScenarioError{ev.at("link"), "expected [A, B]: two different ranks of 0.." +
+                                                   std::to_string(s.nodes - 1)};
+          }
+          e.linkA = l[0].get<int>();
+          e.linkB = l[1].get<int>();
+        } else {
+          ev.get("link");
+        }
+        ev.finish();
+        f.script.push_back(e);
+        continue;
+      }
+      e.kill = ev.integer<int>("kill", 0, std::max(0, s.nodes - 1));
       e.atRound = ev.integer<uint64_t>("at_round", 0, last);
       ev.finish();
       if (!killed.insert(e.kill).second) {
@@ -34,8 +67,10 @@ void parseFaults(Obj& o, Scenario& s) {
     if (static_cast<int>(killed.size()) >= s.nodes) {
       throw ScenarioError{at, "the script kills every node; at least one must survive"};
     }
-    std::stable_sort(f.script.begin(), f.script.end(),
-                     [](const FaultEvent& a, const FaultEvent& b) { return a.atRound < b.atRound; });
+    std::stable_sort(f.script.begin(), f.script.end(), [](const FaultEvent& a, const FaultEvent& b) {
+      return (a.kind == FaultEvent::Kind::kKill ? a.atRound : a.fromRound) <
+             (b.kind == FaultEvent::Kind::kKill ? b.atRound : b.fromRound);
+    });
   } else {
     o.get("script");
   }

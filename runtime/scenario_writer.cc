@@ -271,8 +271,19 @@ json resolved(const Scenario& s) {
   json script = json::array();
   for (const FaultEvent& e : s.faults.script) {
     json ev = json::object();
-    ev["kill"] = e.kill;
-    ev["at_round"] = e.atRound;
+    if (e.kind == FaultEvent::Kind::kKill) {
+      ev["kill"] = e.kill;
+      ev["at_round"] = e.atRound;
+    } else {
+      if (e.kind == FaultEvent::Kind::kCorrupt) {
+        ev["corrupt"] = e.probability;
+      } else {
+        ev["delay_ms"] = e.delayMs;
+      }
+      ev["from_round"] = e.fromRound;
+      ev["to_round"] = e.toRound;
+      if (e.linkA >= 0) ev["link"] = {e.linkA, e.linkB};
+    }
     script.push_back(ev);
   }
   faults["script"] = script;

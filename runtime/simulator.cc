@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "runtime/fault_injection.h"
 #include "runtime/line_file.h"
 #include "runtime/membership.h"
 
@@ -20,11 +21,17 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   const int n = s.nodes;
 
   auto hub = transport::inproc::createHub(n);
-  std::vector<std::unique_ptr<transport::Transport>> transports;
+  std::vector<std::unique_ptr<transport::Transport>> owned;  // in-process, and fault wrappers
+  std::vector<transport::Transport*> transports;             // what node i uses
   std::vector<NodeStack<T>> stacks;
   std::vector<Node<T>*> nodes;
   for (int i = 0; i < n; ++i) {
-    transports.push_back(transport::inproc::createTransport(*hub, i));
+    owned.push_back(transport::inproc::createTransport(*hub, i));
+    if (FaultInjector::wanted(s)) {  // scripted link faults, applied as a peer applies them
+      owned.push_back(std::make_unique<FaultInjector>(*owned.back(), s.faults.script, s.seed,
+                                                      kModelChannel, /*realTime=*/false));
+    }
+    transports.push_back(owned.back().get());
     auto stack = buildNode<T>(e, i, *transports.back());
     if (!stack) return stack.status();
     stacks.push_back(std::move(*stack));
@@ -105,7 +112,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   const auto kRoundDeadline = std::chrono::seconds(60);
   for (uint64_t r = 0; r < s.rounds; ++r) {
     for (const FaultEvent& ev : s.faults.script) {
-      if (ev.atRound != r) continue;
+      if (ev.kind != FaultEvent::Kind::kKill || ev.atRound != r) continue;
       const std::string why = "killed by the fault script before round " + std::to_string(r);
       if (!continueOnLoss) {
         return core::peerGone("rank " + std::to_string(ev.kill) + " was " + why +

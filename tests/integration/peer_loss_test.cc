@@ -177,3 +177,41 @@ TEST_CASE("a straggler: a 30 s stall is a loss and only that", "[.][straggler30]
   REQUIRE(a.size() == 121);  // 0 to 6000 every 50
   CHECK(a.back()["rel_error"].get<double>() < 1e-8);  // the survivors' optimum
 }
+
+TEST_CASE("scripted link faults: corrupted copies are counted and rejected, delays below the "
+          "timeout change nothing; run equals simulate", "[integration][peers][faults]") {
+  const auto dir = tempDir("link-faults");
+  const auto faulty = dir / "faulty.json";
+  const auto clean = dir / "clean.json";
+  writeFile(faulty, lossScenario("faulty", R"({"kind": "ring"})",
+                                 R"({"script": [{"corrupt": 0.1, "from_round": 10, "to_round": 200},
+                                     {"delay_ms": 300, "link": [0, 1], "from_round": 20,
+                                      "to_round": 23}]})", 400));
+  writeFile(clean, lossScenario("clean", R"({"kind": "ring"})", "{}", 400));
+  const auto run = runLauncher(
+      {kLauncher, "run", faulty.string(), "--out", (dir / "run").string()}, dir / "run.log");
+  INFO(run.output);
+  REQUIRE(run.exit == 0);
+  const auto sim = runLauncher(
+      {kLauncher, "simulate", faulty.string(), "--out", (dir / "sim").string()}, dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  const auto ref = runLauncher(
+      {kLauncher, "simulate", clean.string(), "--out", (dir / "ref").string()}, dir / "ref.log");
+  REQUIRE(ref.exit == 0);
+  const auto a = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  const auto b = metricsWithoutWall(dir / "sim" / "metrics.jsonl");
+  auto c = metricsWithoutWall(dir / "ref" / "metrics.jsonl");
+  CHECK(a == b);
+  REQUIRE(a.size() == c.size());
+  // About 10% of 8 x 2 messages a round for 190 rounds: 304 expected.
+  const auto corrupt = a.back()["corrupt_messages"].get<uint64_t>();
+  CHECK(corrupt > 200);
+  CHECK(corrupt < 420);
+  CHECK(a[0]["corrupt_messages"] == 0);
+  for (size_t k = 0; k < a.size(); ++k) {
+    auto x = a[k];
+    x.erase("corrupt_messages");
+    c[k].erase("corrupt_messages");
+    CHECK(x == c[k]);  // the genuine messages came through: the same run as without faults
+  }
+}

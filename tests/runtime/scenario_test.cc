@@ -391,6 +391,24 @@ TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit
              Contains("/faults/script/0/signal: unknown key"));
   CHECK_THAT(refusal(withFaults(R"({"script": {"kill": 1}})")),
              Contains("/faults/script: expected an array"));
+  const auto links = parseScenario(withFaults(R"({"script": [{"corrupt": 0.25, "from_round": 3,
+      "to_round": 9, "link": [0, 2]}, {"delay_ms": 40}]})"), "s.json", ".");
+  INFO(links.status().toString());
+  REQUIRE(links.isOk());
+  REQUIRE(links->faults.script.size() == 2);
+  CHECK(links->faults.script[1].kind == FaultEvent::Kind::kCorrupt);  // sorted by first round
+  CHECK(links->faults.script[1].probability == 0.25);
+  CHECK(links->faults.script[1].linkB == 2);
+  CHECK(links->faults.script[0].delayMs == 40);
+  CHECK(links->faults.script[0].toRound == 40);  // to the end by default
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"corrupt": 0.5, "kill": 1, "at_round": 2}]})")),
+             Contains("/faults/script/0: a fault event has exactly one of"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"corrupt": 1.5}]})")),
+             Contains("/faults/script/0/corrupt"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"delay_ms": 5, "link": [1, 1]}]})")),
+             Contains("/faults/script/0/link: expected [A, B]: two different ranks of 0..3"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"delay_ms": 5, "from_round": 9, "to_round": 3}]})")),
+             Contains("/faults/script/0/to_round: must be between 9 and 40"));
 }
 
 }  // namespace
