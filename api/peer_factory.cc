@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
+#include "runtime/peer.h"
 #include "runtime/scenario_writer.h"
 #include "runtime/transport/factory.h"
 #include "runtime/transport/inproc/inproc_transport.h"
@@ -75,24 +76,12 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
     impl->net = transport::inproc::createTransport(*impl->hub, rank);
     impl->address = "inproc";
   } else {
-    transport::NetworkOptions no;
-    no.rank = rank;
-    no.addresses = options.addresses.empty() ? runtime::peerAddresses(s) : options.addresses;
-    if (static_cast<int>(no.addresses.size()) != s.nodes) {
-      return core::invalidArgument("expected " + std::to_string(s.nodes) +
-                                   " peer addresses, got " + std::to_string(no.addresses.size()));
-    }
-    no.tls = s.transport.tls;
-    no.ucxTls = s.transport.ucxTls;
-    no.connectTimeout = std::chrono::milliseconds(s.transport.connectTimeoutMs);
-    no.maxEndpoints = s.transport.maxEndpoints;
-    no.sharedMemoryFrames = s.transport.shmFrames;
-    no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
-    no.spin = std::chrono::microseconds(s.transport.spinUs);
-    auto net = transport::createNetworkTransport(no);
+    auto no = runtime::networkOptions(s, rank, options.addresses);
+    if (!no) return no.status();
+    auto net = transport::createNetworkTransport(*no);
     if (!net) return net.status().withContext("rank " + std::to_string(rank));
     impl->net = std::move(*net);
-    impl->address = no.addresses[rank];
+    impl->address = no->addresses[rank];
   }
   impl->scenario = std::move(s);
   return impl;

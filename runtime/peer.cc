@@ -228,15 +228,11 @@ std::string peerFailureLine(const PeerFailure& f) {
                                                     nlohmann::json::error_handler_t::replace);
 }
 
-core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
-  const Scenario& s = e.scenario;
-  if (opt.rank < 0 || opt.rank >= s.nodes) {
-    return core::invalidArgument("rank " + std::to_string(opt.rank) + " is not in 0.." +
-                                 std::to_string(s.nodes - 1));
-  }
+core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int rank,
+                                                       std::vector<std::string> addresses) {
   transport::NetworkOptions no;
-  no.rank = opt.rank;
-  no.addresses = opt.addresses.empty() ? peerAddresses(s) : opt.addresses;
+  no.rank = rank;
+  no.addresses = addresses.empty() ? peerAddresses(s) : std::move(addresses);
   if (static_cast<int>(no.addresses.size()) != s.nodes) {
     return core::invalidArgument("expected " + std::to_string(s.nodes) + " peer addresses, got " +
                                  std::to_string(no.addresses.size()));
@@ -248,8 +244,20 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
   no.sharedMemoryFrames = s.transport.shmFrames;
   no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
   no.spin = std::chrono::microseconds(s.transport.spinUs);
-  no.log = opt.log;
   no.failReceivesOfLostPeers = s.faults.onPeerLoss == OnPeerLoss::kContinue;
+  return no;
+}
+
+core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
+  const Scenario& s = e.scenario;
+  if (opt.rank < 0 || opt.rank >= s.nodes) {
+    return core::invalidArgument("rank " + std::to_string(opt.rank) + " is not in 0.." +
+                                 std::to_string(s.nodes - 1));
+  }
+  auto options = networkOptions(s, opt.rank, opt.addresses);
+  if (!options) return options.status();
+  transport::NetworkOptions& no = *options;
+  no.log = opt.log;
   auto net = transport::createNetworkTransport(no);
   if (!net) return net.status().withContext("rank " + std::to_string(opt.rank));
   const std::string& address = no.addresses[opt.rank];

@@ -26,6 +26,7 @@
 
 #include "core/status.h"
 #include "runtime/experiment.h"
+#include "runtime/transport/factory.h"
 
 namespace starling::runtime {
 
@@ -51,6 +52,12 @@ struct PeerOptions {
 core::Status runPeer(const Experiment& e, const PeerOptions& options);
 
 std::filesystem::path peerLogPath(const std::filesystem::path& outDir, int rank);
+
+// The network transport options of `rank` for scenario `s`: its `transport` section, and
+// `addresses` ("host:port" per rank; empty: the scenario's). kInvalidArgument when there are not
+// s.nodes addresses.
+core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int rank,
+                                                       std::vector<std::string> addresses);
 
 inline constexpr int kPeerLogVersion = 1;
 

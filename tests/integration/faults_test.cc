@@ -47,6 +47,18 @@ double survivorsStationarity(const runtime::Experiment& e, const std::vector<boo
   return std::sqrt(n) / std::max(1.0, std::sqrt(n0));
 }
 
+// The error of a scenario that simulate must refuse to finish.
+std::string simulateFailure(const std::string& json) {
+  auto s = runtime::parseScenario(json, "t.json", ".");
+  INFO(s.status().toString());
+  REQUIRE(s.isOk());
+  auto e = runtime::prepareExperiment(*s);
+  REQUIRE(e.isOk());
+  auto r = runtime::simulate(*e, {});
+  REQUIRE_FALSE(r.isOk());
+  return r.status().message();
+}
+
 std::vector<bool> aliveWithout(int n, std::vector<int> lost) {
   std::vector<bool> a(n, true);
   for (int r : lost) a[r] = false;
@@ -113,17 +125,10 @@ TEST_CASE("a loss that disconnects the graph is reported; a ring closes over the
           "[integration][faults]") {
   const char* alg = R"({"kind": "exact_diffusion", "step_size": 0.5})";
   SECTION("star without repair: the centre's loss leaves 7 parts") {
-    auto s = runtime::parseScenario(
-        faultScenario(R"({"kind": "star"})", alg, 300,
-                      R"({"on_peer_loss": "continue", "repair": "none",
-                          "script": [{"kill": 0, "at_round": 10}]})"),
-        "t.json", ".");
-    REQUIRE(s.isOk());
-    auto e = runtime::prepareExperiment(*s);
-    REQUIRE(e.isOk());
-    auto r = runtime::simulate(*e, {});
-    REQUIRE_FALSE(r.isOk());
-    CHECK_THAT(r.status().message(), Catch::Contains("disconnects the graph") &&
+    CHECK_THAT(simulateFailure(faultScenario(R"({"kind": "star"})", alg, 300,
+                                             R"({"on_peer_loss": "continue", "repair": "none",
+                                                 "script": [{"kill": 0, "at_round": 10}]})")),
+               Catch::Contains("disconnects the graph") &&
                                          Catch::Contains("7 parts") &&
                                          Catch::Contains("{1}, {2}"));
   }
@@ -146,15 +151,8 @@ TEST_CASE("a loss that disconnects the graph is reported; a ring closes over the
 
 TEST_CASE("with on_peer_loss \"stop\" a scripted kill stops the run, naming the rank",
           "[integration][faults]") {
-  auto s = runtime::parseScenario(
-      faultScenario(R"({"kind": "ring"})", R"({"kind": "dsgd", "step_size": 0.5})", 300,
-                    R"({"script": [{"kill": 5, "at_round": 40}]})"),
-      "t.json", ".");
-  REQUIRE(s.isOk());
-  auto e = runtime::prepareExperiment(*s);
-  REQUIRE(e.isOk());
-  auto r = runtime::simulate(*e, {});
-  REQUIRE_FALSE(r.isOk());
-  CHECK_THAT(r.status().message(),
+  CHECK_THAT(simulateFailure(faultScenario(R"({"kind": "ring"})",
+                                           R"({"kind": "dsgd", "step_size": 0.5})", 300,
+                                           R"({"script": [{"kill": 5, "at_round": 40}]})")),
              Catch::Contains("rank 5") && Catch::Contains("before round 40"));
 }
