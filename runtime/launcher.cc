@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <random>
 #include <set>
 
 #include <boost/asio/io_context.hpp>
@@ -344,25 +346,36 @@ core::Status Supervisor::run() {
 }  // namespace
 
 core::Result<std::vector<uint16_t>> freeLoopbackPorts(int count) {
-  std::vector<int> fds;
+  // Ports the kernel hands out to connect() and bind(0) (every UCX worker binds some for its TCP
+  // interface) come from ip_local_port_range: a port picked there can be taken by another
+  // process before our peer binds it. So pick below (or above) that range, from a random start,
+  // and check each by binding it.
+  int lo = 32768, hi = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> lo >> hi;
+  int first = 10000, last = lo - 1;
+  if (last - first < 4 * count) {
+    first = hi + 1;
+    last = 65535;
+  }
+  if (last - first < 4 * count) return core::ioError("no port range outside the ephemeral ports");
+  std::random_device rd;
+  const int span = last - first + 1;
+  const int start = static_cast<int>(rd() % static_cast<unsigned>(span));
   std::vector<uint16_t> ports;
-  core::Status st;
-  for (int i = 0; i < count && st.isOk(); ++i) {
+  for (int k = 0; k < span && static_cast<int>(ports.size()) < count; ++k) {
+    const auto port = static_cast<uint16_t>(first + (start + k) % span);
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return core::ioError(std::string("socket: ") + strerror(errno));
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      st = core::ioError(std::string("cannot find a free port: ") + strerror(errno));
-    } else {
-      ports.push_back(ntohs(a.sin_port));
-    }
-    if (fd >= 0) fds.push_back(fd);
+    a.sin_port = htons(port);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) ports.push_back(port);
+    close(fd);
   }
-  for (int fd : fds) close(fd);
-  if (!st.isOk()) return st;
+  if (static_cast<int>(ports.size()) < count) {
+    return core::ioError("cannot find " + std::to_string(count) + " free loopback ports");
+  }
   return ports;
 }
 

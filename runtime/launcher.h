@@ -54,8 +54,9 @@ struct TrainerRunResult {
 // metrics.jsonl and summary.json (runtime/trainer_merge.h). Errors as launchPeers.
 core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOptions& options);
 
-// `count` free TCP ports on 127.0.0.1 (bound, read and released; the OS hands out ports in
-// sequence, so another process taking one of them before the peer binds it is unlikely).
+// `count` free TCP ports on 127.0.0.1, outside the kernel's ephemeral range (where every UCX
+// worker and outgoing connection takes ports, so a port picked there could be gone by the time
+// a peer binds it), each checked by binding it.
 core::Result<std::vector<uint16_t>> freeLoopbackPorts(int count);
 
 }  // namespace starling::runtime
