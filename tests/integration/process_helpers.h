@@ -16,6 +16,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "runtime/launcher.h"
 #include <optional>
 #include <sstream>
 #include <string>
@@ -113,22 +115,14 @@ inline Outcome runLauncher(const std::vector<std::string>& args, const fs::path&
   return {p->exitCode(), p->output()};
 }
 
+// n free loopback ports, outside the kernel's ephemeral range as the launcher picks them
+// (runtime::freeLoopbackPorts): a port from bind(0) can be taken by a UCX worker of a test
+// running beside this one before the peer binds it. Tests that call it link the runtime.
 inline std::vector<uint16_t> freePorts(int n) {
-  std::vector<int> fds;
-  std::vector<uint16_t> ports;
-  for (int i = 0; i < n; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    ports.push_back(ntohs(a.sin_port));
-    fds.push_back(fd);
-  }
-  for (int fd : fds) close(fd);
-  return ports;
+  auto ports = starling::runtime::freeLoopbackPorts(n);
+  INFO(ports.status().toString());
+  REQUIRE(ports.isOk());
+  return *ports;
 }
 
 inline std::string peerList(const std::vector<uint16_t>& ports) {
