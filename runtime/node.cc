@@ -49,6 +49,12 @@ std::vector<int> Node<T>::takeNewlyLost() {
 }
 
 template <typename T>
+std::string Node<T>::lostWhy(int peer) const {
+  auto it = lostWhy_.find(peer);
+  return it == lostWhy_.end() ? std::string() : it->second;
+}
+
+template <typename T>
 void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
   algorithm_ = std::move(algorithm);
   if (codec_) codecState_ = codec_->newState(messageSize_);
@@ -179,6 +185,7 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
         if (!isLost(peer)) {
           setLost(peer);
           newlyLost_.push_back(peer);
+          lostWhy_[peer] = "send failed: " + st.message();
         }
         return;
       }
@@ -293,6 +300,7 @@ core::Status Node<T>::finishRound() {
       if (!isLost(slot.peer)) {
         setLost(slot.peer);
         newlyLost_.push_back(slot.peer);
+        lostWhy_[slot.peer] = slot.status.message();
       }
       slot.standIn = true;
     }

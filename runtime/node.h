@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <limits>
 #include <memory>
@@ -75,6 +76,8 @@ class Node {
   void loseThisRound(int peer) { losing_.push_back(peer); }
   bool isLost(int peer) const;
   std::vector<int> takeNewlyLost();
+  // Why `peer` was lost (the status that made it so), or "".
+  std::string lostWhy(int peer) const;
   // Waits for `peer`'s message of this round until `until` at least (it said it is alive but
   // delayed: MembershipGossip's liveness notices).
   void extend(int peer, transport::Clock::time_point until);
@@ -175,6 +178,7 @@ class Node {
   bool tolerateLoss_ = false;
   std::vector<int> lost_;  // sorted
   std::vector<int> newlyLost_;
+  std::map<int, std::string> lostWhy_;
   std::vector<int> losing_;
 };
 

@@ -169,9 +169,12 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
         if (gossip.isKnownLost(peer)) continue;
         gossip.propose(peer, r);
         node.setLost(peer);
-        STARLING_RETURN_IF_ERROR(engine.append(membershipLostLine(
-            r, peer, "no message from rank " + std::to_string(peer) + " in round " +
-                         std::to_string(r))));
+        std::string why = node.lostWhy(peer);
+        if (why.empty()) {
+          why = "no membership message from rank " + std::to_string(peer) + " in round " +
+                std::to_string(r);
+        }
+        STARLING_RETURN_IF_ERROR(engine.append(membershipLostLine(r, peer, why)));
         engine.say("node-launcher peer " + std::to_string(opt.rank) + ": lost rank " +
                    std::to_string(peer) + " in round " + std::to_string(r) +
                    "; carrying on without it");
