@@ -172,9 +172,22 @@ std::string membershipChangeLine(const MembershipChange& c) {
                                                         nlohmann::json::error_handler_t::replace);
 }
 
-uint64_t agreementRounds(const Scenario& s, const topology::Graph& support) {
+uint64_t agreementRounds(const Scenario& s, const topology::Graph& support,
+                         const std::vector<int>& lost) {
   if (s.faults.agreementRounds > 0) return s.faults.agreementRounds;
-  const int diam = topology::diameter(support);
+  // The survivors' part of the support graph, relabelled 0..k-1.
+  const int n = support.nodes();
+  std::vector<int> index(n, -1);
+  int k = 0;
+  for (int v = 0; v < n; ++v) {
+    if (std::find(lost.begin(), lost.end(), v) == lost.end()) index[v] = k++;
+  }
+  std::vector<std::pair<int, int>> edges;
+  for (const auto& [a, b] : support.edges()) {
+    if (index[a] >= 0 && index[b] >= 0) edges.emplace_back(index[a], index[b]);
+  }
+  const int diam = k > 0 ? topology::diameter(topology::Graph::fromEdges(k, edges)) : 0;
+  if (diam < 0) return static_cast<uint64_t>(n) + 2;
   return static_cast<uint64_t>(std::max(diam, 1)) + 2;
 }
 

@@ -90,9 +90,13 @@ class SurvivorSchedule {
 std::string membershipLostLine(uint64_t round, int rank, const std::string& why);
 std::string membershipChangeLine(const MembershipChange& c);
 
-// Rounds between the first survivor noticing a loss and the round the change takes effect: long
-// enough for the news to reach every survivor over the support graph (its diameter, plus one
-// round of skew between neighbours that notice it a round apart, plus one of margin).
-uint64_t agreementRounds(const Scenario& s, const topology::Graph& support);
+// Rounds between a survivor noticing the loss of the ranks in `lost` (those lost before
+// included) and the round the change takes effect: long enough for the news to reach every
+// survivor over the support graph without them (the diameter of what is left, plus one round of
+// skew between neighbours that notice it a round apart, plus one of margin). Every peer computes
+// it from the same graph and the same lost ranks, so the proposals agree. faults.agreement_rounds
+// overrides it; a graph the loss disconnects gets the node count.
+uint64_t agreementRounds(const Scenario& s, const topology::Graph& support,
+                         const std::vector<int>& lost);
 
 }  // namespace starling::runtime

@@ -138,8 +138,7 @@ void MembershipGossip::merge(int from, std::span<const std::byte> bytes) {
           "membership disagreement: rank " + std::to_string(from) + " says rank " +
           std::to_string(r) + " left at round " + std::to_string(at) + ", which rank " +
           std::to_string(rank_) + " learned only in round " + std::to_string(round_) +
-          " (the news needs more rounds to cross this graph: raise faults.agreement_rounds, "
-          "now " + std::to_string(agreement_) + ")");
+          " (the news needs more rounds to cross this graph: set faults.agreement_rounds)");
     }
     proposals_[r] = at;
   }
@@ -152,8 +151,8 @@ std::vector<int> MembershipGossip::finish() {
   return out;
 }
 
-void MembershipGossip::propose(int rank, uint64_t round) {
-  const uint64_t at = round + agreement_;
+void MembershipGossip::propose(int rank, uint64_t round, uint64_t agreement) {
+  const uint64_t at = round + agreement;
   auto it = proposals_.find(rank);
   if (it == proposals_.end() || at < it->second) proposals_[rank] = at;
 }

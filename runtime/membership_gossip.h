@@ -2,7 +2,8 @@
 // (faults.on_peer_loss "continue"; docs/algorithms.md §18).
 //
 // A peer that loses a neighbour in round r (its message did not come by the deadline, or its
-// connection failed) proposes "rank j leaves at round r + D", D = agreementRounds(). Every round
+// connection failed) proposes "rank j leaves at round r + D", D = agreementRounds(), computed
+// by every peer from the same graph without the lost ranks. Every round
 // each peer sends its proposals to each live neighbour of the support graph, in a small frame on
 // its own channel, and merges what it receives, keeping the earliest round per rank. News travels
 // one hop per round, so when it can reach every survivor within D - 1 rounds, all survivors hold
@@ -31,8 +32,8 @@ inline constexpr uint32_t kLivenessChannel = 3;
 
 class MembershipGossip {
  public:
-  MembershipGossip(int rank, int nodes, uint64_t agreement, transport::Transport& net)
-      : rank_(rank), nodes_(nodes), agreement_(agreement), net_(net) {}
+  MembershipGossip(int rank, int nodes, transport::Transport& net)
+      : rank_(rank), nodes_(nodes), net_(net) {}
 
   // Round `round`: sends this peer's proposals to every neighbour of `support` that is not known
   // lost and asks for theirs, by `deadline`.
@@ -41,8 +42,9 @@ class MembershipGossip {
   // After the round: merges what came. Neighbours whose message did not come are returned (lost).
   std::vector<int> finish();
 
-  // This peer noticed the loss of `rank` in `round`.
-  void propose(int rank, uint64_t round);
+  // This peer noticed the loss of `rank` in `round`: it leaves at round + agreement
+  // (agreementRounds()).
+  void propose(int rank, uint64_t round, uint64_t agreement);
   // Ranks whose change takes effect at `round`, sorted; each is returned once.
   std::vector<int> dueAt(uint64_t round);
   // Every rank proposed or applied.
@@ -74,7 +76,6 @@ class MembershipGossip {
 
   const int rank_;
   const int nodes_;
-  const uint64_t agreement_;
   transport::Transport& net_;
   std::map<int, uint64_t> proposals_;  // rank -> round it leaves at (the earliest heard)
   std::map<int, bool> applied_;

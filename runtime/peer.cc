@@ -94,13 +94,14 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   node.setTolerateLoss(continueOnLoss);
   Membership membership(s.nodes);
   SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
-  MembershipGossip gossip(opt.rank, s.nodes, agreementRounds(s, e.schedule->support()), net);
+  MembershipGossip gossip(opt.rank, s.nodes, net);
   if (continueOnLoss) {
     engine.setAlsoWaitFor([&] { return gossip.complete(); });
     // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
     // loaded host can delay the neighbour's next message by well over a second after it.
     const auto patience = 2 * std::chrono::milliseconds(s.transport.roundTimeoutMs);
-    gossip.setOnAlive([&](int peer, uint64_t round) {
+    // (patience by value: the lambda outlives this block.)
+    gossip.setOnAlive([&, patience](int peer, uint64_t round) {
       // `peer` is alive and still in `round`: its messages of the next round may come late.
       if (round + 1 < engine.rounds()) return;
       const auto until = transport::Clock::now() + patience;
@@ -167,7 +168,9 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       }
       for (int peer : lostNow) {
         if (gossip.isKnownLost(peer)) continue;
-        gossip.propose(peer, r);
+        std::vector<int> gone = gossip.knownLost();
+        gone.push_back(peer);
+        gossip.propose(peer, r, agreementRounds(s, e.schedule->support(), gone));
         node.setLost(peer);
         std::string why = node.lostWhy(peer);
         if (why.empty()) {

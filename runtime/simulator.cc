@@ -55,7 +55,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   Membership membership(n);
   SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
   std::vector<bool> running(n, true);
-  const uint64_t agreement = agreementRounds(s, e.schedule->support());
+  std::vector<int> killedBefore;  // ranks lost in earlier rounds (what a detector knows)
   std::map<uint64_t, std::vector<int>> changes;  // effective round -> ranks
   std::unique_ptr<SurvivorProblem> survivors;
   std::unique_ptr<LineFile> membershipLog;
@@ -122,10 +122,16 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       for (int i = 0; i < n; ++i) {
         if (running[i]) nodes[i]->loseThisRound(ev.kill);
       }
-      changes[r + agreement].push_back(ev.kill);
+      // A peer that notices this loss knows of those before it, not of others in this round.
+      std::vector<int> known = killedBefore;
+      known.push_back(ev.kill);
+      changes[r + agreementRounds(s, e.schedule->support(), known)].push_back(ev.kill);
       if (membershipLog) {
         STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(r, ev.kill, why)));
       }
+    }
+    for (const FaultEvent& ev : s.faults.script) {
+      if (ev.kind == FaultEvent::Kind::kKill && ev.atRound == r) killedBefore.push_back(ev.kill);
     }
     if (auto it = changes.find(r); it != changes.end()) {
       membership.remove(it->second);
