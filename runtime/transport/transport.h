@@ -97,6 +97,12 @@ struct TransportStats {
   uint64_t corruptMessages = 0;  // rejected by the transport's own framing
   uint64_t sharedMemoryMessages = 0;  // received as views of the sender's shared memory
   uint64_t timeouts = 0;
+  // With a cluster key (network transports): connections refused or dropped in the bootstrap
+  // handshake, messages whose tags did not verify, and messages seen before (replays). The last
+  // two are also in corruptMessages.
+  uint64_t rejectedConnections = 0;
+  uint64_t unauthenticatedMessages = 0;
+  uint64_t replayedMessages = 0;
 };
 
 class Transport {

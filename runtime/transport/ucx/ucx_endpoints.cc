@@ -19,22 +19,45 @@ core::Status UcxTransport::connect(int peer) {
   OutPeer& p = peers_[peer];
   auto addr = resolve(options_.addresses[peer], /*forListening=*/false);
   if (!addr) return addr.status();
-  ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
-  ep.sockaddr.addrlen = sockaddrLength(*addr);
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ep.err_handler.cb = epErrorCallback;
-  ep.err_handler.arg = this;
-  ucp_ep_h handle = nullptr;
-  STARLING_RETURN_IF_ERROR(fromUcs(ucp_ep_create(h_.worker, &ep, &handle), "connect to " + describe(peer)));
-  p.ep = handle;
   p.errored = false;
   p.mapped = false;  // until the neighbour accepts this connection's hello
   p.generation++;
   p.state = OutPeer::State::kConnecting;
+  // The bootstrap handshake first (ucx_bootstrap.h); it hands us the neighbour's worker address.
+  const uint64_t generation = p.generation;
+  bootstrap_->connect(peer, *addr, [this, peer, generation](const core::Status& st,
+                                                            WorkerAddress address) {
+    onBootstrapped(peer, generation, st, std::move(address));
+  });
+  return core::Status::ok();
+}
+
+void UcxTransport::onBootstrapped(int peer, uint64_t generation, const core::Status& st,
+                                  WorkerAddress address) {
+  OutPeer& p = peers_[peer];
+  if (shuttingDown_ || generation != p.generation || p.state != OutPeer::State::kConnecting) return;
+  if (!st.isOk()) {
+    if (st.code() == core::StatusCode::kUnavailable) {
+      p.errored = true;  // not listening yet, or gone: maintain() retries until the deadline
+    } else {
+      failPeer(peer, core::Status(st.code(), describe(peer) + ": " + st.message()));
+    }
+    return;
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = epErrorCallback;
+  ep.err_handler.arg = this;
+  ucp_ep_h handle = nullptr;
+  if (auto created = fromUcs(ucp_ep_create(h_.worker, &ep, &handle), "connect to " + describe(peer));
+      !created.isOk()) {
+    failPeer(peer, created);
+    return;
+  }
+  p.ep = handle;
   // Sends wait until the flush completes, i.e. until wireup has settled on its final lanes.
   // Posting them earlier trips a UCX 1.13 bug over shared memory: requests queued during wireup
   // keep the thresholds of the first (TCP) configuration and are then replayed on the shared
@@ -53,7 +76,6 @@ core::Status UcxTransport::connect(int peer) {
   } else {
     op.release();
   }
-  return core::Status::ok();
 }
 
 void UcxTransport::onConnected(const FlushOp& op, ucs_status_t status) {
@@ -82,26 +104,27 @@ void UcxTransport::send(int to, Tag tag, SharedBytes bytes, SendCallback done) {
     });
     return;
   }
-  OutPeer& p = peers_[to];
-  p.lastUse = ++useClock_;
   auto op = std::make_unique<SendOp>(SendOp{this, to, 0, tag, encodeHeader(options_.rank, tag),
                                             std::move(bytes), std::move(done)});
+  if (options_.key) protect(*op);
+  peers_[to].lastUse = ++useClock_;
+  dispatch(to, std::move(op));
+}
+
+void UcxTransport::dispatch(int to, std::unique_ptr<SendOp> op) {
+  OutPeer& p = peers_[to];
   switch (p.state) {
     case OutPeer::State::kFailed:
-      finish(std::move(op), p.failure);
+      if (!op->control) finish(std::move(op), p.failure);
       return;
     case OutPeer::State::kIdle: {
       p.connectDeadline = Clock::now() + options_.connectTimeout;
       if (auto st = connect(to); !st.isOk()) {
         failPeer(to, st);
-        finish(std::move(op), p.failure);
+        if (!op->control) finish(std::move(op), p.failure);
         return;
       }
-      if (p.state == OutPeer::State::kConnected) {
-        post(to, std::move(op));
-      } else {
-        p.unsent.push_back(std::move(op));
-      }
+      p.unsent.push_back(std::move(op));
       return;
     }
     case OutPeer::State::kBackoff:
@@ -124,14 +147,26 @@ void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
   SendOp* raw = op.get();
   rp.user_data = raw;
   ucs_status_ptr_t req;
-  if (outbox_ && p.mapped && size >= options_.sharedMemoryThreshold &&
-      stageInSharedMemory(peer, *raw)) {
+  if (raw->control) {
+    if (options_.key) {
+      putLe(raw->shm.data() + kShmHeaderBytes, ++counter_, 8);
+      sign(raw->shm.data(), shmHeaderBytes(), peer, 0);
+    }
+    req = ucp_am_send_nbx(p.ep, kShmAmId, raw->shm.data(), shmHeaderBytes(), nullptr, 0, &rp);
+  } else if (outbox_ && p.mapped && size >= options_.sharedMemoryThreshold &&
+             stageInSharedMemory(peer, *raw)) {
     // Only the descriptor travels. No reply flag: UCX drops a reply-flagged message whose
     // sender's endpoint has already failed, and a peer's last frame must still arrive after it
     // exits. Releases go back on the endpoint its hello came in on.
-    req = ucp_am_send_nbx(p.ep, kShmAmId, raw->shm.data(), raw->shm.size(), nullptr, 0, &rp);
+    if (options_.key) {
+      // The descriptor carries the frame's counter and payload tag (protect()).
+      std::memcpy(raw->shm.data() + kShmHeaderBytes, raw->header.data() + kHeaderBytes, 24);
+      sign(raw->shm.data(), shmHeaderBytes(), peer, size);
+    }
+    req = ucp_am_send_nbx(p.ep, kShmAmId, raw->shm.data(), shmHeaderBytes(), nullptr, 0, &rp);
   } else {
-    req = ucp_am_send_nbx(p.ep, kAmId, raw->header.data(), raw->header.size(), raw->bytes->data(),
+    if (options_.key) sign(raw->header.data(), amHeaderBytes(), peer, size);
+    req = ucp_am_send_nbx(p.ep, kAmId, raw->header.data(), amHeaderBytes(), raw->bytes->data(),
                           size, &rp);
   }
   if (req == nullptr) {
@@ -147,6 +182,7 @@ void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
 void UcxTransport::onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status) {
   OutPeer& p = peers_[op->peer];
   if (p.inflight > 0) p.inflight--;
+  if (op->control) return;  // a lost hello, ack or release only means the slower path
   if (op->viaShm && status != UCS_OK) {
     outbox_->release(op->segment, op->peer);  // the neighbour never heard of it
     op->viaShm = false;  // a retry stages it again
@@ -188,23 +224,18 @@ void UcxTransport::failPeer(int peer, core::Status status) {
     p.ep = nullptr;
   }
   while (!p.unsent.empty()) {
-    finish(std::move(p.unsent.front()), p.failure);
+    if (!p.unsent.front()->control) finish(std::move(p.unsent.front()), p.failure);
     p.unsent.pop_front();
   }
 }
 
 void UcxTransport::onEndpointError(ucp_ep_h ep, ucs_status_t status) {
+  (void)status;
   for (auto& p : peers_) {
     if (p.ep == ep) {
       p.errored = true;
       return;
     }
-  }
-  if (inbound_.count(ep)) {
-    // A neighbour closed (or lost) its connection to us; its absence shows up as receive
-    // deadlines, which name it. Just release the endpoint.
-    erroredInbound_.insert(ep);
-    (void)status;
   }
 }
 

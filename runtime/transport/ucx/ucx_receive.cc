@@ -21,9 +21,9 @@ void UcxTransport::corrupt(const std::string& why) {
 
 ucs_status_t UcxTransport::onActiveMessage(const void* header, size_t headerLength, void* data,
                                            size_t length, const ucp_am_recv_param_t* param) {
-  if (headerLength != kHeaderBytes || header == nullptr) {
+  if (headerLength != amHeaderBytes() || header == nullptr) {
     corrupt("header of " + std::to_string(headerLength) + " bytes, expected " +
-            std::to_string(kHeaderBytes));
+            std::to_string(amHeaderBytes()));
     return UCS_OK;
   }
   const auto* h = static_cast<const std::byte*>(header);
@@ -42,9 +42,16 @@ ucs_status_t UcxTransport::onActiveMessage(const void* header, size_t headerLeng
   }
   const MessageKey key{static_cast<int>(sender),
                        Tag{getLe(h + 8, 8), static_cast<uint32_t>(getLe(h + 16, 4))}};
+  uint64_t counter = 0;
+  auth::Mac payloadTag{};
+  if (options_.key &&
+      !verifyHeader(key.from, h, headerLength, length, counter, payloadTag, "a message")) {
+    return UCS_OK;
+  }
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     // Rendezvous: receive straight into the buffer the decoder will read.
-    auto op = std::make_unique<RecvOp>(RecvOp{this, key, recvPool_.acquire(length)});
+    auto op = std::make_unique<RecvOp>(RecvOp{this, key, recvPool_.acquire(length), counter,
+                                              payloadTag});
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv_am = recvDataCallback;
@@ -59,6 +66,13 @@ ucs_status_t UcxTransport::onActiveMessage(const void* header, size_t headerLeng
     }
     return UCS_OK;
   }
+  const std::span<const std::byte> payload(static_cast<const std::byte*>(data), length);
+  std::shared_ptr<Bytes> plain;
+  if (options_.key && !openPayload(key.from, counter, payloadTag, payload, plain)) return UCS_OK;
+  if (plain) {  // decrypted
+    deliver(key, std::move(plain));
+    return UCS_OK;
+  }
   auto bytes = recvPool_.acquire(length);
   if (length) std::memcpy(bytes->data(), data, length);
   deliver(key, std::move(bytes));
@@ -70,6 +84,11 @@ void UcxTransport::onRecvComplete(std::unique_ptr<RecvOp> op, ucs_status_t statu
     corrupt("rendezvous receive from rank " + std::to_string(op->key.from) + " failed: " +
             ucs_status_string(status));
     return;
+  }
+  if (options_.key) {
+    std::shared_ptr<Bytes> plain;
+    if (!openPayload(op->key.from, op->counter, op->payloadTag, *op->buffer, plain)) return;
+    if (plain) op->buffer = std::move(plain);
   }
   deliver(op->key, std::move(op->buffer));
 }
@@ -121,23 +140,6 @@ void UcxTransport::recv(int from, Tag tag, Clock::time_point deadline, RecvCallb
          nullptr);
     });
   }
-}
-
-void UcxTransport::onConnectionRequest(ucp_conn_request_h request) {
-  ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.conn_request = request;
-  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ep.err_handler.cb = epErrorCallback;
-  ep.err_handler.arg = this;
-  ucp_ep_h handle = nullptr;
-  const ucs_status_t st = ucp_ep_create(h_.worker, &ep, &handle);
-  if (st != UCS_OK) {
-    log(std::string("could not accept a connection: ") + ucs_status_string(st));
-    return;
-  }
-  inbound_.insert(handle);
 }
 
 }  // namespace starling::transport::ucx::detail

@@ -53,15 +53,9 @@ std::optional<OutgoingMessage> UcxTransport::allocate(size_t size) {
   return OutgoingMessage{bytes, SharedBytes(std::move(lease), std::span<const std::byte>(bytes))};
 }
 
-void controlCallback(void* request, ucs_status_t /*status*/, void* userData) {
-  // A lost hello, ack or release only means the slower path: nothing to report.
-  delete static_cast<ControlOp*>(userData);
-  ucp_request_free(request);
-}
-
 ucs_status_t shmAmCallback(void* arg, const void* header, size_t headerLength, void* /*data*/,
-                           size_t length, const ucp_am_recv_param_t* param) {
-  return static_cast<UcxTransport*>(arg)->onShmMessage(header, headerLength, length, param);
+                           size_t length, const ucp_am_recv_param_t* /*param*/) {
+  return static_cast<UcxTransport*>(arg)->onShmMessage(header, headerLength, length);
 }
 
 core::Status UcxTransport::startSharedMemory() {
@@ -74,17 +68,16 @@ core::Status UcxTransport::startSharedMemory() {
   return core::Status::ok();
 }
 
-void UcxTransport::sendControl(ucp_ep_h ep, const ShmHeader& header, bool reply) {
-  auto op = std::make_unique<ControlOp>(ControlOp{header});
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                    UCP_OP_ATTR_FIELD_FLAGS;
-  rp.cb.send = controlCallback;
-  rp.user_data = op.get();
-  rp.flags = reply ? UCP_AM_SEND_FLAG_REPLY : 0;
-  ucs_status_ptr_t req =
-      ucp_am_send_nbx(ep, kShmAmId, op->header.data(), op->header.size(), nullptr, 0, &rp);
-  if (req != nullptr && !UCS_PTR_IS_ERR(req)) op.release();  // freed by controlCallback
+void UcxTransport::sendControl(int peer, const ShmHeader& header) {
+  // On this rank's own connection to `peer` (opened if need be); a lost hello, ack or release
+  // only means the slower path, so nothing reports its completion.
+  auto op = std::make_unique<SendOp>();
+  op->transport = this;
+  op->peer = peer;
+  op->control = true;
+  op->shm = header;
+  op->done = [](const core::Status&) {};
+  dispatch(peer, std::move(op));
 }
 
 void UcxTransport::sendHello(int peer) {
@@ -94,7 +87,7 @@ void UcxTransport::sendHello(int peer) {
   std::memcpy(h.data() + 32, identity_.bootId.data(), identity_.bootId.size());
   putLe(h.data() + 48, static_cast<uint32_t>(outbox_->probeFd()), 4);
   putLe(h.data() + 52, 1, 8);  // the probe is the outbox's first segment
-  sendControl(peers_[peer].ep, h, /*reply=*/true);
+  sendControl(peer, h);
 }
 
 bool UcxTransport::stageInSharedMemory(int peer, SendOp& op) {
@@ -141,9 +134,8 @@ bool UcxTransport::stageInSharedMemory(int peer, SendOp& op) {
   return true;
 }
 
-ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength, size_t length,
-                                        const ucp_am_recv_param_t* param) {
-  if (header == nullptr || headerLength != kShmHeaderBytes || length != 0) {
+ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength, size_t length) {
+  if (header == nullptr || headerLength != shmHeaderBytes() || length != 0) {
     corrupt("shared-memory message with a " + std::to_string(headerLength) + "-byte header and " +
             std::to_string(length) + " bytes of data");
     return UCS_OK;
@@ -160,11 +152,20 @@ ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength,
     return UCS_OK;
   }
   const int from = static_cast<int>(sender);
-  const ucp_ep_h replyEp =
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  uint64_t counter = 0;
+  auth::Mac payloadTag{};
+  if (options_.key) {
+    const uint64_t described = type == static_cast<uint64_t>(ShmType::kFrame) ? getLe(h + 48, 8) : 0;
+    if (!verifyHeader(from, h, headerLength, described, counter, payloadTag,
+                      "a shared-memory message")) {
+      return UCS_OK;
+    }
+    // A frame's counter is taken once its payload verifies (onFrame); the others carry none.
+    if (type != static_cast<uint64_t>(ShmType::kFrame)) senders_[from].window.accept(counter);
+  }
   switch (static_cast<ShmType>(type)) {
     case ShmType::kHello:
-      onHello(from, h, replyEp);
+      onHello(from, h);
       break;
     case ShmType::kAck:
       if (outbox_ && getLe(h + 12, 4) == 1 && !peers_[from].mapped) {
@@ -174,7 +175,7 @@ ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength,
       }
       break;
     case ShmType::kFrame:
-      onFrame(from, h);
+      onFrame(from, h, counter, payloadTag);
       break;
     case ShmType::kRelease:
       if (!outbox_ || !outbox_->release(getLe(h + 32, 8), from)) {
@@ -185,7 +186,7 @@ ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength,
   return UCS_OK;
 }
 
-void UcxTransport::onHello(int sender, const std::byte* h, ucp_ep_h replyEp) {
+void UcxTransport::onHello(int sender, const std::byte* h) {
   InPeer& in = senders_[sender];
   in.mapped = false;
   in.cache.clear();
@@ -210,15 +211,14 @@ void UcxTransport::onHello(int sender, const std::byte* h, ucp_ep_h replyEp) {
   if (!refused.empty() && outbox_) {
     log("frames from " + describe(sender) + " stay on UCX active messages: " + refused);
   }
-  in.replyEp = replyEp;
-  if (replyEp != nullptr && inbound_.count(replyEp)) {
-    ShmHeader ack = shmHeader(ShmType::kAck, static_cast<uint32_t>(options_.rank));
-    putLe(ack.data() + 12, in.mapped ? 1 : 0, 4);
-    pendingControl_.emplace_back(replyEp, ack);
-  }
+  // The answer goes back on this rank's own connection to the sender (from progress()).
+  ShmHeader ack = shmHeader(ShmType::kAck, static_cast<uint32_t>(options_.rank));
+  putLe(ack.data() + 12, in.mapped ? 1 : 0, 4);
+  pendingControl_.emplace_back(sender, ack);
 }
 
-void UcxTransport::onFrame(int sender, const std::byte* h) {
+void UcxTransport::onFrame(int sender, const std::byte* h, uint64_t counter,
+                           const auth::Mac& payloadTag) {
   InPeer& in = senders_[sender];
   const uint64_t serial = getLe(h + 32, 8);
   const uint64_t offset = getLe(h + 40, 8);
@@ -254,34 +254,31 @@ void UcxTransport::onFrame(int sender, const std::byte* h) {
   }
   auto lease = std::make_shared<Lease>(segment, releases_, sender, serial);
   const std::span<const std::byte> view(segment->base() + offset, length);
+  if (options_.key) {
+    std::shared_ptr<Bytes> plain;
+    if (!openPayload(sender, counter, payloadTag, view, plain)) return;  // the lease releases it
+    if (plain) {  // decrypted into a buffer of our own: the segment goes back at once
+      stats_.sharedMemoryMessages++;
+      deliver(key, std::move(plain));
+      return;
+    }
+  }
   stats_.sharedMemoryMessages++;
   deliver(key, SharedBytes(std::move(lease), view));
 }
 
 void UcxTransport::flushReleases() {
-  for (auto& [ep, header] : pendingControl_) {
-    if (inbound_.count(ep)) sendControl(ep, header, /*reply=*/false);
-  }
+  for (auto& [peer, header] : pendingControl_) sendControl(peer, header);
   pendingControl_.clear();
-  // A release whose sender has no connection to us right now (it closed an idle endpoint, or is
-  // reconnecting) waits for its next hello, or rides on our next frame to it. If it is gone for
-  // good, the oldest are dropped beyond a bound; it no longer needs them.
-  std::vector<std::pair<int, uint64_t>> waiting;
+  // Releases go back on this rank's own connection to the sender (opened if need be); a sender
+  // that failed needs them no more. A frame of the receiver's to that sender carries one too.
   for (const auto& [sender, serial] : releases_->pending) {
-    const ucp_ep_h ep = senders_[sender].replyEp;
-    if (ep == nullptr || !inbound_.count(ep)) {
-      waiting.emplace_back(sender, serial);
-      continue;
-    }
+    if (peers_[sender].state == OutPeer::State::kFailed) continue;
     ShmHeader h = shmHeader(ShmType::kRelease, static_cast<uint32_t>(options_.rank));
     putLe(h.data() + 32, serial, 8);
-    sendControl(ep, h, /*reply=*/false);
+    sendControl(sender, h);
   }
-  constexpr size_t kMaxWaitingReleases = 4096;
-  if (waiting.size() > kMaxWaitingReleases) {
-    waiting.erase(waiting.begin(), waiting.end() - kMaxWaitingReleases);
-  }
-  releases_->pending = std::move(waiting);
+  releases_->pending.clear();
 }
 
 }  // namespace starling::transport::ucx::detail

@@ -43,10 +43,6 @@ ucs_status_t amCallback(void* arg, const void* header, size_t headerLength, void
                                                           param);
 }
 
-void connCallback(ucp_conn_request_h request, void* arg) {
-  static_cast<UcxTransport*>(arg)->onConnectionRequest(request);
-}
-
 void epErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status) {
   static_cast<UcxTransport*>(arg)->onEndpointError(ep, status);
 }
@@ -156,16 +152,36 @@ core::Status UcxTransport::start() {
     }
   }
 
+  // The bootstrap (ucx_bootstrap.h) hands our worker address to neighbours that connect; UCX's
+  // own sockaddr listener is not used.
+  ucp_address_t* address = nullptr;
+  size_t addressLength = 0;
+  STARLING_RETURN_IF_ERROR(
+      fromUcs(ucp_worker_get_address(h_.worker, &address, &addressLength), "ucp_worker_get_address"));
+  BootstrapConfig bc;
+  bc.rank = options_.rank;
+  bc.nodes = n;
+  bc.key = options_.key.get();
+  bc.timeout = options_.connectTimeout;
+  bc.log = [this](const std::string& line) { log(line); };
+  const auto* a = reinterpret_cast<const std::byte*>(address);
+  bc.workerAddress.assign(a, a + addressLength);
+  ucp_worker_release_address(h_.worker, address);
+  if (bc.workerAddress.size() > kMaxWorkerAddressBytes) {
+    return core::internalError("UCX worker address of " + std::to_string(bc.workerAddress.size()) +
+                               " bytes");
+  }
+  if (options_.key) {
+    auth::randomBytes(salt_);
+    session_ = std::make_unique<auth::SessionKey>(*options_.key, static_cast<uint32_t>(options_.rank),
+                                                  salt_);
+  }
+  bc.salt = salt_;
+  bootstrap_ = std::make_unique<Bootstrap>(
+      io_, std::move(bc), [this](int rank, const auth::Nonce& salt) { onAccepted(rank, salt); });
   auto own = resolve(options_.addresses[options_.rank], /*forListening=*/true);
   if (!own) return own.status();
-  ucp_listener_params_t lp{};
-  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*own);
-  lp.sockaddr.addrlen = sockaddrLength(*own);
-  lp.conn_handler.cb = connCallback;
-  lp.conn_handler.arg = this;
-  STARLING_RETURN_IF_ERROR(fromUcs(ucp_listener_create(h_.worker, &lp, &h_.listener),
-                                   "listen on " + options_.addresses[options_.rank].toString()));
+  STARLING_RETURN_IF_ERROR(bootstrap_->listen(*own, options_.addresses[options_.rank].toString()));
 
   int fd = -1;
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_worker_get_efd(h_.worker, &fd), "ucp_worker_get_efd"));
@@ -178,21 +194,13 @@ core::Status UcxTransport::start() {
 // ---- progress ------------------------------------------------------------------------------
 
 void UcxTransport::maintain(Clock::time_point now) {
-  for (ucp_ep_h ep : erroredInbound_) {
-    inbound_.erase(ep);
-    closeEndpoint(ep, /*force=*/true);
-    for (auto& in : senders_) {
-      if (in.replyEp == ep) in.replyEp = nullptr;
-    }
-  }
-  erroredInbound_.clear();
   flushReleases();
 
   for (size_t i = 0; i < peers_.size(); ++i) {
     OutPeer& p = peers_[i];
     const int peer = static_cast<int>(i);
-    if (p.errored && p.ep && p.state != OutPeer::State::kFailed) {
-      closeEndpoint(p.ep, /*force=*/true);
+    if (p.errored && p.state != OutPeer::State::kFailed) {
+      if (p.ep) closeEndpoint(p.ep, /*force=*/true);
       p.ep = nullptr;
       p.errored = false;
       if (p.state == OutPeer::State::kConnected) {
@@ -315,9 +323,14 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
   if (!started_) return core::failedPrecondition("transport not started");
   // The caller has sent what it will send together; let the staged frame's buffer go.
   stagedBytes_.reset();
+  protected_.source.reset();
+  protected_.sent.reset();
   for (;;) {
     while (ucp_worker_progress(h_.worker) != 0) {
     }
+    // Bootstrap handshakes (their sockets are on io_ with the worker's event fd).
+    io_.restart();
+    io_.poll();
     const auto now = Clock::now();
     maintain(now);
     if (!ready_.empty()) {
@@ -346,8 +359,6 @@ void UcxTransport::shutdown() {
       p.state = OutPeer::State::kFailed;
       p.unsent.clear();
     }
-    for (ucp_ep_h ep : inbound_) closeEndpoint(ep, /*force=*/false);
-    inbound_.clear();
     while (!closing_.empty() && Clock::now() < deadline) {
       ucp_worker_progress(h_.worker);
       reapClosed();
@@ -358,8 +369,8 @@ void UcxTransport::shutdown() {
     closing_.clear();
   }
   ready_.clear();
+  if (bootstrap_) bootstrap_->close();
   if (efd_.is_open()) efd_.close();
-  if (h_.listener) ucp_listener_destroy(h_.listener);
   if (h_.worker) ucp_worker_destroy(h_.worker);
   if (h_.context) ucp_cleanup(h_.context);
   h_ = {};

@@ -1,7 +1,8 @@
 // UCX transport: real peers in separate processes (or machines), over UCX active messages.
 //
-// One UCX context and worker per transport. Every rank listens on its own address (UCX sockaddr
-// listener); a rank opens an endpoint to a neighbour the first time it sends to it (lazily: a
+// One UCX context and worker per transport. Every rank listens on its own address with a
+// bootstrap socket of its own (ucx_bootstrap.h: a handshake, authenticated with the cluster's key
+// when there is one, that hands out the UCX worker address); a rank opens an endpoint to a neighbour the first time it sends to it (lazily: a
 // time-varying graph touches new neighbours over time) and keeps at most `maxEndpoints` of them,
 // closing the least recently used idle one beyond that. Each direction of a pair has its own
 // endpoint: rank a's sends to b travel on the endpoint a opened, so there is never a race over who
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/transport/auth.h"
 #include "runtime/transport/transport.h"
 
 namespace starling::transport::ucx {
@@ -60,6 +62,11 @@ struct Options {
   // A neighbour whose connection failed (its process died: the kernel closes its sockets) fails
   // the receives from it with kPeerGone kLostPeerGrace later, instead of at their deadlines.
   bool failReceivesOfLostPeers = false;
+  // The cluster's key (auth.h): peers prove it in the bootstrap handshake and every message
+  // carries tags under it. Null: no authentication, frames carry their CRC only.
+  std::shared_ptr<const auth::ClusterKey> key;
+  // With a key: payloads also travel encrypted (AES-128-GCM).
+  bool encrypt = false;
 };
 
 // Time a failed neighbour's last messages get to arrive before its receives fail (they travel

@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/transport/auth.h"
 #include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/ucx/ucx_bootstrap.h"
 #include "runtime/transport/ucx/ucx_shm.h"
 #include "runtime/transport/ucx/ucx_status.h"
 #include "runtime/transport/ucx/ucx_transport.h"
@@ -30,12 +32,16 @@ namespace asio = boost::asio;
 constexpr unsigned kAmId = 0x5354;
 constexpr uint32_t kHeaderMagic = 0x47534D53;  // "SMSG"
 constexpr size_t kHeaderBytes = 24;
+// With a cluster key every header (model messages and shared-memory messages alike) carries this
+// trailer (auth.h): the sender's message counter (8), the payload's tag (16; zero for messages
+// without a payload), the header's tag (16) and 8 reserved zero bytes.
+constexpr size_t kAuthTrailerBytes = 48;
 // Larger messages are refused before any buffer is allocated for them.
 constexpr size_t kMaxMessageBytes = size_t{1} << 36;
 constexpr auto kRetryDelay = std::chrono::milliseconds(100);
 constexpr auto kCloseGrace = std::chrono::seconds(2);
 
-using Header = std::array<std::byte, kHeaderBytes>;
+using Header = std::array<std::byte, kHeaderBytes + kAuthTrailerBytes>;
 
 // The shared-memory path's messages (ucx_shm.h): header-only active messages on their own id.
 // Layout, little-endian: magic (4), type (4), sender rank (4), then by type:
@@ -49,7 +55,9 @@ constexpr unsigned kShmAmId = 0x5355;
 constexpr uint32_t kShmMagic = 0x4D485353;  // "SSHM"
 constexpr size_t kShmHeaderBytes = 64;
 enum class ShmType : uint32_t { kHello = 1, kAck = 2, kFrame = 3, kRelease = 4 };
-using ShmHeader = std::array<std::byte, kShmHeaderBytes>;
+// Room for the header and, with a key, its trailer; the bytes sent are amHeaderBytes() or
+// shmHeaderBytes() of it.
+using ShmHeader = std::array<std::byte, kShmHeaderBytes + kAuthTrailerBytes>;
 
 
 inline ShmHeader shmHeader(ShmType type, uint32_t sender) {
@@ -78,7 +86,6 @@ struct MessageKey {
 struct Handle {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
-  ucp_listener_h listener = nullptr;
 };
 
 class UcxTransport;
@@ -92,15 +99,13 @@ struct SendOp {
   Header header;
   SharedBytes bytes;
   SendCallback done;
+  // A shared-memory control message (hello, ack, release): `shm` is all that travels, and
+  // nothing reports its completion.
+  bool control = false;
   // Set when the frame went into shared memory: only this descriptor travels.
   bool viaShm = false;
   uint64_t segment = 0;
   ShmHeader shm{};
-};
-
-// A header-only message of the shared-memory handshake (hello, ack, release).
-struct ControlOp {
-  ShmHeader header;
 };
 
 // What this rank knows of a neighbour that sends to it through shared memory.
@@ -108,8 +113,11 @@ struct InPeer {
   bool mapped = false;  // its hello checked out: its frames may arrive as segments
   uint32_t pid = 0;
   Token token{};
-  ucp_ep_h replyEp = nullptr;  // the endpoint its hello came in on: releases go back on it
   SegmentCache cache;
+  // With a key: its session (from its last bootstrap handshake) and the counters seen in it.
+  std::unique_ptr<auth::SessionKey> session;
+  auth::Nonce salt{};
+  auth::ReplayWindow window;
 };
 
 // The flush that tells when a new endpoint's wireup is complete.
@@ -124,6 +132,9 @@ struct RecvOp {
   UcxTransport* transport;
   MessageKey key;
   std::shared_ptr<Bytes> buffer;
+  // With a key: the payload's counter and tag, checked once the bytes are in.
+  uint64_t counter = 0;
+  auth::Mac payloadTag{};
 };
 
 // The endpoint this rank sends to one neighbour on, and the sends that wait for it.
@@ -169,7 +180,11 @@ class UcxTransport final : public Transport {
   void send(int to, Tag tag, SharedBytes bytes, SendCallback done) override;
   void recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) override;
   core::Result<int> progress(Clock::time_point until) override;
-  TransportStats stats() const override { return stats_; }
+  TransportStats stats() const override {
+    TransportStats s = stats_;
+    if (bootstrap_) s.rejectedConnections = bootstrap_->refused() + bootstrap_->rejected();
+    return s;
+  }
   std::optional<OutgoingMessage> allocate(size_t size) override;
 
   // Callbacks from UCX (static trampolines below).
@@ -177,10 +192,8 @@ class UcxTransport final : public Transport {
   void onConnected(const FlushOp& op, ucs_status_t status);
   ucs_status_t onActiveMessage(const void* header, size_t headerLength, void* data, size_t length,
                                const ucp_am_recv_param_t* param);
-  ucs_status_t onShmMessage(const void* header, size_t headerLength, size_t length,
-                            const ucp_am_recv_param_t* param);
+  ucs_status_t onShmMessage(const void* header, size_t headerLength, size_t length);
   void onRecvComplete(std::unique_ptr<RecvOp> op, ucs_status_t status, size_t length);
-  void onConnectionRequest(ucp_conn_request_h request);
   void onEndpointError(ucp_ep_h ep, ucs_status_t status);
 
  private:
@@ -197,7 +210,31 @@ class UcxTransport final : public Transport {
   }
   void corrupt(const std::string& why);
   core::Status connect(int peer);
+  void onBootstrapped(int peer, uint64_t generation, const core::Status& st, WorkerAddress address);
+  void onAccepted(int rank, const auth::Nonce& salt);
+  // Authentication (ucx_auth.cc). Sizes of the headers that travel.
+  size_t amHeaderBytes() const { return options_.key ? kHeaderBytes + kAuthTrailerBytes : kHeaderBytes; }
+  size_t shmHeaderBytes() const {
+    return options_.key ? kShmHeaderBytes + kAuthTrailerBytes : kShmHeaderBytes;
+  }
+  // Writes the counter and payload tag of what `op` sends into its header's trailer (computed
+  // once per message and tag, whatever the fan-out); with `encrypt`, op.bytes becomes the
+  // ciphertext.
+  void protect(SendOp& op);
+  // Writes the header tag into the trailer of `header` (`bytes` long with it, its counter and
+  // payload tag already in place) for receiver `to` and a payload of `length` bytes.
+  void sign(std::byte* header, size_t bytes, int to, uint64_t length);
+  // Checks a received header's trailer; on success returns the counter and payload tag.
+  bool verifyHeader(int sender, const std::byte* header, size_t bytes, uint64_t length,
+                    uint64_t& counter, auth::Mac& payloadTag, const char* what);
+  // Checks a payload (with `encrypt`: decrypts it into `plain`, a new buffer) and records its
+  // counter; false (counted and logged) when it does not verify or was seen before.
+  bool openPayload(int sender, uint64_t counter, const auth::Mac& payloadTag,
+                   std::span<const std::byte> payload, std::shared_ptr<Bytes>& plain);
+  void rejectAuth(const std::string& why, bool replay);
   void post(int peer, std::unique_ptr<SendOp> op);
+  // Posts `op` to `to` now, or queues it until the connection is up (connecting if idle).
+  void dispatch(int to, std::unique_ptr<SendOp> op);
   void failPeer(int peer, core::Status status);
   void closeEndpoint(ucp_ep_h ep, bool force);
   void maintain(Clock::time_point now);
@@ -211,10 +248,10 @@ class UcxTransport final : public Transport {
   // Shared-memory path (ucx_shm_path.cc).
   core::Status startSharedMemory();
   bool stageInSharedMemory(int peer, SendOp& op);
-  void sendControl(ucp_ep_h ep, const ShmHeader& header, bool reply);
+  void sendControl(int peer, const ShmHeader& header);
   void sendHello(int peer);
-  void onHello(int sender, const std::byte* h, ucp_ep_h replyEp);
-  void onFrame(int sender, const std::byte* h);
+  void onHello(int sender, const std::byte* h);
+  void onFrame(int sender, const std::byte* h, uint64_t counter, const auth::Mac& payloadTag);
   void flushReleases();
 
   Options options_;
@@ -223,8 +260,7 @@ class UcxTransport final : public Transport {
   asio::posix::stream_descriptor efd_;
 
   std::vector<OutPeer> peers_;
-  std::set<ucp_ep_h> inbound_;          // endpoints accepted from neighbours' connections
-  std::set<ucp_ep_h> erroredInbound_;   // to close in progress()
+  std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<void*> closing_;          // close requests still in flight
   BufferPool recvPool_{32};  // receive buffers, reused once the node has let go of them
   std::map<MessageKey, std::deque<SharedBytes>> arrived_;
@@ -237,24 +273,38 @@ class UcxTransport final : public Transport {
   std::unique_ptr<Outbox> outbox_;
   std::vector<InPeer> senders_;
   std::shared_ptr<ReleaseQueue> releases_ = std::make_shared<ReleaseQueue>();
-  std::vector<std::pair<ucp_ep_h, ShmHeader>> pendingControl_;  // acks, sent from progress()
+  std::vector<std::pair<int, ShmHeader>> pendingControl_;  // acks, sent from progress()
   SharedBytes stagedBytes_;  // the frame last copied into a segment (sent to several neighbours)
   uint64_t stagedSegment_ = 0;
   uint64_t useClock_ = 0;
+  // Authentication (with options_.key): this process's session and its message counter, and the
+  // last message protected (a frame goes to several neighbours with one tag).
+  auth::Nonce salt_{};
+  std::unique_ptr<auth::SessionKey> session_;
+  uint64_t counter_ = 0;
+  struct Protected {
+    const void* owner = nullptr;
+    const std::byte* data = nullptr;
+    size_t size = 0;
+    Tag tag;
+    uint64_t counter = 0;
+    auth::Mac payloadTag{};
+    SharedBytes source;  // held until the next progress(), so that its address stays its own
+    SharedBytes sent;    // the ciphertext with `encrypt`
+  } protected_;
+
   bool started_ = false;
   bool shuttingDown_ = false;
 };
 
 // UCX callbacks (C function pointers) that forward to the transport.
 void sendCallback(void* request, ucs_status_t status, void* userData);
-void controlCallback(void* request, ucs_status_t status, void* userData);
 ucs_status_t shmAmCallback(void* arg, const void* header, size_t headerLength, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
 void flushCallback(void* request, ucs_status_t status, void* userData);
 void recvDataCallback(void* request, ucs_status_t status, size_t length, void* userData);
 ucs_status_t amCallback(void* arg, const void* header, size_t headerLength, void* data,
                         size_t length, const ucp_am_recv_param_t* param);
-void connCallback(ucp_conn_request_h request, void* arg);
 void epErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
 
 core::Result<sockaddr_storage> resolve(const PeerAddress& a, bool forListening);

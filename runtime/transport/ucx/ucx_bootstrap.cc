@@ -1,0 +1,418 @@
+// The bootstrap handshake in front of UCX (see ucx_bootstrap.h for the protocol).
+#include "runtime/transport/ucx/ucx_bootstrap.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+
+namespace starling::transport::ucx::detail {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr uint32_t kMagic = 0x31425453;  // "STB1"
+enum MessageType : uint16_t { kHello = 1, kChallenge = 2, kProof = 3, kWelcome = 4 };
+enum Answer : uint32_t {
+  kOk = 0,
+  kWrongRank = 1,
+  kWrongNodes = 2,
+  kKeyPresence = 3,
+  kBusy = 4,
+  kKeyRefused = 5,
+};
+
+void put(std::byte* p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+uint64_t get(const std::byte* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+std::span<const std::byte> text(const char* s) {
+  return std::as_bytes(std::span<const char>(s, std::strlen(s)));
+}
+bool header(const std::byte* p, MessageType type) {
+  return get(p, 4) == kMagic && get(p + 4, 2) == type;
+}
+
+std::string endpointText(const tcp::socket& s) {
+  boost::system::error_code ec;
+  const auto ep = s.remote_endpoint(ec);
+  if (ec) return "an unknown address";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+tcp::endpoint toEndpoint(const sockaddr_storage& a) {
+  tcp::endpoint ep;
+  const size_t len = a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  std::memcpy(ep.data(), &a, len);
+  ep.resize(len);
+  return ep;
+}
+
+}  // namespace
+
+namespace bootstrap {
+std::array<std::byte, kHelloBytes> hello(int from, int to, int nodes, bool keyed,
+                                         const auth::Nonce& clientNonce, const auth::Nonce& salt) {
+  std::array<std::byte, kHelloBytes> h{};
+  put(h.data(), kMagic, 4);
+  put(h.data() + 4, kHello, 2);
+  put(h.data() + 6, keyed ? 1 : 0, 2);
+  put(h.data() + 8, static_cast<uint32_t>(from), 4);
+  put(h.data() + 12, static_cast<uint32_t>(to), 4);
+  put(h.data() + 16, static_cast<uint32_t>(nodes), 4);
+  std::memcpy(h.data() + 24, clientNonce.data(), clientNonce.size());
+  std::memcpy(h.data() + 40, salt.data(), salt.size());
+  return h;
+}
+}  // namespace bootstrap
+
+struct Bootstrap::Server {
+  explicit Server(asio::io_context& io) : socket(io), timer(io) {}
+  tcp::socket socket;
+  asio::steady_timer timer;
+  std::string from;  // the client's address, for the log
+  std::array<std::byte, kHelloBytes> hello{};
+  std::array<std::byte, kChallengeBytes> challenge{};
+  std::array<std::byte, kProofBytes> proof{};
+  std::array<std::byte, kWelcomeBytes> welcome{};
+};
+
+struct Bootstrap::Client {
+  Client(asio::io_context& io, int p, uint64_t i, ConnectedFn d)
+      : socket(io), timer(io), peer(p), id(i), done(std::move(d)) {}
+  tcp::socket socket;
+  asio::steady_timer timer;
+  int peer;
+  uint64_t id;
+  ConnectedFn done;
+  std::array<std::byte, kHelloBytes> hello{};
+  std::array<std::byte, kChallengeBytes> challenge{};
+  std::array<std::byte, kProofBytes> proof{};
+  std::array<std::byte, kWelcomeBytes> welcome{};
+  WorkerAddress address;
+};
+
+Bootstrap::Bootstrap(asio::io_context& io, BootstrapConfig config, AcceptedFn accepted)
+    : io_(io), config_(std::move(config)), accepted_(std::move(accepted)) {
+  if (config_.key) handshakeKey_ = auth::handshakeKey(*config_.key);
+  if (!config_.log) config_.log = [](const std::string&) {};
+}
+
+Bootstrap::~Bootstrap() { close(); }
+
+void Bootstrap::close() {
+  closed_ = true;
+  boost::system::error_code ec;
+  if (acceptor_) acceptor_->close(ec);
+  for (auto& [raw, s] : servers_) {
+    s->socket.close(ec);
+    s->timer.cancel();
+  }
+  servers_.clear();
+  for (auto& [peer, c] : clients_) {
+    c->socket.close(ec);
+    c->timer.cancel();
+  }
+  clients_.clear();
+}
+
+core::Status Bootstrap::listen(const sockaddr_storage& own, const std::string& describe) {
+  const tcp::endpoint ep = toEndpoint(own);
+  auto acceptor = std::make_unique<tcp::acceptor>(io_);
+  boost::system::error_code ec;
+  acceptor->open(ep.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(ep, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return core::ioError("listen on " + describe + ": " + ec.message());
+  acceptor_ = std::move(acceptor);
+  accept();
+  return core::Status::ok();
+}
+
+void Bootstrap::accept() {
+  auto s = std::make_shared<Server>(io_);
+  acceptor_->async_accept(s->socket, [this, s](const boost::system::error_code& ec) {
+    if (closed_) return;
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      if (servers_.size() >= kMaxServerSessions) {
+        ++rejected_;
+        config_.log("bootstrap: more than " + std::to_string(kMaxServerSessions) +
+                    " handshakes at once; closed a connection from " + endpointText(s->socket));
+        boost::system::error_code ignored;
+        s->socket.close(ignored);
+      } else {
+        s->from = endpointText(s->socket);
+        servers_[s.get()] = s;
+        serve(s);
+      }
+    }
+    accept();
+  });
+}
+
+void Bootstrap::endServer(const std::shared_ptr<Server>& s, const std::string& why, bool refusedKey) {
+  if (!why.empty()) {
+    if (refusedKey) {
+      ++refused_;
+    } else {
+      ++rejected_;
+    }
+    config_.log("bootstrap: " + why);
+  }
+  boost::system::error_code ec;
+  s->socket.close(ec);
+  s->timer.cancel();
+  servers_.erase(s.get());
+}
+
+void Bootstrap::serve(std::shared_ptr<Server> s) {
+  s->timer.expires_after(config_.timeout);
+  s->timer.async_wait([this, s](const boost::system::error_code& ec) {
+    if (closed_ || ec) return;
+    if (servers_.count(s.get())) {
+      endServer(s, "a connection from " + s->from + " did not finish its handshake within " +
+                       std::to_string(config_.timeout.count()) + " ms",
+                false);
+    }
+  });
+  asio::async_read(s->socket, asio::buffer(s->hello), [this, s](const boost::system::error_code& ec,
+                                                                 size_t) {
+    if (closed_ || !servers_.count(s.get())) return;
+    if (ec) {
+      endServer(s, ec == asio::error::eof ? "" : "", false);  // a probe or a broken client
+      ++rejected_;
+      return;
+    }
+    const std::byte* h = s->hello.data();
+    if (!header(h, kHello)) {
+      endServer(s, "dropped a connection from " + s->from + ": not a Starling handshake", false);
+      return;
+    }
+    const uint64_t from = get(h + 8, 4), to = get(h + 12, 4), nodes = get(h + 16, 4);
+    const bool keyed = get(h + 6, 2) == 1;
+    uint32_t answer = kOk;
+    if (to != static_cast<uint64_t>(config_.rank)) {
+      answer = kWrongRank;
+    } else if (nodes != static_cast<uint64_t>(config_.nodes) || from >= nodes ||
+               from == static_cast<uint64_t>(config_.rank)) {
+      answer = kWrongNodes;
+    } else if (keyed != handshakeKey_.has_value()) {
+      answer = kKeyPresence;
+    }
+    std::byte* c = s->challenge.data();
+    put(c, kMagic, 4);
+    put(c + 4, kChallenge, 2);
+    put(c + 6, handshakeKey_ ? 1 : 0, 2);
+    put(c + 8, static_cast<uint32_t>(config_.rank), 4);
+    put(c + 12, answer, 4);
+    put(c + 16, static_cast<uint32_t>(config_.nodes), 4);
+    auth::Nonce nonce;
+    auth::randomBytes(nonce);
+    std::memcpy(c + 20, nonce.data(), nonce.size());
+    asio::async_write(s->socket, asio::buffer(s->challenge), [this, s, answer, from, to, nodes](
+                                                                 const boost::system::error_code& ec,
+                                                                 size_t) {
+      if (closed_ || !servers_.count(s.get())) return;
+      if (answer != kOk) {
+        const std::string claim = " (claims rank " + std::to_string(from) + " of " +
+                                  std::to_string(nodes) + ", to rank " + std::to_string(to) + ")";
+        endServer(s, "refused a connection from " + s->from + claim +
+                         (answer == kKeyPresence
+                              ? (handshakeKey_ ? ": it runs without the cluster's key"
+                                               : ": it wants a key and this peer has none")
+                              : ": it does not belong to this run"),
+                  answer == kKeyPresence);
+        return;
+      }
+      if (ec) {
+        endServer(s, "", false);
+        return;
+      }
+      asio::async_read(s->socket, asio::buffer(s->proof), [this, s, from](
+                                                              const boost::system::error_code& ec,
+                                                              size_t) {
+        if (closed_ || !servers_.count(s.get())) return;
+        if (ec || !header(s->proof.data(), kProof)) {
+          endServer(s, "dropped a connection from " + s->from + ": broken handshake", false);
+          return;
+        }
+        bool proven = true;
+        if (handshakeKey_) {
+          const auth::Digest expected =
+              auth::hmac(*handshakeKey_, {text("client"), s->hello, s->challenge});
+          proven = auth::equal(expected, std::span<const std::byte>(s->proof.data() + 8, 32));
+        }
+        std::byte* w = s->welcome.data();
+        put(w, kMagic, 4);
+        put(w + 4, kWelcome, 2);
+        if (!proven) {
+          put(w + 8, kKeyRefused, 4);
+          asio::async_write(s->socket, asio::buffer(s->welcome), [this, s, from](
+                                                                     const boost::system::error_code&,
+                                                                     size_t) {
+            if (closed_ || !servers_.count(s.get())) return;
+            endServer(s, "refused a connection from " + s->from + " (claims rank " +
+                             std::to_string(from) + "): it does not prove the cluster's key",
+                      true);
+          });
+          return;
+        }
+        auth::Nonce salt;
+        std::memcpy(salt.data(), s->hello.data() + 40, salt.size());
+        accepted_(static_cast<int>(from), salt);
+        put(w + 8, kOk, 4);
+        put(w + 12, config_.workerAddress.size(), 4);
+        if (handshakeKey_) {
+          const auth::Digest proof = auth::hmac(
+              *handshakeKey_, {text("server"), s->hello, s->challenge, s->proof, config_.workerAddress});
+          std::memcpy(w + 16, proof.data(), proof.size());
+        }
+        std::array<asio::const_buffer, 2> out{asio::buffer(s->welcome),
+                                              asio::buffer(config_.workerAddress)};
+        asio::async_write(s->socket, out, [this, s](const boost::system::error_code&, size_t) {
+          if (closed_ || !servers_.count(s.get())) return;
+          endServer(s, "", false);
+        });
+      });
+    });
+  });
+}
+
+void Bootstrap::cancel(int peer) {
+  auto it = clients_.find(peer);
+  if (it == clients_.end()) return;
+  boost::system::error_code ec;
+  it->second->socket.close(ec);
+  it->second->timer.cancel();
+  clients_.erase(it);
+}
+
+void Bootstrap::finishClient(int peer, uint64_t id, const core::Status& st, WorkerAddress address) {
+  auto it = clients_.find(peer);
+  if (it == clients_.end() || it->second->id != id) return;
+  auto c = it->second;
+  clients_.erase(it);
+  boost::system::error_code ec;
+  c->socket.close(ec);
+  c->timer.cancel();
+  c->done(st, std::move(address));
+}
+
+void Bootstrap::connect(int peer, const sockaddr_storage& addr, ConnectedFn done) {
+  cancel(peer);
+  auto c = std::make_shared<Client>(io_, peer, nextClientId_++, std::move(done));
+  clients_[peer] = c;
+  const uint64_t id = c->id;
+  auto unavailable = [this, peer, id](const std::string& why) {
+    finishClient(peer, id, core::unavailable(why), {});
+  };
+  auto refused = [this, peer, id](const std::string& why) {
+    finishClient(peer, id, core::failedPrecondition(why), {});
+  };
+  c->timer.expires_after(config_.timeout);
+  c->timer.async_wait([this, c, unavailable](const boost::system::error_code& ec) {
+    if (closed_ || ec) return;
+    unavailable("no handshake within " + std::to_string(config_.timeout.count()) + " ms");
+  });
+  auth::Nonce nonce;
+  auth::randomBytes(nonce);
+  c->hello = bootstrap::hello(config_.rank, peer, config_.nodes, handshakeKey_.has_value(), nonce,
+                              config_.salt);
+  c->socket.async_connect(toEndpoint(addr), [this, c, unavailable, refused](
+                                                const boost::system::error_code& ec) {
+    if (closed_) return;
+    if (ec) return unavailable(ec.message());
+    asio::async_write(c->socket, asio::buffer(c->hello), [this, c, unavailable, refused](
+                                                            const boost::system::error_code& ec,
+                                                            size_t) {
+      if (closed_) return;
+      if (ec) return unavailable(ec.message());
+      asio::async_read(c->socket, asio::buffer(c->challenge), [this, c, unavailable, refused](
+                                                                  const boost::system::error_code& ec,
+                                                                  size_t) {
+        if (closed_) return;
+        if (ec) return unavailable("handshake broken: " + ec.message());
+        const std::byte* ch = c->challenge.data();
+        if (!header(ch, kChallenge)) return refused("it does not speak Starling's handshake");
+        const bool keyed = get(ch + 6, 2) == 1;
+        switch (get(ch + 12, 4)) {
+          case kOk:
+            break;
+          case kWrongRank:
+            return refused("the peer there is not rank " + std::to_string(c->peer) +
+                           " (is rank " + std::to_string(get(ch + 8, 4)) +
+                           "): check the peers' addresses");
+          case kWrongNodes:
+            return refused("the peer there belongs to a run of " + std::to_string(get(ch + 16, 4)) +
+                           " nodes, not of " + std::to_string(config_.nodes));
+          case kKeyPresence:
+            return refused(keyed ? "it requires the cluster's key and this peer has none"
+                                 : "it runs without a key and this peer requires one");
+          case kBusy:
+            return unavailable("busy");
+          default:
+            return refused("it refused the handshake");
+        }
+        if (keyed != handshakeKey_.has_value()) {
+          return refused(keyed ? "it requires the cluster's key and this peer has none"
+                               : "it runs without a key and this peer requires one");
+        }
+        std::byte* p = c->proof.data();
+        put(p, kMagic, 4);
+        put(p + 4, kProof, 2);
+        if (handshakeKey_) {
+          const auth::Digest proof = auth::hmac(*handshakeKey_, {text("client"), c->hello, c->challenge});
+          std::memcpy(p + 8, proof.data(), proof.size());
+        }
+        asio::async_write(c->socket, asio::buffer(c->proof), [this, c, unavailable, refused](
+                                                                const boost::system::error_code& ec,
+                                                                size_t) {
+          if (closed_) return;
+          if (ec) return unavailable("handshake broken: " + ec.message());
+          asio::async_read(c->socket, asio::buffer(c->welcome), [this, c, unavailable, refused](
+                                                                    const boost::system::error_code& ec,
+                                                                    size_t) {
+            if (closed_) return;
+            if (ec) return unavailable("handshake broken: " + ec.message());
+            const std::byte* w = c->welcome.data();
+            if (!header(w, kWelcome)) return refused("it does not speak Starling's handshake");
+            if (get(w + 8, 4) == kKeyRefused) {
+              return refused("it refused this peer's key (the two hold different cluster keys)");
+            }
+            const uint64_t length = get(w + 12, 4);
+            if (get(w + 8, 4) != kOk || length == 0 || length > kMaxWorkerAddressBytes) {
+              return refused("it sent a malformed welcome");
+            }
+            c->address.resize(length);
+            asio::async_read(c->socket, asio::buffer(c->address), [this, c, unavailable, refused](
+                                                                      const boost::system::error_code& ec,
+                                                                      size_t) {
+              if (closed_) return;
+              if (ec) return unavailable("handshake broken: " + ec.message());
+              if (handshakeKey_) {
+                const auth::Digest expected = auth::hmac(
+                    *handshakeKey_, {text("server"), c->hello, c->challenge, c->proof, c->address});
+                if (!auth::equal(expected, std::span<const std::byte>(c->welcome.data() + 16, 32))) {
+                  return refused("it could not prove the cluster's key");
+                }
+              }
+              finishClient(c->peer, c->id, core::Status::ok(), std::move(c->address));
+            });
+          });
+        });
+      });
+    });
+  });
+}
+
+}  // namespace starling::transport::ucx::detail
