@@ -103,6 +103,8 @@ struct TransportStats {
   uint64_t rejectedConnections = 0;
   uint64_t unauthenticatedMessages = 0;
   uint64_t replayedMessages = 0;
+  // Connections this transport holds open to neighbours now (not a running count).
+  uint64_t openEndpoints = 0;
 };
 
 class Transport {

@@ -81,7 +81,7 @@ TEST_CASE("ucx: malformed active messages are counted and dropped", "[runtime][u
   const uint64_t receivedBefore = t1->stats().messagesReceived;
 
   {
-    RawClient raw(ports[1]);
+    RawClient raw(ts, ports, 1);
     const Bytes payload(32, std::byte{0x5a});
     const std::array<std::byte, 3> shortHeader{std::byte{0x53}, std::byte{0x4d}, std::byte{0x53}};
     const auto badMagic = header(kMagic ^ 1u, 0, 0, 0);
@@ -113,7 +113,7 @@ TEST_CASE("ucx: malformed active messages are counted and dropped", "[runtime][u
   // The same on the rendezvous path: a large message with a bad header is refused without
   // fetching its data, and the sender's request still completes.
   {
-    RawClient raw(ports[1]);
+    RawClient raw(ts, ports, 1);
     const Bytes big(size_t{4} << 20, std::byte{0x33});
     const auto badMagic = header(kMagic ^ 0x100u, 0, 1, 0);
     const auto unknownSender = header(kMagic, 7, 1, 0);
@@ -145,7 +145,7 @@ TEST_CASE("ucx: a well-framed forged message is delivered in arrival order (FIFO
   // the transport does not judge payloads (the Node's decoder does).
   const SharedBytes forged = randomBytes(64, 77);
   {
-    RawClient raw(ports[1]);
+    RawClient raw(ts, ports, 1);
     const auto h = header(kMagic, 0, tag.round, tag.channel);
     raw.send(h.data(), h.size(), *forged);
     auto extra = [&raw] { raw.progress(); };

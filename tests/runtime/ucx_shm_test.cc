@@ -266,7 +266,7 @@ TEST_CASE("ucx shm: forged handshakes, descriptors and releases are counted and 
   put(release, 32, 12345, 8);
   msgs.push_back(release);
   {
-    RawClient raw(ports[1]);
+    RawClient raw(ts, ports, 1);
     for (auto& m : msgs) raw.send(m.data(), m.size(), {}, kShmAmId);
     // And a header of the wrong length, and one with data attached.
     std::array<std::byte, 10> shortHeader{};
@@ -311,7 +311,7 @@ TEST_CASE("ucx shm: a hello naming a FIFO is refused without opening it (which w
     return false;
   };
   {
-    RawClient raw(ports[1]);
+    RawClient raw(ts, ports, 1);
     raw.send(hello.data(), hello.size(), {}, kShmAmId);
     auto extra = [&raw] { raw.progress(); };
     CHECK(pumpUntil(ts, refused, in(10s), extra));
@@ -349,7 +349,7 @@ TEST_CASE("ucx shm: after a genuine handshake, descriptors out of bounds or at t
       frameDescriptor(99999, 5, 64, 16, 9),                // no such descriptor
   };
   {
-    RawClient raw(ports[1]);
+    RawClient raw(ts, ports, 1);
     for (auto& m : msgs) raw.send(m.data(), m.size(), {}, kShmAmId);
     auto extra = [&raw] { raw.progress(); };
     REQUIRE(pumpUntil(

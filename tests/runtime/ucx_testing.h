@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -21,8 +22,10 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "runtime/transport/auth.h"
 #include "runtime/transport/transport.h"
 #include "runtime/transport/ucx/ucx_transport.h"
 
@@ -206,9 +209,80 @@ inline std::array<std::byte, 24> header(uint32_t magic, uint32_t sender, uint64_
   return h;
 }
 
+// The bootstrap handshake (ucx_bootstrap.h), written out by hand with a blocking socket: the test
+// pins the wire format. Claims rank `from` of `nodes` to rank `to` listening on `port`; with
+// `key`, proves it (and checks the server's proof) with session salt `salt`. Returns the
+// server's UCX worker address, or empty with `why` set. Runs on its own thread while the caller
+// pumps the transports.
+inline std::vector<std::byte> bootstrapBlocking(uint16_t port, int from, int to, int nodes,
+                                                const auth::ClusterKey* key,
+                                                const auth::Nonce& salt, std::string& why) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  auto fail = [&](const std::string& w) {
+    why = w;
+    ::close(fd);
+    return std::vector<std::byte>{};
+  };
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return fail("connect");
+  auto readAll = [fd](std::byte* p, size_t n) {
+    for (size_t got = 0; got < n;) {
+      const ssize_t r = ::read(fd, p + got, n - got);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  };
+  auto writeAll = [fd](const std::byte* p, size_t n) {
+    return ::write(fd, p, n) == static_cast<ssize_t>(n);
+  };
+  const auto text = [](const char* t) { return std::as_bytes(std::span<const char>(t, std::strlen(t))); };
+  std::array<std::byte, 64> hello{};
+  putLe(hello.data(), 0x31425453, 4);  // "STB1"
+  putLe(hello.data() + 4, 1, 2);
+  putLe(hello.data() + 6, key ? 1 : 0, 2);
+  putLe(hello.data() + 8, static_cast<uint32_t>(from), 4);
+  putLe(hello.data() + 12, static_cast<uint32_t>(to), 4);
+  putLe(hello.data() + 16, static_cast<uint32_t>(nodes), 4);
+  for (size_t i = 0; i < 16; ++i) hello[24 + i] = static_cast<std::byte>(i * 7 + 1);  // nonce
+  std::memcpy(hello.data() + 40, salt.data(), 16);
+  std::array<std::byte, 48> challenge{};
+  if (!writeAll(hello.data(), hello.size()) || !readAll(challenge.data(), challenge.size())) {
+    return fail("hello");
+  }
+  if (challenge[12] != std::byte{0}) return fail("challenge status " + std::to_string(int(challenge[12])));
+  std::array<std::byte, 40> proof{};
+  putLe(proof.data(), 0x31425453, 4);
+  putLe(proof.data() + 4, 3, 2);
+  if (key) {
+    const auto k = auth::handshakeKey(*key);
+    const auto d = auth::hmac(k, {text("client"), hello, challenge});
+    std::memcpy(proof.data() + 8, d.data(), 32);
+  }
+  std::array<std::byte, 48> welcome{};
+  if (!writeAll(proof.data(), proof.size()) || !readAll(welcome.data(), welcome.size())) {
+    return fail("proof");
+  }
+  if (welcome[8] != std::byte{0}) return fail("welcome status " + std::to_string(int(welcome[8])));
+  size_t length = 0;
+  for (int i = 0; i < 4; ++i) length |= static_cast<size_t>(welcome[12 + i]) << (8 * i);
+  std::vector<std::byte> address(length);
+  if (!readAll(address.data(), length)) return fail("address");
+  ::close(fd);
+  return address;
+}
+
 class RawClient {
  public:
-  explicit RawClient(uint16_t port) {
+  // Bootstraps to rank `to` (one of `ports`) as rank `from` while pumping `ts`, then opens a raw
+  // UCX endpoint to its worker.
+  RawClient(const std::vector<Transport*>& ts, const std::vector<uint16_t>& ports, int to,
+            int from = 0, const auth::ClusterKey* key = nullptr, auth::Nonce salt = {}) {
     ucp_config_t* config = nullptr;
     REQUIRE(ucp_config_read(nullptr, nullptr, &config) == UCS_OK);
     REQUIRE(ucp_config_modify(config, "TLS", "tcp") == UCS_OK);
@@ -223,20 +297,23 @@ class RawClient {
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     REQUIRE(ucp_worker_create(context_, &wp, &worker_) == UCS_OK);
 
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
+    std::vector<std::byte> address;
+    std::string why;
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+      address = bootstrapBlocking(ports[to], from, to, static_cast<int>(ports.size()), key, salt, why);
+      done = true;
+    });
+    (void)pumpUntil(ts, [&] { return done.load(); }, Clock::now() + 10s);
+    t.join();
+    INFO("bootstrap: " << why);
+    REQUIRE(!address.empty());
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-    ep.sockaddr.addrlen = sizeof addr;
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     REQUIRE(ucp_ep_create(worker_, &ep, &ep_) == UCS_OK);
   }
-
   ~RawClient() {
     if (ep_) {
       ucp_request_param_t rp{};

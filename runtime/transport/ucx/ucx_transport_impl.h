@@ -183,6 +183,7 @@ class UcxTransport final : public Transport {
   TransportStats stats() const override {
     TransportStats s = stats_;
     if (bootstrap_) s.rejectedConnections = bootstrap_->refused() + bootstrap_->rejected();
+    for (const auto& p : peers_) s.openEndpoints += p.ep != nullptr;
     return s;
   }
   std::optional<OutgoingMessage> allocate(size_t size) override;
