@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -251,6 +252,21 @@ core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int ra
   no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
   no.spin = std::chrono::microseconds(s.transport.spinUs);
   no.failReceivesOfLostPeers = s.faults.onPeerLoss == OnPeerLoss::kContinue;
+  // The cluster's key: the scenario's key_file, or the file STARLING_KEY_FILE names.
+  std::string keyFile = s.security.keyFile;
+  if (keyFile.empty()) {
+    if (const char* env = std::getenv(kKeyFileEnv); env != nullptr && *env != '\0') keyFile = env;
+  }
+  if (!keyFile.empty()) {
+    auto key = transport::auth::loadKeyFile(keyFile);
+    if (!key) return key.status();
+    no.key = std::make_shared<const transport::auth::ClusterKey>(std::move(*key));
+  } else if (s.security.encrypt) {
+    return core::invalidArgument(
+        "security.encrypt needs the cluster's key: set security.key_file or " +
+        std::string(kKeyFileEnv));
+  }
+  no.encrypt = s.security.encrypt;
   return no;
 }
 

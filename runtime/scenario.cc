@@ -352,6 +352,12 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   } else {
     o.get("faults");
   }
+  if (o.has("security")) {
+    Obj se = o.object("security");
+    parseSecurity(se, s, baseDir);
+  } else {
+    o.get("security");
+  }
   o.finish();
   return s;
 }

@@ -121,6 +121,16 @@ struct FaultsConfig {
   std::vector<FaultEvent> script;
 };
 
+// `security`: the cluster's key (docs/security.md). Peers prove they hold it when they connect
+// and every message carries tags under it; `encrypt` also encrypts the payloads. The key itself
+// never appears in a scenario: `key_file` names a file (relative to the scenario's folder), or,
+// without it, the environment variable STARLING_KEY_FILE does (read where each peer starts).
+struct SecurityConfig {
+  std::string keyFile;  // resolved path; empty: STARLING_KEY_FILE, or no key
+  bool encrypt = false;
+};
+inline constexpr const char* kKeyFileEnv = "STARLING_KEY_FILE";
+
 struct Scenario {
   std::string file;  // the path as given, for messages
   std::string name;
@@ -144,6 +154,7 @@ struct Scenario {
   // beyond this magnitude (`divergence.max_abs`).
   double divergenceMaxAbs = kDefaultDivergenceMaxAbs;
   FaultsConfig faults;
+  SecurityConfig security;
 };
 
 inline constexpr uint16_t kDefaultBasePort = 29500;

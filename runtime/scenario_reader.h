@@ -197,5 +197,6 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
 optim::StepSizeSchedule parseStepSize(Obj& o);
 // /faults (scenario_faults.cc); after nodes and rounds are known.
 void parseFaults(Obj& o, Scenario& s);
+void parseSecurity(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
 
 }  // namespace starling::runtime::scenario_detail

@@ -288,6 +288,12 @@ json resolved(const Scenario& s) {
   }
   faults["script"] = script;
   j["faults"] = faults;
+  if (!s.security.keyFile.empty() || s.security.encrypt) {
+    json security = json::object();
+    if (!s.security.keyFile.empty()) security["key_file"] = s.security.keyFile;
+    security["encrypt"] = s.security.encrypt;
+    j["security"] = security;
+  }
   return j;
 }
 

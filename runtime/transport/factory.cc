@@ -31,6 +31,8 @@ core::Result<std::unique_ptr<Transport>> createNetworkTransport(const NetworkOpt
   o.spin = options.spin;
   o.log = options.log;
   o.failReceivesOfLostPeers = options.failReceivesOfLostPeers;
+  o.key = options.key;
+  o.encrypt = options.encrypt;
   return ucx::createTransport(o);
 #else
   (void)options;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/transport/auth.h"
 #include "runtime/transport/transport.h"
 
 namespace starling::transport {
@@ -29,6 +30,10 @@ struct NetworkOptions {
   // Receives from a neighbour whose connection failed fail soon after (kPeerGone) rather than at
   // their deadlines: for runs that carry on without lost peers (faults.on_peer_loss "continue").
   bool failReceivesOfLostPeers = false;
+  // The cluster's key (auth.h): peers must prove it and every message is authenticated with it;
+  // `encrypt` also encrypts payloads. Null: no authentication (frames keep their CRC).
+  std::shared_ptr<const auth::ClusterKey> key;
+  bool encrypt = false;
 };
 
 // A UCX transport for `options.rank`. kFailedPrecondition when this build has no UCX;
