@@ -1,0 +1,190 @@
+// Real peers and the cluster's key (docs/security.md): runs with a key (and encryption) equal
+// simulate; a peer holding another key is refused, named, and the run stops; a key file others
+// can read is refused when the scenario is read; and no hostile byte sent to any listening socket
+// of a running peer (its bootstrap port and UCX's own) stops it, with or without a key.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "process_helpers.h"
+
+using namespace starling::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kLauncher = NODE_LAUNCHER;
+
+std::string scenario(int nodes, int rounds, const std::string& transport, const std::string& extra) {
+  return R"({"schema_version": 1, "name": "sec", "nodes": )" + std::to_string(nodes) +
+         R"(, "seed": 5, "rounds": )" + std::to_string(rounds) +
+         R"(, "log_every": 100, "topology": {"kind": "ring"}, "transport": )" + transport + extra + R"(,
+    "problem": {"kind": "logistic", "l2": 0.05,
+                "data": {"synthetic": {"samples": 400, "features": 12, "heterogeneity": 1.0}}},
+    "algorithm": {"kind": "exact_diffusion", "step_size": 0.5}})";
+}
+
+fs::path makeKey(const fs::path& path, unsigned mode = 0600) {
+  REQUIRE(std::system(("head -c 32 /dev/urandom > '" + path.string() + "'").c_str()) == 0);
+  REQUIRE(::chmod(path.c_str(), mode) == 0);
+  return path;
+}
+
+// TCP ports `pid` listens on, from its socket inodes and /proc/net/tcp{,6}.
+std::set<uint16_t> listeningPorts(pid_t pid) {
+  std::set<std::string> inodes;
+  const fs::path fds = "/proc/" + std::to_string(pid) + "/fd";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fds, ec)) {
+    const auto target = fs::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::set<uint16_t> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, tr, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> state >> queues >> tr >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode)) {
+        ports.insert(static_cast<uint16_t>(std::stoul(local.substr(local.rfind(':') + 1), nullptr, 16)));
+      }
+    }
+  }
+  return ports;
+}
+
+bool sendBytes(uint16_t port, const std::vector<unsigned char>& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (ok) (void)!write(fd, bytes.data(), bytes.size());
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("peers with the cluster's key (and encryption) train as simulate does",
+          "[integration][security]") {
+  const auto dir = tempDir("security-keyed");
+  makeKey(dir / "cluster.key");
+  struct Case {
+    std::string name, transport, security;
+  };
+  const std::vector<Case> cases = {
+      {"tcp-key", R"({"kind": "ucx"})", R"({"key_file": "cluster.key"})"},
+      {"tcp-encrypt", R"({"kind": "ucx"})", R"({"key_file": "cluster.key", "encrypt": true})"},
+      {"shm-key", R"({"kind": "ucx", "tls": "shm", "shm_threshold_bytes": 0})",
+       R"({"key_file": "cluster.key"})"},
+      {"shm-encrypt", R"({"kind": "ucx", "tls": "shm", "shm_threshold_bytes": 0})",
+       R"({"key_file": "cluster.key", "encrypt": true})"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const auto file = dir / (c.name + ".json");
+    writeFile(file, scenario(4, 300, c.transport, R"(, "security": )" + c.security));
+    const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / c.name).string()},
+                                 dir / (c.name + ".log"));
+    REQUIRE(run.exit == 0);
+    const auto sim = runLauncher(
+        {kLauncher, "simulate", file.string(), "--out", (dir / (c.name + "-sim")).string()},
+        dir / (c.name + "-sim.log"));
+    REQUIRE(sim.exit == 0);
+    const auto metrics = metricsWithoutWall(dir / c.name / "metrics.jsonl");
+    REQUIRE(metrics.size() == 4);
+    CHECK(metrics == metricsWithoutWall(dir / (c.name + "-sim") / "metrics.jsonl"));
+    CHECK(metrics.back()["corrupt_messages"] == 0);
+  }
+}
+
+TEST_CASE("a peer holding another key is refused and named; the run stops",
+          "[integration][security]") {
+  const auto dir = tempDir("security-wrong-key");
+  const auto good = makeKey(dir / "good.key"), other = makeKey(dir / "other.key");
+  const auto file = dir / "s.json";
+  writeFile(file, scenario(2, 200, R"({"kind": "ucx", "connect_timeout_ms": 3000, "round_timeout_ms": 4000})", ""));
+  const auto ports = freePorts(2);
+  std::vector<std::unique_ptr<Process>> peers;
+  for (int r = 0; r < 2; ++r) {
+    peers.push_back(spawn({kLauncher, "peer", file.string(), "--rank", std::to_string(r), "--out",
+                           (dir / "out").string(), "--peers", peerList(ports)},
+                          dir / ("peer" + std::to_string(r) + ".log"),
+                          {{"STARLING_KEY_FILE", (r == 0 ? good : other).string()}}));
+  }
+  std::string all;
+  for (auto& p : peers) {
+    REQUIRE(p->waitFor(60s));
+    CHECK(p->exitCode() != 0);
+    all += p->output();
+  }
+  INFO(all);
+  CHECK_THAT(all, Catch::Matchers::Contains("does not prove the cluster's key"));
+  CHECK_THAT(all, Catch::Matchers::Contains("refused a connection from 127.0.0.1:"));
+  CHECK_THAT(all, Catch::Matchers::Contains("different cluster keys"));
+}
+
+TEST_CASE("a key file others may read, or a key in the scenario, is refused with its JSON path",
+          "[integration][security]") {
+  const auto dir = tempDir("security-key-file");
+  makeKey(dir / "open.key", 0644);
+  const auto file = dir / "s.json";
+  writeFile(file, scenario(2, 10, R"({"kind": "ucx"})", R"(, "security": {"key_file": "open.key"})"));
+  auto v = runLauncher({kLauncher, "validate", file.string()}, dir / "v.log");
+  CHECK(v.exit == 2);
+  CHECK_THAT(v.output, Catch::Matchers::Contains("/security/key_file"));
+  CHECK_THAT(v.output, Catch::Matchers::Contains("too open"));
+  writeFile(file, scenario(2, 10, R"({"kind": "ucx"})", R"(, "security": {"key": "hunter2hunter2"})"));
+  v = runLauncher({kLauncher, "validate", file.string()}, dir / "v2.log");
+  CHECK(v.exit == 2);
+  CHECK_THAT(v.output, Catch::Matchers::Contains("/security/key"));
+}
+
+TEST_CASE("17 zero bytes (and other junk) at every listener of every running peer stop nothing",
+          "[integration][security]") {
+  const bool withKey = GENERATE(false, true);
+  CAPTURE(withKey);
+  const auto dir = tempDir(withKey ? "security-17-key" : "security-17");
+  makeKey(dir / "cluster.key");
+  const auto file = dir / "s.json";
+  writeFile(file, scenario(3, 3000, R"({"kind": "ucx"})",
+                           withKey ? R"(, "security": {"key_file": "cluster.key"})" : ""));
+  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "out").string()},
+                        dir / "launcher.log");
+  const std::vector<std::vector<unsigned char>> junk = {
+      std::vector<unsigned char>(17, 0), std::vector<unsigned char>(4096, 0),
+      std::vector<unsigned char>(64, 0xff), {'S', 'T', 'B', '1', 1, 0, 1, 0}};
+  std::set<uint16_t> hit;
+  size_t peersSeen = 0;
+  for (int i = 0; i < 60 && !launcher->waitFor(30ms); ++i) {
+    const auto peers = childrenOf(launcher->pid);
+    peersSeen = std::max(peersSeen, peers.size());
+    for (pid_t pid : peers) {
+      for (uint16_t port : listeningPorts(pid)) {
+        for (const auto& bytes : junk) {
+          if (sendBytes(port, bytes)) hit.insert(port);
+        }
+      }
+    }
+  }
+  INFO(launcher->output());
+  REQUIRE(launcher->waitFor(120s));
+  CHECK(launcher->exitCode() == 0);
+  CHECK(peersSeen == 3);
+  // Each peer's bootstrap port and UCX's own listener.
+  CHECK(hit.size() >= 6);
+  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
+                               dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl") ==
+        metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+}
