@@ -35,6 +35,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,6 +173,7 @@ struct DriverOptions {
   std::vector<int> peers;
   std::vector<size_t> dims;
   std::vector<std::string> tls;
+  std::vector<std::string> security;  // beyond "none": more Starling columns (auth, encrypt)
   int warmup = 8;
   int roundsMax = 200;
   double minSeconds = 1.0;
@@ -193,7 +195,7 @@ std::vector<std::string> commonArgs(const DriverOptions& o, size_t dim) {
 }
 
 Cell runStarling(const DriverOptions& o, const fs::path& dir, int peers, size_t dim,
-                 const std::string& tls) {
+                 const std::string& tls, const std::string& security = "none") {
   const std::string self = fs::read_symlink("/proc/self/exe");
   auto ports = runtime::freeLoopbackPorts(peers);
   if (!ports) throw std::runtime_error(ports.status().message());
@@ -213,6 +215,8 @@ Cell runStarling(const DriverOptions& o, const fs::path& dir, int peers, size_t 
     for (auto& a : commonArgs(o, dim)) argv.push_back(a);
     if (o.spin) argv.push_back("--spin");
     if (o.noShmFrames) argv.push_back("--no-shm-frames");
+    argv.push_back("--security");
+    argv.push_back(security);
     argv.push_back("--spin-us");
     argv.push_back(std::to_string(o.spinUs));
     if (!o.ucxTls.empty()) {
@@ -338,11 +342,12 @@ int runDriver(DriverOptions o) {
     int peers;
     size_t dim;
     Cell shm, tcp, ob1, ucx;
+    std::map<std::string, Cell> secured;  // "shm+auth", ...
   };
   std::vector<Row> rows;
   for (int p : o.peers) {
     for (size_t d : o.dims) {
-      Row row{p, d, {}, {}, {}, {}};
+      Row row{p, d, {}, {}, {}, {}, {}};
       const std::string name = "P" + std::to_string(p) + "-d" + std::to_string(d) + "-";
       // Repetitions interleave the columns, so that a burst of load from elsewhere on the
       // machine hits them alike; each column keeps its best repetition.
@@ -350,6 +355,10 @@ int runDriver(DriverOptions o) {
         const std::string tag = name + std::to_string(rep) + "-";
         for (const auto& t : o.tls) {
           keepBest(t == "shm" ? row.shm : row.tcp, runStarling(o, tmp / (tag + t), p, d, t));
+          for (const auto& sec : o.security) {
+            keepBest(row.secured[t + "+" + sec],
+                     runStarling(o, tmp / (tag + t + "-" + sec), p, d, t, sec));
+          }
         }
         if (haveMpi) {
           keepBest(row.ob1, runMpi(o, tmp / (tag + "mpi-ob1"), p, d, false));
@@ -423,6 +432,21 @@ int runDriver(DriverOptions o) {
       std::printf(" %s |\n", fmt("%.3g", sum).c_str());
     }
   }
+  if (!o.security.empty()) {
+    // The cost of the cluster key: each secured column next to the same transport without it,
+    // measured in the same run (interleaved repetitions).
+    std::printf("\nThe cluster key (ms per round; ratio to the same transport without a key):\n\n"
+                "| P | d | run | ms | × unauthenticated | check |\n|---:|---:|---|---:|---:|---|\n");
+    for (const auto& r : rows) {
+      for (const auto& [name, c] : r.secured) {
+        const Cell& base = name.rfind("shm", 0) == 0 ? r.shm : r.tcp;
+        std::printf("| %d | %s | %s | %s | %s | %s |\n", r.peers, dimName(r.dim).c_str(),
+                    name.c_str(), fmtMs(c).c_str(),
+                    c.ran && base.ran && base.ms > 0 ? fmt("%.2f", c.ms / base.ms).c_str() : "—",
+                    c.checked() ? "ok" : "WRONG x");
+      }
+    }
+  }
   return 0;
 }
 
@@ -451,6 +475,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-mpi", noMpi, "skip the MPI columns");
   app.add_option("--mpi-bin", d.mpiBin, "bench-gossip-mpi (default: next to this executable)");
   app.add_option("--ucx-tls", d.ucxTls, "UCX_TLS for every Starling run, verbatim (experiments)");
+  std::vector<std::string> security;
+  app.add_option("--security", security,
+                 "also time Starling with the cluster key: auth and/or encrypt (driver); "
+                 "none, auth or encrypt (worker)")
+      ->delimiter(',');
   app.add_flag("--keep", d.keep, "keep the rank files (per-round times) and logs");
   app.add_flag("--spin", d.spin, "workers poll the transport instead of sleeping in it");
   app.add_option("--spin-us", d.spinUs, "the transport polls this long before sleeping")
@@ -467,6 +496,7 @@ int main(int argc, char** argv) {
       w.addresses = peers;
       w.dim = parseDims({dim}).at(0);
       w.tls = tls.at(0);
+      w.security = security.empty() ? "none" : security.at(0);
       w.ucxTls = d.ucxTls;
       w.spin = d.spin;
       w.spinUs = d.spinUs;
@@ -491,6 +521,12 @@ int main(int argc, char** argv) {
       if (t != "shm" && t != "tcp") throw CLI::ValidationError("--tls", "shm or tcp, not " + t);
     }
     d.tls = tls;
+    for (const auto& sec : security) {
+      if (sec != "auth" && sec != "encrypt") {
+        throw CLI::ValidationError("--security", "auth or encrypt, not " + sec);
+      }
+    }
+    d.security = security;
     d.mpi = !noMpi;
     return runDriver(d);
   } catch (const std::exception& e) {

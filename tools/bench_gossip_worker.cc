@@ -209,6 +209,13 @@ core::Status runWorker(const WorkerOptions& o) {
   no.ucxTls = o.ucxTls;
   no.spin = std::chrono::microseconds(o.spinUs);
   no.sharedMemoryFrames = !o.noShmFrames;
+  if (o.security != "none") {
+    auto key = std::make_shared<transport::auth::ClusterKey>();
+    const std::string fixed = "bench-gossip: a fixed key, not a secret";
+    for (char c : fixed) key->master.push_back(static_cast<std::byte>(c));
+    no.key = std::move(key);
+    no.encrypt = o.security == "encrypt";
+  }
   auto net = transport::createNetworkTransport(no);
   if (!net) return net.status();
   const int peers = static_cast<int>(o.addresses.size());

@@ -34,6 +34,9 @@ struct WorkerOptions {
   bool spin = false;
   int spinUs = 50;
   bool noShmFrames = false;
+  // "none", "auth" (the cluster key: tags on every message) or "encrypt" (AES-GCM as well); the
+  // benchmark's ranks share a fixed key (not a secret: it only measures the cost).
+  std::string security = "none";
 };
 
 // Runs the warm-up and timed rounds and writes the rank's result file: "rounds R", "maxerr E",
