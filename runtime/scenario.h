@@ -121,6 +121,16 @@ struct FaultsConfig {
   std::vector<FaultEvent> script;
 };
 
+// `checkpoint`: every `every` completed rounds (and at the last round) each peer of `run`/`peer`
+// writes its whole state to OUT/checkpoints/rank-R/, keeping the newest `keep` files, so that
+// `run --resume OUT` continues a killed run bit for bit (runtime/checkpoint.h). every == 0: off.
+// `simulate` ignores it.
+inline constexpr uint64_t kDefaultCheckpointKeep = 2;
+struct CheckpointConfig {
+  uint64_t every = 0;
+  uint64_t keep = kDefaultCheckpointKeep;
+};
+
 struct Scenario {
   std::string file;  // the path as given, for messages
   std::string name;
@@ -144,6 +154,7 @@ struct Scenario {
   // beyond this magnitude (`divergence.max_abs`).
   double divergenceMaxAbs = kDefaultDivergenceMaxAbs;
   FaultsConfig faults;
+  CheckpointConfig checkpoint;
 };
 
 inline constexpr uint16_t kDefaultBasePort = 29500;
