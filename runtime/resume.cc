@@ -68,8 +68,8 @@ core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::pa
       any = true;
       const auto path = checkpointPath(outDir, r, round);
       auto ck = readCheckpoint(path);
-      if (!ck) {
-        say("node-launcher: skipping checkpoint " + path.string() + ": " + ck.status().message());
+      if (!ck) {  // the message starts with the file's name
+        say("node-launcher: skipping checkpoint " + ck.status().message());
         continue;
       }
       const CheckpointHeader& h = ck->header;

@@ -180,10 +180,8 @@ void checkKillAndResume(const std::string& name, const std::string& problemExtra
     fs::resize_file(bad1, fs::file_size(bad1) / 2);
     const std::string said = resume(ckpt, d);
     INFO(said);
-    CHECK(contains(said, "skipping checkpoint " + bad0.string() + ": " + bad0.string() +
-                             ": checksum mismatch"));
-    CHECK(contains(said, "skipping checkpoint " + bad1.string() + ": " + bad1.string() +
-                             ": truncated"));
+    CHECK(contains(said, "skipping checkpoint " + bad0.string() + ": checksum mismatch"));
+    CHECK(contains(said, "skipping checkpoint " + bad1.string() + ": truncated"));
     CHECK(resumedAt(said) < std::min(n0, n1));
     CHECK(metricsWithoutWall(d / "metrics.jsonl") == expected);
   }
@@ -247,4 +245,12 @@ TEST_CASE("run --resume refuses a folder without checkpoints and another scenari
   r = runLauncher({kLauncher, "run", file.string(), "--resume", (dir / "none").string()},
                   dir / "none.log");
   CHECK(r.exit == 2);
+  // A bad checkpoint section is refused like any scenario error: file, JSON path, exit 2.
+  const auto bad = dir / "bad.json";
+  std::string text = readFile(file);
+  text.replace(text.find("\"keep\": 3"), 9, "\"keep\": 1");
+  writeFile(bad, text);
+  r = runLauncher({kLauncher, "validate", bad.string()}, dir / "bad.log");
+  CHECK(r.exit == 2);
+  CHECK(contains(r.output, bad.string() + ": /checkpoint/keep: must be between 2 and"));
 }
