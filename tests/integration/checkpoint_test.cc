@@ -53,7 +53,8 @@ uint64_t newestRound(const fs::path& out, int rank) {
 // Starts `run file --out out`, waits until every rank has a checkpoint of round `atLeast` or
 // later, then kills: the launcher alone (its peers get SIGTERM through PR_SET_PDEATHSIG), or the
 // launcher and every peer with SIGKILL. Waits until no peer is left.
-void runAndKill(const fs::path& file, const fs::path& out, uint64_t atLeast, bool killPeersToo) {
+void runAndKill(const fs::path& file, const fs::path& out, uint64_t atLeast, bool killPeersToo,
+                int waitRanks = kNodes) {
   auto launcher = spawn({kLauncher, "run", file.string(), "--out", out.string()},
                         out.string() + ".log");
   std::vector<pid_t> peers;
@@ -64,7 +65,7 @@ void runAndKill(const fs::path& file, const fs::path& out, uint64_t atLeast, boo
       if (std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
     }
     ready = true;
-    for (int r = 0; r < kNodes; ++r) ready = ready && newestRound(out, r) >= atLeast;
+    for (int r = 0; r < waitRanks; ++r) ready = ready && newestRound(out, r) >= atLeast;
     if (!ready) std::this_thread::sleep_for(5ms);
   }
   REQUIRE(ready);
@@ -217,6 +218,39 @@ TEST_CASE("CHOCO with QSGD, minibatches and corrupted links, every process kille
       R"({"kind": "choco", "step_size": 0.3, "gamma": 0.5})",
       R"(, "compression": {"kind": "qsgd", "bits": 3, "bucket": 4})",
       R"(, {"corrupt": 0.05})", /*killPeersToo=*/true);
+}
+
+TEST_CASE("with on_peer_loss \"continue\" a run resumed after a loss goes on without the lost "
+          "rank, bit for bit", "[integration][peers][checkpoint][faults]") {
+  // Rank 3 is killed by the script before round 60; the run is killed after the survivors'
+  // checkpoints of round 100. Rank 3's newest checkpoint is of round 60, and the survivors' say
+  // it is lost: the resume restarts ranks 0-2 only, with the membership they had.
+  const auto dir = tempDir("checkpoint-loss");
+  const auto plain = dir / "plain.json", ckpt = dir / "ckpt.json";
+  const std::string loss = R"(, {"kill": 3, "at_round": 60})";
+  std::string text = scenario("loss", "", R"({"kind": "exact_diffusion", "step_size": 0.5})", "",
+                              0, loss);
+  text.replace(text.find("\"faults\": {"), 11, R"("faults": {"on_peer_loss": "continue", )");
+  writeFile(plain, text);
+  text.replace(text.rfind('}'), 1, R"(, "checkpoint": {"every": 20}})");
+  writeFile(ckpt, text);
+  const auto ref = runLauncher({kLauncher, "run", plain.string(), "--out", (dir / "ref").string()},
+                               dir / "ref.log");
+  INFO(ref.output);
+  REQUIRE(ref.exit == 0);
+  const auto out = dir / "out";
+  runAndKill(ckpt, out, 100, /*killPeersToo=*/false, /*waitRanks=*/3);
+  CHECK(newestRound(out, 3) == 60);
+  const std::string said = resume(ckpt, out);
+  INFO(said);
+  CHECK(resumedAt(said) >= 100);
+  CHECK(contains(said, "rank 3, lost before it, stay out"));
+  CHECK(metricsWithoutWall(out / "metrics.jsonl") ==
+        metricsWithoutWall(dir / "ref" / "metrics.jsonl"));
+  const std::string changes = readFile(out / "membership.jsonl");
+  CHECK(contains(changes, R"("lost":{"round":60,"rank":3,)"));
+  CHECK(contains(changes, R"("left":[3])"));
+  for (int rank = 0; rank < 3; ++rank) CHECK(newestRound(out, rank) == kRounds);
 }
 
 TEST_CASE("run --resume refuses a folder without checkpoints and another scenario's",
