@@ -130,6 +130,14 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     eo.wallOffset = state.wallS;
     resumedFrom = path.string();
   }
+  if (!opt.resumeRound && !opt.outDir.empty()) {
+    // A fresh start: checkpoints an earlier run left here belong to a peer log this one replaces
+    // (and newer ones would outlive this run's when the newest `keep` are kept).
+    std::error_code ec;
+    std::filesystem::remove_all(checkpointDir(opt.outDir, opt.rank), ec);
+    if (ec) return core::ioError("cannot remove " + checkpointDir(opt.outDir, opt.rank).string() +
+                                 ": " + ec.message());
+  }
   const uint64_t transportCorruptBefore = state.transportCorrupt;
   Engine<T> engine(s, *e.schedule, net, eo);
   STARLING_RETURN_IF_ERROR(engine.open());
