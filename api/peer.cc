@@ -55,7 +55,7 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
   if (closed) return core::failedPrecondition(std::string(call) + " after close()");
   if (dim == 0) return core::invalidArgument(std::string(call) + ": empty parameter buffer");
   if (std::holds_alternative<std::monostate>(state)) {
-    runtime::EngineOptions eo{rank, outDir, address, nullptr, {}};
+    runtime::EngineOptions eo{rank, outDir, address, nullptr, {}, std::nullopt, 0, 0};
     state.template emplace<PeerState<T>>(scenario, *schedule, *net, std::move(eo), dim);
     auto& st = std::get<PeerState<T>>(state);
     STARLING_RETURN_IF_ERROR(st.engine.open());

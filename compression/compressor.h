@@ -23,6 +23,7 @@
 
 #include "compression/frame.h"
 #include "core/rng.h"
+#include "core/state.h"
 #include "core/status.h"
 
 namespace starling::compression {
@@ -86,6 +87,8 @@ const char* compressorKindName(CompressorSpec::Kind kind);
 class CodecState {
  public:
   virtual ~CodecState() = default;
+  // Saves or loads the state for a checkpoint (core/state.h).
+  virtual void visitState(core::StateVisitor& v) { v.fail("this codec's state cannot be saved"); }
 };
 
 // Everything a stateful or round-aware encode needs besides the vector.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <sstream>
 
 namespace starling::core {
 
@@ -30,6 +31,24 @@ double Rng::normal() {
   spare_ = r * std::sin(theta);
   hasSpare_ = true;
   return r * std::cos(theta);
+}
+
+void Rng::visitState(StateVisitor& v) {
+  std::ostringstream os;
+  os << engine_;
+  std::string engine = os.str();
+  v.text("engine", engine);
+  v.flag("has_spare", hasSpare_);
+  v.scalar("spare", spare_);
+  if (!v.loading() || v.failed()) return;
+  std::istringstream is(engine);
+  std::mt19937_64 restored;
+  is >> restored;
+  if (is.fail() || !(is >> std::ws).eof()) {
+    v.fail("checkpoint field engine: not the text form of a std::mt19937_64 state");
+    return;
+  }
+  engine_ = restored;
 }
 
 }  // namespace starling::core

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <random>
 
+#include "core/state.h"
+
 namespace starling::core {
 
 // SplitMix64 finaliser: a bijective 64-bit mix. Used to derive independent seeds from tuples.
@@ -37,6 +39,10 @@ class Rng {
   // Standard normal (Box-Muller, both values used).
   double normal();
   bool bernoulli(double p) { return uniform() < p; }
+
+  // The whole stream position (the engine's state in its standard text form, and the spare
+  // normal value), for checkpoints: a loaded Rng continues the saved one's sequence exactly.
+  void visitState(StateVisitor& v);
 
  private:
   std::mt19937_64 engine_;

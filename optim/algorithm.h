@@ -16,9 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "core/state.h"
+#include "core/status.h"
 #include "optim/regularizer.h"
 #include "optim/step_size.h"
-#include "core/status.h"
 
 namespace starling::optim {
 
@@ -29,6 +30,11 @@ class GradientOracle {
  public:
   virtual ~GradientOracle() = default;
   virtual void gradient(std::span<const T> x, std::span<T> out) = 0;
+  // Its state between calls (random stream, variance-reduction tables), for checkpoints
+  // (core/state.h). An oracle that cannot be saved says so through the visitor.
+  virtual void visitState(core::StateVisitor& v) {
+    v.fail("this gradient oracle cannot be checkpointed");
+  }
 };
 
 // One neighbour's message for this round, with its mixing weight w_ij.
@@ -114,6 +120,13 @@ class Algorithm {
   virtual bool absorbsCombined() const { return false; }
   virtual void absorbCombined(const RoundInfo& /*info*/, std::span<const T> /*own*/,
                               std::span<const T> /*combined*/) {}
+
+  // Everything the algorithm carries from one round to the next (its model, dual variables,
+  // reference points, whether it has started), for checkpoints (core/state.h): one function
+  // saves and loads it. Buffers that each round overwrites before reading are left out. Called
+  // between rounds only. The built-in algorithms all implement it; one that does not fails the
+  // checkpoint with a message.
+  virtual void visitState(core::StateVisitor& v) { v.fail("this algorithm cannot be checkpointed"); }
 };
 
 // Builds the algorithm for one node, starting from x0 (copied). `oracle` is borrowed and must

@@ -82,6 +82,9 @@ class Dsgd final : public Algorithm<T> {
 
   std::span<const T> model() const override { return x_; }
 
+  // psi_ and grad_ are rewritten by every prepare before they are read.
+  void visitState(core::StateVisitor& v) override { v.fixed("x", x_); }
+
  private:
   const T gamma_;
   std::vector<T> x_, psi_, grad_;
@@ -124,6 +127,11 @@ class ExactDiffusion final : public Algorithm<T> {
   }
 
   std::span<const T> model() const override { return w_; }
+
+  void visitState(core::StateVisitor& v) override {
+    v.fixed("w", w_);
+    v.fixed("psi_prev", psiPrev_);
+  }
 
  private:
   std::vector<T> w_, psiPrev_, grad_;
@@ -171,6 +179,14 @@ class GradientTracking final : public Algorithm<T> {
   }
 
   std::span<const T> model() const override { return x_; }
+
+  // gNew_ is rewritten by every prepare before it is read.
+  void visitState(core::StateVisitor& v) override {
+    v.flag("started", started_);
+    v.fixed("x", x_);
+    v.fixed("y", y_);
+    v.fixed("g_prev", gPrev_);
+  }
 
  private:
   bool started_ = false;

@@ -52,6 +52,12 @@ class Choco final : public Algorithm<T> {
 
   std::span<const T> model() const override { return x_; }
 
+  void visitState(core::StateVisitor& v) override {
+    v.fixed("x", x_);
+    v.fixed("x_hat", hat_);
+    v.fixed("s", s_);
+  }
+
  private:
   const T gamma_;
   std::vector<T> x_, hat_, s_, grad_;
@@ -98,6 +104,12 @@ class TrackingChoco final : public Algorithm<T> {
 
   bool tracksNeighbors() const override { return true; }
   std::span<const T> model() const override { return x_; }
+
+  void visitState(core::StateVisitor& v) override {
+    v.fixed("x", x_);
+    v.fixed("x_hat", hat_);
+    v.perPeer("x_hat_peers", peers_);
+  }
 
  private:
   const T gamma_;

@@ -81,6 +81,16 @@ class Nids final : public Algorithm<T> {
 
   std::span<const T> model() const override { return x_; }
 
+  // g_ and delta_ are rewritten by every prepare before they are read.
+  void visitState(core::StateVisitor& v) override {
+    v.flag("started", started_);
+    v.fixed("x", x_);
+    v.fixed("x_prev", xPrev_);
+    v.fixed("z", z_);
+    v.fixed("g_prev", gPrev_);
+    v.fixed("z_lost", zLost_);
+  }
+
  private:
   const RegularizerSpec r_;
   bool started_ = false;
@@ -160,6 +170,20 @@ class ProxLead final : public Algorithm<T> {
   }
 
   std::span<const T> model() const override { return x_; }
+
+  // yhat_ is scratch within absorb. g_ is rewritten by every prepare; it is kept anyway (start()
+  // writes it before the first prepare, and it costs one vector).
+  void visitState(core::StateVisitor& v) override {
+    v.flag("started", started_);
+    v.fixed("x", x_);
+    v.fixed("z", z_);
+    v.fixed("d", d_);
+    v.fixed("d_lost", dLost_);
+    v.fixed("h", h_);
+    v.fixed("e", e_);
+    v.fixed("g", g_);
+    v.perPeer("h_peers", peers_);
+  }
 
  private:
   // Static form, given q_i and (W q)_i. H_w is never stored: e = H - H_w is, and

@@ -70,6 +70,23 @@ void LsvrgOracle<T>::gradient(std::span<const T> x, std::span<T> out) {
 }
 
 template <typename T>
+void LsvrgOracle<T>::visitState(core::StateVisitor& v) {
+  {
+    core::StateVisitor::Scope scope(v, "rng");
+    rng_.visitState(v);
+  }
+  v.sized("w", w_);  // empty before the first call
+  v.sized("grad_w", gradW_);
+  v.scalar("refreshes", refreshes_);
+  if (v.loading() && !v.failed() &&
+      (w_.size() != gradW_.size() || (!w_.empty() && w_.size() != static_cast<size_t>(objective_.dim())))) {
+    v.fail("checkpoint: lsvrg's w and grad_w have " + std::to_string(w_.size()) + " and " +
+           std::to_string(gradW_.size()) + " values for a model of " +
+           std::to_string(objective_.dim()));
+  }
+}
+
+template <typename T>
 SagaOracle<T>::SagaOracle(const LocalObjective<T>& objective, size_t batch, uint64_t seed)
     : objective_(objective), batch_(batch), rng_(seed) {
   assert(batch >= 1);
@@ -117,6 +134,26 @@ void SagaOracle<T>::gradient(std::span<const T> x, std::span<T> out) {
       average_[static_cast<size_t>(row.cols[k])] += s * change * static_cast<double>(row.values[k]);
     }
     table_[j] = derivative_[b];
+  }
+}
+
+template <typename T>
+void SagaOracle<T>::visitState(core::StateVisitor& v) {
+  {
+    core::StateVisitor::Scope scope(v, "rng");
+    rng_.visitState(v);
+  }
+  // Both empty before the first call, which fills them; drawn_ and derivative_ are scratch.
+  v.sized("table", table_);
+  v.sized("average", average_);
+  if (v.loading() && !v.failed() &&
+      (average_.empty() ? !table_.empty()
+                        : table_.size() != objective_.samples() ||
+                              average_.size() != static_cast<size_t>(objective_.dim()))) {
+    v.fail("checkpoint: saga's table and average have " + std::to_string(table_.size()) +
+           " and " + std::to_string(average_.size()) + " values for " +
+           std::to_string(objective_.samples()) + " local samples and a model of " +
+           std::to_string(objective_.dim()));
   }
 }
 

@@ -58,6 +58,11 @@ class ObjectiveOracle final : public GradientOracle<T> {
     }
   }
 
+  void visitState(core::StateVisitor& v) override {
+    core::StateVisitor::Scope scope(v, "rng");
+    rng_.visitState(v);
+  }
+
  private:
   const Objective<T>& objective_;
   const size_t batch_;
@@ -71,6 +76,7 @@ class LsvrgOracle final : public GradientOracle<T> {
   LsvrgOracle(const LocalObjective<T>& objective, size_t batch, double p, uint64_t seed);
 
   void gradient(std::span<const T> x, std::span<T> out) override;
+  void visitState(core::StateVisitor& v) override;
 
   // The reference point w (empty before the first call) and how many full passes were made.
   std::span<const T> reference() const { return w_; }
@@ -93,6 +99,7 @@ class SagaOracle final : public GradientOracle<T> {
   SagaOracle(const LocalObjective<T>& objective, size_t batch, uint64_t seed);
 
   void gradient(std::span<const T> x, std::span<T> out) override;
+  void visitState(core::StateVisitor& v) override;
 
  private:
   const LocalObjective<T>& objective_;

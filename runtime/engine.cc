@@ -31,13 +31,20 @@ void Engine<T>::say(const std::string& line) const {
 
 template <typename T>
 double Engine<T>::wallSeconds() const {
-  return std::chrono::duration<double>(Clock::now() - start_).count();
+  return opt_.wallOffset + std::chrono::duration<double>(Clock::now() - start_).count();
 }
 
 template <typename T>
 core::Status Engine<T>::open() {
   start_ = Clock::now();
+  if (opt_.resumeRound) round_ = *opt_.resumeRound;
   if (opt_.outDir.empty()) return core::Status::ok();
+  if (opt_.resumeRound) {
+    auto opened = LineFile::openAt(peerLogPath(opt_.outDir, opt_.rank), opt_.resumeLogBytes);
+    if (!opened) return opened.status();
+    out_ = std::move(*opened);
+    return core::Status::ok();
+  }
   std::error_code ec;
   std::filesystem::create_directories(opt_.outDir / "peers", ec);
   if (ec) {
@@ -65,10 +72,12 @@ core::Status Engine<T>::begin(Node<T>& node, const topology::RoundTopology& topo
                               std::optional<double> stepSize) {
   if (!failure_.isOk()) return failure_;
   if (inRound_) return core::failedPrecondition("a round is already in flight");
-  // The first round also waits for the neighbours to start and connect.
-  const uint64_t wait = round_ == 0 ? std::max(s_.transport.roundTimeoutMs,
-                                               s_.transport.connectTimeoutMs)
-                                    : s_.transport.roundTimeoutMs;
+  // The first round (of this process: a resumed peer's too) also waits for the neighbours to
+  // start and connect.
+  const uint64_t wait = !started_ ? std::max(s_.transport.roundTimeoutMs,
+                                             s_.transport.connectTimeoutMs)
+                                  : s_.transport.roundTimeoutMs;
+  started_ = true;
   deadline_ = Clock::now() + std::chrono::milliseconds(wait);
   if (auto st = node.startRound(round_, topo, stepSizeAt(stepSize), deadline_); !st.isOk()) {
     return fail(st, &node);

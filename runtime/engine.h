@@ -37,6 +37,12 @@ struct EngineOptions {
   // kCancelled. Owned by the caller (a signal handler's flag).
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // diagnostics; default stderr
+  // A resumed peer (runtime/checkpoint.h): the engine starts at round `resumeRound`, appends to
+  // the peer log after its first `resumeLogBytes` bytes (cutting off the rest) instead of
+  // creating it, and counts wall time from `wallOffset` seconds.
+  std::optional<uint64_t> resumeRound;
+  uint64_t resumeLogBytes = 0;
+  double wallOffset = 0;
 };
 
 template <typename T>
@@ -46,7 +52,8 @@ class Engine {
   Engine(const Scenario& s, const topology::Schedule& schedule, transport::Transport& net,
          EngineOptions options);
 
-  // Creates the peer log (when there is an out dir) and writes its header.
+  // Creates the peer log (when there is an out dir) and writes its header; a resumed engine
+  // reopens it instead (EngineOptions::resumeRound).
   core::Status open();
 
   // One round on `node`: start it (the algorithm prepares and sends), drive the transport until
@@ -80,6 +87,9 @@ class Engine {
   // Appends one line to the peer log (nothing without an out dir). Round lines are written by
   // the engine's users (runPeer, the public Peer), which know what their model is.
   core::Status append(const std::string& line);
+  // The peer log's length and its flush to disk (before a checkpoint records the length).
+  uint64_t logBytes() const { return out_ ? out_->size() : 0; }
+  core::Status syncLog() { return out_ ? out_->sync() : core::Status::ok(); }
 
   // Makes `st` the engine's failure: explains it (explainRoundFailure), writes the failure line
   // naming the neighbour `node` lost, and returns it. Later calls return it again.
@@ -102,6 +112,7 @@ class Engine {
   EngineOptions opt_;
   std::unique_ptr<LineFile> out_;
   uint64_t round_ = 0;
+  bool started_ = false;  // a round ran in this process (the first also waits for connections)
   Node<T>* inRound_ = nullptr;
   transport::Clock::time_point deadline_{};
   transport::Clock::time_point start_;

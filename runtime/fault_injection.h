@@ -42,6 +42,16 @@ class FaultInjector final : public transport::Transport {
 
   uint64_t injected() const { return injected_; }
 
+  // Checkpoints (core/state.h): the coin-flip stream and the count. Messages held back for a
+  // delay belong to a round every peer has finished by then and are not saved.
+  void visitState(core::StateVisitor& v) {
+    {
+      core::StateVisitor::Scope scope(v, "rng");
+      rng_.visitState(v);
+    }
+    v.scalar("injected", injected_);
+  }
+
  private:
   struct Held {
     transport::Clock::time_point release;

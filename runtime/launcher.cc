@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <set>
@@ -114,10 +115,24 @@ core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
   const std::string scenarioAbs = std::filesystem::absolute(opt_.scenarioPath, ec).string();
   const std::string outAbs = std::filesystem::absolute(opt_.outDir, ec).string();
   for (int r = 0; r < s_.nodes; ++r) {
+    if (std::find(opt_.notStarted.begin(), opt_.notStarted.end(), r) != opt_.notStarted.end()) {
+      // Lost before the round the run resumes at: it stays lost, as a peer that was killed.
+      auto c = std::make_unique<Child>();
+      c->rank = r;
+      c->exited = true;
+      c->outputClosed = true;
+      c->waitStatus = SIGKILL;  // WIFSIGNALED, WTERMSIG 9
+      lostChildren_.insert(r);
+      children_.push_back(std::move(c));
+      continue;
+    }
     std::vector<std::string> args = {opt_.executable, "peer", opt_.scenarioPath, "--rank",
                                      std::to_string(r), "--out", opt_.outDir.string(), "--peers",
                                      peers};
     args.insert(args.end(), opt_.peerArgs.begin(), opt_.peerArgs.end());
+    if (opt_.resumeRound) {
+      args.insert(args.end(), {"--resume-round", std::to_string(*opt_.resumeRound)});
+    }
     // run -- COMMAND: the user's trainer, told who it is through the environment
     // (starling::Peer::fromEnv reads it), like torchrun's RANK and WORLD_SIZE.
     if (trainer) args = opt_.command;
@@ -320,7 +335,9 @@ std::string Supervisor::failureReport() const {
 }
 
 core::Status Supervisor::run() {
-  for (auto& c : children_) readOutput(*c);
+  for (auto& c : children_) {
+    if (c->output) readOutput(*c);
+  }
   signals_.async_wait([this](const boost::system::error_code& ec, int s) {
     if (!ec) onSignal(s);
   });
@@ -393,7 +410,12 @@ core::Result<std::vector<std::string>> prepareRun(const Scenario& s, const Launc
     for (uint16_t p : *ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
   }
   std::error_code ec;
-  std::filesystem::remove_all(opt.outDir / "peers", ec);
+  // A resumed run keeps the logs and checkpoints it resumes from (runtime/resume.h); a fresh
+  // one starts clean (stale checkpoints would be resumed with logs they do not belong to).
+  if (!opt.resumeRound) {
+    std::filesystem::remove_all(opt.outDir / "peers", ec);
+    std::filesystem::remove_all(opt.outDir / "checkpoints", ec);
+  }
   return addresses;
 }
 
@@ -418,9 +440,15 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
                   },
                   [&] { return merger.lost(); }};
 
-  Supervisor sup(e.scenario, opt, merging);
-  if (auto st = sup.spawn(*addresses); !st.isOk()) return st;
-  STARLING_RETURN_IF_ERROR(sup.run());
+  if (opt.resumeRound && *opt.resumeRound >= e.scenario.rounds) {
+    // Resuming a run that had finished: nothing to run, its logs are merged again.
+    auto merged = merger.poll();
+    if (!merged) return merged.status();
+  } else {
+    Supervisor sup(e.scenario, opt, merging);
+    if (auto st = sup.spawn(*addresses); !st.isOk()) return st;
+    STARLING_RETURN_IF_ERROR(sup.run());
+  }
   if (!merger.last() || merger.last()->round != e.scenario.rounds) {
     return core::internalError("the peers finished but their logs stop before the last round:" +
                                merger.shortLogs());

@@ -31,6 +31,12 @@ struct LaunchOptions {
   std::vector<std::string> command;
   std::filesystem::path outDir;
   bool progress = true;                  // progress line on stderr
+  // Resume (runtime/resume.h): every peer starts with `--resume-round resumeRound` and the
+  // output folder's peer logs and checkpoints are kept; the ranks in `notStarted` (lost before
+  // that round, on_peer_loss "continue") are not started. resumeRound == rounds: nothing is
+  // started, the logs are merged.
+  std::optional<uint64_t> resumeRound;
+  std::vector<int> notStarted;
   std::chrono::milliseconds failureGrace{3000};    // others may report after a failure
   std::chrono::milliseconds terminateGrace{3000};  // SIGTERM, then SIGKILL
 };

@@ -16,6 +16,38 @@ core::Result<std::unique_ptr<LineFile>> LineFile::create(const std::filesystem::
   return std::unique_ptr<LineFile>(new LineFile(path, fd));
 }
 
+core::Result<std::unique_ptr<LineFile>> LineFile::openAt(const std::filesystem::path& path,
+                                                         uint64_t size) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return core::ioError("cannot open " + path.string() + ": " + std::strerror(errno));
+  std::unique_ptr<LineFile> file(new LineFile(path, fd));
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  if (end < 0) return core::ioError("cannot read " + path.string() + ": " + std::strerror(errno));
+  if (static_cast<uint64_t>(end) < size) {
+    return core::corruption(path.string() + " has " + std::to_string(end) + " bytes, fewer than " +
+                            "the " + std::to_string(size) + " it had");
+  }
+  if (size > 0) {
+    char last = 0;
+    if (::pread(fd, &last, 1, static_cast<off_t>(size - 1)) != 1 || last != '\n') {
+      return core::corruption(path.string() + ": byte " + std::to_string(size) +
+                              " does not end a line");
+    }
+  }
+  if (static_cast<uint64_t>(end) > size && ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    return core::ioError("cannot truncate " + path.string() + ": " + std::strerror(errno));
+  }
+  file->size_ = size;
+  return file;
+}
+
+core::Status LineFile::sync() {
+  if (::fdatasync(fd_) != 0) {
+    return core::ioError("fdatasync " + path_.string() + ": " + std::strerror(errno));
+  }
+  return core::Status::ok();
+}
+
 LineFile::~LineFile() {
   if (fd_ >= 0) ::close(fd_);
 }

@@ -19,6 +19,11 @@ class LineFile {
  public:
   // Creates (or truncates) `path`. Its folder must exist.
   static core::Result<std::unique_ptr<LineFile>> create(const std::filesystem::path& path);
+  // Opens an existing `path` to append after its first `size` bytes, cutting off anything after
+  // them (a resumed peer's log, runtime/checkpoint.h). kCorruption when the file is shorter or
+  // byte size - 1 does not end a line.
+  static core::Result<std::unique_ptr<LineFile>> openAt(const std::filesystem::path& path,
+                                                       uint64_t size);
   ~LineFile();
   LineFile(const LineFile&) = delete;
   LineFile& operator=(const LineFile&) = delete;
@@ -26,6 +31,9 @@ class LineFile {
   // Appends `line` and a newline (`line` must not contain one). kIoError names the file and the
   // reason; the file is then as it was before the call.
   core::Status append(std::string_view line);
+
+  // Flushes the file's data to the disk (fdatasync).
+  core::Status sync();
 
   const std::filesystem::path& path() const { return path_; }
   uint64_t size() const { return size_; }

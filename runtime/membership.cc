@@ -63,6 +63,26 @@ void Membership::remove(const std::vector<int>& ranks) {
   ++epoch_;
 }
 
+void Membership::visitState(core::StateVisitor& v) {
+  v.scalar("epoch", epoch_);
+  std::vector<uint64_t> out;
+  for (int r = 0; r < nodes(); ++r) {
+    if (!alive_[r]) out.push_back(static_cast<uint64_t>(r));
+  }
+  v.sized("out", out);
+  if (!v.loading() || v.failed()) return;
+  alive_.assign(alive_.size(), true);
+  survivors_ = nodes();
+  for (uint64_t r : out) {
+    if (r >= static_cast<uint64_t>(nodes()) || !alive_[r]) {
+      return v.fail("checkpoint: membership/out holds rank " + std::to_string(r) + " of " +
+                    std::to_string(nodes()));
+    }
+    alive_[r] = false;
+    --survivors_;
+  }
+}
+
 core::Result<topology::Graph> repairGraph(const topology::Graph& g, const std::vector<bool>& alive,
                                           RepairKind repair) {
   const int n = g.nodes();

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/state.h"
 #include "core/status.h"
 #include "runtime/scenario.h"
 #include "topology/graph.h"
@@ -47,6 +48,9 @@ class Membership {
 
   // Removes `ranks` (those already out are ignored) and advances the epoch.
   void remove(const std::vector<int>& ranks);
+
+  // Checkpoints (core/state.h): the epoch and who is out.
+  void visitState(core::StateVisitor& v);
 
  private:
   std::vector<bool> alive_;

@@ -168,6 +168,33 @@ std::vector<int> MembershipGossip::dueAt(uint64_t round) {
   return out;
 }
 
+void MembershipGossip::visitState(core::StateVisitor& v) {
+  std::vector<uint64_t> ranks, rounds, applied;
+  for (const auto& [r, at] : proposals_) {
+    ranks.push_back(static_cast<uint64_t>(r));
+    rounds.push_back(at);
+    const auto it = applied_.find(r);
+    applied.push_back(it != applied_.end() && it->second ? 1 : 0);
+  }
+  v.sized("lost", ranks);
+  v.sized("leaves_at", rounds);
+  v.sized("applied", applied);
+  if (!v.loading() || v.failed()) return;
+  if (rounds.size() != ranks.size() || applied.size() != ranks.size()) {
+    return v.fail("checkpoint: membership gossip's lists differ in length");
+  }
+  proposals_.clear();
+  applied_.clear();
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (ranks[k] >= static_cast<uint64_t>(nodes_) || applied[k] > 1) {
+      return v.fail("checkpoint: membership gossip names rank " + std::to_string(ranks[k]) +
+                    " of " + std::to_string(nodes_));
+    }
+    proposals_[static_cast<int>(ranks[k])] = rounds[k];
+    if (applied[k] == 1) applied_[static_cast<int>(ranks[k])] = true;
+  }
+}
+
 std::vector<int> MembershipGossip::knownLost() const {
   std::vector<int> out;
   for (const auto& [r, at] : proposals_) out.push_back(r);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/state.h"
 #include "core/status.h"
 #include "runtime/transport/transport.h"
 #include "topology/graph.h"
@@ -68,6 +69,10 @@ class MembershipGossip {
   // out of the run and must leave.
   bool excluded() const { return excluded_; }
   uint64_t corruptMessages() const { return corrupt_; }
+
+  // Checkpoints (core/state.h), between rounds: the proposals (rank, round it leaves at) and
+  // which of them were applied.
+  void visitState(core::StateVisitor& v);
 
  private:
   void merge(int from, std::span<const std::byte> bytes);

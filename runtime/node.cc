@@ -342,6 +342,44 @@ core::Status Node<T>::finishRound() {
   return core::Status::ok();
 }
 
+template <typename T>
+void Node<T>::visitState(core::StateVisitor& v) {
+  if (inRound_) return v.fail("a node's state can only be saved between rounds");
+  v.scalar("bytes_sent", bytesSent_);
+  v.scalar("corrupt_messages", corruptMessages_);
+  v.scalar("compression_error_sum", compressionErrorSum_);
+  v.scalar("compression_error_count", compressionErrorCount_);
+  std::vector<uint64_t> lost(lost_.begin(), lost_.end());
+  v.sized("lost", lost);
+  if (v.loading() && !v.failed()) {
+    lost_.clear();
+    for (uint64_t peer : lost) {
+      if (peer >= (uint64_t{1} << 30)) return v.fail("checkpoint: node/lost holds rank " +
+                                                     std::to_string(peer));
+      setLost(static_cast<int>(peer));
+    }
+  }
+  {
+    core::StateVisitor::Scope scope(v, "codec_rng");
+    codecRng_.visitState(v);
+  }
+  bool hasCodecState = codecState_ != nullptr;
+  v.flag("has_codec_state", hasCodecState);
+  if (v.failed()) return;
+  if (hasCodecState != (codecState_ != nullptr)) {
+    return v.fail(std::string("checkpoint: the saved node ") +
+                  (hasCodecState ? "has a codec stream state and this one has none"
+                                 : "has no codec stream state and this one has one") +
+                  " (another compression?)");
+  }
+  if (codecState_) {
+    core::StateVisitor::Scope scope(v, "codec_state");
+    codecState_->visitState(v);
+  }
+  core::StateVisitor::Scope scope(v, "algorithm");
+  algorithm_->visitState(v);
+}
+
 template class Node<float>;
 template class Node<double>;
 

@@ -115,6 +115,11 @@ class Node {
   double compressionErrorSum() const { return compressionErrorSum_; }
   uint64_t compressionErrorCount() const { return compressionErrorCount_; }
 
+  // Checkpoints (core/state.h): the algorithm's state, the codec's random stream and stream
+  // state (error-feedback residuals, ...), the counters above and the neighbours it holds lost.
+  // Between rounds only (a visit during a round fails).
+  void visitState(core::StateVisitor& v);
+
  private:
   struct Slot {
     int peer;

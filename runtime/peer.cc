@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/fault_injection.h"
 #include "runtime/membership.h"
@@ -41,14 +42,61 @@ core::Status applyChange(const Experiment& e, NodeStack<T>& stack, Membership& m
   return engine.append(membershipChangeLine(MembershipChange{round, membership.epoch(), left, why}));
 }
 
+// Everything a peer carries from one round to the next, visited in one function so that a
+// checkpoint's save and load cannot disagree (core/state.h): wall time and the transport's
+// corrupt-message count so far (both logged), the node (algorithm, codec streams, counters), the
+// gradient oracle's stream and tables, the fault injector's stream, and with on_peer_loss
+// "continue" the membership and the proposals of the membership gossip.
+template <typename T>
+struct PeerState {
+  NodeStack<T>& stack;
+  FaultInjector* faults;
+  Membership& membership;
+  MembershipGossip& gossip;
+  bool continueOnLoss;
+  double wallS = 0;
+  uint64_t transportCorrupt = 0;
+
+  void visit(core::StateVisitor& v) {
+    v.scalar("wall_s", wallS);
+    v.scalar("transport_corrupt_messages", transportCorrupt);
+    {
+      core::StateVisitor::Scope scope(v, "node");
+      stack.node->visitState(v);
+    }
+    {
+      core::StateVisitor::Scope scope(v, "oracle");
+      stack.oracle->visitState(v);
+    }
+    if (faults) {
+      core::StateVisitor::Scope scope(v, "faults");
+      faults->visitState(v);
+    }
+    if (continueOnLoss) {
+      {
+        core::StateVisitor::Scope scope(v, "membership");
+        membership.visitState(v);
+      }
+      core::StateVisitor::Scope scope(v, "gossip");
+      gossip.visitState(v);
+    }
+  }
+};
+
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
-                   const std::string& address) {
+                   FaultInjector* faults, const std::string& address) {
   const Scenario& s = e.scenario;
   auto built = buildNode<T>(e, opt.rank, net);
   if (!built) return built.status();
   NodeStack<T> stack = std::move(*built);
   Node<T>& node = *stack.node;
+  const bool continueOnLoss = s.faults.onPeerLoss == OnPeerLoss::kContinue;
+  Membership membership(s.nodes);
+  SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
+  MembershipGossip gossip(opt.rank, s.nodes, net);
+  PeerState<T> state{stack, faults, membership, gossip, continueOnLoss};
+  const uint64_t hash = scenarioHash(s);
 
   // The same round loop as a starling::Peer in a user's trainer (runtime/engine.h); here the
   // gradients come from the scenario's own problem (the NodeStack's oracle).
@@ -58,14 +106,66 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   eo.address = address;
   eo.stop = opt.stop;
   eo.log = opt.log;
+  std::string resumedFrom;
+  if (opt.resumeRound) {
+    const auto path = checkpointPath(opt.outDir, opt.rank, *opt.resumeRound);
+    auto ck = readCheckpoint(path);
+    if (!ck) return ck.status();
+    const CheckpointHeader& h = ck->header;
+    if (h.scenarioHash != hash || h.rank != opt.rank || h.round != *opt.resumeRound) {
+      return core::invalidArgument(
+          path.string() + ": written by rank " + std::to_string(h.rank) + " at round " +
+          std::to_string(h.round) + " of scenario hash " + scenarioHashHex(h.scenarioHash) +
+          "; this is rank " + std::to_string(opt.rank) + " resuming at round " +
+          std::to_string(*opt.resumeRound) + " of scenario hash " + scenarioHashHex(hash));
+    }
+    if (h.round > s.rounds) {
+      return core::invalidArgument(path.string() + ": round " + std::to_string(h.round) +
+                                   " is past the scenario's " + std::to_string(s.rounds));
+    }
+    CheckpointReader reader(ck->payload, path.string());
+    state.visit(reader);
+    STARLING_RETURN_IF_ERROR(reader.finish());
+    eo.resumeRound = h.round;
+    eo.resumeLogBytes = h.peerLogBytes;
+    eo.wallOffset = state.wallS;
+    resumedFrom = path.string();
+  }
+  if (!opt.resumeRound && !opt.outDir.empty()) {
+    // A fresh start: checkpoints an earlier run left here belong to a peer log this one replaces
+    // (and newer ones would outlive this run's when the newest `keep` are kept).
+    std::error_code ec;
+    std::filesystem::remove_all(checkpointDir(opt.outDir, opt.rank), ec);
+    if (ec) return core::ioError("cannot remove " + checkpointDir(opt.outDir, opt.rank).string() +
+                                 ": " + ec.message());
+  }
+  const uint64_t transportCorruptBefore = state.transportCorrupt;
   Engine<T> engine(s, *e.schedule, net, eo);
   STARLING_RETURN_IF_ERROR(engine.open());
+
+  // A checkpoint of `done` completed rounds: the peer log on disk first (the checkpoint records
+  // its length), then the state, durably (runtime/checkpoint.h).
+  auto checkpoint = [&](uint64_t done) -> core::Status {
+    STARLING_RETURN_IF_ERROR(engine.syncLog());
+    state.wallS = engine.wallSeconds();
+    state.transportCorrupt = transportCorruptBefore + net.stats().corruptMessages;
+    CheckpointWriter writer;
+    state.visit(writer);
+    STARLING_RETURN_IF_ERROR(writer.status());
+    CheckpointHeader h;
+    h.scenarioHash = hash;
+    h.rank = opt.rank;
+    h.round = done;
+    h.peerLogBytes = engine.logBytes();
+    return writeCheckpoint(opt.outDir, h, writer.payload(), s.checkpoint.keep);
+  };
 
   auto record = [&](uint64_t round) -> core::Status {
     nlohmann::ordered_json j;
     j["round"] = round;
     j["bytes_sent"] = node.bytesSent();
-    j["corrupt_messages"] = node.corruptMessages() + net.stats().corruptMessages;
+    j["corrupt_messages"] =
+        node.corruptMessages() + transportCorruptBefore + net.stats().corruptMessages;
     j["compression_error_sum"] = node.compressionErrorSum();
     j["compression_error_count"] = node.compressionErrorCount();
     j["wall_s"] = engine.wallSeconds();
@@ -88,14 +188,22 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   engine.say("node-launcher peer " + std::to_string(opt.rank) + ": listening on " + address +
              " (" + std::to_string(s.nodes) + " nodes, " + std::to_string(s.rounds) +
              " rounds, " + s.name + ")");
-  STARLING_RETURN_IF_ERROR(record(0));
+  if (opt.resumeRound) {
+    engine.say("node-launcher peer " + std::to_string(opt.rank) + ": resuming at round " +
+               std::to_string(*opt.resumeRound) + " from " + resumedFrom);
+  } else {
+    STARLING_RETURN_IF_ERROR(record(0));
+  }
   // Peer loss (docs/algorithms.md §18): survivors stand in for lost neighbours, agree on the
   // change by gossip and apply it at the same round, restarting the algorithm from their models.
-  const bool continueOnLoss = s.faults.onPeerLoss == OnPeerLoss::kContinue;
   node.setTolerateLoss(continueOnLoss);
-  Membership membership(s.nodes);
-  SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
-  MembershipGossip gossip(opt.rank, s.nodes, net);
+  if (continueOnLoss && membership.changed()) {
+    // Resumed after a change: the node exchanges with the survivors' support graph, as
+    // applyChange set it.
+    auto support = survivorSchedule.support(membership);
+    if (!support) return engine.fail(support.status(), &node);
+    node.setSupport(*support);
+  }
   if (continueOnLoss) {
     engine.setAlsoWaitFor([&] { return gossip.complete(); });
     // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
@@ -194,6 +302,9 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     }
     const uint64_t done = engine.rounds();
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
+    if (s.checkpoint.every > 0 && (done % s.checkpoint.every == 0 || done == s.rounds)) {
+      if (auto st = checkpoint(done); !st.isOk()) return engine.fail(st, nullptr);
+    }
   }
   // The neighbours still need this peer's last messages: hand them all to the network before
   // the transport is closed (its close flushes what is in flight).
@@ -290,8 +401,10 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
                                              /*realTime=*/true);
     use = faults.get();
   }
-  if (s.precision == Precision::kFloat32) return runAs<float>(e, opt, *use, address);
-  return runAs<double>(e, opt, *use, address);
+  if (s.precision == Precision::kFloat32) {
+    return runAs<float>(e, opt, *use, faults.get(), address);
+  }
+  return runAs<double>(e, opt, *use, faults.get(), address);
 }
 
 }  // namespace starling::runtime

@@ -44,9 +44,14 @@ struct PeerOptions {
   std::function<void(const std::string&)> log;  // diagnostics; default stderr
   // Set when the peer left because the others declared it lost (exit with kExitLeftRun).
   bool* leftRun = nullptr;
+  // Resume (runtime/checkpoint.h): load the state of outDir/checkpoints/rank-R/round-N.ckpt,
+  // append to the peer log after the length that checkpoint recorded, and run rounds N onwards.
+  std::optional<uint64_t> resumeRound;
 };
 
-// Runs every round of the scenario as peer `rank`. Errors name the round and the neighbour:
+// Runs every round of the scenario as peer `rank` (from options.resumeRound when set). With the
+// scenario's `checkpoint` section it writes its whole state every `every` rounds and at the last
+// (runtime/checkpoint.h). Errors name the round and the neighbour:
 // kTimeout (a neighbour's message did not come within round_timeout_ms), kUnavailable (a
 // neighbour could not be reached within connect_timeout_ms), kPeerGone, kCorruption.
 core::Status runPeer(const Experiment& e, const PeerOptions& options);

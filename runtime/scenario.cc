@@ -358,6 +358,19 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   } else {
     o.get("security");
   }
+  if (o.has("checkpoint")) {
+    Obj ck = o.object("checkpoint");
+    s.checkpoint.every = ck.integer<uint64_t>("every", 1, kMaxRounds);
+    s.checkpoint.keep = ck.integer<uint64_t>("keep", 2, 1000000, kDefaultCheckpointKeep);
+    ck.finish();
+    if (!s.hasProblem) {
+      throw ScenarioError{"/checkpoint", "checkpoints are written by the peers of `node-launcher "
+                                         "run` that train the scenario's own problem; a "
+                                         "trainer's starling::Peer does not write them"};
+    }
+  } else {
+    o.get("checkpoint");
+  }
   o.finish();
   return s;
 }

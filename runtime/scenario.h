@@ -130,6 +130,15 @@ struct SecurityConfig {
   bool encrypt = false;
 };
 inline constexpr const char* kKeyFileEnv = "STARLING_KEY_FILE";
+// `checkpoint`: every `every` completed rounds (and at the last round) each peer of `run`/`peer`
+// writes its whole state to OUT/checkpoints/rank-R/, keeping the newest `keep` files, so that
+// `run --resume OUT` continues a killed run bit for bit (runtime/checkpoint.h). every == 0: off.
+// `simulate` ignores it.
+inline constexpr uint64_t kDefaultCheckpointKeep = 2;
+struct CheckpointConfig {
+  uint64_t every = 0;
+  uint64_t keep = kDefaultCheckpointKeep;
+};
 
 struct Scenario {
   std::string file;  // the path as given, for messages
@@ -155,6 +164,7 @@ struct Scenario {
   double divergenceMaxAbs = kDefaultDivergenceMaxAbs;
   FaultsConfig faults;
   SecurityConfig security;
+  CheckpointConfig checkpoint;
 };
 
 inline constexpr uint16_t kDefaultBasePort = 29500;

@@ -294,6 +294,9 @@ json resolved(const Scenario& s) {
     security["encrypt"] = s.security.encrypt;
     j["security"] = security;
   }
+  if (s.checkpoint.every > 0) {
+    j["checkpoint"] = {{"every", s.checkpoint.every}, {"keep", s.checkpoint.keep}};
+  }
   return j;
 }
 
@@ -308,10 +311,13 @@ std::string resolvedScenarioJson(const Scenario& s) { return dump(resolved(s)); 
 
 uint64_t scenarioHash(const Scenario& s) {
   // The name and the description are labels: they change the run's folder, not one number of
-  // it, and a name left out of the file is the file's name, which must not matter.
+  // it, and a name left out of the file is the file's name, which must not matter. Checkpoints
+  // change how often state is saved, not one number of the run (a run resumed with another
+  // `every` is the same run).
   json j = resolved(s);
   j.erase("name");
   j.erase("description");
+  j.erase("checkpoint");
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis
   for (const unsigned char c : dump(j)) {
     h ^= c;

@@ -20,7 +20,8 @@ namespace starling::runtime {
 // L-SVRG's `p`, a LIBSVM file's `features`, unbounded box sides.
 std::string resolvedScenarioJson(const Scenario& s);
 
-// FNV-1a (64 bits) of resolvedScenarioJson without `name` and `description`: equal for scenarios
+// FNV-1a (64 bits) of resolvedScenarioJson without `name`, `description` and `checkpoint`
+// (how often state is saved changes no number of the run): equal for scenarios
 // that run identically (whatever the file's name, key order, spacing or defaults spelled out),
 // different when anything that changes the run differs, seed and rounds included.
 uint64_t scenarioHash(const Scenario& s);

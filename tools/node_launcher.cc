@@ -1,6 +1,7 @@
 // node-launcher: the command-line front end of Starling.
 //
 //   node-launcher run      SCENARIO [--out DIR] [--rounds N] [--seed S]
+//   node-launcher run      SCENARIO --resume DIR [--rounds N] [--seed S]   (a killed run)
 //   node-launcher run      SCENARIO [--out DIR] -- COMMAND [ARGS...]   (the user's trainer)
 //   node-launcher peer     SCENARIO [--rank R] [--out DIR] [--peers H:P,...] [--rounds N] [--seed S]
 //   node-launcher simulate SCENARIO [--out DIR] [--rounds N] [--seed S]
@@ -25,6 +26,7 @@
 #include "runtime/line_file.h"
 #include "runtime/merge.h"
 #include "runtime/peer.h"
+#include "runtime/resume.h"
 #include "runtime/scenario.h"
 #include "runtime/scenario_writer.h"
 #include "runtime/simulator.h"
@@ -71,13 +73,14 @@ core::Result<uint64_t> parseCount(const std::string& flag, const std::string& te
 
 // The optional numeric flags, as text until checked.
 struct NumberFlags {
-  std::optional<std::string> rounds, seed, rank, round;
+  std::optional<std::string> rounds, seed, rank, round, resumeRound;
 };
 
 struct Numbers {
   std::optional<uint64_t> rounds, seed;
   std::optional<int> rank;
   uint64_t round = 0;
+  std::optional<uint64_t> resumeRound;
 };
 
 core::Result<Numbers> checkNumbers(const NumberFlags& f) {
@@ -101,6 +104,11 @@ core::Result<Numbers> checkNumbers(const NumberFlags& f) {
     auto v = parseCount("--round", *f.round, 0, runtime::kMaxRounds);
     if (!v) return v.status();
     n.round = *v;
+  }
+  if (f.resumeRound) {
+    auto v = parseCount("--resume-round", *f.resumeRound, 1, runtime::kMaxRounds);
+    if (!v) return v.status();
+    n.resumeRound = *v;
   }
   return n;
 }
@@ -241,6 +249,75 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
   return 0;
 }
 
+// `node-launcher run SCENARIO --resume DIR`: the run whose output folder is DIR goes on from
+// the newest round every peer has a verified checkpoint of (runtime/resume.h).
+int resumeRun(const std::string& scenarioPath, const std::string& dir, const std::string& outDir,
+              const Numbers& num, const std::vector<std::string>& trainerCommand,
+              const std::vector<std::string>& command) {
+  if (!trainerCommand.empty()) {
+    return report(core::invalidArgument("--resume: a trainer's run (run -- COMMAND) has no "
+                                        "checkpoints to resume from"));
+  }
+  if (!outDir.empty() && std::filesystem::path(outDir).lexically_normal() !=
+                             std::filesystem::path(dir).lexically_normal()) {
+    return report(core::invalidArgument("--resume " + dir + " writes into " + dir +
+                                        "; leave --out out (it says " + outDir + ")"));
+  }
+  if (!std::filesystem::is_directory(dir)) {
+    return report(core::invalidArgument("--resume " + dir + ": no such folder"));
+  }
+  auto scenario = runtime::loadScenario(scenarioPath);
+  if (!scenario) return report(scenario.status());
+  // Seed and rounds as the run used them (its --seed/--rounds): from its peer logs unless given.
+  std::optional<uint64_t> rounds = num.rounds, seed = num.seed;
+  if (auto headers = runtime::readPeerLogHeaders(dir, scenario->nodes); headers) {
+    if (!rounds) rounds = headers->front().rounds;
+    if (!seed) seed = headers->front().seed;
+  }
+  auto e = load(scenarioPath, rounds, seed, /*solve=*/true);
+  if (!e) return report(e.status());
+  if (e->scenario.transport.kind != runtime::TransportConfig::Kind::kUcx) {
+    return report(core::invalidArgument(
+        scenarioPath + ": /transport/kind: --resume continues a run of peer processes "
+        "(\"ucx\"); `simulate` and the inproc transport write no checkpoints"));
+  }
+  auto plan = runtime::planResume(e->scenario, dir, [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  });
+  if (!plan) return report(plan.status());
+  std::string lost;
+  for (int r : plan->lost) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+  std::fprintf(stderr, "node-launcher: resuming %s at round %llu of %llu%s\n", dir.c_str(),
+               static_cast<unsigned long long>(plan->round),
+               static_cast<unsigned long long>(e->scenario.rounds),
+               plan->round >= e->scenario.rounds
+                   ? " (the run had finished: its logs are merged again)"
+                   : lost.empty() ? ""
+                                  : (" (rank" + std::string(plan->lost.size() > 1 ? "s " : " ") +
+                                     lost + ", lost before it, stay out)")
+                                        .c_str());
+  if (auto st = runtime::rewindToPlan(e->scenario, dir, *plan); !st.isOk()) return runFailed(st);
+  runtime::LaunchOptions lo;
+  lo.executable = "/proc/self/exe";
+  {
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) lo.executable = self.string();
+  }
+  lo.scenarioPath = scenarioPath;
+  lo.peerArgs = overrideArgs(rounds, seed);
+  lo.outDir = dir;
+  lo.resumeRound = plan->round;
+  lo.notStarted = plan->lost;
+  if (auto st = runtime::writeRunInfo(lo.outDir, e->scenario, "run", command); !st.isOk()) {
+    return runFailed(st);
+  }
+  auto result = runtime::launchPeers(*e, lo);
+  if (!result) return runFailed(result.status());
+  printResult(*e, result->last, lo.outDir, "peer processes, resumed");
+  return 0;
+}
+
 }  // namespace
 
 int launcherMain(int argc, char** argv) {
@@ -266,6 +343,10 @@ int launcherMain(int argc, char** argv) {
   run->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
   run->add_option("--rounds", flags.rounds, roundsHelp);
   run->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
+  std::string resumeDir;
+  run->add_option("--resume", resumeDir,
+                  "continue the killed run whose output folder is DIR from its newest "
+                  "checkpoints (the scenario needs a \"checkpoint\" section)");
   std::vector<std::string> trainerCommand;
   run->add_option("command", trainerCommand,
                   "after --: the trainer to start once per node (it makes its starling::Peer "
@@ -282,6 +363,8 @@ int launcherMain(int argc, char** argv) {
                                         "the scenario's peers section)");
   peer->add_option("--rounds", flags.rounds, roundsHelp);
   peer->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
+  // Set by `run --resume`: load OUT/checkpoints/rank-R/round-N.ckpt and go on from round N.
+  peer->add_option("--resume-round", flags.resumeRound, "")->group("");
 
   auto* merge = app.add_subcommand("merge", "merge the peer logs of a run into metrics.jsonl and "
                                             "summary.json (after srun/mpirun)");
@@ -374,6 +457,7 @@ int launcherMain(int argc, char** argv) {
     std::signal(SIGTERM, onStopSignal);
     bool leftRun = false;
     po.leftRun = &leftRun;
+    po.resumeRound = num->resumeRound;
     if (auto st = runtime::runPeer(*e, po); !st.isOk()) {
       if (leftRun) {
         std::fprintf(stderr, "node-launcher peer %d: %s\n", po.rank, st.message().c_str());
@@ -395,6 +479,9 @@ int launcherMain(int argc, char** argv) {
   };
 
   if (*merge) return mergeRun(scenarioPath, outDir, *num, command);
+
+  if (*run && !resumeDir.empty()) return resumeRun(scenarioPath, resumeDir, outDir, *num,
+                                                   trainerCommand, command);
 
   if (*run && !trainerCommand.empty()) {
     auto scenario = runtime::loadScenario(scenarioPath);

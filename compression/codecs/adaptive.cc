@@ -24,6 +24,7 @@ namespace {
 class AdaCompState final : public CodecState {
  public:
   explicit AdaCompState(size_t d) : residue(d, 0.0) {}
+  void visitState(core::StateVisitor& v) override { v.values("residue", std::span<double>(residue)); }
   // G: everything added and not sent yet. Float64 so that sent + residue stays equal to the sum
   // of the inputs to float64 rounding over many rounds.
   std::vector<double> residue;
@@ -160,6 +161,10 @@ class DqsgdState final : public CodecState {
  public:
   double sumSquares = 0.0;  // sum of ||x||^2 over the stream's frames with a finite norm
   uint64_t frames = 0;      // how many of them
+  void visitState(core::StateVisitor& v) override {
+    v.scalar("sum_squares", sumSquares);
+    v.scalar("frames", frames);
+  }
 };
 
 constexpr size_t kDqsgdParamsBytes = 6;

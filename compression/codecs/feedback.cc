@@ -4,6 +4,7 @@
 // codec's, and receivers decode it as such.
 #include <cassert>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compression/codecs/codecs.h"
@@ -13,8 +14,23 @@ namespace {
 
 template <typename T>
 struct FeedbackState final : CodecState {
-  std::vector<T> residual, compensated, sent;
+  std::vector<T> residual, compensated, sent;  // compensated and sent: scratch of one encode
   std::unique_ptr<CodecState> inner;
+  void visitState(core::StateVisitor& v) override {
+    v.fixed("residual", residual);
+    bool hasInner = inner != nullptr;
+    v.flag("has_inner", hasInner);
+    if (v.failed()) return;
+    if (hasInner != (inner != nullptr)) {
+      return v.fail("checkpoint: error feedback's inner codec state is " +
+                    std::string(hasInner ? "saved but this codec keeps none"
+                                         : "missing"));
+    }
+    if (inner) {
+      core::StateVisitor::Scope scope(v, "inner");
+      inner->visitState(v);
+    }
+  }
 };
 
 template <typename T>

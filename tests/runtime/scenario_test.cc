@@ -411,5 +411,39 @@ TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit
              Contains("/faults/script/0/to_round: must be between 9 and 40"));
 }
 
+TEST_CASE("checkpoint: the keys, their defaults and their refusals", "[runtime][unit]") {
+  const auto plain = parseScenario(kGood, "s.json", ".");
+  REQUIRE(plain.isOk());
+  CHECK(plain->checkpoint.every == 0);  // off
+  const std::string alg = R"("step_size": 0.3}})";
+  const auto withCheckpoint = [&](const std::string& c) {
+    return with(alg, R"("step_size": 0.3}, "checkpoint": )" + c + "}");
+  };
+  const auto s = parseScenario(withCheckpoint(R"({"every": 10})"), "s.json", ".");
+  INFO(s.status().toString());
+  REQUIRE(s.isOk());
+  CHECK(s->checkpoint.every == 10);
+  CHECK(s->checkpoint.keep == 2);
+  const auto kept = parseScenario(withCheckpoint(R"({"every": 1, "keep": 5})"), "s.json", ".");
+  REQUIRE(kept.isOk());
+  CHECK(kept->checkpoint.keep == 5);
+  CHECK_THAT(refusal(withCheckpoint(R"({})")),
+             Contains("s.json: /checkpoint: missing required key \"every\""));
+  CHECK_THAT(refusal(withCheckpoint(R"({"every": 0})")),
+             Contains("s.json: /checkpoint/every: must be between 1 and"));
+  CHECK_THAT(refusal(withCheckpoint(R"({"every": 5, "keep": 1})")),
+             Contains("s.json: /checkpoint/keep: must be between 2 and 1000000, got 1"));
+  CHECK_THAT(refusal(withCheckpoint(R"({"every": 5, "dir": "x"})")),
+             Contains("s.json: /checkpoint/dir: unknown key; expected one of every, keep"));
+  CHECK_THAT(refusal(withCheckpoint(R"({"every": "5"})")),
+             Contains("s.json: /checkpoint/every: expected an integer, got a string"));
+  CHECK_THAT(refusal(withCheckpoint(R"(10)")),
+             Contains("s.json: /checkpoint: expected an object, got an integer"));
+  // A trainer's scenario (no problem) has nobody to write them.
+  const std::string trainer = R"({"schema_version": 1, "nodes": 4, "topology": {"kind": "ring"},
+      "algorithm": {"kind": "dsgd", "step_size": 0.1}, "checkpoint": {"every": 5}})";
+  CHECK_THAT(refusal(trainer), Contains("s.json: /checkpoint: checkpoints are written by the peers"));
+}
+
 }  // namespace
 }  // namespace starling::runtime

@@ -56,6 +56,8 @@ void requireSameRun(const Scenario& a, const Scenario& b) {
   CHECK(a.logEvery == b.logEvery);
   CHECK(a.precision == b.precision);
   CHECK(same(a.divergenceMaxAbs, b.divergenceMaxAbs));
+  CHECK(a.checkpoint.every == b.checkpoint.every);
+  CHECK(a.checkpoint.keep == b.checkpoint.keep);
   // Topology.
   CHECK(a.topology.nodes == b.topology.nodes);
   CHECK(a.topology.seed == b.topology.seed);
@@ -319,6 +321,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
                 "shm_threshold_bytes": 0, "spin_us": 0})",
            R"(, "peers": {"addresses": ["h0:1", "h1:2", "h2:3", "h3:4", "h4:5", "h5:6", "h6:7", "h7:8"]})",
            R"(, "precision": "float32", "log_every": 3, "description": "d", "divergence": {"max_abs": 5})",
+           R"(, "checkpoint": {"every": 7, "keep": 3})",
        }) {
     canonical.push_back(scenario(ring, dsgd, x));
   }
@@ -469,6 +472,12 @@ TEST_CASE("the scenario hash ignores spelling and labels and sees every change",
   CHECK_FALSE(changed([](Scenario& s) { s.file = "elsewhere.json"; }));
   CHECK_FALSE(changed([](Scenario& s) { s.name = "other"; }));
   CHECK_FALSE(changed([](Scenario& s) { s.description = "a note"; }));
+  // Nor how often its state is saved: a run may be resumed with another checkpoint section.
+  CHECK_FALSE(changed([](Scenario& s) { s.checkpoint.every = 7; }));
+  CHECK_FALSE(changed([](Scenario& s) {
+    s.checkpoint.every = 3;
+    s.checkpoint.keep = 9;
+  }));
   // A file without "name" hashes the same wherever it lies and whatever it is called.
   const std::string unnamed = R"({"schema_version": 1, "nodes": 4, "rounds": 10,
       "topology": {"kind": "ring"}, "algorithm": {"kind": "nids", "step_size": 0.1},
