@@ -42,7 +42,7 @@ core::Status applyChange(const Experiment& e, NodeStack<T>& stack, Membership& m
 
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
-                   const std::string& address) {
+                   const std::string& address, FaultInjector* faults) {
   const Scenario& s = e.scenario;
   auto built = buildNode<T>(e, opt.rank, net);
   if (!built) return built.status();
@@ -126,7 +126,17 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       }
     }
     if (!continueOnLoss) {
-      STARLING_RETURN_IF_ERROR(engine.round(node));  // a failure is already in the log
+      STARLING_RETURN_IF_ERROR(engine.begin(node));  // a failure is already in the log
+      if (faults) {
+        // A dropped message: its receiver would wait out the deadline and stop, naming this
+        // peer; this peer knows why and says so at once.
+        for (const FaultInjector::Drop& d : faults->takeDropped()) {
+          return engine.fail(core::unavailable(FaultInjector::dropStopMessage(
+                                 opt.rank, d.to, d.tag.round)),
+                             &node);
+        }
+      }
+      STARLING_RETURN_IF_ERROR(engine.complete(node));
     } else {
       if (auto due = gossip.dueAt(r); !due.empty()) {
         STARLING_RETURN_IF_ERROR(applyChange(e, stack, membership, survivorSchedule, due, r,
@@ -190,6 +200,20 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
                            nullptr);
       }
       if (!gossip.disagreement().isOk()) return engine.fail(gossip.disagreement(), &node);
+      if (faults) {
+        // This peer's message to a neighbour was dropped this round: the neighbour takes it for
+        // lost (docs/algorithms.md §18, "Dropped messages"). Out of the run either way, it leaves
+        // now, its last messages flushed, rather than be found out by timeouts.
+        if (const auto drops = faults->takeDropped(); !drops.empty()) {
+          STARLING_RETURN_IF_ERROR(engine.flush({&node}));
+          if (opt.leftRun) *opt.leftRun = true;
+          return engine.fail(core::Status(core::StatusCode::kPeerGone,
+                                          FaultInjector::dropMessage(opt.rank, drops.front().to, r) +
+                                              "; rank " + std::to_string(drops.front().to) +
+                                              " takes this peer for lost, so it leaves the run"),
+                             nullptr);
+        }
+      }
     }
     const uint64_t done = engine.rounds();
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
@@ -274,8 +298,8 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
                                              /*realTime=*/true);
     use = faults.get();
   }
-  if (s.precision == Precision::kFloat32) return runAs<float>(e, opt, *use, address);
-  return runAs<double>(e, opt, *use, address);
+  if (s.precision == Precision::kFloat32) return runAs<float>(e, opt, *use, address, faults.get());
+  return runAs<double>(e, opt, *use, address, faults.get());
 }
 
 }  // namespace starling::runtime
