@@ -151,6 +151,22 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       STARLING_RETURN_IF_ERROR(engine.begin(node, **topo));
       gossip.listen(**support);
       gossip.start(r, **support, engine.deadline());
+      if (faults) {
+        // This peer's message to a neighbour was dropped: the neighbour will take it for lost
+        // (docs/algorithms.md §18, "Dropped messages"). Out of the run either way, it leaves now,
+        // once its other messages of the round are on their way, rather than be found out by
+        // timeouts (two peers whose messages to each other were both dropped would otherwise
+        // wait for each other, each telling the other it is alive).
+        if (const auto drops = faults->takeDropped(); !drops.empty()) {
+          STARLING_RETURN_IF_ERROR(engine.flush({&node}));
+          if (opt.leftRun) *opt.leftRun = true;
+          return engine.fail(core::Status(core::StatusCode::kPeerGone,
+                                          FaultInjector::dropMessage(opt.rank, drops.front().to, r) +
+                                              "; rank " + std::to_string(drops.front().to) +
+                                              " takes this peer for lost, so it leaves the run"),
+                             nullptr);
+        }
+      }
       STARLING_RETURN_IF_ERROR(engine.complete(node));
       std::vector<int> lostNow = node.takeNewlyLost();
       for (int peer : gossip.finish()) lostNow.push_back(peer);
@@ -200,20 +216,6 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
                            nullptr);
       }
       if (!gossip.disagreement().isOk()) return engine.fail(gossip.disagreement(), &node);
-      if (faults) {
-        // This peer's message to a neighbour was dropped this round: the neighbour takes it for
-        // lost (docs/algorithms.md §18, "Dropped messages"). Out of the run either way, it leaves
-        // now, its last messages flushed, rather than be found out by timeouts.
-        if (const auto drops = faults->takeDropped(); !drops.empty()) {
-          STARLING_RETURN_IF_ERROR(engine.flush({&node}));
-          if (opt.leftRun) *opt.leftRun = true;
-          return engine.fail(core::Status(core::StatusCode::kPeerGone,
-                                          FaultInjector::dropMessage(opt.rank, drops.front().to, r) +
-                                              "; rank " + std::to_string(drops.front().to) +
-                                              " takes this peer for lost, so it leaves the run"),
-                             nullptr);
-        }
-      }
     }
     const uint64_t done = engine.rounds();
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));

@@ -110,34 +110,40 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     return core::Status::ok();
   };
 
-  // Dropped messages (docs/algorithms.md §18, "Dropped messages"), as `run` has them: a receiver
-  // took the sender for lost in round r (its receive failed: FaultInjector), and the sender, which
-  // knows, leaves after round r; its other neighbours find it gone in round r + 1. The change
-  // follows from the round it was first noticed in, as for a kill.
-  auto leaveAfterDrops = [&](uint64_t r) -> core::Status {
+  // Dropped messages (docs/algorithms.md §18, "Dropped messages"), as `run` has them. The sender
+  // of a dropped message knows its receiver will take it for lost, and leaves the run as soon as
+  // its messages of that round are sent (takeLeavers, after every node has sent); the receiver's
+  // receive fails (FaultInjector) and it stands in for the sender; the sender's other neighbours
+  // have its message of that round and find it gone in the next. The change follows from the
+  // round the loss was first noticed in, by a node that stays, as for a kill.
+  auto takeLeavers = [&](uint64_t r) {
     std::map<int, std::string> leaving;  // rank -> why
     for (int i = 0; i < n; ++i) {
       if (!injectors[i]) continue;
       const auto drops = injectors[i]->takeDropped();
       if (running[i] && !drops.empty()) {
         leaving[i] = FaultInjector::dropMessage(i, drops.front().to, r);
+        running[i] = false;  // no finishRound: it has gone
       }
     }
-    std::set<int> noticed;  // lost by a neighbour this round (its receive failed)
+    return leaving;
+  };
+  auto settleLeavers = [&](uint64_t r, std::map<int, std::string> leaving) -> core::Status {
+    std::set<int> noticed;  // lost by a neighbour that stays (its receive failed)
     for (int i = 0; i < n; ++i) {
       if (!running[i]) continue;
       for (int peer : nodes[i]->takeNewlyLost()) {
         noticed.insert(peer);
-        if (!leaving.count(peer)) {
+        if (!leaving.count(peer) && running[peer]) {
+          // (Not seen in a simulation so far: a receive fails only for a dropped message.)
           leaving[peer] = "no message from rank " + std::to_string(peer) + " for round " +
                           std::to_string(r);
+          running[peer] = false;
         }
       }
     }
     std::vector<int> left;
     for (const auto& [rank, why] : leaving) {
-      if (!running[rank]) continue;
-      running[rank] = false;
       left.push_back(rank);
       for (int i = 0; i < n; ++i) {
         if (running[i]) nodes[i]->loseThisRound(rank);  // found gone next round
@@ -151,6 +157,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       }
     }
     killedBefore.insert(killedBefore.end(), left.begin(), left.end());
+    if (std::find(running.begin(), running.end(), true) == running.end()) {
+      return core::unavailable("every node was lost; nobody finished the run");
+    }
     return core::Status::ok();
   };
   ProgressLine progress(s.name, s.rounds, opt.progress);
@@ -227,6 +236,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
         }
       }
     }
+    std::map<int, std::string> leavers;
+    if (continueOnLoss) leavers = takeLeavers(r);
     for (int i = 0; i < n; ++i) {
       if (!running[i]) continue;
       while (!nodes[i]->roundComplete()) {
@@ -236,12 +247,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       const auto st = nodes[i]->finishRound();
       if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
     }
-    if (continueOnLoss) {
-      STARLING_RETURN_IF_ERROR(leaveAfterDrops(r));
-      if (std::find(running.begin(), running.end(), true) == running.end()) {
-        return core::unavailable("every node was lost; nobody finished the run");
-      }
-    }
+    if (continueOnLoss) STARLING_RETURN_IF_ERROR(settleLeavers(r, std::move(leavers)));
     const uint64_t done = r + 1;
     if (done % s.logEvery == 0 || done == s.rounds) {
       STARLING_RETURN_IF_ERROR(measure(done));
