@@ -227,7 +227,16 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   std::snprintf(done, sizeof done, "node-launcher peer %d: done, %llu rounds, %.1f MB sent, %.2f s",
                 opt.rank, static_cast<unsigned long long>(s.rounds),
                 static_cast<double>(node.bytesSent()) / 1e6, engine.wallSeconds());
-  engine.say(done);
+  std::string line = done;
+  if (faults) {
+    // What the script did to this peer's messages (and the spare copies it collected).
+    const FaultInjector::Counts& c = faults->counts();
+    line += "; link faults: " + std::to_string(c.corrupted) + " corrupted, " +
+            std::to_string(c.delayed) + " delayed, " + std::to_string(c.duplicated) +
+            " duplicated, " + std::to_string(c.reordered) + " reordered, " +
+            std::to_string(c.collected) + " spare copies collected";
+  }
+  engine.say(line);
   return core::Status::ok();
 }
 
