@@ -62,7 +62,11 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   std::vector<bool> running(n, true);
   std::vector<int> killedBefore;  // ranks lost in earlier rounds (what a detector knows)
   std::map<uint64_t, std::vector<int>> changes;  // effective round -> ranks
+  // The optimum the metrics measure against once a node is out: that of the nodes still running,
+  // from the round it left (not only from the membership change), as the merge of a run's peer
+  // logs has it (PeerLogMerger::poll).
   std::unique_ptr<SurvivorProblem> survivors;
+  std::vector<bool> survivorsOf;  // the running mask `survivors` is for
   std::unique_ptr<LineFile> membershipLog;
   if (!opt.outDir.empty() && !s.faults.script.empty()) {
     auto created = LineFile::create(opt.outDir / "membership.jsonl");
@@ -79,6 +83,13 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   std::vector<std::span<const T>> models;
   CompressionErrorMean compressionError;
   auto measure = [&](uint64_t round) -> core::Status {
+    const bool anyOut = std::find(running.begin(), running.end(), false) != running.end();
+    if (anyOut && survivorsOf != running) {
+      auto problem = survivorProblem(e, running);
+      if (!problem) return problem.status();
+      survivors = std::make_unique<SurvivorProblem>(std::move(*problem));
+      survivorsOf = running;
+    }
     // Wall time when the round finished, before the metrics themselves are computed.
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -86,7 +97,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     for (int i = 0; i < n; ++i) {
       if (running[i]) models.push_back(nodes[i]->model());
     }
-    RoundMetrics m = measureModels<T>(e, models, result.xMean, survivors.get());
+    RoundMetrics m = measureModels<T>(e, models, result.xMean, anyOut ? survivors.get() : nullptr);
     m.round = round;
     m.wallS = wall;
     double errSum = 0;
@@ -193,9 +204,6 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     killedBefore.insert(killedBefore.end(), killedNow.begin(), killedNow.end());
     if (auto it = changes.find(r); it != changes.end()) {
       membership.remove(it->second);
-      auto problem = survivorProblem(e, membership.aliveMask());
-      if (!problem) return problem.status();
-      survivors = std::make_unique<SurvivorProblem>(std::move(*problem));
       auto support = survivorSchedule.support(membership);
       if (!support) return support.status();
       for (int i = 0; i < n; ++i) {
