@@ -93,7 +93,7 @@ void FaultInjector::send(int to, transport::Tag tag, transport::SharedBytes byte
       auto bad = std::make_shared<transport::Bytes>(bytes->begin(), bytes->end());
       const size_t at = rng_.below(bad->size());
       (*bad)[at] ^= std::byte{static_cast<unsigned char>(1 + rng_.below(255))};
-      ++counts_.corrupted;
+      ++injected_;
       inner_.send(to, tag, std::move(bad), [](const core::Status&) {});
     }
     if (e.kind == FaultEvent::Kind::kDelay && realTime_) delayMs = std::max(delayMs, e.delayMs);

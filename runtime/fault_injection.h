@@ -86,7 +86,13 @@ class FaultInjector final : public transport::Transport {
   // once every node has sent, before it drives any transport (a message held until the sender's
   // next progress() would keep a node driven before it waiting).
   void releaseHeld();
-  const Counts& counts() const { return counts_; }
+  Counts counts() const {
+    Counts c = counts_;
+    c.corrupted = injected_;
+    return c;
+  }
+  // Corrupted copies sent (counts().corrupted).
+  uint64_t injected() const { return injected_; }
 
   // The text of a dropped message's failure, as the runners say it.
   static std::string dropMessage(int from, int to, uint64_t round);
@@ -124,7 +130,8 @@ class FaultInjector final : public transport::Transport {
   transport::Transport& inner_;
   std::vector<FaultEvent> events_;
   uint64_t seed_;
-  core::Rng rng_;  // corruption's stream
+  core::Rng rng_;          // corruption's stream
+  uint64_t injected_ = 0;  // corrupted copies sent
   uint32_t channel_;
   bool realTime_;
   bool anyChance_ = false;  // a drop, duplicate or reorder event

@@ -230,7 +230,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   std::string line = done;
   if (faults) {
     // What the script did to this peer's messages (and the spare copies it collected).
-    const FaultInjector::Counts& c = faults->counts();
+    const FaultInjector::Counts c = faults->counts();
     line += "; link faults: " + std::to_string(c.corrupted) + " corrupted, " +
             std::to_string(c.delayed) + " delayed, " + std::to_string(c.duplicated) +
             " duplicated, " + std::to_string(c.reordered) + " reordered, " +
