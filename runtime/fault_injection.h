@@ -80,6 +80,10 @@ class FaultInjector final : public transport::Transport {
     return inner_.allocate(size);
   }
 
+  // The text of a dropped message's failure, as the runners say it.
+  static std::string dropMessage(int from, int to, uint64_t round);
+  // The error that stops a run (on_peer_loss "stop") at a dropped message.
+  static std::string dropStopMessage(int from, int to, uint64_t round);
   // The model messages dropped since the last call, in send order.
   std::vector<Drop> takeDropped();
   // Hands a held-back (reordered) message to the wrapped transport now. The simulator calls it
@@ -94,10 +98,6 @@ class FaultInjector final : public transport::Transport {
   // Corrupted copies sent (counts().corrupted).
   uint64_t injected() const { return injected_; }
 
-  // The text of a dropped message's failure, as the runners say it.
-  static std::string dropMessage(int from, int to, uint64_t round);
-  // The error that stops a run (on_peer_loss "stop") at a dropped message.
-  static std::string dropStopMessage(int from, int to, uint64_t round);
 
  private:
   // What the coins decided for one message (drop wins over the others).
