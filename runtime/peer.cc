@@ -42,7 +42,7 @@ core::Status applyChange(const Experiment& e, NodeStack<T>& stack, Membership& m
 
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
-                   const std::string& address, FaultInjector* faults) {
+                   FaultInjector* faults, const std::string& address) {
   const Scenario& s = e.scenario;
   auto built = buildNode<T>(e, opt.rank, net);
   if (!built) return built.status();
@@ -309,8 +309,10 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
                                              /*realTime=*/true);
     use = faults.get();
   }
-  if (s.precision == Precision::kFloat32) return runAs<float>(e, opt, *use, address, faults.get());
-  return runAs<double>(e, opt, *use, address, faults.get());
+  if (s.precision == Precision::kFloat32) {
+    return runAs<float>(e, opt, *use, faults.get(), address);
+  }
+  return runAs<double>(e, opt, *use, faults.get(), address);
 }
 
 }  // namespace starling::runtime
