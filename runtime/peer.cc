@@ -235,7 +235,17 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       }
     }
     if (!continueOnLoss) {
-      STARLING_RETURN_IF_ERROR(engine.round(node));  // a failure is already in the log
+      STARLING_RETURN_IF_ERROR(engine.begin(node));  // a failure is already in the log
+      if (faults) {
+        // A dropped message: its receiver would wait out the deadline and stop, naming this
+        // peer; this peer knows why and says so at once.
+        for (const FaultInjector::Drop& d : faults->takeDropped()) {
+          return engine.fail(core::unavailable(FaultInjector::dropStopMessage(
+                                 opt.rank, d.to, d.tag.round)),
+                             &node);
+        }
+      }
+      STARLING_RETURN_IF_ERROR(engine.complete(node));
     } else {
       if (auto due = gossip.dueAt(r); !due.empty()) {
         STARLING_RETURN_IF_ERROR(applyChange(e, stack, membership, survivorSchedule, due, r,
@@ -250,6 +260,22 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       STARLING_RETURN_IF_ERROR(engine.begin(node, **topo));
       gossip.listen(**support);
       gossip.start(r, **support, engine.deadline());
+      if (faults) {
+        // This peer's message to a neighbour was dropped: the neighbour will take it for lost
+        // (docs/algorithms.md §18, "Dropped messages"). Out of the run either way, it leaves now,
+        // once its other messages of the round are on their way, rather than be found out by
+        // timeouts (two peers whose messages to each other were both dropped would otherwise
+        // wait for each other, each telling the other it is alive).
+        if (const auto drops = faults->takeDropped(); !drops.empty()) {
+          STARLING_RETURN_IF_ERROR(engine.flush({&node}));
+          if (opt.leftRun) *opt.leftRun = true;
+          return engine.fail(core::Status(core::StatusCode::kPeerGone,
+                                          FaultInjector::dropMessage(opt.rank, drops.front().to, r) +
+                                              "; rank " + std::to_string(drops.front().to) +
+                                              " takes this peer for lost, so it leaves the run"),
+                             nullptr);
+        }
+      }
       STARLING_RETURN_IF_ERROR(engine.complete(node));
       std::vector<int> lostNow = node.takeNewlyLost();
       for (int peer : gossip.finish()) lostNow.push_back(peer);
@@ -313,7 +339,16 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   std::snprintf(done, sizeof done, "node-launcher peer %d: done, %llu rounds, %.1f MB sent, %.2f s",
                 opt.rank, static_cast<unsigned long long>(s.rounds),
                 static_cast<double>(node.bytesSent()) / 1e6, engine.wallSeconds());
-  engine.say(done);
+  std::string line = done;
+  if (faults) {
+    // What the script did to this peer's messages (and the spare copies it collected).
+    const FaultInjector::Counts c = faults->counts();
+    line += "; link faults: " + std::to_string(c.corrupted) + " corrupted, " +
+            std::to_string(c.delayed) + " delayed, " + std::to_string(c.duplicated) +
+            " duplicated, " + std::to_string(c.reordered) + " reordered, " +
+            std::to_string(c.collected) + " spare copies collected";
+  }
+  engine.say(line);
   return core::Status::ok();
 }
 

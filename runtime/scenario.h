@@ -101,10 +101,18 @@ enum class RepairKind { kReconnect, kNone };
 // preceded, with probability P, by a copy with one byte flipped (what an attacker or a broken
 // link would inject): receivers must count and reject it and the results stay the same.
 // {"delay_ms": D, "from_round": N, "to_round": M}: model messages sent in those rounds leave D ms
-// late (in `run`; `simulate` has no clock, so nothing changes there). "link": [A, B] limits
-// either to messages between ranks A and B.
+// late (in `run`; `simulate` has no clock, so nothing changes there).
+// {"drop": P, ...}: each such message is lost with probability P. Its receiver cannot tell it
+// from a silent sender: with on_peer_loss "stop" the run stops naming the link; with "continue"
+// the receiver takes the sender for lost and the sender, which knows, leaves the run after that
+// round (docs/algorithms.md §18, "Dropped messages").
+// {"duplicate": P, ...}: the message is delivered twice; the receiver uses one copy and the
+// other is collected (FaultInjector).
+// {"reorder": P, ...}: the message is held back and leaves after the next message its sender
+// sends (or when the sender next waits), out of send order.
+// "link": [A, B] limits any of these to messages between ranks A and B.
 struct FaultEvent {
-  enum class Kind { kKill, kCorrupt, kDelay };
+  enum class Kind { kKill, kCorrupt, kDelay, kDrop, kDuplicate, kReorder };
   Kind kind = Kind::kKill;
   int kill = -1;
   uint64_t atRound = 0;

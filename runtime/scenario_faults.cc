@@ -22,15 +22,25 @@ void parseFaults(Obj& o, Scenario& s) {
       Obj ev(list[k], at + "/" + std::to_string(k));
       FaultEvent e;
       const uint64_t last = s.rounds > 0 ? s.rounds - 1 : 0;
-      const int kinds = ev.has("kill") + ev.has("corrupt") + ev.has("delay_ms");
+      // The link faults that take a probability, by key.
+      static const std::pair<const char*, FaultEvent::Kind> kChances[] = {
+          {"corrupt", FaultEvent::Kind::kCorrupt},
+          {"drop", FaultEvent::Kind::kDrop},
+          {"duplicate", FaultEvent::Kind::kDuplicate},
+          {"reorder", FaultEvent::Kind::kReorder},
+      };
+      int kinds = ev.has("kill") + ev.has("delay_ms");
+      for (const auto& [key, kind] : kChances) kinds += ev.has(key);
       if (kinds != 1) {
-        throw ScenarioError{ev.path(), "a fault event has exactly one of \"kill\", \"corrupt\" "
-                                       "or \"delay_ms\""};
+        throw ScenarioError{ev.path(), "a fault event has exactly one of \"kill\", \"corrupt\", "
+                                       "\"delay_ms\", \"drop\", \"duplicate\" or \"reorder\""};
       }
       if (!ev.has("kill")) {
-        if (ev.has("corrupt")) {
-          e.kind = FaultEvent::Kind::kCorrupt;
-          e.probability = ev.number("corrupt", 0.0, 1.0, std::nullopt);
+        const auto chance = std::find_if(std::begin(kChances), std::end(kChances),
+                                         [&](const auto& c) { return ev.has(c.first); });
+        if (chance != std::end(kChances)) {
+          e.kind = chance->second;
+          e.probability = ev.number(chance->first, 0.0, 1.0, std::nullopt);
         } else {
           e.kind = FaultEvent::Kind::kDelay;
           e.delayMs = ev.integer<uint64_t>("delay_ms", 0, 3600000);

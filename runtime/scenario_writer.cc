@@ -275,10 +275,12 @@ json resolved(const Scenario& s) {
       ev["kill"] = e.kill;
       ev["at_round"] = e.atRound;
     } else {
-      if (e.kind == FaultEvent::Kind::kCorrupt) {
-        ev["corrupt"] = e.probability;
-      } else {
-        ev["delay_ms"] = e.delayMs;
+      switch (e.kind) {
+        case FaultEvent::Kind::kCorrupt: ev["corrupt"] = e.probability; break;
+        case FaultEvent::Kind::kDrop: ev["drop"] = e.probability; break;
+        case FaultEvent::Kind::kDuplicate: ev["duplicate"] = e.probability; break;
+        case FaultEvent::Kind::kReorder: ev["reorder"] = e.probability; break;
+        default: ev["delay_ms"] = e.delayMs; break;
       }
       ev["from_round"] = e.fromRound;
       ev["to_round"] = e.toRound;

@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "runtime/fault_injection.h"
 #include "runtime/line_file.h"
@@ -23,13 +25,16 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   auto hub = transport::inproc::createHub(n);
   std::vector<std::unique_ptr<transport::Transport>> owned;  // in-process, and fault wrappers
   std::vector<transport::Transport*> transports;             // what node i uses
+  std::vector<FaultInjector*> injectors(n, nullptr);
   std::vector<NodeStack<T>> stacks;
   std::vector<Node<T>*> nodes;
   for (int i = 0; i < n; ++i) {
     owned.push_back(transport::inproc::createTransport(*hub, i));
     if (FaultInjector::wanted(s)) {  // scripted link faults, applied as a peer applies them
-      owned.push_back(std::make_unique<FaultInjector>(*owned.back(), s.faults.script, s.seed,
-                                                      kModelChannel, /*realTime=*/false));
+      auto injector = std::make_unique<FaultInjector>(*owned.back(), s.faults.script, s.seed,
+                                                      kModelChannel, /*realTime=*/false);
+      injectors[i] = injector.get();
+      owned.push_back(std::move(injector));
     }
     transports.push_back(owned.back().get());
     auto stack = buildNode<T>(e, i, *transports.back());
@@ -57,7 +62,11 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   std::vector<bool> running(n, true);
   std::vector<int> killedBefore;  // ranks lost in earlier rounds (what a detector knows)
   std::map<uint64_t, std::vector<int>> changes;  // effective round -> ranks
+  // The optimum the metrics measure against once a node is out: that of the nodes still running,
+  // from the round it left (not only from the membership change), as the merge of a run's peer
+  // logs has it (PeerLogMerger::poll).
   std::unique_ptr<SurvivorProblem> survivors;
+  std::vector<bool> survivorsOf;  // the running mask `survivors` is for
   std::unique_ptr<LineFile> membershipLog;
   if (!opt.outDir.empty() && !s.faults.script.empty()) {
     auto created = LineFile::create(opt.outDir / "membership.jsonl");
@@ -74,6 +83,13 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   std::vector<std::span<const T>> models;
   CompressionErrorMean compressionError;
   auto measure = [&](uint64_t round) -> core::Status {
+    const bool anyOut = std::find(running.begin(), running.end(), false) != running.end();
+    if (anyOut && survivorsOf != running) {
+      auto problem = survivorProblem(e, running);
+      if (!problem) return problem.status();
+      survivors = std::make_unique<SurvivorProblem>(std::move(*problem));
+      survivorsOf = running;
+    }
     // Wall time when the round finished, before the metrics themselves are computed.
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -81,7 +97,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     for (int i = 0; i < n; ++i) {
       if (running[i]) models.push_back(nodes[i]->model());
     }
-    RoundMetrics m = measureModels<T>(e, models, result.xMean, survivors.get());
+    RoundMetrics m = measureModels<T>(e, models, result.xMean, anyOut ? survivors.get() : nullptr);
     m.round = round;
     m.wallS = wall;
     double errSum = 0;
@@ -105,20 +121,75 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     return core::Status::ok();
   };
 
+  // Dropped messages (docs/algorithms.md §18, "Dropped messages"), as `run` has them. The sender
+  // of a dropped message knows its receiver will take it for lost, and leaves the run as soon as
+  // its messages of that round are sent (takeLeavers, after every node has sent); the receiver's
+  // receive fails (FaultInjector) and it stands in for the sender; the sender's other neighbours
+  // have its message of that round and find it gone in the next. The change follows from the
+  // round the loss was first noticed in, by a node that stays, as for a kill.
+  auto takeLeavers = [&](uint64_t r) {
+    std::map<int, std::string> leaving;  // rank -> why
+    for (int i = 0; i < n; ++i) {
+      if (!injectors[i]) continue;
+      const auto drops = injectors[i]->takeDropped();
+      if (running[i] && !drops.empty()) {
+        leaving[i] = FaultInjector::dropMessage(i, drops.front().to, r);
+        running[i] = false;  // no finishRound: it has gone
+      }
+    }
+    return leaving;
+  };
+  auto settleLeavers = [&](uint64_t r, std::map<int, std::string> leaving) -> core::Status {
+    std::set<int> noticed;  // lost by a neighbour that stays (its receive failed)
+    for (int i = 0; i < n; ++i) {
+      if (!running[i]) continue;
+      for (int peer : nodes[i]->takeNewlyLost()) {
+        noticed.insert(peer);
+        if (!leaving.count(peer) && running[peer]) {
+          // (Not seen in a simulation so far: a receive fails only for a dropped message.)
+          leaving[peer] = "no message from rank " + std::to_string(peer) + " for round " +
+                          std::to_string(r);
+          running[peer] = false;
+        }
+      }
+    }
+    std::vector<int> left;
+    for (const auto& [rank, why] : leaving) {
+      left.push_back(rank);
+      for (int i = 0; i < n; ++i) {
+        if (running[i]) nodes[i]->loseThisRound(rank);  // found gone next round
+      }
+      const uint64_t seen = noticed.count(rank) ? r : r + 1;
+      std::vector<int> known = killedBefore;
+      known.push_back(rank);
+      changes[seen + agreementRounds(s, e.schedule->support(), known)].push_back(rank);
+      if (membershipLog) {
+        STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(seen, rank, why)));
+      }
+    }
+    killedBefore.insert(killedBefore.end(), left.begin(), left.end());
+    if (std::find(running.begin(), running.end(), true) == running.end()) {
+      return core::unavailable("every node was lost; nobody finished the run");
+    }
+    return core::Status::ok();
+  };
   ProgressLine progress(s.name, s.rounds, opt.progress);
   STARLING_RETURN_IF_ERROR(measure(0));
   // In process every message is deposited before anyone waits, so a generous deadline is only a
   // guard against a bug leaving a receive unmatched.
   const auto kRoundDeadline = std::chrono::seconds(60);
   for (uint64_t r = 0; r < s.rounds; ++r) {
+    std::vector<int> killedNow;
     for (const FaultEvent& ev : s.faults.script) {
-      if (ev.kind != FaultEvent::Kind::kKill || ev.atRound != r) continue;
+      // (A rank that already left, after a dropped message, has no process left to kill.)
+      if (ev.kind != FaultEvent::Kind::kKill || ev.atRound != r || !running[ev.kill]) continue;
       const std::string why = "killed by the fault script before round " + std::to_string(r);
       if (!continueOnLoss) {
         return core::peerGone("rank " + std::to_string(ev.kill) + " was " + why +
                               " (faults.on_peer_loss is \"stop\")");
       }
       running[ev.kill] = false;
+      killedNow.push_back(ev.kill);
       for (int i = 0; i < n; ++i) {
         if (running[i]) nodes[i]->loseThisRound(ev.kill);
       }
@@ -130,14 +201,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
         STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(r, ev.kill, why)));
       }
     }
-    for (const FaultEvent& ev : s.faults.script) {
-      if (ev.kind == FaultEvent::Kind::kKill && ev.atRound == r) killedBefore.push_back(ev.kill);
-    }
+    killedBefore.insert(killedBefore.end(), killedNow.begin(), killedNow.end());
     if (auto it = changes.find(r); it != changes.end()) {
       membership.remove(it->second);
-      auto problem = survivorProblem(e, membership.aliveMask());
-      if (!problem) return problem.status();
-      survivors = std::make_unique<SurvivorProblem>(std::move(*problem));
       auto support = survivorSchedule.support(membership);
       if (!support) return support.status();
       for (int i = 0; i < n; ++i) {
@@ -164,6 +230,22 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       const auto st = nodes[i]->startRound(r, **topo, step, deadline);
       if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
     }
+    // Every node has sent: messages held back for reordering go now (a peer lets them go when it
+    // waits; here a node driven before their sender would wait for them in vain).
+    for (FaultInjector* injector : injectors) {
+      if (injector) injector->releaseHeld();
+    }
+    if (!continueOnLoss) {
+      // A dropped message stops the run, as its sender stops a peer at once (runtime/peer.cc).
+      for (int i = 0; i < n; ++i) {
+        if (!injectors[i]) continue;
+        for (const FaultInjector::Drop& d : injectors[i]->takeDropped()) {
+          return core::unavailable(FaultInjector::dropStopMessage(i, d.to, d.tag.round));
+        }
+      }
+    }
+    std::map<int, std::string> leavers;
+    if (continueOnLoss) leavers = takeLeavers(r);
     for (int i = 0; i < n; ++i) {
       if (!running[i]) continue;
       while (!nodes[i]->roundComplete()) {
@@ -173,6 +255,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       const auto st = nodes[i]->finishRound();
       if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
     }
+    if (continueOnLoss) STARLING_RETURN_IF_ERROR(settleLeavers(r, std::move(leavers)));
     const uint64_t done = r + 1;
     if (done % s.logEvery == 0 || done == s.rounds) {
       STARLING_RETURN_IF_ERROR(measure(done));

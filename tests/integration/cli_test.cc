@@ -145,6 +145,15 @@ TEST_CASE("malformed scenarios exit 2 naming the file and the JSON path", "[inte
                              "\"step_size\": 0.3}, \"compression\": {\"kind\": \"topk\", "
                              "\"k\": 2, \"ratio\": 0.5}}"),
        "/compression: give exactly one of"},
+      {"drop_rate", replace("\"step_size\": 0.3}}",
+                            "\"step_size\": 0.3}, \"faults\": {\"script\": [{\"duplicate\": 0.1}, "
+                            "{\"drop\": 2, \"link\": [0, 1]}]}}"),
+       "/faults/script/1/drop: must be in [0, 1], got 2"},
+      {"two_faults", replace("\"step_size\": 0.3}}",
+                             "\"step_size\": 0.3}, \"faults\": {\"script\": [{\"reorder\": 0.5, "
+                             "\"duplicate\": 0.5}]}}"),
+       "/faults/script/0: a fault event has exactly one of \"kill\", \"corrupt\", \"delay_ms\", "
+       "\"drop\", \"duplicate\" or \"reorder\""},
       {"data_both", replace("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
                             "{\"format\": \"csv\", \"path\": \"x\"}"),
        "/problem/data/format: unknown data format \"csv\""},
