@@ -354,56 +354,6 @@ TEST_CASE("adacomp with error_feedback is refused while validating, not when the
 namespace starling::runtime {
 namespace {
 
-TEST_CASE("faults: drop, duplicate and reorder events", "[runtime][unit]") {
-  const std::string alg = R"("step_size": 0.3}})";
-  const auto withFaults = [&](const std::string& faults) {
-    return with(alg, R"("step_size": 0.3}, "faults": )" + faults + "}");
-  };
-  const auto s = parseScenario(withFaults(R"({"on_peer_loss": "continue", "script": [
-      {"drop": 0.01, "link": [1, 3], "from_round": 5, "to_round": 6},
-      {"duplicate": 0.5}, {"reorder": 1, "from_round": 2, "link": [0, 1]}]})"), "s.json", ".");
-  INFO(s.status().toString());
-  REQUIRE(s.isOk());
-  REQUIRE(s->faults.script.size() == 3);
-  // Sorted by first round: duplicate (0), reorder (2), drop (5).
-  CHECK(s->faults.script[0].kind == FaultEvent::Kind::kDuplicate);
-  CHECK(s->faults.script[0].probability == 0.5);
-  CHECK(s->faults.script[0].linkA == -1);
-  CHECK(s->faults.script[0].toRound == 40);
-  CHECK(s->faults.script[1].kind == FaultEvent::Kind::kReorder);
-  CHECK(s->faults.script[1].probability == 1.0);
-  CHECK(s->faults.script[1].fromRound == 2);
-  CHECK(s->faults.script[2].kind == FaultEvent::Kind::kDrop);
-  CHECK(s->faults.script[2].probability == 0.01);
-  CHECK(s->faults.script[2].linkA == 1);
-  CHECK(s->faults.script[2].linkB == 3);
-  CHECK(s->faults.script[2].toRound == 6);
-  CHECK(FaultInjector::wanted(*s));
-
-  // Exactly one kind per event; the message names them all.
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"drop": 0.5, "duplicate": 0.5}]})")),
-             Contains("s.json: /faults/script/0: a fault event has exactly one of \"kill\", "
-                      "\"corrupt\", \"delay_ms\", \"drop\", \"duplicate\" or \"reorder\""));
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"link": [0, 1]}]})")),
-             Contains("/faults/script/0: a fault event has exactly one of"));
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"kill": 1, "at_round": 2, "reorder": 0.5}]})")),
-             Contains("/faults/script/0: a fault event has exactly one of"));
-  // Probabilities in [0, 1].
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"drop": 1.5}]})")),
-             Contains("s.json: /faults/script/0/drop: must be in [0, 1], got 1.5"));
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"duplicate": -0.1}]})")),
-             Contains("/faults/script/0/duplicate: must be in [0, 1]"));
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"reorder": "often"}]})")),
-             Contains("/faults/script/0/reorder: expected a number, got a string"));
-  // Rounds and links as for the other link faults; no stray keys.
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"drop": 0.5, "from_round": 40}]})")),
-             Contains("/faults/script/0/from_round: must be between 0 and 39"));
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"reorder": 0.5, "link": [0, 4]}]})")),
-             Contains("/faults/script/0/link: expected [A, B]: two different ranks of 0..3"));
-  CHECK_THAT(refusal(withFaults(R"({"script": [{"duplicate": 0.5, "at_round": 3}]})")),
-             Contains("/faults/script/0/at_round: unknown key"));
-}
-
 TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit]") {
   const auto plain = parseScenario(kGood, "s.json", ".");
   REQUIRE(plain.isOk());
@@ -460,6 +410,56 @@ TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit
              Contains("/faults/script/0/link: expected [A, B]: two different ranks of 0..3"));
   CHECK_THAT(refusal(withFaults(R"({"script": [{"delay_ms": 5, "from_round": 9, "to_round": 3}]})")),
              Contains("/faults/script/0/to_round: must be between 9 and 40"));
+}
+
+TEST_CASE("faults: drop, duplicate and reorder events", "[runtime][unit]") {
+  const std::string alg = R"("step_size": 0.3}})";
+  const auto withFaults = [&](const std::string& faults) {
+    return with(alg, R"("step_size": 0.3}, "faults": )" + faults + "}");
+  };
+  const auto s = parseScenario(withFaults(R"({"on_peer_loss": "continue", "script": [
+      {"drop": 0.01, "link": [1, 3], "from_round": 5, "to_round": 6},
+      {"duplicate": 0.5}, {"reorder": 1, "from_round": 2, "link": [0, 1]}]})"), "s.json", ".");
+  INFO(s.status().toString());
+  REQUIRE(s.isOk());
+  REQUIRE(s->faults.script.size() == 3);
+  // Sorted by first round: duplicate (0), reorder (2), drop (5).
+  CHECK(s->faults.script[0].kind == FaultEvent::Kind::kDuplicate);
+  CHECK(s->faults.script[0].probability == 0.5);
+  CHECK(s->faults.script[0].linkA == -1);
+  CHECK(s->faults.script[0].toRound == 40);
+  CHECK(s->faults.script[1].kind == FaultEvent::Kind::kReorder);
+  CHECK(s->faults.script[1].probability == 1.0);
+  CHECK(s->faults.script[1].fromRound == 2);
+  CHECK(s->faults.script[2].kind == FaultEvent::Kind::kDrop);
+  CHECK(s->faults.script[2].probability == 0.01);
+  CHECK(s->faults.script[2].linkA == 1);
+  CHECK(s->faults.script[2].linkB == 3);
+  CHECK(s->faults.script[2].toRound == 6);
+  CHECK(FaultInjector::wanted(*s));
+
+  // Exactly one kind per event; the message names them all.
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"drop": 0.5, "duplicate": 0.5}]})")),
+             Contains("s.json: /faults/script/0: a fault event has exactly one of \"kill\", "
+                      "\"corrupt\", \"delay_ms\", \"drop\", \"duplicate\" or \"reorder\""));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"link": [0, 1]}]})")),
+             Contains("/faults/script/0: a fault event has exactly one of"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"kill": 1, "at_round": 2, "reorder": 0.5}]})")),
+             Contains("/faults/script/0: a fault event has exactly one of"));
+  // Probabilities in [0, 1].
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"drop": 1.5}]})")),
+             Contains("s.json: /faults/script/0/drop: must be in [0, 1], got 1.5"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"duplicate": -0.1}]})")),
+             Contains("/faults/script/0/duplicate: must be in [0, 1]"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"reorder": "often"}]})")),
+             Contains("/faults/script/0/reorder: expected a number, got a string"));
+  // Rounds and links as for the other link faults; no stray keys.
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"drop": 0.5, "from_round": 40}]})")),
+             Contains("/faults/script/0/from_round: must be between 0 and 39"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"reorder": 0.5, "link": [0, 4]}]})")),
+             Contains("/faults/script/0/link: expected [A, B]: two different ranks of 0..3"));
+  CHECK_THAT(refusal(withFaults(R"({"script": [{"duplicate": 0.5, "at_round": 3}]})")),
+             Contains("/faults/script/0/at_round: unknown key"));
 }
 
 }  // namespace
