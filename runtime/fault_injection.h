@@ -17,8 +17,8 @@
 // - delay_ms: the message leaves D ms late (real time only).
 // - drop: the message never reaches the wrapped transport; the node's send still completes (a
 //   sender cannot see a loss) and the drop is recorded for takeDropped(): the runner stops the
-//   run naming the link (on_peer_loss "stop") or makes this rank leave after the round, since its
-//   receiver will take it for lost ("continue").
+//   run naming the link (on_peer_loss "stop") or makes this rank leave in that round, once its
+//   messages are sent, since its receiver will take it for lost ("continue").
 // - duplicate: the message goes twice. The receiving wrapper knows (the coin) and, once the node
 //   has taken its copy, takes the spare itself and lets it go (counts().collected), so nothing is
 //   left queued in the transport (which would hold it for good).

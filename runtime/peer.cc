@@ -258,23 +258,33 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       for (int lost : gossip.knownLost()) node.setLost(lost);
       const auto roundStart = transport::Clock::now();
       STARLING_RETURN_IF_ERROR(engine.begin(node, **topo));
+      // A model message of this peer was dropped (docs/algorithms.md §18, "Dropped messages"):
+      // its receiver will take this peer for lost. Out of the run either way, it leaves in this
+      // round, once its other messages are on their way, rather than be found out by timeouts
+      // (two peers whose messages to each other were both dropped would otherwise wait for each
+      // other, each telling the other it is alive). It proposes its own departure in this
+      // round's gossip, so every neighbour knows from this round and the change comes D rounds
+      // after it, whoever else notices and when.
+      std::vector<FaultInjector::Drop> drops;
+      if (faults) drops = faults->takeDropped();
+      if (!drops.empty()) {
+        std::vector<int> gone = gossip.knownLost();
+        gone.push_back(opt.rank);
+        gossip.propose(opt.rank, r, agreementRounds(s, e.schedule->support(), gone));
+      }
       gossip.listen(**support);
       gossip.start(r, **support, engine.deadline());
-      if (faults) {
-        // This peer's message to a neighbour was dropped: the neighbour will take it for lost
-        // (docs/algorithms.md §18, "Dropped messages"). Out of the run either way, it leaves now,
-        // once its other messages of the round are on their way, rather than be found out by
-        // timeouts (two peers whose messages to each other were both dropped would otherwise
-        // wait for each other, each telling the other it is alive).
-        if (const auto drops = faults->takeDropped(); !drops.empty()) {
-          STARLING_RETURN_IF_ERROR(engine.flush({&node}));
-          if (opt.leftRun) *opt.leftRun = true;
-          return engine.fail(core::Status(core::StatusCode::kPeerGone,
-                                          FaultInjector::dropMessage(opt.rank, drops.front().to, r) +
-                                              "; rank " + std::to_string(drops.front().to) +
-                                              " takes this peer for lost, so it leaves the run"),
-                             nullptr);
-        }
+      if (!drops.empty()) {
+        const std::string why = FaultInjector::dropMessage(opt.rank, drops.front().to, r);
+        // Its own log says it was lost in round r: it leaves without finishing the round, so
+        // its last model is the one logged before (PeerLogMerger counts it up to round r).
+        STARLING_RETURN_IF_ERROR(engine.append(membershipLostLine(r, opt.rank, why)));
+        STARLING_RETURN_IF_ERROR(engine.flush({&node}));
+        if (opt.leftRun) *opt.leftRun = true;
+        return engine.fail(core::Status(core::StatusCode::kPeerGone,
+                                        why + "; rank " + std::to_string(drops.front().to) +
+                                            " takes this peer for lost, so it leaves the run"),
+                           nullptr);
       }
       STARLING_RETURN_IF_ERROR(engine.complete(node));
       std::vector<int> lostNow = node.takeNewlyLost();

@@ -104,8 +104,8 @@ enum class RepairKind { kReconnect, kNone };
 // late (in `run`; `simulate` has no clock, so nothing changes there).
 // {"drop": P, ...}: each such message is lost with probability P. Its receiver cannot tell it
 // from a silent sender: with on_peer_loss "stop" the run stops naming the link; with "continue"
-// the receiver takes the sender for lost and the sender, which knows, leaves the run after that
-// round (docs/algorithms.md §18, "Dropped messages").
+// the receiver takes the sender for lost and the sender, which knows, leaves the run in that
+// round, once its messages are sent (docs/algorithms.md §18, "Dropped messages").
 // {"duplicate": P, ...}: the message is delivered twice; the receiver uses one copy and the
 // other is collected (FaultInjector).
 // {"reorder": P, ...}: the message is held back and leaves after the next message its sender

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "runtime/fault_injection.h"
 #include "runtime/line_file.h"
@@ -122,11 +121,12 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   };
 
   // Dropped messages (docs/algorithms.md §18, "Dropped messages"), as `run` has them. The sender
-  // of a dropped message knows its receiver will take it for lost, and leaves the run as soon as
-  // its messages of that round are sent (takeLeavers, after every node has sent); the receiver's
-  // receive fails (FaultInjector) and it stands in for the sender; the sender's other neighbours
-  // have its message of that round and find it gone in the next. The change follows from the
-  // round the loss was first noticed in, by a node that stays, as for a kill.
+  // of a dropped message knows its receiver will take it for lost: it proposes its own departure
+  // in that round's gossip and leaves as soon as its messages of the round are sent
+  // (takeLeavers, after every node has sent). The receiver's receive fails (FaultInjector) and it
+  // stands in for the sender; the sender's other neighbours have its message of that round, and
+  // every neighbour has its proposal, so from the next round none sends to it. It is lost in
+  // round r and the change comes D rounds later, as for a kill.
   auto takeLeavers = [&](uint64_t r) {
     std::map<int, std::string> leaving;  // rank -> why
     for (int i = 0; i < n; ++i) {
@@ -140,11 +140,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     return leaving;
   };
   auto settleLeavers = [&](uint64_t r, std::map<int, std::string> leaving) -> core::Status {
-    std::set<int> noticed;  // lost by a neighbour that stays (its receive failed)
     for (int i = 0; i < n; ++i) {
       if (!running[i]) continue;
       for (int peer : nodes[i]->takeNewlyLost()) {
-        noticed.insert(peer);
         if (!leaving.count(peer) && running[peer]) {
           // (Not seen in a simulation so far: a receive fails only for a dropped message.)
           leaving[peer] = "no message from rank " + std::to_string(peer) + " for round " +
@@ -157,14 +155,13 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     for (const auto& [rank, why] : leaving) {
       left.push_back(rank);
       for (int i = 0; i < n; ++i) {
-        if (running[i]) nodes[i]->loseThisRound(rank);  // found gone next round
+        if (running[i]) nodes[i]->setLost(rank);
       }
-      const uint64_t seen = noticed.count(rank) ? r : r + 1;
       std::vector<int> known = killedBefore;
       known.push_back(rank);
-      changes[seen + agreementRounds(s, e.schedule->support(), known)].push_back(rank);
+      changes[r + agreementRounds(s, e.schedule->support(), known)].push_back(rank);
       if (membershipLog) {
-        STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(seen, rank, why)));
+        STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(r, rank, why)));
       }
     }
     killedBefore.insert(killedBefore.end(), left.begin(), left.end());

@@ -285,6 +285,43 @@ TEST_CASE("a dropped message with \"continue\": its sender leaves, run and simul
   CHECK(contains(log3, "takes this peer for lost, so it leaves the run"));
 }
 
+TEST_CASE("messages dropped both ways: both ends leave in that round, run and simulate agree",
+          "[integration][peers][faults]") {
+  const auto dir = tempDir("drop-both");
+  const auto file = dir / "both.json";
+  // Round 49, so the next logged round (50) is the first without them; nobody who stays notices
+  // them before round 50, so each says in its own log and gossip that it leaves in round 49.
+  writeFile(file, lossScenario("both", R"({"kind": "ring"})",
+                               R"({"on_peer_loss": "continue", "script": [{"drop": 1,
+                                   "link": [2, 3], "from_round": 49, "to_round": 50}]})", 400));
+  const auto run = runLauncher(
+      {kLauncher, "run", file.string(), "--out", (dir / "run").string()}, dir / "run.log");
+  INFO(run.output);
+  CHECK(run.exit == 0);
+  const auto sim = runLauncher(
+      {kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()}, dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  const auto a = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  REQUIRE(a.size() == 9);
+  CHECK(a == metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+  const std::string changes = readFile(dir / "run" / "membership.jsonl");
+  INFO(changes);
+  // The changes are the same; the loss lines too (each leaver's own, in both), but a slow
+  // neighbour could word one of its own first, so only their round and rank are checked.
+  const auto changeLines = [](const std::string& text) {
+    std::string out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (contains(line, R"({"membership")")) out += line + "\n";
+    }
+    return out;
+  };
+  CHECK(changeLines(changes) == changeLines(readFile(dir / "sim" / "membership.jsonl")));
+  CHECK(contains(changes, R"({"lost":{"round":49,"rank":2,)"));
+  CHECK(contains(changes, R"({"lost":{"round":49,"rank":3,)"));
+  CHECK(contains(changes, R"("left":[2,3])"));
+}
+
 TEST_CASE("a dropped message with \"stop\" stops the run, naming the link",
           "[integration][peers][faults]") {
   const auto dir = tempDir("drop-stop");

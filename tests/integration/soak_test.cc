@@ -140,7 +140,9 @@ TEST_CASE("soak: 16 peers, thousands of rounds, kills and link faults; memory st
   bool exited = false;
   while (!(exited = launcher->waitFor(0ms)) && seconds() < std::chrono::duration<double>(limit).count()) {
     for (pid_t p : childrenOf(launcher->pid)) {
-      if (!ranks.count(p)) ranks[p] = rankOf(p);
+      // (Asked again while it is -1: a child between fork and exec still has the launcher's
+      // command line.)
+      if (!ranks.count(p) || ranks[p] < 0) ranks[p] = rankOf(p);
     }
     for (const auto& [pid, rank] : ranks) {
       if (rank < 0) continue;
