@@ -1,0 +1,103 @@
+"""faults.on_peer_loss "continue" for trainers (issue 12): 4 Python trainers on a ring mix()
+their models; rank 2 kills itself with SIGKILL mid-run. The survivors stand in for it, agree on
+its departure and apply the change at one round, restarting gossip from their models over the
+repaired graph; the launcher reports the loss and exits 0; membership.jsonl records the loss and
+the change; metrics.jsonl has every round (the survivors' from the loss on). Checked by hand from
+the peer logs: after the change the survivors agree, and their common model is the average of
+their models at the change (gossip with doubly stochastic weights keeps the average)."""
+
+import json
+import os
+import sys
+
+import harness
+
+harness.require("numpy", "starling")
+
+NODES = 4
+STEPS = 40
+KILL_RANK = 2
+KILL_STEP = 10
+
+
+def read_log(path):
+    rounds, lost, changes = {}, [], []
+    for line in open(path):
+        j = json.loads(line)
+        if "peer_log" in j:
+            continue
+        if "lost" in j:
+            lost.append(j["lost"])
+        elif "membership" in j:
+            changes.append(j["membership"])
+        elif "x" in j:
+            rounds[j["round"]] = j["x"]
+    return rounds, lost, changes
+
+
+def main():
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loss_worker.py")
+    with harness.TempDir("python-peer-loss") as tmp:
+        scenario = harness.embedded_scenario(
+            tmp, "python-peer-loss", NODES,
+            extra={"faults": {"on_peer_loss": "continue"},
+                   "transport": {"round_timeout_ms": 1500}})
+        out = os.path.join(tmp, "run")
+        rc, output = harness.run_launcher(
+            scenario, out, [sys.executable, worker], timeout=120,
+            env={"LOSS_STEPS": str(STEPS), "LOSS_KILL_RANK": str(KILL_RANK),
+                 "LOSS_KILL_STEP": str(KILL_STEP)})
+        print(output)
+        harness.check(rc == 0, f"node-launcher exited {rc}, expected 0 (the survivors finished)")
+        harness.check(f"peer {KILL_RANK} was killed by signal 9" in output,
+                      "the launcher does not report the loss of rank 2")
+
+        # membership.jsonl: the loss (in the round the neighbours waited for rank 2's message)
+        # and one change taking it out.
+        news = [json.loads(l) for l in open(os.path.join(out, "membership.jsonl"))]
+        lost = [n["lost"] for n in news if "lost" in n]
+        changes = [n["membership"] for n in news if "membership" in n]
+        harness.check(len(lost) == 1 and lost[0]["rank"] == KILL_RANK and
+                      lost[0]["round"] == KILL_STEP,
+                      f"membership.jsonl: expected rank {KILL_RANK} lost in round {KILL_STEP}, "
+                      f"got {news}")
+        harness.check(len(changes) == 1 and changes[0]["left"] == [KILL_RANK] and
+                      changes[0]["epoch"] == 1 and KILL_STEP < changes[0]["round"] < STEPS,
+                      f"membership.jsonl: expected one change without rank {KILL_RANK}, "
+                      f"got {news}")
+        change = changes[0]["round"]
+
+        # The survivors' logs: the same change at the same round, and its arithmetic.
+        survivors = [r for r in range(NODES) if r != KILL_RANK]
+        logs = {r: read_log(os.path.join(out, "peers", f"rank-{r}.jsonl")) for r in survivors}
+        for r in survivors:
+            harness.check([c["round"] for c in logs[r][2]] == [change],
+                          f"rank {r} applied {logs[r][2]}, expected the change at {change}")
+            harness.check(max(logs[r][0]) == STEPS, f"rank {r} logged up to {max(logs[r][0])}")
+        at_change = [logs[r][0][change] for r in survivors]
+        mean = [sum(v[k] for v in at_change) / len(survivors) for k in range(3)]
+        for r in survivors:
+            final = logs[r][0][STEPS]
+            dev = max(abs(a - b) for a, b in zip(final, mean))
+            harness.check(dev < 1e-10,
+                          f"rank {r} ends at {final}, expected the survivors' average at the "
+                          f"change {mean} (off by {dev:.2e})")
+        # Before the change the survivors had not agreed (the check above is not trivial).
+        spread = max(abs(a[0] - b[0]) for a in at_change for b in at_change)
+        harness.check(spread > 1e-3, f"the survivors already agreed at the change ({spread:.2e})")
+
+        # metrics.jsonl: every round, the survivors' after the loss, consensus at the end.
+        metrics = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+        harness.check([m["round"] for m in metrics] == list(range(STEPS + 1)),
+                      f"metrics.jsonl rounds {[m['round'] for m in metrics]}")
+        harness.check(metrics[-1]["consensus_distance"] < 1e-20,
+                      f"final consensus distance {metrics[-1]['consensus_distance']}")
+        summary = json.load(open(os.path.join(out, "summary.json")))
+        harness.check(max(abs(a - b) for a, b in zip(summary["x_mean"], mean)) < 1e-10,
+                      f"summary.json x_mean {summary['x_mean']}, expected {mean}")
+    print(f"python peer loss: rank {KILL_RANK} lost in round {KILL_STEP}, change at round "
+          f"{change}, survivors agree on their average")
+
+
+if __name__ == "__main__":
+    main()
