@@ -199,8 +199,8 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       STARLING_RETURN_IF_ERROR(engine.complete(node));
     } else {
       STARLING_RETURN_IF_ERROR(survival.prepare());
-      std::vector<FaultInjector::Drop> drops;
-      if (faults) drops = faults->takeDropped();
+      typename Survival<T>::TakeDrops drops;
+      if (faults) drops = [faults] { return faults->takeDropped(); };
       STARLING_RETURN_IF_ERROR(survival.begin(node, std::nullopt, drops));
       STARLING_RETURN_IF_ERROR(survival.complete(node));
     }

@@ -98,7 +98,7 @@ core::Status Survival<T>::leave(const std::string& why) {
 
 template <typename T>
 core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
-                                const std::vector<FaultInjector::Drop>& drops) {
+                                const TakeDrops& takeDrops) {
   if (!enabled_) return engine_->begin(node, stepSize);
   const uint64_t r = engine_->rounds();
   auto topo = survivors_.at(r, membership_);
@@ -110,6 +110,8 @@ core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
   current_ = &node;
   roundStart_ = transport::Clock::now();
   STARLING_RETURN_IF_ERROR(engine_->begin(node, **topo, stepSize));
+  std::vector<FaultInjector::Drop> drops;
+  if (takeDrops) drops = takeDrops();
   // A model message of this peer was dropped (docs/algorithms.md §18, "Dropped messages"): its
   // receiver will take this peer for lost. Out of the run either way, it leaves in this round,
   // once its other messages are on their way, rather than be found out by timeouts (two peers

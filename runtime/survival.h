@@ -56,11 +56,13 @@ class Survival {
 
   // The start of round engine.rounds(): applies the change due then.
   core::Status prepare();
-  // engine.begin on the survivors' topology, and the round's gossip. `drops` (scripted link
-  // faults, runPeer only): a model message of this peer was dropped, so its receiver will take
-  // it for lost; it proposes its own departure, writes its loss and leaves (kPeerGone).
+  // engine.begin on the survivors' topology, and the round's gossip. `takeDrops` (scripted link
+  // faults, runPeer only) is asked once the round's model messages are sent: when one of them
+  // was dropped, its receiver will take this peer for lost, so it proposes its own departure,
+  // writes its loss and leaves (kPeerGone).
+  using TakeDrops = std::function<std::vector<FaultInjector::Drop>()>;
   core::Status begin(Node<T>& node, std::optional<double> stepSize = std::nullopt,
-                     const std::vector<FaultInjector::Drop>& drops = {});
+                     const TakeDrops& takeDrops = nullptr);
   // engine.complete, then the losses of the round: proposed and logged, or this peer leaves
   // (kPeerGone) when the others went silent at once or declared it lost.
   core::Status complete(Node<T>& node);

@@ -41,7 +41,7 @@ def main():
         scenario = harness.embedded_scenario(
             tmp, "python-peer-loss", NODES,
             extra={"faults": {"on_peer_loss": "continue"},
-                   "transport": {"round_timeout_ms": 1500}})
+                   "transport": {"round_timeout_ms": 3000}})
         out = os.path.join(tmp, "run")
         rc, output = harness.run_launcher(
             scenario, out, [sys.executable, worker], timeout=120,
