@@ -19,5 +19,6 @@ for step in range(STEPS):
     if peer.rank == KILL_RANK and step == KILL_STEP:
         os.kill(os.getpid(), signal.SIGKILL)
     peer.mix(x)
+rank = peer.rank
 peer.close()
-print(f"rank {peer.rank}: done, x = {x.tolist()}", flush=True)
+print(f"rank {rank}: done, x = {x.tolist()}", flush=True)

@@ -17,7 +17,7 @@ harness.require("numpy", "starling")
 NODES = 4
 STEPS = 40
 KILL_RANK = 2
-KILL_STEP = 10
+KILL_STEP = 5
 
 
 def read_log(path):
@@ -41,7 +41,7 @@ def main():
         scenario = harness.embedded_scenario(
             tmp, "python-peer-loss", NODES,
             extra={"faults": {"on_peer_loss": "continue"},
-                   "transport": {"round_timeout_ms": 3000}})
+                   "transport": {"kind": "ucx", "round_timeout_ms": 3000}})
         out = os.path.join(tmp, "run")
         rc, output = harness.run_launcher(
             scenario, out, [sys.executable, worker], timeout=120,
@@ -82,9 +82,11 @@ def main():
             harness.check(dev < 1e-10,
                           f"rank {r} ends at {final}, expected the survivors' average at the "
                           f"change {mean} (off by {dev:.2e})")
-        # Before the change the survivors had not agreed (the check above is not trivial).
+        # Before the change the survivors had not agreed: the check above tells the right average
+        # from any other by orders of magnitude (a survivor still standing in for rank 2, whose
+        # weights no longer sum to one over columns, would end elsewhere by about the spread).
         spread = max(abs(a[0] - b[0]) for a in at_change for b in at_change)
-        harness.check(spread > 1e-3, f"the survivors already agreed at the change ({spread:.2e})")
+        harness.check(spread > 1e-6, f"the survivors already agreed at the change ({spread:.2e})")
 
         # metrics.jsonl: every round, the survivors' after the loss, consensus at the end.
         metrics = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
