@@ -46,7 +46,8 @@ void Survival<T>::install(Engine<T>& engine) {
     engine_->extendDeadline(until);
   });
   engine_->setOnLongWait([this] {
-    if (auto support = survivors_.support(membership_)) gossip_.notify(engine_->rounds(), **support);
+    if (auto support = survivors_.support(membership_))
+      gossip_.notify(engine_->rounds(), **support);
   });
 }
 
@@ -78,8 +79,10 @@ core::Status Survival<T>::applyChange(const std::vector<int>& left, uint64_t rou
     r.node->setSupport(*support);
   }
   std::string why;
-  for (int r : left) why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " lost";
-  return engine_->append(membershipChangeLine(MembershipChange{round, membership_.epoch(), left, why}));
+  for (int r : left)
+    why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " lost";
+  return engine_->append(
+      membershipChangeLine(MembershipChange{round, membership_.epoch(), left, why}));
 }
 
 template <typename T>
@@ -180,11 +183,12 @@ core::Status Survival<T>::complete(Node<T>& node) {
     }
     STARLING_RETURN_IF_ERROR(engine_->append(membershipLostLine(r, peer, why)));
     engine_->say(who_ + ": lost rank " + std::to_string(peer) + " in round " + std::to_string(r) +
-                "; carrying on without it");
+                 "; carrying on without it");
   }
   if (gossip_.excluded()) {
-    return leave("the other peers declared this peer lost (it missed the round timeout); it "
-                 "leaves the run");
+    return leave(
+        "the other peers declared this peer lost (it missed the round timeout); it "
+        "leaves the run");
   }
   if (!gossip_.disagreement().isOk()) return engine_->fail(gossip_.disagreement(), &node);
   return core::Status::ok();

@@ -1,9 +1,10 @@
 // Survival: a peer's part in carrying on when peers are lost (faults.on_peer_loss "continue",
 // docs/algorithms.md §18), shared by `node-launcher peer` (runPeer) and the public starling::Peer
-// inside a user's trainer. It stands in for a lost neighbour (its nodes tolerate the loss), proposes
-// the neighbour's departure by the membership gossip, applies the agreed change at its round
-// (membership, repaired graph, each node's algorithm restarted by the owner's Restart), and makes
-// the peer leave when every live neighbour went silent at once or the others declared it lost.
+// inside a user's trainer. It stands in for a lost neighbour (its nodes tolerate the loss),
+// proposes the neighbour's departure by the membership gossip, applies the agreed change at its
+// round (membership, repaired graph, each node's algorithm restarted by the owner's Restart), and
+// makes the peer leave when every live neighbour went silent at once or the others declared it
+// lost.
 //
 // Use, per round r = engine.rounds(): prepare() (applies the change due at r; call it before
 // anything reads the round's algorithm), begin(node, ...) and complete(node) in place of the
