@@ -147,6 +147,14 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     st.stepNode->setChannel(kStepChannel);
     st.stepNode->setSupport(&schedule->support());
     st.stepNode->setDivergenceLimit(scenario.divergenceMaxAbs);
+    // A membership change: the algorithm starts afresh from the current model, with the
+    // trainer's gradients.
+    STARLING_RETURN_IF_ERROR(st.survival.add(*st.stepNode, [this, &st](runtime::Node<T>& n) {
+      const auto x = n.model();
+      const std::vector<T> x0(x.begin(), x.end());
+      n.restartAlgorithm(optim::createAlgorithm<T>(scenario.algorithm, x0, st.oracle));
+      return Status::ok();
+    }));
     if (!st.last) st.last = st.stepNode.get();
   } else {
     const auto model = st.stepNode->model();
@@ -163,13 +171,15 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   STARLING_RETURN_IF_ERROR(writePending(st));
   runtime::Node<T>& node = *st.stepNode;
   st.oracle.offer(params, grads);
+  STARLING_RETURN_IF_ERROR(st.survival.prepare());  // a change due now restarts the algorithm
   if (node.algorithm().needsStart()) {
     // nids, lead, prox_lead: the local step from x0 (no message; round() stays).
     if (auto s = node.startAlgorithm(st.engine.rounds(), st.engine.stepSizeAt(lr)); !s.isOk()) {
       return st.engine.fail(s, &node);
     }
   } else {
-    STARLING_RETURN_IF_ERROR(st.engine.round(node, lr));
+    STARLING_RETURN_IF_ERROR(st.survival.begin(node, lr));
+    STARLING_RETURN_IF_ERROR(st.survival.complete(node));
     pendingRecord = st.engine.rounds();
   }
   if (st.oracle.error()) {
@@ -204,11 +214,23 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     st.mixNode->setChannel(kMixChannel);
     st.mixNode->setSupport(&schedule->support());
     st.mixNode->setDivergenceLimit(scenario.divergenceMaxAbs);
+    // A membership change: gossip starts afresh from the current parameters.
+    STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](runtime::Node<T>& n) {
+      const auto x = n.model();
+      const std::vector<T> x0(x.begin(), x.end());
+      auto fresh = optim::createGossip<T>(scenario.algorithm.gamma, x0.size(),
+                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying);
+      fresh->setModel(x0);
+      st.gossip = fresh.get();
+      n.restartAlgorithm(std::move(fresh));
+      return Status::ok();
+    }));
   }
   st.gossip->setModel(params);
   if (!st.last) st.last = st.mixNode.get();  // round 0's line: the model the trainer starts from
   STARLING_RETURN_IF_ERROR(writePending(st));
-  STARLING_RETURN_IF_ERROR(st.engine.begin(*st.mixNode));
+  STARLING_RETURN_IF_ERROR(st.survival.prepare());  // a change due now restarts the gossip
+  STARLING_RETURN_IF_ERROR(st.survival.begin(*st.mixNode));
   st.mixParams = params;
   return Status::ok();
 }
@@ -218,7 +240,7 @@ Status Peer::Impl::mixWait() {
     if (st.mixParams.data() == nullptr) return core::failedPrecondition("mixWait without mixStart");
     const auto params = st.mixParams;
     st.mixParams = {};
-    STARLING_RETURN_IF_ERROR(st.engine.complete(*st.mixNode));
+    STARLING_RETURN_IF_ERROR(st.survival.complete(*st.mixNode));
     const auto model = st.mixNode->model();
     std::copy(model.begin(), model.end(), params.begin());
     st.last = st.mixNode.get();

@@ -17,6 +17,7 @@
 #include "runtime/engine.h"
 #include "runtime/node.h"
 #include "runtime/scenario.h"
+#include "runtime/survival.h"
 #include "runtime/transport/transport.h"
 #include "topology/schedule.h"
 
@@ -34,10 +35,17 @@ template <typename T>
 struct PeerState {
   PeerState(const runtime::Scenario& s, const topology::Schedule& schedule,
             transport::Transport& net, runtime::EngineOptions options, size_t dimension)
-      : dim(dimension), engine(s, schedule, net, std::move(options)) {}
+      : dim(dimension),
+        engine(s, schedule, net, options),
+        survival(s, schedule, options.rank, net, "starling peer " + std::to_string(options.rank)) {
+    survival.install(engine);
+  }
 
   size_t dim;
   runtime::Engine<T> engine;
+  // faults.on_peer_loss "continue": both nodes stand in for lost neighbours and restart at a
+  // membership change (runtime/survival.h); otherwise plain engine rounds.
+  runtime::Survival<T> survival;
   // step(): the scenario's algorithm fed with the trainer's gradients.
   api::ExternalOracle<T> oracle;
   std::unique_ptr<compression::Compressor<T>> stepCodec;

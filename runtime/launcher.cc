@@ -466,13 +466,15 @@ core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOpt
   if (!created) return created.status();
   TrainerLogMerger& merger = **created;
   Merging merging{[&] { return merger.poll(); }, [&] { return merger.rootCause(); },
-                  [&] { return merger.lastRound(); }, [&] { return merger.progressDetail(); }};
+                  [&] { return merger.lastRound(); }, [&] { return merger.progressDetail(); },
+                  [&] { return merger.lost(); }};
   Supervisor sup(s, opt, merging);
   if (auto st = sup.spawn(*addresses); !st.isOk()) return st;
   STARLING_RETURN_IF_ERROR(sup.run());
   TrainerRunResult result;
   result.rounds = merger.lastRound();
   result.detail = merger.progressDetail();
+  result.lost = merger.lost();
   if (result.rounds) STARLING_RETURN_IF_ERROR(merger.writeSummary());
   return result;
 }

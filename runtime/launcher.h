@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,7 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
 struct TrainerRunResult {
   std::optional<uint64_t> rounds;  // the last round every trainer logged (none: no round)
   std::string detail;              // consensus distance and the trainers' metrics, in words
+  std::map<int, uint64_t> lost;    // on_peer_loss "continue": rank -> the round it was lost in
 };
 
 // `node-launcher run SCENARIO -- COMMAND`: starts COMMAND once per node (options.command), with

@@ -88,7 +88,8 @@ std::string RootCause::describe() const {
 
 PeerLogMerger::PeerLogMerger(const Experiment& e, std::filesystem::path dir, MetricsLog& log)
     : e_(e), dir_(std::move(dir)), log_(log),
-      expectedHash_(scenarioHashHex(scenarioHash(e.scenario))) {
+      expectedHash_(scenarioHashHex(scenarioHash(e.scenario))),
+      membership_(dir_, e.scenario.nodes) {
   for (int r = 0; r < e.scenario.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}, false, std::nullopt, std::nullopt});
 }
 
@@ -120,27 +121,9 @@ core::Status PeerLogMerger::readPeer(int rank) {
       src.failure = *failure;
       continue;
     }
-    if (j.is_object() && j.contains("lost") && j["lost"].is_object()) {
-      const json& l = j["lost"];
-      if (!l.contains("rank") || !l["rank"].is_number_integer() || !l.contains("round") ||
-          !l["round"].is_number_unsigned()) {
-        return bad("malformed \"lost\" line");
-      }
-      const int who = l["rank"].get<int>();
-      if (who < 0 || who >= e_.scenario.nodes) return bad("\"lost\" names no rank of this run");
-      reports_.push_back(Report{l["round"].get<uint64_t>(), rank, who, 0, line});
-      continue;
-    }
-    if (j.is_object() && j.contains("membership") && j["membership"].is_object()) {
-      const json& m = j["membership"];
-      if (!m.contains("epoch") || !m["epoch"].is_number_unsigned()) {
-        return bad("malformed \"membership\" line");
-      }
-      if (!m.contains("round") || !m["round"].is_number_unsigned()) {
-        return bad("malformed \"membership\" line");
-      }
-      reports_.push_back(
-          Report{m["round"].get<uint64_t>(), rank, -1, m["epoch"].get<uint64_t>(), line});
+    if (auto m = membership_.read(line, rank, src.path.string()); !m) {
+      return m.status();
+    } else if (*m) {
       continue;
     }
     const bool hasX = j.is_object() && j.contains("x") && j["x"].is_array();
@@ -179,16 +162,51 @@ core::Status PeerLogMerger::readPeer(int rank) {
   return core::Status::ok();
 }
 
-core::Status PeerLogMerger::noteMembership(const std::string& line) {
-  if (!membershipLog_) {
-    auto created = LineFile::create(dir_ / "membership.jsonl");
-    if (!created) return created.status();
-    membershipLog_ = std::move(*created);
+core::Result<bool> MembershipReports::read(const std::string& line, int reporter,
+                                           const std::string& where) {
+  // Cheap test first: round lines (models of any size) are not parsed twice for nothing.
+  if (line.find("\"lost\"") == std::string::npos &&
+      line.find("\"membership\"") == std::string::npos) {
+    return false;
   }
-  return membershipLog_->append(line);
+  const auto j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  const auto bad = [&](const std::string& why) { return core::corruption(where + ": " + why); };
+  if (j.is_object() && j.contains("lost") && j["lost"].is_object()) {
+    const json& l = j["lost"];
+    if (!l.contains("rank") || !l["rank"].is_number_integer() || !l.contains("round") ||
+        !l["round"].is_number_unsigned()) {
+      return bad("malformed \"lost\" line");
+    }
+    const int who = l["rank"].get<int>();
+    if (who < 0 || who >= nodes_) return bad("\"lost\" names no rank of this run");
+    reports_.push_back(Report{l["round"].get<uint64_t>(), reporter, who, 0, line});
+    return true;
+  }
+  if (j.is_object() && j.contains("membership") && j["membership"].is_object()) {
+    const json& m = j["membership"];
+    if (!m.contains("epoch") || !m["epoch"].is_number_unsigned()) {
+      return bad("malformed \"membership\" line");
+    }
+    if (!m.contains("round") || !m["round"].is_number_unsigned()) {
+      return bad("malformed \"membership\" line");
+    }
+    reports_.push_back(
+        Report{m["round"].get<uint64_t>(), reporter, -1, m["epoch"].get<uint64_t>(), line});
+    return true;
+  }
+  return false;
 }
 
-core::Status PeerLogMerger::settleReports() {
+core::Status MembershipReports::note(const std::string& line) {
+  if (!log_) {
+    auto created = LineFile::create(dir_ / "membership.jsonl");
+    if (!created) return created.status();
+    log_ = std::move(*created);
+  }
+  return log_->append(line);
+}
+
+core::Status MembershipReports::settle() {
   std::stable_sort(reports_.begin(), reports_.end(),
                    [](const Report& a, const Report& b) { return a.round < b.round; });
   std::map<int, uint64_t> lost;
@@ -197,10 +215,10 @@ core::Status PeerLogMerger::settleReports() {
     if (reporter != lost.end() && reporter->second <= rep.round) continue;  // out by then
     if (rep.rank >= 0) {
       if (!lost.count(rep.rank)) lost[rep.rank] = rep.round;
-      if (!lostAt_.count(rep.rank)) STARLING_RETURN_IF_ERROR(noteMembership(rep.line));
+      if (!lostAt_.count(rep.rank)) STARLING_RETURN_IF_ERROR(note(rep.line));
     } else if (!changes_.count(rep.epoch)) {
       changes_[rep.epoch] = rep.line;
-      STARLING_RETURN_IF_ERROR(noteMembership(rep.line));
+      STARLING_RETURN_IF_ERROR(note(rep.line));
     }
     if (rep.rank >= 0 && !lostAt_.count(rep.rank)) lostAt_[rep.rank] = lost[rep.rank];
   }
@@ -209,7 +227,7 @@ core::Status PeerLogMerger::settleReports() {
 
 core::Result<int> PeerLogMerger::poll() {
   for (int r = 0; r < e_.scenario.nodes; ++r) STARLING_RETURN_IF_ERROR(readPeer(r));
-  STARLING_RETURN_IF_ERROR(settleReports());
+  STARLING_RETURN_IF_ERROR(membership_.settle());
   int merged = 0;
   const int n = e_.scenario.nodes;
   if (lastRecord_.empty()) lastRecord_.resize(n);
@@ -221,8 +239,7 @@ core::Result<int> PeerLogMerger::poll() {
     std::vector<bool> running(n, true);
     bool complete = true;
     for (int r = 0; r < n; ++r) {
-      auto lost = lostAt_.find(r);
-      running[r] = lost == lostAt_.end() || lost->second >= round;
+      running[r] = membership_.running(r, round);
       if (running[r]) complete = complete && it->second[r].has_value();
     }
     if (!complete) break;

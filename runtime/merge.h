@@ -42,6 +42,46 @@ struct PeerLogHeader {
 core::Result<std::vector<PeerLogHeader>> readPeerLogHeaders(const std::filesystem::path& dir,
                                                             int nodes);
 
+// The "lost" and "membership" lines of a run's peer logs (faults.on_peer_loss "continue"), as
+// both mergers of a launched run read them (PeerLogMerger for `node-launcher peer` processes,
+// TrainerLogMerger for trainers): which ranks the survivors lost and when, and
+// dir/membership.jsonl, created at the first news, with each loss and each change once.
+// Only the reports of reporters still in the run at their round count (a stalled peer that
+// resumes reports the others lost, wrongly). Thread-safety: none.
+class MembershipReports {
+ public:
+  MembershipReports(std::filesystem::path dir, int nodes) : dir_(std::move(dir)), nodes_(nodes) {}
+  // One line of `reporter`'s log: true when it was a "lost" or "membership" line (kept); false
+  // for any other line; kCorruption (naming `where`) for a malformed one.
+  core::Result<bool> read(const std::string& line, int reporter, const std::string& where);
+  // Settles what was read: the lost ranks, and news appended to membership.jsonl.
+  core::Status settle();
+  // rank -> the round it was lost in (the earliest a reporter still in the run saw).
+  const std::map<int, uint64_t>& lost() const { return lostAt_; }
+  // Whether `rank` still takes part in `round` (it logs it): not lost before it.
+  bool running(int rank, uint64_t round) const {
+    auto it = lostAt_.find(rank);
+    return it == lostAt_.end() || it->second >= round;
+  }
+
+ private:
+  struct Report {
+    uint64_t round;
+    int reporter;
+    int rank;  // -1: a membership line (epoch in `epoch`)
+    uint64_t epoch;
+    std::string line;
+  };
+  core::Status note(const std::string& line);
+
+  std::filesystem::path dir_;
+  int nodes_;
+  std::vector<Report> reports_;
+  std::map<int, uint64_t> lostAt_;           // rank -> round it was lost in (earliest)
+  std::map<uint64_t, std::string> changes_;  // epoch -> its membership line
+  std::unique_ptr<LineFile> log_;            // dir/membership.jsonl, once there is news
+};
+
 // Where a run's failure started: the peer that failed on its own, or the one its neighbours lost,
 // at the earliest round.
 struct RootCause {
@@ -83,7 +123,7 @@ class PeerLogMerger {
   // Peer loss (faults.on_peer_loss "continue"): the ranks the survivors' logs say they lost, with
   // the round they were lost in. A lost rank's log ends early; from the round after, the merged
   // metrics are the survivors' (and rel_error is against the survivors' optimum).
-  const std::map<int, uint64_t>& lost() const { return lostAt_; }
+  const std::map<int, uint64_t>& lost() const { return membership_.lost(); }
 
  private:
   struct Record {
@@ -116,25 +156,10 @@ class PeerLogMerger {
   std::optional<RoundMetrics> last_;
   CompressionErrorMean compressionError_;
   std::vector<double> xMean_;
-  std::map<int, uint64_t> lostAt_;                 // rank -> round it was lost in (earliest)
-  std::map<uint64_t, std::string> changes_;        // epoch -> its membership line
-  // Every "lost" and "membership" line as (round, reporter, lost rank or -1, line); only those of
-  // reporters still in the run at that round count (a stalled peer that resumes reports the
-  // others lost, wrongly).
-  struct Report {
-    uint64_t round;
-    int reporter;
-    int rank;  // -1: a membership line (epoch in `epoch`)
-    uint64_t epoch;
-    std::string line;
-  };
-  std::vector<Report> reports_;
-  core::Status settleReports();
+  MembershipReports membership_;  // the "lost" and "membership" lines; membership.jsonl
   std::vector<std::optional<Record>> lastRecord_;  // each rank's last round line
-  std::unique_ptr<LineFile> membershipLog_;        // dir/membership.jsonl, once there is news
   std::vector<bool> surviving_;                    // the set survivors_ is for
   std::unique_ptr<SurvivorProblem> survivors_;
-  core::Status noteMembership(const std::string& line);
 };
 
 }  // namespace starling::runtime

@@ -18,29 +18,11 @@
 #include "runtime/metrics.h"
 #include "runtime/node_stack.h"
 #include "runtime/scenario_writer.h"
+#include "runtime/survival.h"
 #include "runtime/transport/factory.h"
 
 namespace starling::runtime {
 namespace {
-
-// A membership change at the start of `round`: the ranks in `left` are out; this peer restarts
-// its algorithm from its model over the repaired graph (docs/algorithms.md §18).
-template <typename T>
-core::Status applyChange(const Experiment& e, NodeStack<T>& stack, Membership& membership,
-                         SurvivorSchedule& schedule, const std::vector<int>& left, uint64_t round,
-                         Engine<T>& engine) {
-  membership.remove(left);
-  Node<T>& node = *stack.node;
-  auto support = schedule.support(membership);
-  if (!support) return engine.fail(support.status(), &node);
-  const auto x = node.model();
-  const std::vector<T> x0(x.begin(), x.end());
-  node.restartAlgorithm(optim::createAlgorithm<T>(e.scenario.algorithm, x0, *stack.oracle));
-  node.setSupport(*support);
-  std::string why;
-  for (int r : left) why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " lost";
-  return engine.append(membershipChangeLine(MembershipChange{round, membership.epoch(), left, why}));
-}
 
 // Everything a peer carries from one round to the next, visited in one function so that a
 // checkpoint's save and load cannot disagree (core/state.h): wall time and the transport's
@@ -51,9 +33,7 @@ template <typename T>
 struct PeerState {
   NodeStack<T>& stack;
   FaultInjector* faults;
-  Membership& membership;
-  MembershipGossip& gossip;
-  bool continueOnLoss;
+  Survival<T>& survival;
   double wallS = 0;
   uint64_t transportCorrupt = 0;
 
@@ -72,14 +52,7 @@ struct PeerState {
       core::StateVisitor::Scope scope(v, "faults");
       faults->visitState(v);
     }
-    if (continueOnLoss) {
-      {
-        core::StateVisitor::Scope scope(v, "membership");
-        membership.visitState(v);
-      }
-      core::StateVisitor::Scope scope(v, "gossip");
-      gossip.visitState(v);
-    }
+    survival.visitState(v);  // with on_peer_loss "continue": membership, gossip
   }
 };
 
@@ -92,11 +65,12 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   NodeStack<T> stack = std::move(*built);
   Node<T>& node = *stack.node;
   const bool continueOnLoss = s.faults.onPeerLoss == OnPeerLoss::kContinue;
-  Membership membership(s.nodes);
-  SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
-  MembershipGossip gossip(opt.rank, s.nodes, net);
-  PeerState<T> state{stack, faults, membership, gossip, continueOnLoss};
   const uint64_t hash = scenarioHash(s);
+  // Peer loss (docs/algorithms.md §18): survivors stand in for lost neighbours, agree on the
+  // change by gossip and apply it at the same round, restarting the algorithm from their models.
+  Survival<T> survival(s, *e.schedule, opt.rank, net,
+                       "node-launcher peer " + std::to_string(opt.rank), opt.leftRun);
+  PeerState<T> state{stack, faults, survival};
 
   // The same round loop as a starling::Peer in a user's trainer (runtime/engine.h); here the
   // gradients come from the scenario's own problem (the NodeStack's oracle).
@@ -194,36 +168,13 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   } else {
     STARLING_RETURN_IF_ERROR(record(0));
   }
-  // Peer loss (docs/algorithms.md §18): survivors stand in for lost neighbours, agree on the
-  // change by gossip and apply it at the same round, restarting the algorithm from their models.
-  node.setTolerateLoss(continueOnLoss);
-  if (continueOnLoss && membership.changed()) {
-    // Resumed after a change: the node exchanges with the survivors' support graph, as
-    // applyChange set it.
-    auto support = survivorSchedule.support(membership);
-    if (!support) return engine.fail(support.status(), &node);
-    node.setSupport(*support);
-  }
-  if (continueOnLoss) {
-    engine.setAlsoWaitFor([&] { return gossip.complete(); });
-    // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
-    // loaded host can delay the neighbour's next message by well over a second after it.
-    const auto patience = 2 * std::chrono::milliseconds(s.transport.roundTimeoutMs);
-    // (patience by value: the lambda outlives this block.)
-    gossip.setOnAlive([&, patience](int peer, uint64_t round) {
-      // `peer` is alive and still in `round`: its messages of the next round may come late.
-      if (round + 1 < engine.rounds()) return;
-      const auto until = transport::Clock::now() + patience;
-      node.extend(peer, until);
-      gossip.extend(peer, until);
-      engine.extendDeadline(until);
-    });
-    engine.setOnLongWait([&] {
-      if (auto support = survivorSchedule.support(membership)) {
-        gossip.notify(engine.rounds(), **support);
-      }
-    });
-  }
+  survival.install(engine);
+  STARLING_RETURN_IF_ERROR(survival.add(node, [&](Node<T>& n) {
+    const auto x = n.model();
+    const std::vector<T> x0(x.begin(), x.end());
+    n.restartAlgorithm(optim::createAlgorithm<T>(e.scenario.algorithm, x0, *stack.oracle));
+    return core::Status::ok();
+  }));
   while (engine.rounds() < s.rounds) {
     const uint64_t r = engine.rounds();
     for (const FaultEvent& ev : s.faults.script) {
@@ -247,94 +198,11 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       }
       STARLING_RETURN_IF_ERROR(engine.complete(node));
     } else {
-      if (auto due = gossip.dueAt(r); !due.empty()) {
-        STARLING_RETURN_IF_ERROR(applyChange(e, stack, membership, survivorSchedule, due, r,
-                                             engine));
-      }
-      auto topo = survivorSchedule.at(r, membership);
-      if (!topo) return engine.fail(topo.status(), &node);
-      auto support = survivorSchedule.support(membership);
-      if (!support) return engine.fail(support.status(), &node);
-      for (int lost : gossip.knownLost()) node.setLost(lost);
-      const auto roundStart = transport::Clock::now();
-      STARLING_RETURN_IF_ERROR(engine.begin(node, **topo));
-      // A model message of this peer was dropped (docs/algorithms.md §18, "Dropped messages"):
-      // its receiver will take this peer for lost. Out of the run either way, it leaves in this
-      // round, once its other messages are on their way, rather than be found out by timeouts
-      // (two peers whose messages to each other were both dropped would otherwise wait for each
-      // other, each telling the other it is alive). It proposes its own departure in this
-      // round's gossip, so every neighbour knows from this round and the change comes D rounds
-      // after it, whoever else notices and when.
-      std::vector<FaultInjector::Drop> drops;
-      if (faults) drops = faults->takeDropped();
-      if (!drops.empty()) {
-        std::vector<int> gone = gossip.knownLost();
-        gone.push_back(opt.rank);
-        gossip.propose(opt.rank, r, agreementRounds(s, e.schedule->support(), gone));
-      }
-      gossip.listen(**support);
-      gossip.start(r, **support, engine.deadline());
-      if (!drops.empty()) {
-        const std::string why = FaultInjector::dropMessage(opt.rank, drops.front().to, r);
-        // Its own log says it was lost in round r: it leaves without finishing the round, so
-        // its last model is the one logged before (PeerLogMerger counts it up to round r).
-        STARLING_RETURN_IF_ERROR(engine.append(membershipLostLine(r, opt.rank, why)));
-        STARLING_RETURN_IF_ERROR(engine.flush({&node}));
-        if (opt.leftRun) *opt.leftRun = true;
-        return engine.fail(core::Status(core::StatusCode::kPeerGone,
-                                        why + "; rank " + std::to_string(drops.front().to) +
-                                            " takes this peer for lost, so it leaves the run"),
-                           nullptr);
-      }
-      STARLING_RETURN_IF_ERROR(engine.complete(node));
-      std::vector<int> lostNow = node.takeNewlyLost();
-      for (int peer : gossip.finish()) lostNow.push_back(peer);
-      std::sort(lostNow.begin(), lostNow.end());
-      lostNow.erase(std::unique(lostNow.begin(), lostNow.end()), lostNow.end());
-      // Every live neighbour silent at once (two or more of them, or the only one after a round
-      // that took over twice the timeout): far more likely this peer was the one that stopped
-      // (SIGSTOP, a long swap) and the others declared it lost. It leaves rather than carry on
-      // as a run of its own.
-      const bool longRound = transport::Clock::now() - roundStart >
-                             2 * std::chrono::milliseconds(s.transport.roundTimeoutMs);
-      size_t live = 0, missing = 0;
-      for (int peer : (*support)->neighbors(opt.rank)) {
-        if (gossip.isKnownLost(peer)) continue;
-        ++live;
-        missing += std::binary_search(lostNow.begin(), lostNow.end(), peer);
-      }
-      if (live > 0 && missing == live && (live >= 2 || longRound)) {
-        if (opt.leftRun) *opt.leftRun = true;
-        return engine.fail(core::Status(core::StatusCode::kPeerGone,
-                                        "no neighbour's message came in round " +
-                                            std::to_string(r) + " (was this process stopped?); "
-                                            "it leaves the run, the others carry on"),
-                           nullptr);
-      }
-      for (int peer : lostNow) {
-        if (gossip.isKnownLost(peer)) continue;
-        std::vector<int> gone = gossip.knownLost();
-        gone.push_back(peer);
-        gossip.propose(peer, r, agreementRounds(s, e.schedule->support(), gone));
-        node.setLost(peer);
-        std::string why = node.lostWhy(peer);
-        if (why.empty()) {
-          why = "no membership message from rank " + std::to_string(peer) + " in round " +
-                std::to_string(r);
-        }
-        STARLING_RETURN_IF_ERROR(engine.append(membershipLostLine(r, peer, why)));
-        engine.say("node-launcher peer " + std::to_string(opt.rank) + ": lost rank " +
-                   std::to_string(peer) + " in round " + std::to_string(r) +
-                   "; carrying on without it");
-      }
-      if (gossip.excluded()) {
-        if (opt.leftRun) *opt.leftRun = true;
-        return engine.fail(core::Status(core::StatusCode::kPeerGone,
-                                        "the other peers declared this peer lost (it missed the "
-                                        "round timeout); it leaves the run"),
-                           nullptr);
-      }
-      if (!gossip.disagreement().isOk()) return engine.fail(gossip.disagreement(), &node);
+      STARLING_RETURN_IF_ERROR(survival.prepare());
+      typename Survival<T>::TakeDrops drops;
+      if (faults) drops = [faults] { return faults->takeDropped(); };
+      STARLING_RETURN_IF_ERROR(survival.begin(node, std::nullopt, drops));
+      STARLING_RETURN_IF_ERROR(survival.complete(node));
     }
     const uint64_t done = engine.rounds();
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));

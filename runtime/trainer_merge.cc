@@ -24,7 +24,8 @@ json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 TrainerLogMerger::TrainerLogMerger(const Scenario& s, std::filesystem::path dir,
                                    std::unique_ptr<LineFile> out)
     : s_(s), dir_(std::move(dir)), out_(std::move(out)),
-      expectedHash_(scenarioHashHex(scenarioHash(s))) {
+      expectedHash_(scenarioHashHex(scenarioHash(s))),
+      membership_(dir_, s.nodes) {
   for (int r = 0; r < s.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}, false, {}});
 }
 
@@ -63,6 +64,11 @@ core::Status TrainerLogMerger::readPeer(int rank) {
       src.failure = *failure;
       continue;
     }
+    if (auto m = membership_.read(line, rank, src.path.string()); !m) {
+      return m.status();
+    } else if (*m) {
+      continue;
+    }
     if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned()) {
       return bad("not a peer log line");
     }
@@ -94,13 +100,28 @@ core::Status TrainerLogMerger::readPeer(int rank) {
 
 core::Result<int> TrainerLogMerger::poll() {
   for (int r = 0; r < s_.nodes; ++r) STARLING_RETURN_IF_ERROR(readPeer(r));
+  STARLING_RETURN_IF_ERROR(membership_.settle());
   int merged = 0;
   while (!pending_.empty()) {
     auto it = pending_.begin();
+    // The ranks in this round: all, less those lost in it or before (see the header).
+    std::vector<const Record*> recs;
     bool complete = true;
-    for (const auto& rec : it->second) complete = complete && rec.has_value();
+    for (int r = 0; r < s_.nodes; ++r) {
+      auto lost = membership_.lost().find(r);
+      if (lost != membership_.lost().end() && lost->second <= it->first) continue;
+      if (!it->second[r]) {
+        complete = false;
+        break;
+      }
+      recs.push_back(&*it->second[r]);
+    }
     if (!complete) break;
-    const auto& recs = it->second;
+    if (recs.empty()) {
+      pending_.erase(it);
+      continue;
+    }
+    const double n = static_cast<double>(recs.size());
     json line;
     line["round"] = it->first;
     // Consensus distance from the models, when every peer logged one of one length.
@@ -111,13 +132,13 @@ core::Result<int> TrainerLogMerger::poll() {
       const size_t d = recs[0]->x.size();
       xMean_.assign(d, 0.0);
       for (const auto& rec : recs) {
-        for (size_t k = 0; k < d; ++k) xMean_[k] += rec->x[k] / s_.nodes;
+        for (size_t k = 0; k < d; ++k) xMean_[k] += rec->x[k] / n;
       }
       double c = 0;
       for (const auto& rec : recs) {
         for (size_t k = 0; k < d; ++k) c += (rec->x[k] - xMean_[k]) * (rec->x[k] - xMean_[k]);
       }
-      consensus = c / s_.nodes;
+      consensus = c / n;
     } else {
       // Models too large to log: the consensus sketch's unbiased estimate (runtime/metrics.h).
       xMean_.clear();
@@ -146,7 +167,8 @@ core::Result<int> TrainerLogMerger::poll() {
     }
     line["bytes_sent"] = bytes;
     line["corrupt_messages"] = corrupt;
-    const uint64_t c = errCount - errCountSeen_;
+    // (Fewer ranks after a loss: the sums may shrink; that round reports none.)
+    const uint64_t c = errCount > errCountSeen_ ? errCount - errCountSeen_ : 0;
     line["compression_error"] =
         number(c > 0 ? (errSum - errSumSeen_) / static_cast<double>(c) : 0.0);
     errSumSeen_ = errSum;

@@ -3,7 +3,10 @@
 // their round lines may carry "metrics", the trainer's own, and carry the consensus sketch instead
 // of "x" for models longer than kFullModelLogMaxDim, runtime/metrics.h).
 //
-// A round is merged once every peer has logged it. Its metrics line has round, bytes_sent and
+// A round is merged once every peer has logged it. With faults.on_peer_loss "continue", a rank the
+// survivors lost in round r counts in rounds before r only (a killed trainer's last round line may
+// never have been written): from round r on, every value is the survivors' (sums and means over
+// them), and membership.jsonl has the losses and changes (MembershipReports, runtime/merge.h). Its metrics line has round, bytes_sent and
 // corrupt_messages (sums over the peers), compression_error, wall_s (the slowest peer),
 // consensus_distance (1/n sum_i ||x_i - x_mean||^2; for large models the sketch's estimate) and each
 // trainer metric averaged over the peers that logged it. There is no problem, so no objective,
@@ -41,6 +44,8 @@ class TrainerLogMerger {
   // "consensus 1.2e-03, loss 0.31" for the progress line (empty before the first round).
   std::string progressDetail() const;
   std::optional<RootCause> rootCause() const;
+  // The ranks the survivors lost, with the round they were lost in (on_peer_loss "continue").
+  const std::map<int, uint64_t>& lost() const { return membership_.lost(); }
   // Writes dir/summary.json from the last merged round (kFailedPrecondition before one).
   core::Status writeSummary() const;
 
@@ -70,6 +75,7 @@ class TrainerLogMerger {
   std::string expectedHash_;
   std::vector<Source> sources_;
   std::map<uint64_t, std::vector<std::optional<Record>>> pending_;
+  MembershipReports membership_;
   std::optional<uint64_t> lastRound_;
   std::string lastLine_;  // the last metrics line, for summary.json
   std::vector<double> xMean_;

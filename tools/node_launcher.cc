@@ -509,11 +509,16 @@ int launcherMain(int argc, char** argv) {
                   "  outputs: %s\n", scenario->name.c_str(), lo.outDir.string().c_str());
       return 0;
     }
-    std::printf("%s: %llu rounds on %d trainer processes (%s, %s): %s\n  outputs: %s\n",
+    std::string lost;
+    for (const auto& [rank, round] : result->lost) {
+      lost += (lost.empty() ? "; lost: rank " : ", rank ") + std::to_string(rank) +
+              " in round " + std::to_string(round);
+    }
+    std::printf("%s: %llu rounds on %d trainer processes (%s, %s): %s%s\n  outputs: %s\n",
                 scenario->name.c_str(), static_cast<unsigned long long>(*result->rounds),
                 scenario->nodes, optim::algorithmKindName(scenario->algorithm.kind),
                 topology::graphKindName(scenario->topology.base.kind), result->detail.c_str(),
-                lo.outDir.string().c_str());
+                lost.c_str(), lo.outDir.string().c_str());
     return 0;
   }
 

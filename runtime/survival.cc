@@ -1,0 +1,200 @@
+#include "runtime/survival.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace starling::runtime {
+
+template <typename T>
+Survival<T>::Survival(const Scenario& s, const topology::Schedule& schedule, int rank,
+                      transport::Transport& net, std::string who, bool* leftRun)
+    : s_(s),
+      schedule_(schedule),
+      rank_(rank),
+      who_(std::move(who)),
+      leftRun_(leftRun),
+      enabled_(s.faults.onPeerLoss == OnPeerLoss::kContinue),
+      membership_(s.nodes),
+      survivors_(schedule, s.faults.repair),
+      gossip_(rank, s.nodes, net) {}
+
+template <typename T>
+void Survival<T>::visitState(core::StateVisitor& v) {
+  if (!enabled_) return;
+  {
+    core::StateVisitor::Scope scope(v, "membership");
+    membership_.visitState(v);
+  }
+  core::StateVisitor::Scope scope(v, "gossip");
+  gossip_.visitState(v);
+}
+
+template <typename T>
+void Survival<T>::install(Engine<T>& engine) {
+  engine_ = &engine;
+  if (!enabled_) return;
+  engine_->setAlsoWaitFor([this] { return gossip_.complete(); });
+  // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
+  // loaded host can delay the neighbour's next message by well over a second after it.
+  const auto patience = 2 * std::chrono::milliseconds(s_.transport.roundTimeoutMs);
+  gossip_.setOnAlive([this, patience](int peer, uint64_t round) {
+    // `peer` is alive and still in `round`: its messages of the next round may come late.
+    if (round + 1 < engine_->rounds()) return;
+    const auto until = transport::Clock::now() + patience;
+    if (current_ != nullptr) current_->extend(peer, until);
+    gossip_.extend(peer, until);
+    engine_->extendDeadline(until);
+  });
+  engine_->setOnLongWait([this] {
+    if (auto support = survivors_.support(membership_))
+      gossip_.notify(engine_->rounds(), **support);
+  });
+}
+
+template <typename T>
+core::Status Survival<T>::add(Node<T>& node, Restart restart) {
+  if (!enabled_) return core::Status::ok();
+  node.setTolerateLoss(true);
+  if (membership_.changed()) {
+    // Registered after a change (resumed, or a node created late): it exchanges with the
+    // survivors' support graph, as applyChange sets it.
+    auto support = survivors_.support(membership_);
+    if (!support) return engine_->fail(support.status(), &node);
+    node.setSupport(*support);
+  }
+  for (int lost : gossip_.knownLost()) node.setLost(lost);
+  nodes_.push_back(Registered{&node, std::move(restart)});
+  return core::Status::ok();
+}
+
+// A membership change at the start of `round`: the ranks in `left` are out; every node restarts
+// its algorithm from its model over the repaired graph (docs/algorithms.md §18).
+template <typename T>
+core::Status Survival<T>::applyChange(const std::vector<int>& left, uint64_t round) {
+  membership_.remove(left);
+  auto support = survivors_.support(membership_);
+  if (!support) return engine_->fail(support.status(), nodes_.empty() ? nullptr : nodes_[0].node);
+  for (Registered& r : nodes_) {
+    if (auto st = r.restart(*r.node); !st.isOk()) return engine_->fail(st, r.node);
+    r.node->setSupport(*support);
+  }
+  std::string why;
+  for (int r : left)
+    why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " lost";
+  return engine_->append(
+      membershipChangeLine(MembershipChange{round, membership_.epoch(), left, why}));
+}
+
+template <typename T>
+core::Status Survival<T>::prepare() {
+  if (!enabled_) return core::Status::ok();
+  const uint64_t r = engine_->rounds();
+  if (auto due = gossip_.dueAt(r); !due.empty()) STARLING_RETURN_IF_ERROR(applyChange(due, r));
+  return core::Status::ok();
+}
+
+template <typename T>
+core::Status Survival<T>::leave(const std::string& why) {
+  if (leftRun_) *leftRun_ = true;
+  return engine_->fail(core::Status(core::StatusCode::kPeerGone, why), nullptr);
+}
+
+template <typename T>
+core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
+                                const TakeDrops& takeDrops) {
+  if (!enabled_) return engine_->begin(node, stepSize);
+  const uint64_t r = engine_->rounds();
+  auto topo = survivors_.at(r, membership_);
+  if (!topo) return engine_->fail(topo.status(), &node);
+  auto support = survivors_.support(membership_);
+  if (!support) return engine_->fail(support.status(), &node);
+  support_ = *support;
+  for (int lost : gossip_.knownLost()) node.setLost(lost);
+  current_ = &node;
+  roundStart_ = transport::Clock::now();
+  STARLING_RETURN_IF_ERROR(engine_->begin(node, **topo, stepSize));
+  std::vector<FaultInjector::Drop> drops;
+  if (takeDrops) drops = takeDrops();
+  // A model message of this peer was dropped (docs/algorithms.md §18, "Dropped messages"): its
+  // receiver will take this peer for lost. Out of the run either way, it leaves in this round,
+  // once its other messages are on their way, rather than be found out by timeouts (two peers
+  // whose messages to each other were both dropped would otherwise wait for each other, each
+  // telling the other it is alive). It proposes its own departure in this round's gossip, so
+  // every neighbour knows from this round and the change comes D rounds after it, whoever else
+  // notices and when.
+  if (!drops.empty()) {
+    std::vector<int> gone = gossip_.knownLost();
+    gone.push_back(rank_);
+    gossip_.propose(rank_, r, agreementRounds(s_, schedule_.support(), gone));
+  }
+  gossip_.listen(*support_);
+  gossip_.start(r, *support_, engine_->deadline());
+  if (!drops.empty()) {
+    const std::string why = FaultInjector::dropMessage(rank_, drops.front().to, r);
+    // Its own log says it was lost in round r: it leaves without finishing the round, so its
+    // last model is the one logged before (PeerLogMerger counts it up to round r).
+    STARLING_RETURN_IF_ERROR(engine_->append(membershipLostLine(r, rank_, why)));
+    std::vector<const Node<T>*> all;
+    for (const Registered& reg : nodes_) all.push_back(reg.node);
+    STARLING_RETURN_IF_ERROR(engine_->flush(all));
+    return leave(why + "; rank " + std::to_string(drops.front().to) +
+                 " takes this peer for lost, so it leaves the run");
+  }
+  return core::Status::ok();
+}
+
+template <typename T>
+core::Status Survival<T>::complete(Node<T>& node) {
+  if (!enabled_) return engine_->complete(node);
+  const uint64_t r = engine_->rounds();
+  STARLING_RETURN_IF_ERROR(engine_->complete(node));
+  current_ = nullptr;
+  std::vector<int> lostNow = node.takeNewlyLost();
+  for (int peer : gossip_.finish()) lostNow.push_back(peer);
+  std::sort(lostNow.begin(), lostNow.end());
+  lostNow.erase(std::unique(lostNow.begin(), lostNow.end()), lostNow.end());
+  // Every live neighbour silent at once (two or more of them, or the only one after a round that
+  // took over twice the timeout): far more likely this peer was the one that stopped (SIGSTOP, a
+  // long swap) and the others declared it lost. It leaves rather than carry on as a run of its
+  // own.
+  const bool longRound = transport::Clock::now() - roundStart_ >
+                         2 * std::chrono::milliseconds(s_.transport.roundTimeoutMs);
+  size_t live = 0, missing = 0;
+  for (int peer : support_->neighbors(rank_)) {
+    if (gossip_.isKnownLost(peer)) continue;
+    ++live;
+    missing += std::binary_search(lostNow.begin(), lostNow.end(), peer);
+  }
+  if (live > 0 && missing == live && (live >= 2 || longRound)) {
+    return leave("no neighbour's message came in round " + std::to_string(r) +
+                 " (was this process stopped?); it leaves the run, the others carry on");
+  }
+  for (int peer : lostNow) {
+    if (gossip_.isKnownLost(peer)) continue;
+    std::vector<int> gone = gossip_.knownLost();
+    gone.push_back(peer);
+    gossip_.propose(peer, r, agreementRounds(s_, schedule_.support(), gone));
+    std::string why = node.lostWhy(peer);
+    for (Registered& reg : nodes_) reg.node->setLost(peer);
+    node.setLost(peer);
+    if (why.empty()) {
+      why = "no membership message from rank " + std::to_string(peer) + " in round " +
+            std::to_string(r);
+    }
+    STARLING_RETURN_IF_ERROR(engine_->append(membershipLostLine(r, peer, why)));
+    engine_->say(who_ + ": lost rank " + std::to_string(peer) + " in round " + std::to_string(r) +
+                 "; carrying on without it");
+  }
+  if (gossip_.excluded()) {
+    return leave(
+        "the other peers declared this peer lost (it missed the round timeout); it "
+        "leaves the run");
+  }
+  if (!gossip_.disagreement().isOk()) return engine_->fail(gossip_.disagreement(), &node);
+  return core::Status::ok();
+}
+
+template class Survival<float>;
+template class Survival<double>;
+
+}  // namespace starling::runtime

@@ -1,0 +1,95 @@
+// Survival: a peer's part in carrying on when peers are lost (faults.on_peer_loss "continue",
+// docs/algorithms.md §18), shared by `node-launcher peer` (runPeer) and the public starling::Peer
+// inside a user's trainer. It stands in for a lost neighbour (its nodes tolerate the loss),
+// proposes the neighbour's departure by the membership gossip, applies the agreed change at its
+// round (membership, repaired graph, each node's algorithm restarted by the owner's Restart), and
+// makes the peer leave when every live neighbour went silent at once or the others declared it
+// lost.
+//
+// Use, per round r = engine.rounds(): prepare() (applies the change due at r; call it before
+// anything reads the round's algorithm), begin(node, ...) and complete(node) in place of the
+// engine's begin/complete. A peer may drive several nodes (the public Peer's step and mix nodes);
+// each is registered with add(). Thread-safety: none; driven by the peer's one thread.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/state.h"
+#include "core/status.h"
+#include "runtime/engine.h"
+#include "runtime/fault_injection.h"
+#include "runtime/membership.h"
+#include "runtime/membership_gossip.h"
+#include "runtime/node.h"
+#include "runtime/scenario.h"
+#include "topology/schedule.h"
+
+namespace starling::runtime {
+
+template <typename T>
+class Survival {
+ public:
+  // Restarts `node`'s algorithm from its current model after a change (the owner knows the
+  // algorithm and its oracle): Node::restartAlgorithm.
+  using Restart = std::function<core::Status(Node<T>& node)>;
+
+  // `s`, `schedule` and `net` are borrowed. `who` names the peer in messages ("node-launcher
+  // peer 3"). `leftRun` (may be null) is set when the peer leaves the run.
+  Survival(const Scenario& s, const topology::Schedule& schedule, int rank,
+           transport::Transport& net, std::string who, bool* leftRun = nullptr);
+
+  // on_peer_loss is "continue"; otherwise every call below is a plain engine round.
+  bool enabled() const { return enabled_; }
+  const Membership& membership() const { return membership_; }
+
+  // Checkpoints (core/state.h), between rounds: the membership and the gossip's proposals.
+  void visitState(core::StateVisitor& v);
+
+  // Borrows the peer's engine (it must outlive this) and installs its hooks (the gossip is part of
+  // every round; liveness notices). Once, before the first round (after a resumed peer's state
+  // was loaded: visitState works without an engine).
+  void install(Engine<T>& engine);
+  // Registers a node: it tolerates losses and exchanges over the survivors' support graph.
+  core::Status add(Node<T>& node, Restart restart);
+
+  // The start of round engine.rounds(): applies the change due then.
+  core::Status prepare();
+  // engine.begin on the survivors' topology, and the round's gossip. `takeDrops` (scripted link
+  // faults, runPeer only) is asked once the round's model messages are sent: when one of them
+  // was dropped, its receiver will take this peer for lost, so it proposes its own departure,
+  // writes its loss and leaves (kPeerGone).
+  using TakeDrops = std::function<std::vector<FaultInjector::Drop>()>;
+  core::Status begin(Node<T>& node, std::optional<double> stepSize = std::nullopt,
+                     const TakeDrops& takeDrops = nullptr);
+  // engine.complete, then the losses of the round: proposed and logged, or this peer leaves
+  // (kPeerGone) when the others went silent at once or declared it lost.
+  core::Status complete(Node<T>& node);
+
+ private:
+  struct Registered {
+    Node<T>* node;
+    Restart restart;
+  };
+  core::Status applyChange(const std::vector<int>& left, uint64_t round);
+  core::Status leave(const std::string& why);
+
+  const Scenario& s_;
+  const topology::Schedule& schedule_;
+  const int rank_;
+  Engine<T>* engine_ = nullptr;
+  const std::string who_;
+  bool* leftRun_;
+  const bool enabled_;
+  Membership membership_;
+  SurvivorSchedule survivors_;
+  MembershipGossip gossip_;
+  std::vector<Registered> nodes_;
+  Node<T>* current_ = nullptr;  // the node of the round in flight (liveness extensions)
+  transport::Clock::time_point roundStart_{};
+  const topology::Graph* support_ = nullptr;  // this round's
+};
+
+}  // namespace starling::runtime
