@@ -120,6 +120,20 @@ std::vector<std::string> overrideArgs(std::optional<uint64_t> rounds, std::optio
   return out;
 }
 
+// Options for `run` to start `node-launcher peer` processes (this executable) on the scenario.
+runtime::LaunchOptions peerLaunch(const std::string& scenarioPath, std::optional<uint64_t> rounds,
+                                  std::optional<uint64_t> seed, std::filesystem::path outDir) {
+  runtime::LaunchOptions lo;
+  lo.executable = "/proc/self/exe";
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) lo.executable = self.string();
+  lo.scenarioPath = scenarioPath;
+  lo.peerArgs = overrideArgs(rounds, seed);
+  lo.outDir = std::move(outDir);
+  return lo;
+}
+
 void printResult(const runtime::Experiment& e, const runtime::RoundMetrics& m,
                  const std::filesystem::path& out, const char* how) {
   std::printf("%s: %llu rounds on %d %s (%s, %s): rel_error %.3e, objective %.10g, consensus "
@@ -297,16 +311,7 @@ int resumeRun(const std::string& scenarioPath, const std::string& dir, const std
                                      lost + ", lost before it, stay out)")
                                         .c_str());
   if (auto st = runtime::rewindToPlan(e->scenario, dir, *plan); !st.isOk()) return runFailed(st);
-  runtime::LaunchOptions lo;
-  lo.executable = "/proc/self/exe";
-  {
-    std::error_code ec;
-    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (!ec) lo.executable = self.string();
-  }
-  lo.scenarioPath = scenarioPath;
-  lo.peerArgs = overrideArgs(rounds, seed);
-  lo.outDir = dir;
+  runtime::LaunchOptions lo = peerLaunch(scenarioPath, rounds, seed, dir);
   lo.resumeRound = plan->round;
   lo.notStarted = plan->lost;
   if (auto st = runtime::writeRunInfo(lo.outDir, e->scenario, "run", command); !st.isOk()) {
@@ -526,16 +531,7 @@ int launcherMain(int argc, char** argv) {
   if (!e) return report(e.status());
 
   if (*run && e->scenario.transport.kind == runtime::TransportConfig::Kind::kUcx) {
-    runtime::LaunchOptions lo;
-    lo.executable = "/proc/self/exe";
-    {
-      std::error_code ec;
-      const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-      if (!ec) lo.executable = self.string();
-    }
-    lo.scenarioPath = scenarioPath;
-    lo.peerArgs = overrideArgs(rounds, seed);
-    lo.outDir = outFor(*e);
+    runtime::LaunchOptions lo = peerLaunch(scenarioPath, rounds, seed, outFor(*e));
     if (auto st = runtime::writeRunInfo(lo.outDir, e->scenario, "run", command); !st.isOk()) {
       return runFailed(st);
     }
