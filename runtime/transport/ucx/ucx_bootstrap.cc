@@ -189,8 +189,9 @@ void Bootstrap::serve(std::shared_ptr<Server> s) {
                                                                  size_t) {
     if (closed_ || !servers_.count(s.get())) return;
     if (ec) {
-      endServer(s, ec == asio::error::eof ? "" : "", false);  // a probe or a broken client
+      // A port probe or a client that broke off before its hello: counted, not logged.
       ++rejected_;
+      endServer(s, "", false);
       return;
     }
     const std::byte* h = s->hello.data();
