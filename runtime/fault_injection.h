@@ -76,6 +76,7 @@ class FaultInjector final : public transport::Transport {
             transport::RecvCallback done) override;
   core::Result<int> progress(transport::Clock::time_point until) override;
   transport::TransportStats stats() const override { return inner_.stats(); }
+  void revive(int peer) override { inner_.revive(peer); }
   std::optional<transport::OutgoingMessage> allocate(size_t size) override {
     return inner_.allocate(size);
   }

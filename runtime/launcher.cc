@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <fstream>
 #include <random>
+#include <map>
 #include <set>
 
 #include <boost/asio/io_context.hpp>
@@ -36,6 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kKeptLines = 20;
 constexpr auto kTick = std::chrono::milliseconds(200);
+constexpr auto kRestartDelay = std::chrono::milliseconds(500);
 
 struct Child {
   int rank = 0;
@@ -79,6 +81,9 @@ class Supervisor {
   core::Status run();
 
  private:
+  core::Result<std::unique_ptr<Child>> start(int rank, bool rejoin);
+  // faults.restart: lost peers due to start again with --rejoin.
+  void restartDue(Clock::time_point now);
   void readOutput(Child& c);
   void onSignal(int signo);
   void tick();
@@ -101,19 +106,16 @@ class Supervisor {
   Clock::time_point phaseSince_{};
   int firstFailure_ = -1;
   std::set<int> lostChildren_;  // continue mode: peers that died or left, not failures
+  std::string peers_;           // every rank's address, comma-separated
+  std::map<int, Clock::time_point> restartAt_;  // faults.restart: rank -> when
+  std::map<int, int> restarts_;                 // rank -> restarts so far
   bool cancelled_ = false;
   bool killed_ = false;
   core::Status mergeError_;
 };
 
 core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
-  std::string peers;
-  for (const auto& a : addresses) peers += (peers.empty() ? "" : ",") + a;
-  const pid_t parent = getpid();
-  const bool trainer = !opt_.command.empty();
-  std::error_code ec;
-  const std::string scenarioAbs = std::filesystem::absolute(opt_.scenarioPath, ec).string();
-  const std::string outAbs = std::filesystem::absolute(opt_.outDir, ec).string();
+  for (const auto& a : addresses) peers_ += (peers_.empty() ? "" : ",") + a;
   for (int r = 0; r < s_.nodes; ++r) {
     if (std::find(opt_.notStarted.begin(), opt_.notStarted.end(), r) != opt_.notStarted.end()) {
       // Lost before the round the run resumes at: it stays lost, as a peer that was killed.
@@ -126,56 +128,72 @@ core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
       children_.push_back(std::move(c));
       continue;
     }
-    std::vector<std::string> args = {opt_.executable, "peer", opt_.scenarioPath, "--rank",
-                                     std::to_string(r), "--out", opt_.outDir.string(), "--peers",
-                                     peers};
-    args.insert(args.end(), opt_.peerArgs.begin(), opt_.peerArgs.end());
-    if (opt_.resumeRound) {
-      args.insert(args.end(), {"--resume-round", std::to_string(*opt_.resumeRound)});
-    }
-    // run -- COMMAND: the user's trainer, told who it is through the environment
-    // (starling::Peer::fromEnv reads it), like torchrun's RANK and WORLD_SIZE.
-    if (trainer) args = opt_.command;
-    const std::vector<std::pair<std::string, std::string>> env = {
-        {"STARLING_RANK", std::to_string(r)},
-        {"STARLING_NODES", std::to_string(s_.nodes)},
-        {"STARLING_SCENARIO", scenarioAbs},
-        {"STARLING_OUT", outAbs},
-        {"STARLING_PEERS", peers}};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return core::ioError(std::string("pipe: ") + strerror(errno));
-    const pid_t pid = fork();
-    if (pid < 0) return core::ioError(std::string("fork: ") + strerror(errno));
-    if (pid == 0) {
-      // Child: die with the launcher, whatever kills it; talk through the pipe.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(1);
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      if (trainer) {
-        for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-        execvp(argv[0], argv.data());
-        std::fprintf(stderr, "cannot start %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    auto c = std::make_unique<Child>();
-    c->rank = r;
-    c->pid = pid;
-    c->output = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
-    children_.push_back(std::move(c));
+    auto c = start(r, /*rejoin=*/false);
+    if (!c) return c.status();
+    children_.push_back(std::move(*c));
   }
   return core::Status::ok();
+}
+
+core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
+  const pid_t parent = getpid();
+  const bool trainer = !opt_.command.empty();
+  std::error_code ec;
+  const std::string scenarioAbs = std::filesystem::absolute(opt_.scenarioPath, ec).string();
+  const std::string outAbs = std::filesystem::absolute(opt_.outDir, ec).string();
+  std::vector<std::string> args = {opt_.executable, "peer", opt_.scenarioPath, "--rank",
+                                   std::to_string(r), "--out", opt_.outDir.string(), "--peers",
+                                   peers_};
+  args.insert(args.end(), opt_.peerArgs.begin(), opt_.peerArgs.end());
+  if (opt_.resumeRound && !rejoin) {
+    args.insert(args.end(), {"--resume-round", std::to_string(*opt_.resumeRound)});
+  }
+  if (rejoin) args.push_back("--rejoin");
+  // run -- COMMAND: the user's trainer, told who it is through the environment
+  // (starling::Peer::fromEnv reads it), like torchrun's RANK and WORLD_SIZE.
+  if (trainer) args = opt_.command;
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"STARLING_RANK", std::to_string(r)},
+      {"STARLING_NODES", std::to_string(s_.nodes)},
+      {"STARLING_SCENARIO", scenarioAbs},
+      {"STARLING_OUT", outAbs},
+      {"STARLING_PEERS", peers_}};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return core::ioError(std::string("pipe: ") + strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return core::ioError(std::string("fork: ") + strerror(errno));
+  }
+  if (pid == 0) {
+    // Child: die with the launcher, whatever kills it; talk through the pipe.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (trainer) {
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "cannot start %s: %s\n", argv[0], strerror(errno));
+      _exit(127);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  auto c = std::make_unique<Child>();
+  c->rank = r;
+  c->pid = pid;
+  c->output = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
+  return c;
 }
 
 void Supervisor::readOutput(Child& c) {
@@ -205,6 +223,7 @@ void Supervisor::signalAll(int signo) {
 }
 
 bool Supervisor::allDone() const {
+  if (!restartAt_.empty()) return false;
   for (const auto& c : children_) {
     if (!c->exited || !c->outputClosed) return false;
   }
@@ -226,8 +245,13 @@ void Supervisor::reap() {
       if (c->failed() && loss && !cancelled_ &&
           s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
         lostChildren_.insert(c->rank);
+        const bool again = s_.faults.restart && opt_.command.empty() &&
+                           restarts_[c->rank] < s_.faults.maxRestarts;
         progress_.message("node-launcher: peer " + std::to_string(c->rank) + " " +
-                          c->describeExit() + "; the others carry on without it");
+                          c->describeExit() + "; the others carry on without it" +
+                          (again ? " (it restarts and rejoins)" : ""));
+        // Its address must be free again and the others must have noticed: a moment's pause.
+        if (again) restartAt_[c->rank] = Clock::now() + kRestartDelay;
         continue;
       }
       if (c->failed() && firstFailure_ < 0 && !cancelled_) {
@@ -256,8 +280,38 @@ void Supervisor::onSignal(int signo) {
   });
 }
 
+void Supervisor::restartDue(Clock::time_point now) {
+  for (auto it = restartAt_.begin(); it != restartAt_.end();) {
+    const int r = it->first;
+    if (phase_ != Phase::kRunning || cancelled_) {
+      it = restartAt_.erase(it);
+      continue;
+    }
+    // Only once its old process is gone for good (its output closed too).
+    if (now < it->second || !children_[r]->outputClosed) {
+      ++it;
+      continue;
+    }
+    it = restartAt_.erase(it);
+    auto c = start(r, /*rejoin=*/true);
+    if (!c) {
+      progress_.message("node-launcher: cannot restart peer " + std::to_string(r) + ": " +
+                        c.status().message());
+      continue;
+    }
+    restarts_[r]++;
+    lostChildren_.erase(r);
+    children_[r] = std::move(*c);
+    readOutput(*children_[r]);
+    progress_.message("node-launcher: peer " + std::to_string(r) + " restarted (" +
+                      std::to_string(restarts_[r]) + " of " +
+                      std::to_string(s_.faults.maxRestarts) + "); it rejoins");
+  }
+}
+
 void Supervisor::tick() {
   reap();
+  restartDue(Clock::now());
   if (auto merged = merging_.poll(); !merged) {
     if (mergeError_.isOk()) mergeError_ = merged.status();
   } else if (auto round = merging_.lastRound()) {

@@ -63,6 +63,27 @@ void Membership::remove(const std::vector<int>& ranks) {
   ++epoch_;
 }
 
+void Membership::add(const std::vector<int>& ranks) {
+  for (int r : ranks) {
+    if (r >= 0 && r < nodes() && !alive_[r]) {
+      alive_[r] = true;
+      ++survivors_;
+    }
+  }
+  ++epoch_;
+}
+
+core::Status Membership::adopt(const std::vector<bool>& alive, uint64_t epoch) {
+  if (alive.size() != alive_.size()) {
+    return core::invalidArgument("a membership of " + std::to_string(alive.size()) +
+                                 " nodes for a run of " + std::to_string(alive_.size()));
+  }
+  alive_ = alive;
+  survivors_ = static_cast<int>(std::count(alive_.begin(), alive_.end(), true));
+  epoch_ = epoch;
+  return core::Status::ok();
+}
+
 void Membership::visitState(core::StateVisitor& v) {
   v.scalar("epoch", epoch_);
   std::vector<uint64_t> out;
@@ -187,6 +208,7 @@ std::string membershipChangeLine(const MembershipChange& c) {
   j["round"] = c.round;
   j["epoch"] = c.epoch;
   j["left"] = c.left;
+  if (!c.joined.empty()) j["joined"] = c.joined;
   j["why"] = c.why;
   return nlohmann::ordered_json{{"membership", j}}.dump(-1, ' ', false,
                                                         nlohmann::json::error_handler_t::replace);

@@ -27,12 +27,14 @@
 
 namespace starling::runtime {
 
-// One change of membership: the nodes that leave, and the round from which they are out.
+// One change of membership: the nodes that leave and those that come back (faults.restart), and
+// the round from which it holds.
 struct MembershipChange {
-  uint64_t round = 0;     // first round without them
-  uint64_t epoch = 0;     // the membership's epoch after the change (1 for the first)
-  std::vector<int> left;  // sorted
-  std::string why;        // "killed by the fault script", "no message in round 12", ...
+  uint64_t round = 0;       // first round without them (with them, for `joined`)
+  uint64_t epoch = 0;       // the membership's epoch after the change (1 for the first)
+  std::vector<int> left;    // sorted
+  std::vector<int> joined;  // sorted: lost ranks whose restarted process rejoined
+  std::string why;          // "killed by the fault script", "no message in round 12", ...
 };
 
 class Membership {
@@ -48,6 +50,11 @@ class Membership {
 
   // Removes `ranks` (those already out are ignored) and advances the epoch.
   void remove(const std::vector<int>& ranks);
+  // Takes `ranks` back in (rejoined; those in already are ignored) and advances the epoch.
+  void add(const std::vector<int>& ranks);
+  // A rejoining peer takes its sponsor's membership (runtime/rejoin.h). kInvalidArgument unless
+  // `alive` has nodes() entries.
+  core::Status adopt(const std::vector<bool>& alive, uint64_t epoch);
 
   // Checkpoints (core/state.h): the epoch and who is out.
   void visitState(core::StateVisitor& v);
@@ -90,7 +97,8 @@ class SurvivorSchedule {
 
 // Lines of membership.jsonl (and of a peer log): a loss noticed, and a change applied.
 //   {"lost": {"round", "rank", "why"}}
-//   {"membership": {"round", "epoch", "left": [...], "why"}}
+//   {"membership": {"round", "epoch", "left": [...], "joined": [...], "why"}}
+// ("joined" only when a rank came back.)
 std::string membershipLostLine(uint64_t round, int rank, const std::string& why);
 std::string membershipChangeLine(const MembershipChange& c);
 

@@ -14,11 +14,13 @@ void MembershipGossip::start(uint64_t round, const topology::Graph& support,
   missing_.clear();
   expected_.clear();
   extended_.clear();
-  // [rank, leaves-at] pairs as float64 (exact below 2^53), in a checksummed frame.
+  // [rank, change, takes-effect-at] triples as float64 (exact below 2^53), in a checksummed
+  // frame.
   std::vector<double> values;
-  for (const auto& [r, at] : proposals_) {
-    values.push_back(static_cast<double>(r));
-    values.push_back(static_cast<double>(at));
+  for (const auto& [key, p] : proposals_) {
+    values.push_back(static_cast<double>(key.first));
+    values.push_back(static_cast<double>(key.second));
+    values.push_back(static_cast<double>(p.at));
   }
   auto frame = std::make_shared<transport::Bytes>();
   compression::encodeDense<double>(values, *frame);
@@ -102,8 +104,7 @@ void MembershipGossip::notify(uint64_t round, const topology::Graph& support) {
 
 void MembershipGossip::merge(int from, std::span<const std::byte> bytes) {
   auto view = compression::parseFrame(bytes);
-  const size_t limit = 2 * static_cast<size_t>(nodes_);
-  if (!view || view->elementCount > limit || view->elementCount % 2 != 0) {
+  if (!view || view->elementCount > 3 * kMaxEntries || view->elementCount % 3 != 0) {
     ++corrupt_;
     return;
   }
@@ -113,34 +114,37 @@ void MembershipGossip::merge(int from, std::span<const std::byte> bytes) {
     ++corrupt_;
     return;
   }
-  for (size_t k = 0; k + 1 < values->size(); k += 2) {
-    const double r = (*values)[k], at = (*values)[k + 1];
-    if (!(r >= 0 && r < nodes_ && r == std::floor(r) && at >= 0 && at < 9.0e15 &&
-          at == std::floor(at))) {
+  for (size_t k = 0; k + 2 < values->size(); k += 3) {
+    const double r = (*values)[k], c = (*values)[k + 1], at = (*values)[k + 2];
+    if (!(r >= 0 && r < nodes_ && r == std::floor(r) && c >= 1 && c <= kMaxChange &&
+          c == std::floor(c) && at >= 0 && at < 9.0e15 && at == std::floor(at))) {
       ++corrupt_;
       return;
     }
   }
-  for (size_t k = 0; k + 1 < values->size(); k += 2) {
+  for (size_t k = 0; k + 2 < values->size(); k += 3) {
     const int r = static_cast<int>((*values)[k]);
-    const auto at = static_cast<uint64_t>((*values)[k + 1]);
-    if (r == rank_) {  // a neighbour declared this peer lost
-      excluded_ = true;
+    const auto change = static_cast<uint64_t>((*values)[k + 1]);
+    const auto at = static_cast<uint64_t>((*values)[k + 2]);
+    auto it = proposals_.find({r, change});
+    const bool news = it == proposals_.end() || at < it->second.at;
+    if (!news) continue;
+    if (r == rank_ && change % 2 == 1 && it == proposals_.end()) {
+      excluded_ = true;  // a neighbour declared this peer lost
       continue;
     }
-    auto it = proposals_.find(r);
-    const bool news = it == proposals_.end() || at < it->second;
-    if (!news) continue;
-    // A change must be known before its round starts; this one's round (at <= round_ + 1 is
-    // the next round at the earliest a peer can still apply) has passed here already.
+    // A change must be known before its round starts; this one's round has passed here already
+    // (or this peer applied it at a later round than the neighbour did).
     if (at <= round_ && disagreement_.isOk()) {
       disagreement_ = core::failedPrecondition(
           "membership disagreement: rank " + std::to_string(from) + " says rank " +
-          std::to_string(r) + " left at round " + std::to_string(at) + ", which rank " +
-          std::to_string(rank_) + " learned only in round " + std::to_string(round_) +
+          std::to_string(r) + (change % 2 == 1 ? " left" : " rejoined") + " at round " +
+          std::to_string(at) + ", which rank " + std::to_string(rank_) +
+          " learned only in round " + std::to_string(round_) +
           " (the news needs more rounds to cross this graph: set faults.agreement_rounds)");
     }
-    proposals_[r] = at;
+    if (it != proposals_.end() && it->second.applied) continue;  // applied here: it stays
+    proposals_[{r, change}] = Proposal{at, false};
   }
 }
 
@@ -151,53 +155,116 @@ std::vector<int> MembershipGossip::finish() {
   return out;
 }
 
-void MembershipGossip::propose(int rank, uint64_t round, uint64_t agreement) {
-  const uint64_t at = round + agreement;
-  auto it = proposals_.find(rank);
-  if (it == proposals_.end() || at < it->second) proposals_[rank] = at;
+std::pair<uint64_t, bool> MembershipGossip::latest(int rank) const {
+  auto it = proposals_.lower_bound({rank + 1, 0});
+  if (it == proposals_.begin()) return {0, true};
+  --it;
+  if (it->first.first != rank) return {0, true};
+  return {it->first.second, it->second.applied};
 }
 
-std::vector<int> MembershipGossip::dueAt(uint64_t round) {
-  std::vector<int> out;
-  for (const auto& [r, at] : proposals_) {
-    if (at <= round && !applied_[r]) {
-      applied_[r] = true;
-      out.push_back(r);
+bool MembershipGossip::isKnownLost(int rank) const {
+  const auto [change, applied] = latest(rank);
+  // In: no change at all, or a return that took effect.
+  return !(change % 2 == 0 && applied);
+}
+
+bool MembershipGossip::mayRejoin(int rank) const {
+  const auto [change, applied] = latest(rank);
+  return change % 2 == 1 && applied;
+}
+
+std::optional<uint64_t> MembershipGossip::joinRound(int rank) const {
+  const auto [change, applied] = latest(rank);
+  if (change == 0 || change % 2 == 1 || applied) return std::nullopt;
+  return proposals_.at({rank, change}).at;
+}
+
+void MembershipGossip::propose(int rank, uint64_t round, uint64_t agreement) {
+  const auto [change, applied] = latest(rank);
+  if (change % 2 == 1) {
+    // Its departure is known already; an earlier round for it is still news.
+    auto& p = proposals_.at({rank, change});
+    if (!p.applied && round + agreement < p.at) p.at = round + agreement;
+    return;
+  }
+  if (change > 0 && !applied) return;  // its return is under way: the return's failure will tell
+  proposals_[{rank, change + 1}] = Proposal{round + agreement, false};
+}
+
+bool MembershipGossip::proposeJoin(int rank, uint64_t round, uint64_t agreement) {
+  if (!mayRejoin(rank)) return false;
+  const uint64_t change = latest(rank).first;
+  if (change + 1 > kMaxChange) return false;
+  proposals_[{rank, change + 1}] = Proposal{round + agreement, false};
+  return true;
+}
+
+MembershipGossip::Due MembershipGossip::dueAt(uint64_t round) {
+  Due out;
+  for (auto& [key, p] : proposals_) {
+    if (p.at <= round && !p.applied) {
+      p.applied = true;
+      (key.second % 2 == 1 ? out.left : out.joined).push_back(key.first);
     }
   }
-  return out;
+  return out;  // sorted: the map is ordered by rank
 }
 
 void MembershipGossip::visitState(core::StateVisitor& v) {
-  std::vector<uint64_t> ranks, rounds, applied;
-  for (const auto& [r, at] : proposals_) {
-    ranks.push_back(static_cast<uint64_t>(r));
-    rounds.push_back(at);
-    const auto it = applied_.find(r);
-    applied.push_back(it != applied_.end() && it->second ? 1 : 0);
+  std::vector<uint64_t> ranks, changes, rounds, applied;
+  for (const auto& [key, p] : proposals_) {
+    ranks.push_back(static_cast<uint64_t>(key.first));
+    changes.push_back(key.second);
+    rounds.push_back(p.at);
+    applied.push_back(p.applied ? 1 : 0);
   }
-  v.sized("lost", ranks);
-  v.sized("leaves_at", rounds);
+  v.sized("ranks", ranks);
+  v.sized("changes", changes);
+  v.sized("rounds", rounds);
   v.sized("applied", applied);
   if (!v.loading() || v.failed()) return;
-  if (rounds.size() != ranks.size() || applied.size() != ranks.size()) {
+  if (changes.size() != ranks.size() || rounds.size() != ranks.size() ||
+      applied.size() != ranks.size()) {
     return v.fail("checkpoint: membership gossip's lists differ in length");
   }
-  proposals_.clear();
-  applied_.clear();
+  std::vector<Entry> entries;
   for (size_t k = 0; k < ranks.size(); ++k) {
     if (ranks[k] >= static_cast<uint64_t>(nodes_) || applied[k] > 1) {
       return v.fail("checkpoint: membership gossip names rank " + std::to_string(ranks[k]) +
                     " of " + std::to_string(nodes_));
     }
-    proposals_[static_cast<int>(ranks[k])] = rounds[k];
-    if (applied[k] == 1) applied_[static_cast<int>(ranks[k])] = true;
+    entries.push_back(Entry{static_cast<int>(ranks[k]), changes[k], rounds[k], applied[k] == 1});
   }
+  if (auto st = adopt(entries); !st.isOk()) return v.fail("checkpoint: " + st.message());
+}
+
+std::vector<MembershipGossip::Entry> MembershipGossip::entries() const {
+  std::vector<Entry> out;
+  for (const auto& [key, p] : proposals_) out.push_back(Entry{key.first, key.second, p.at, p.applied});
+  return out;
+}
+
+core::Status MembershipGossip::adopt(const std::vector<Entry>& entries) {
+  if (entries.size() > kMaxEntries) return core::invalidArgument("too many membership changes");
+  std::map<std::pair<int, uint64_t>, Proposal> next;
+  for (const Entry& e : entries) {
+    if (e.rank < 0 || e.rank >= nodes_ || e.change < 1 || e.change > kMaxChange) {
+      return core::invalidArgument("membership change " + std::to_string(e.change) + " of rank " +
+                                   std::to_string(e.rank) + " in a run of " +
+                                   std::to_string(nodes_));
+    }
+    next[{e.rank, e.change}] = Proposal{e.at, e.applied};
+  }
+  proposals_ = std::move(next);
+  return core::Status::ok();
 }
 
 std::vector<int> MembershipGossip::knownLost() const {
   std::vector<int> out;
-  for (const auto& [r, at] : proposals_) out.push_back(r);
+  for (int r = 0; r < nodes_; ++r) {
+    if (isKnownLost(r)) out.push_back(r);
+  }
   return out;
 }
 

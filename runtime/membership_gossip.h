@@ -3,7 +3,10 @@
 //
 // A peer that loses a neighbour in round r (its message did not come by the deadline, or its
 // connection failed) proposes "rank j leaves at round r + D", D = agreementRounds(), computed
-// by every peer from the same graph without the lost ranks. Every round
+// by every peer from the same graph without the lost ranks. A peer asked by a lost rank's new
+// process to take it back proposes "rank j returns at round r + D" the same way (faults.restart;
+// runtime/rejoin.h). Each rank's changes are numbered (1: its first departure, 2: its return,
+// 3: its second departure, ...), so news of an old change never undoes a newer one. Every round
 // each peer sends its proposals to each live neighbour of the support graph, in a small frame on
 // its own channel, and merges what it receives, keeping the earliest round per rank. News travels
 // one hop per round, so when it can reach every survivor within D - 1 rounds, all survivors hold
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +37,10 @@ inline constexpr uint32_t kLivenessChannel = 3;
 
 class MembershipGossip {
  public:
+  // Bounds on what a message may carry: changes per rank, and changes in all.
+  static constexpr uint64_t kMaxChange = uint64_t{1} << 20;
+  static constexpr size_t kMaxEntries = size_t{1} << 16;
+
   MembershipGossip(int rank, int nodes, transport::Transport& net)
       : rank_(rank), nodes_(nodes), net_(net) {}
 
@@ -44,13 +52,38 @@ class MembershipGossip {
   std::vector<int> finish();
 
   // This peer noticed the loss of `rank` in `round`: it leaves at round + agreement
-  // (agreementRounds()).
+  // (agreementRounds()). Nothing when the rank is already known out.
   void propose(int rank, uint64_t round, uint64_t agreement);
-  // Ranks whose change takes effect at `round`, sorted; each is returned once.
-  std::vector<int> dueAt(uint64_t round);
-  // Every rank proposed or applied.
+  // A lost rank's restarted process asked this peer to take it back (faults.restart): it joins
+  // at round + agreement. Only for a rank whose departure has been applied and that has no join
+  // under way; returns whether it proposed.
+  bool proposeJoin(int rank, uint64_t round, uint64_t agreement);
+  // The changes that take effect at `round`: ranks that leave and ranks that come back, sorted;
+  // each change is returned once.
+  struct Due {
+    std::vector<int> left;
+    std::vector<int> joined;
+    bool empty() const { return left.empty() && joined.empty(); }
+  };
+  Due dueAt(uint64_t round);
+  // Every rank that is out now: lost (its departure proposed or applied) and not yet back.
   std::vector<int> knownLost() const;
-  bool isKnownLost(int rank) const { return proposals_.count(rank) > 0; }
+  bool isKnownLost(int rank) const;
+  // Whether `rank` is out with its departure applied and no join under way (it may rejoin).
+  bool mayRejoin(int rank) const;
+  // The round `rank`'s pending join takes effect, if one is under way.
+  std::optional<uint64_t> joinRound(int rank) const;
+
+  // Every proposal, as a rejoining peer takes them over from its sponsor (runtime/rejoin.h).
+  // Changes of one rank are numbered from 1: odd ones are departures, even ones returns.
+  struct Entry {
+    int rank;
+    uint64_t change;
+    uint64_t at;
+    bool applied;
+  };
+  std::vector<Entry> entries() const;
+  core::Status adopt(const std::vector<Entry>& entries);
 
   // Stragglers and the cascade a timeout would start. A peer that waits in a round past a third
   // of the round timeout tells its live neighbours so (notify(): "alive, in round q"); a peer
@@ -82,8 +115,13 @@ class MembershipGossip {
   const int rank_;
   const int nodes_;
   transport::Transport& net_;
-  std::map<int, uint64_t> proposals_;  // rank -> round it leaves at (the earliest heard)
-  std::map<int, bool> applied_;
+  struct Proposal {
+    uint64_t at;  // the round it takes effect (the earliest heard)
+    bool applied;
+  };
+  // The latest change number known for `rank` (0: none) and whether it was applied.
+  std::pair<uint64_t, bool> latest(int rank) const;
+  std::map<std::pair<int, uint64_t>, Proposal> proposals_;  // (rank, change) -> proposal
   uint64_t round_ = 0;
   size_t pending_ = 0;
   std::vector<int> missing_;

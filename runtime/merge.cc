@@ -179,7 +179,7 @@ core::Result<bool> MembershipReports::read(const std::string& line, int reporter
     }
     const int who = l["rank"].get<int>();
     if (who < 0 || who >= nodes_) return bad("\"lost\" names no rank of this run");
-    reports_.push_back(Report{l["round"].get<uint64_t>(), reporter, who, 0, line});
+    reports_.push_back(Report{l["round"].get<uint64_t>(), reporter, who, 0, {}, line});
     return true;
   }
   if (j.is_object() && j.contains("membership") && j["membership"].is_object()) {
@@ -190,8 +190,18 @@ core::Result<bool> MembershipReports::read(const std::string& line, int reporter
     if (!m.contains("round") || !m["round"].is_number_unsigned()) {
       return bad("malformed \"membership\" line");
     }
-    reports_.push_back(
-        Report{m["round"].get<uint64_t>(), reporter, -1, m["epoch"].get<uint64_t>(), line});
+    std::vector<int> joined;
+    if (m.contains("joined")) {
+      if (!m["joined"].is_array()) return bad("malformed \"membership\" line");
+      for (const auto& r : m["joined"]) {
+        if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= nodes_) {
+          return bad("\"joined\" names no rank of this run");
+        }
+        joined.push_back(r.get<int>());
+      }
+    }
+    reports_.push_back(Report{m["round"].get<uint64_t>(), reporter, -1,
+                              m["epoch"].get<uint64_t>(), std::move(joined), line});
     return true;
   }
   return false;
@@ -206,21 +216,51 @@ core::Status MembershipReports::note(const std::string& line) {
   return log_->append(line);
 }
 
+bool MembershipReports::running(int rank, uint64_t round) const {
+  auto it = absent_.find(rank);
+  if (it == absent_.end()) return true;
+  for (const auto& [lost, back] : it->second) {
+    if (round > lost && round < back) return false;
+  }
+  return true;
+}
+
 core::Status MembershipReports::settle() {
+  // Rebuilt from every report so far, in round order: a loss counts when its reporter is in the
+  // run at that round (a stalled peer that resumes reports the others lost, wrongly); a return
+  // ends the rank's absence from its round.
   std::stable_sort(reports_.begin(), reports_.end(),
                    [](const Report& a, const Report& b) { return a.round < b.round; });
-  std::map<int, uint64_t> lost;
+  constexpr uint64_t kOut = ~uint64_t{0};
+  absent_.clear();
   for (const Report& rep : reports_) {
-    auto reporter = lost.find(rep.reporter);
-    if (reporter != lost.end() && reporter->second <= rep.round) continue;  // out by then
+    if (!running(rep.reporter, rep.round)) continue;
     if (rep.rank >= 0) {
-      if (!lost.count(rep.rank)) lost[rep.rank] = rep.round;
-      if (!lostAt_.count(rep.rank)) STARLING_RETURN_IF_ERROR(note(rep.line));
-    } else if (!changes_.count(rep.epoch)) {
+      auto& spans = absent_[rep.rank];
+      if (spans.empty() || spans.back().second != kOut) {
+        // Out from this round on; a report of its loss before its last return is an old one.
+        if (spans.empty() || rep.round >= spans.back().second) spans.emplace_back(rep.round, kOut);
+      }
+      if (spans.back().first == rep.round && noted_.insert({rep.rank, rep.round}).second) {
+        STARLING_RETURN_IF_ERROR(note(rep.line));
+      }
+      continue;
+    }
+    for (int j : rep.joined) {
+      auto it = absent_.find(j);
+      if (it != absent_.end() && !it->second.empty() && it->second.back().second == kOut &&
+          it->second.back().first < rep.round) {
+        it->second.back().second = rep.round;
+      }
+    }
+    if (!changes_.count(rep.epoch)) {
       changes_[rep.epoch] = rep.line;
       STARLING_RETURN_IF_ERROR(note(rep.line));
     }
-    if (rep.rank >= 0 && !lostAt_.count(rep.rank)) lostAt_[rep.rank] = lost[rep.rank];
+  }
+  lostNow_.clear();
+  for (const auto& [rank, spans] : absent_) {
+    if (!spans.empty() && spans.back().second == kOut) lostNow_[rank] = spans.back().first;
   }
   return core::Status::ok();
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,20 +57,19 @@ class MembershipReports {
   core::Result<bool> read(const std::string& line, int reporter, const std::string& where);
   // Settles what was read: the lost ranks, and news appended to membership.jsonl.
   core::Status settle();
-  // rank -> the round it was lost in (the earliest a reporter still in the run saw).
-  const std::map<int, uint64_t>& lost() const { return lostAt_; }
-  // Whether `rank` still takes part in `round` (it logs it): not lost before it.
-  bool running(int rank, uint64_t round) const {
-    auto it = lostAt_.find(rank);
-    return it == lostAt_.end() || it->second >= round;
-  }
+  // rank -> the round it was lost in, for the ranks out now (lost and not back).
+  const std::map<int, uint64_t>& lost() const { return lostNow_; }
+  // Whether `rank` takes part in `round` (it logs it): not lost before it, or back by then
+  // (a rank lost in round L logs up to L; one that rejoins at round J logs from J).
+  bool running(int rank, uint64_t round) const;
 
  private:
   struct Report {
     uint64_t round;
     int reporter;
-    int rank;  // -1: a membership line (epoch in `epoch`)
+    int rank;  // -1: a membership line (epoch in `epoch`, returns in `joined`)
     uint64_t epoch;
+    std::vector<int> joined;
     std::string line;
   };
   core::Status note(const std::string& line);
@@ -77,8 +77,11 @@ class MembershipReports {
   std::filesystem::path dir_;
   int nodes_;
   std::vector<Report> reports_;
-  std::map<int, uint64_t> lostAt_;           // rank -> round it was lost in (earliest)
+  // Per rank, its absences: [round lost in, round back at) (back: ~0 while it is out).
+  std::map<int, std::vector<std::pair<uint64_t, uint64_t>>> absent_;
+  std::map<int, uint64_t> lostNow_;
   std::map<uint64_t, std::string> changes_;  // epoch -> its membership line
+  std::set<std::pair<int, uint64_t>> noted_;  // absences (rank, round) in membership.jsonl
   std::unique_ptr<LineFile> log_;            // dir/membership.jsonl, once there is news
 };
 

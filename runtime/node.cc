@@ -37,6 +37,14 @@ void Node<T>::setLost(int peer) {
 }
 
 template <typename T>
+void Node<T>::setFound(int peer) {
+  lost_.erase(std::remove(lost_.begin(), lost_.end(), peer), lost_.end());
+  newlyLost_.erase(std::remove(newlyLost_.begin(), newlyLost_.end(), peer), newlyLost_.end());
+  losing_.erase(std::remove(losing_.begin(), losing_.end(), peer), losing_.end());
+  lostWhy_.erase(peer);
+}
+
+template <typename T>
 bool Node<T>::isLost(int peer) const {
   return std::binary_search(lost_.begin(), lost_.end(), peer);
 }

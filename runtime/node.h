@@ -70,6 +70,8 @@ class Node {
   // stands in for it, with its weight (as if the lost node held this node's model).
   void setTolerateLoss(bool on) { tolerateLoss_ = on; }
   void setLost(int peer);
+  // A lost neighbour rejoined the run (faults.restart): messages go to it and come from it again.
+  void setFound(int peer);
   // The simulator's view of a neighbour that dies before this round: this node still sends to it
   // (it does not know yet, as a peer process would not) but stands in for its message; lost
   // from the next round.

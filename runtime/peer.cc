@@ -17,6 +17,7 @@
 #include "runtime/line_file.h"
 #include "runtime/metrics.h"
 #include "runtime/node_stack.h"
+#include "runtime/rejoin.h"
 #include "runtime/scenario_writer.h"
 #include "runtime/survival.h"
 #include "runtime/transport/factory.h"
@@ -55,6 +56,31 @@ struct PeerState {
     survival.visitState(v);  // with on_peer_loss "continue": membership, gossip
   }
 };
+
+// The length of a rejoining peer's log up to its last whole line (the old process may have died
+// in the middle of nothing, but a file copied from elsewhere may not end a line); a peer that
+// has no log yet (restarted on another machine) starts one.
+core::Result<uint64_t> rejoinLog(const Scenario& s, const PeerOptions& opt,
+                                 const std::string& address) {
+  if (opt.outDir.empty()) return uint64_t{0};
+  const auto path = peerLogPath(opt.outDir, opt.rank);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    std::filesystem::create_directories(path.parent_path(), ec);
+    auto created = LineFile::create(path);
+    if (!created) return created.status();
+    STARLING_RETURN_IF_ERROR((*created)->append(peerLogHeader(s, opt.rank, address)));
+    return (*created)->size();
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return core::ioError("cannot read " + path.string());
+  const size_t nl = text.rfind('\n');
+  if (nl == std::string::npos) {
+    return core::corruption(path.string() + ": not a peer log (no whole line)");
+  }
+  return static_cast<uint64_t>(nl + 1);
+}
 
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
@@ -105,7 +131,47 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     eo.wallOffset = state.wallS;
     resumedFrom = path.string();
   }
-  if (!opt.resumeRound && !opt.outDir.empty()) {
+  // A restarted process of a lost rank (runtime/rejoin.h): the neighbours' state, not a replay.
+  std::optional<JoinState> joined;
+  if (opt.rejoin) {
+    if (!continueOnLoss) {
+      return core::invalidArgument("--rejoin: a lost peer can come back only with "
+                                   "faults.on_peer_loss \"continue\"");
+    }
+    if (opt.resumeRound) return core::invalidArgument("--rejoin and --resume-round exclude each other");
+    RejoinOptions ro;
+    ro.rank = opt.rank;
+    ro.nodes = s.nodes;
+    ro.dim = e.modelDim();
+    ro.ask = e.schedule->support().neighbors(opt.rank);
+    // The answer comes at the round the survivors agree on: a few rounds after they hear.
+    ro.deadline = transport::Clock::now() +
+                  std::chrono::milliseconds(s.transport.connectTimeoutMs) +
+                  std::chrono::milliseconds(s.transport.roundTimeoutMs) * (s.nodes + 4);
+    ro.stop = opt.stop;
+    const std::string who = "node-launcher peer " + std::to_string(opt.rank);
+    ro.log = [&](const std::string& line) {
+      if (opt.log) opt.log(who + ": " + line); else std::fprintf(stderr, "%s: %s\n", who.c_str(), line.c_str());
+    };
+    auto state = requestRejoin(net, ro);
+    if (!state) {
+      if (opt.leftRun && state.status().code() != core::StatusCode::kCancelled) *opt.leftRun = true;
+      return state.status().withContext("rank " + std::to_string(opt.rank) + " could not rejoin");
+    }
+    if (state->round == 0) {
+      ro.log("the run ends before the others could take this peer back; nothing to do");
+      return core::Status::ok();
+    }
+    std::vector<T> x0(state->model.begin(), state->model.end());
+    node.restartAlgorithm(optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle));
+    STARLING_RETURN_IF_ERROR(survival.adopt(*state));
+    auto logBytes = rejoinLog(s, opt, address);
+    if (!logBytes) return logBytes.status();
+    eo.resumeRound = state->round;
+    eo.resumeLogBytes = *logBytes;
+    joined = std::move(*state);
+  }
+  if (!opt.resumeRound && !opt.rejoin && !opt.outDir.empty()) {
     // A fresh start: checkpoints an earlier run left here belong to a peer log this one replaces
     // (and newer ones would outlive this run's when the newest `keep` are kept).
     std::error_code ec;
@@ -165,10 +231,22 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   if (opt.resumeRound) {
     engine.say("node-launcher peer " + std::to_string(opt.rank) + ": resuming at round " +
                std::to_string(*opt.resumeRound) + " from " + resumedFrom);
+  } else if (joined) {
+    engine.say("node-launcher peer " + std::to_string(opt.rank) + ": rejoined at round " +
+               std::to_string(joined->round) + " (membership epoch " +
+               std::to_string(joined->epoch) + ")");
+    // Its log says so (membership.jsonl has the survivors' line of the same change). Its model
+    // is logged at the rounds the others log, so that the merge finds every round complete.
+    if (joined->round % s.logEvery == 0) STARLING_RETURN_IF_ERROR(record(joined->round));
   } else {
     STARLING_RETURN_IF_ERROR(record(0));
   }
   survival.install(engine);
+  // A survivor sends its model to a neighbour that rejoins (its join state).
+  survival.setJoinSource([&node] {
+    const auto x = node.model();
+    return std::vector<double>(x.begin(), x.end());
+  });
   STARLING_RETURN_IF_ERROR(survival.add(node, [&](Node<T>& n) {
     const auto x = n.model();
     const std::vector<T> x0(x.begin(), x.end());

@@ -47,6 +47,10 @@ struct PeerOptions {
   // Resume (runtime/checkpoint.h): load the state of outDir/checkpoints/rank-R/round-N.ckpt,
   // append to the peer log after the length that checkpoint recorded, and run rounds N onwards.
   std::optional<uint64_t> resumeRound;
+  // Rejoin (runtime/rejoin.h): this is a lost rank's restarted process. It asks its neighbours
+  // to take it back, starts at the round they name from the model they send, and appends to its
+  // peer log. Failing to get back in is a loss (leftRun), not a failure of the run.
+  bool rejoin = false;
 };
 
 // Runs every round of the scenario as peer `rank` (from options.resumeRound when set). With the

@@ -122,10 +122,15 @@ struct FaultEvent {
   uint64_t toRound = 0;
   int linkA = -1, linkB = -1;  // -1: every link
 };
+inline constexpr int kDefaultMaxRestarts = 3;
 struct FaultsConfig {
   OnPeerLoss onPeerLoss = OnPeerLoss::kStop;
   RepairKind repair = RepairKind::kReconnect;
   uint64_t agreementRounds = 0;  // rounds from noticing a loss to the change; 0: automatic
+  // `node-launcher run` restarts a lost peer (killed, crashed, or left) with --rejoin, at most
+  // maxRestarts times per rank (runtime/rejoin.h).
+  bool restart = false;
+  int maxRestarts = kDefaultMaxRestarts;
   std::vector<FaultEvent> script;
 };
 

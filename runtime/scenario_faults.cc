@@ -13,6 +13,12 @@ void parseFaults(Obj& o, Scenario& s) {
   f.repair = static_cast<RepairKind>(
       o.choice("repair", "graph repair", {"reconnect", "none"}, 0));
   f.agreementRounds = o.integer<uint64_t>("agreement_rounds", 1, 1000000, 0);
+  f.restart = o.boolean("restart", false);
+  f.maxRestarts = o.integer<int>("max_restarts", 1, 1000, kDefaultMaxRestarts);
+  if (f.restart && f.onPeerLoss != OnPeerLoss::kContinue) {
+    throw ScenarioError{o.at("restart"), "restarting lost peers needs \"on_peer_loss\": "
+                                         "\"continue\" (with \"stop\" a loss ends the run)"};
+  }
   if (o.has("script")) {
     const json& list = *o.get("script");
     const std::string at = o.at("script");
@@ -68,7 +74,11 @@ void parseFaults(Obj& o, Scenario& s) {
       e.kill = ev.integer<int>("kill", 0, std::max(0, s.nodes - 1));
       e.atRound = ev.integer<uint64_t>("at_round", 0, last);
       ev.finish();
-      if (!killed.insert(e.kill).second) {
+      // With restarts a rank may die again after it rejoined (at another round).
+      const bool again = f.restart && std::none_of(f.script.begin(), f.script.end(), [&](const FaultEvent& x) {
+        return x.kind == FaultEvent::Kind::kKill && x.kill == e.kill && x.atRound == e.atRound;
+      });
+      if (!killed.insert(e.kill).second && !again) {
         throw ScenarioError{ev.path() + "/kill",
                             "rank " + std::to_string(e.kill) + " is killed twice"};
       }

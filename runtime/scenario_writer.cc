@@ -268,6 +268,10 @@ json resolved(const Scenario& s) {
   faults["on_peer_loss"] = s.faults.onPeerLoss == OnPeerLoss::kContinue ? "continue" : "stop";
   faults["repair"] = s.faults.repair == RepairKind::kNone ? "none" : "reconnect";
   if (s.faults.agreementRounds > 0) faults["agreement_rounds"] = s.faults.agreementRounds;
+  if (s.faults.restart) {
+    faults["restart"] = true;
+    faults["max_restarts"] = s.faults.maxRestarts;
+  }
   json script = json::array();
   for (const FaultEvent& e : s.faults.script) {
     json ev = json::object();

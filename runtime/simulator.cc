@@ -214,7 +214,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       for (int rank : it->second) {
         why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " lost";
       }
-      MembershipChange change{r, membership.epoch(), it->second, why};
+      MembershipChange change{r, membership.epoch(), it->second, {}, why};
       if (membershipLog) STARLING_RETURN_IF_ERROR(membershipLog->append(membershipChangeLine(change)));
       result.changes.push_back(change);
     }

@@ -16,7 +16,16 @@ Survival<T>::Survival(const Scenario& s, const topology::Schedule& schedule, int
       enabled_(s.faults.onPeerLoss == OnPeerLoss::kContinue),
       membership_(s.nodes),
       survivors_(schedule, s.faults.repair),
-      gossip_(rank, s.nodes, net) {}
+      gossip_(rank, s.nodes, net),
+      net_(net),
+      joinListening_(static_cast<size_t>(s.nodes), false) {}
+
+template <typename T>
+core::Status Survival<T>::adopt(const JoinState& state) {
+  if (!enabled_) return core::failedPrecondition("rejoining needs faults.on_peer_loss \"continue\"");
+  STARLING_RETURN_IF_ERROR(membership_.adopt(state.alive, state.epoch));
+  return gossip_.adopt(state.entries);
+}
 
 template <typename T>
 void Survival<T>::visitState(core::StateVisitor& v) {
@@ -67,22 +76,105 @@ core::Status Survival<T>::add(Node<T>& node, Restart restart) {
   return core::Status::ok();
 }
 
-// A membership change at the start of `round`: the ranks in `left` are out; every node restarts
-// its algorithm from its model over the repaired graph (docs/algorithms.md §18).
+// A membership change at the start of `round`: the ranks in due.left are out, those in
+// due.joined back; every node restarts its algorithm from its model over the repaired graph
+// (docs/algorithms.md §18), and each returning neighbour gets this peer's join state.
 template <typename T>
-core::Status Survival<T>::applyChange(const std::vector<int>& left, uint64_t round) {
-  membership_.remove(left);
+core::Status Survival<T>::applyChange(const MembershipGossip::Due& due, uint64_t round) {
+  if (!due.left.empty()) membership_.remove(due.left);
+  if (!due.joined.empty()) membership_.add(due.joined);
   auto support = survivors_.support(membership_);
   if (!support) return engine_->fail(support.status(), nodes_.empty() ? nullptr : nodes_[0].node);
+  for (int j : due.joined) {
+    net_.revive(j);  // a new process listens on its address now
+    for (Registered& r : nodes_) r.node->setFound(j);
+  }
   for (Registered& r : nodes_) {
     if (auto st = r.restart(*r.node); !st.isOk()) return engine_->fail(st, r.node);
     r.node->setSupport(*support);
   }
   std::string why;
-  for (int r : left)
+  for (int r : due.left)
     why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " lost";
-  return engine_->append(
-      membershipChangeLine(MembershipChange{round, membership_.epoch(), left, why}));
+  for (int r : due.joined)
+    why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " rejoined";
+  STARLING_RETURN_IF_ERROR(engine_->append(membershipChangeLine(
+      MembershipChange{round, membership_.epoch(), due.left, due.joined, why})));
+  for (int j : due.joined) {
+    if (j == rank_) continue;
+    const auto& nb = (*support)->neighbors(rank_);
+    if (std::find(nb.begin(), nb.end(), j) != nb.end()) sendJoinState(j, round);
+    engine_->say(who_ + ": rank " + std::to_string(j) + " rejoined at round " +
+                 std::to_string(round));
+  }
+  return core::Status::ok();
+}
+
+template <typename T>
+void Survival<T>::sendJoinState(int to, uint64_t round) {
+  JoinState st;
+  st.round = round;
+  if (round > 0) {
+    st.epoch = membership_.epoch();
+    st.alive = membership_.aliveMask();
+    st.entries = gossip_.entries();
+    st.model = joinSource_();
+  } else {
+    st.alive.assign(static_cast<size_t>(s_.nodes), false);
+  }
+  auto bytes = std::make_shared<transport::Bytes>(encodeJoinState(st));
+  net_.send(to, transport::Tag{0, kJoinStateChannel}, bytes, [](const core::Status&) {});
+}
+
+template <typename T>
+void Survival<T>::listenForJoins() {
+  const auto far = transport::Clock::now() + std::chrono::hours(24);
+  for (int j : gossip_.knownLost()) {
+    if (joinListening_[j]) continue;
+    joinListening_[j] = true;
+    net_.recv(j, transport::Tag{0, kJoinChannel}, far,
+              [this, j](const core::Status& st, transport::SharedBytes b) {
+                joinListening_[j] = false;  // listened for again at the next round's start
+                if (!st.isOk()) return;     // its old process's failure, most likely
+                auto attempt = decodeJoinRequest(*b);
+                if (!attempt) {
+                  engine_->say(who_ + ": ignored a malformed join request from rank " +
+                               std::to_string(j) + ": " + attempt.status().message());
+                  return;
+                }
+                joinRequests_.emplace_back(j, *attempt);
+              });
+  }
+}
+
+template <typename T>
+core::Status Survival<T>::answerJoins(uint64_t round) {
+  std::vector<std::pair<int, uint64_t>> later;
+  for (const auto& [j, attempt] : joinRequests_) {
+    if (honoured_[j].count(attempt)) continue;
+    if (gossip_.joinRound(j)) {
+      honoured_[j].insert(attempt);  // under way: its state comes at that round
+      continue;
+    }
+    if (!gossip_.mayRejoin(j)) {
+      // Its departure has not taken effect yet here: asked again next round.
+      if (gossip_.isKnownLost(j)) later.emplace_back(j, attempt);
+      continue;
+    }
+    honoured_[j].insert(attempt);
+    const uint64_t agreement = agreementRounds(s_, schedule_.support(), gossip_.knownLost());
+    if (round + agreement >= s_.rounds) {
+      engine_->say(who_ + ": rank " + std::to_string(j) +
+                   " asked to rejoin, but the run ends first; refused");
+      sendJoinState(j, 0);
+      continue;
+    }
+    gossip_.proposeJoin(j, round, agreement);
+    engine_->say(who_ + ": rank " + std::to_string(j) + " asked to rejoin; it comes back at round " +
+                 std::to_string(*gossip_.joinRound(j)));
+  }
+  joinRequests_ = std::move(later);
+  return core::Status::ok();
 }
 
 template <typename T>
@@ -90,6 +182,10 @@ core::Status Survival<T>::prepare() {
   if (!enabled_) return core::Status::ok();
   const uint64_t r = engine_->rounds();
   if (auto due = gossip_.dueAt(r); !due.empty()) STARLING_RETURN_IF_ERROR(applyChange(due, r));
+  if (joinSource_) {
+    STARLING_RETURN_IF_ERROR(answerJoins(r));
+    listenForJoins();
+  }
   return core::Status::ok();
 }
 

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "runtime/membership.h"
 #include "runtime/membership_gossip.h"
 #include "runtime/node.h"
+#include "runtime/rejoin.h"
 #include "runtime/scenario.h"
 #include "topology/schedule.h"
 
@@ -55,8 +58,17 @@ class Survival {
   // Registers a node: it tolerates losses and exchanges over the survivors' support graph.
   core::Status add(Node<T>& node, Restart restart);
 
-  // The start of round engine.rounds(): applies the change due then.
+  // The start of round engine.rounds(): applies the change due then, and answers the join
+  // requests of lost ranks' restarted processes (runtime/rejoin.h) when a join source is set.
   core::Status prepare();
+
+  // Rejoining (runtime/rejoin.h). A survivor takes lost ranks back only with a source of its
+  // model for their join state (runPeer sets it; a trainer's Peer does not yet).
+  using ModelSource = std::function<std::vector<double>()>;
+  void setJoinSource(ModelSource source) { joinSource_ = std::move(source); }
+  // A restarted peer takes over the membership and proposals its sponsor sent (before
+  // install(); its round is state.round).
+  core::Status adopt(const JoinState& state);
   // engine.begin on the survivors' topology, and the round's gossip. `takeDrops` (scripted link
   // faults, runPeer only) is asked once the round's model messages are sent: when one of them
   // was dropped, its receiver will take this peer for lost, so it proposes its own departure,
@@ -73,7 +85,10 @@ class Survival {
     Node<T>* node;
     Restart restart;
   };
-  core::Status applyChange(const std::vector<int>& left, uint64_t round);
+  core::Status applyChange(const MembershipGossip::Due& due, uint64_t round);
+  void listenForJoins();
+  core::Status answerJoins(uint64_t round);
+  void sendJoinState(int to, uint64_t round);
   core::Status leave(const std::string& why);
 
   const Scenario& s_;
@@ -90,6 +105,11 @@ class Survival {
   Node<T>* current_ = nullptr;  // the node of the round in flight (liveness extensions)
   transport::Clock::time_point roundStart_{};
   const topology::Graph* support_ = nullptr;  // this round's
+  transport::Transport& net_;
+  ModelSource joinSource_;
+  std::vector<bool> joinListening_;
+  std::vector<std::pair<int, uint64_t>> joinRequests_;  // (rank, attempt), not yet answered
+  std::map<int, std::set<uint64_t>> honoured_;          // attempts answered, per rank
 };
 
 }  // namespace starling::runtime

@@ -4,6 +4,7 @@
 //   node-launcher run      SCENARIO --resume DIR [--rounds N] [--seed S]   (a killed run)
 //   node-launcher run      SCENARIO [--out DIR] -- COMMAND [ARGS...]   (the user's trainer)
 //   node-launcher peer     SCENARIO [--rank R] [--out DIR] [--peers H:P,...] [--rounds N] [--seed S]
+//                          [--rejoin]   (a lost peer restarted: back into the run)
 //   node-launcher simulate SCENARIO [--out DIR] [--rounds N] [--seed S]
 //   node-launcher merge    SCENARIO --out DIR [--rounds N] [--seed S]
 //   node-launcher validate SCENARIO...
@@ -370,6 +371,10 @@ int launcherMain(int argc, char** argv) {
   peer->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
   // Set by `run --resume`: load OUT/checkpoints/rank-R/round-N.ckpt and go on from round N.
   peer->add_option("--resume-round", flags.resumeRound, "")->group("");
+  bool rejoin = false;
+  peer->add_flag("--rejoin", rejoin,
+                 "this rank was lost and restarted: ask its neighbours to take it back (their "
+                 "state, at a round they agree on; needs faults.on_peer_loss \"continue\")");
 
   auto* merge = app.add_subcommand("merge", "merge the peer logs of a run into metrics.jsonl and "
                                             "summary.json (after srun/mpirun)");
@@ -463,6 +468,7 @@ int launcherMain(int argc, char** argv) {
     bool leftRun = false;
     po.leftRun = &leftRun;
     po.resumeRound = num->resumeRound;
+    po.rejoin = rejoin;
     if (auto st = runtime::runPeer(*e, po); !st.isOk()) {
       if (leftRun) {
         std::fprintf(stderr, "node-launcher peer %d: %s\n", po.rank, st.message().c_str());

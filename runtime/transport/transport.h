@@ -132,6 +132,11 @@ class Transport {
   // and the caller uses a buffer of its own. Fill `bytes`, then send `message` to any number of
   // neighbours, and do not write to it after the first send.
   virtual std::optional<OutgoingMessage> allocate(size_t /*size*/) { return std::nullopt; }
+
+  // Forgets that `peer` failed: a peer that was lost has come back (a new process on its
+  // address, faults.restart), so sends to it connect afresh and receives from it wait for it
+  // again. A transport also does this by itself when a new process of that rank connects to it.
+  virtual void revive(int /*peer*/) {}
 };
 
 }  // namespace starling::transport

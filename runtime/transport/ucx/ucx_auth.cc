@@ -7,12 +7,15 @@
 namespace starling::transport::ucx::detail {
 
 void UcxTransport::onAccepted(int rank, const auth::Nonce& salt) {
-  if (!options_.key) return;
   InPeer& in = senders_[rank];
-  if (in.session && in.salt == salt) return;  // the same start of that peer, reconnecting
+  if (in.known && in.salt == salt) return;  // the same start of that peer, reconnecting
+  const bool restarted = in.known;
+  in.known = true;
+  in.salt = salt;
+  if (restarted) onRestarted(rank);
+  if (!options_.key) return;
   // A new start of that peer (or its first): a new session, and nothing of the old one verifies.
   in.session = std::make_unique<auth::SessionKey>(*options_.key, static_cast<uint32_t>(rank), salt);
-  in.salt = salt;
   in.window.reset();
 }
 

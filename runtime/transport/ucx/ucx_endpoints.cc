@@ -229,6 +229,49 @@ void UcxTransport::failPeer(int peer, core::Status status) {
   }
 }
 
+void UcxTransport::revive(int peer) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size()) || peer == options_.rank) return;
+  OutPeer& p = peers_[peer];
+  if (p.state != OutPeer::State::kFailed) return;
+  // The next send connects afresh (a new bootstrap handshake: the new process's worker address).
+  p.state = OutPeer::State::kIdle;
+  p.failure = core::Status::ok();
+  p.errored = false;
+  p.generation++;
+}
+
+void UcxTransport::onRestarted(int rank) {
+  log("rank " + std::to_string(rank) + " connected from a new process: it restarted");
+  OutPeer& p = peers_[rank];
+  if (p.state == OutPeer::State::kConnected) {
+    // An endpoint to the old process: nothing sent on it can arrive. (A handshake in flight
+    // reaches whoever listens on the address now: the new process.)
+    if (outbox_) outbox_->forget(rank);
+    if (p.ep) closeEndpoint(p.ep, /*force=*/true);
+    p.ep = nullptr;
+    p.mapped = false;
+    p.state = OutPeer::State::kIdle;
+    p.generation++;
+    if (!p.unsent.empty()) {
+      p.connectDeadline = Clock::now() + options_.connectTimeout;
+      if (auto st = connect(rank); !st.isOk()) failPeer(rank, st);
+    }
+  }
+  revive(rank);
+  // Messages the old process sent and nobody claimed belong to a run it is no longer in.
+  for (auto it = arrived_.begin(); it != arrived_.end();) {
+    if (it->first.from == rank) {
+      queuedMessages_ -= it->second.size();
+      it = arrived_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  InPeer& in = senders_[rank];
+  in.mapped = false;
+  in.cache.clear();
+}
+
 void UcxTransport::onEndpointError(ucp_ep_h ep, ucs_status_t status) {
   (void)status;
   for (auto& p : peers_) {

@@ -171,8 +171,10 @@ core::Status UcxTransport::start() {
     return core::internalError("UCX worker address of " + std::to_string(bc.workerAddress.size()) +
                                " bytes");
   }
+  // Every start draws its salt (keyed or not): a neighbour tells a restarted process of this
+  // rank from the old one by it.
+  auth::randomBytes(salt_);
   if (options_.key) {
-    auth::randomBytes(salt_);
     session_ = std::make_unique<auth::SessionKey>(*options_.key, static_cast<uint32_t>(options_.rank),
                                                   salt_);
   }

@@ -114,9 +114,11 @@ struct InPeer {
   uint32_t pid = 0;
   Token token{};
   SegmentCache cache;
+  // The salt of its process (bootstrap Hello): another salt is another start of that rank.
+  auth::Nonce salt{};
+  bool known = false;
   // With a key: its session (from its last bootstrap handshake) and the counters seen in it.
   std::unique_ptr<auth::SessionKey> session;
-  auth::Nonce salt{};
   auth::ReplayWindow window;
 };
 
@@ -187,6 +189,7 @@ class UcxTransport final : public Transport {
     return s;
   }
   std::optional<OutgoingMessage> allocate(size_t size) override;
+  void revive(int peer) override;
 
   // Callbacks from UCX (static trampolines below).
   void onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status);
@@ -213,6 +216,9 @@ class UcxTransport final : public Transport {
   core::Status connect(int peer);
   void onBootstrapped(int peer, uint64_t generation, const core::Status& st, WorkerAddress address);
   void onAccepted(int rank, const auth::Nonce& salt);
+  // A new process of `rank` connected: what this rank knew of the old one goes (its endpoint, a
+  // failure, its queued messages, its shared-memory mappings).
+  void onRestarted(int rank);
   // Authentication (ucx_auth.cc). Sizes of the headers that travel.
   size_t amHeaderBytes() const { return options_.key ? kHeaderBytes + kAuthTrailerBytes : kHeaderBytes; }
   size_t shmHeaderBytes() const {
