@@ -245,7 +245,13 @@ void Supervisor::reap() {
       if (c->failed() && loss && !cancelled_ &&
           s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
         lostChildren_.insert(c->rank);
-        const bool again = s_.faults.restart && opt_.command.empty() &&
+        // Restarted only while others still run: a run whose survivors are done has nothing
+        // to rejoin (and its stuck peers are killed below, which must not start them again).
+        bool othersRun = false;
+        for (const auto& o : children_) {
+          othersRun = othersRun || (o->rank != c->rank && !o->exited && !lostChildren_.count(o->rank));
+        }
+        const bool again = s_.faults.restart && opt_.command.empty() && othersRun &&
                            restarts_[c->rank] < s_.faults.maxRestarts;
         progress_.message("node-launcher: peer " + std::to_string(c->rank) + " " +
                           c->describeExit() + "; the others carry on without it" +
