@@ -458,5 +458,94 @@ TEST_CASE("ucx: parseAddress accepts host:port and rejects the rest", "[runtime]
   }
 }
 
+
+// A lost rank's restarted process (faults.restart, docs/algorithms.md §19) on the same address.
+// Its neighbour takes it back when it connects (a new salt in its bootstrap hello: another
+// process), or when told to (revive(), at the round the survivors agreed on); either way nothing
+// its old process left unclaimed is handed out as the new one's.
+TEST_CASE("ucx: a restarted peer is taken back, and its old process's messages are dropped",
+          "[runtime][unit][ucx][rejoin]") {
+  for (const bool byConnecting : {true, false}) {
+    DYNAMIC_SECTION((byConnecting ? "it connects first" : "revive()")) {
+      const auto ports = freePorts(2);
+      auto log = std::make_shared<std::vector<std::string>>();
+      auto o0 = options(0, ports, log);
+      o0.connectTimeout = 2s;
+      auto t0 = make(o0);
+      auto t1 = make(options(1, ports, log));
+      LogDump dump{log};
+      exchange(*t0, *t1, Tag{0, 0}, 256, 1);
+      // The old process's last message, never claimed.
+      Sent stale;
+      t1->send(0, Tag{77, 0}, randomBytes(64, 11), stale.callback());
+      REQUIRE(pumpUntil({t0.get(), t1.get()}, [&] { return stale.calls > 0; }, in(5s)));
+      pumpFor({t0.get(), t1.get()}, 50ms);
+      t1.reset();
+      // Its neighbour finds it gone.
+      Sent failed;
+      for (uint64_t round = 1; failed.calls == 0 || failed.status.isOk(); ++round) {
+        failed = Sent{};
+        t0->send(1, Tag{round, 0}, randomBytes(64, 5), failed.callback());
+        REQUIRE(pumpUntil({t0.get()}, [&] { return failed.calls > 0; }, in(5s)));
+        REQUIRE(round < 200);
+      }
+
+      auto t1b = make(options(1, ports, log));
+      const SharedBytes fresh = randomBytes(64, 12);
+      if (byConnecting) {
+        Sent s;
+        t1b->send(0, Tag{77, 0}, fresh, s.callback());
+        REQUIRE(pumpUntil({t0.get(), t1b.get()}, [&] { return s.calls > 0; }, in(5s)));
+        CHECK(s.status.isOk());
+        Received r;
+        t0->recv(1, Tag{77, 0}, in(5s), r.callback());
+        REQUIRE(pumpUntil({t0.get(), t1b.get()}, [&] { return r.calls > 0; }, in(6s)));
+        REQUIRE(r.status.isOk());
+        CHECK(sameBytes(r.bytes, fresh));  // not the old process's message
+        CHECK(std::any_of(log->begin(), log->end(), [](const std::string& l) {
+          return l.find("rank 1 connected from a new process") != std::string::npos;
+        }));
+      } else {
+        t0->revive(1);
+      }
+      // Sends to it work again, on a connection to the new process.
+      const SharedBytes again = randomBytes(300, 13);
+      Sent s;
+      Received r;
+      t0->send(1, Tag{500, 0}, again, s.callback());
+      t1b->recv(0, Tag{500, 0}, in(5s), r.callback());
+      REQUIRE(pumpUntil({t0.get(), t1b.get()}, [&] { return s.calls > 0 && r.calls > 0; },
+                        in(6s)));
+      CHECK(s.status.isOk());
+      REQUIRE(r.status.isOk());
+      CHECK(sameBytes(r.bytes, again));
+    }
+  }
+}
+
+TEST_CASE("ucx: without revive a failed peer stays failed", "[runtime][unit][ucx][rejoin]") {
+  // The control for the test above: what revive() changes.
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto o0 = options(0, ports, log);
+  o0.connectTimeout = 2s;
+  auto t0 = make(o0);
+  auto t1 = make(options(1, ports, log));
+  LogDump dump{log};
+  exchange(*t0, *t1, Tag{0, 0}, 256, 1);
+  t1.reset();
+  Sent failed;
+  for (uint64_t round = 1; failed.calls == 0 || failed.status.isOk(); ++round) {
+    failed = Sent{};
+    t0->send(1, Tag{round, 0}, randomBytes(64, 5), failed.callback());
+    REQUIRE(pumpUntil({t0.get()}, [&] { return failed.calls > 0; }, in(5s)));
+    REQUIRE(round < 200);
+  }
+  auto t1b = make(options(1, ports, log));
+  Sent s;
+  t0->send(1, Tag{500, 0}, randomBytes(8, 1), s.callback());
+  REQUIRE(pumpUntil({t0.get(), t1b.get()}, [&] { return s.calls > 0; }, in(3s)));
+  CHECK_FALSE(s.status.isOk());
+}
 }  // namespace
 }  // namespace starling::transport
