@@ -126,6 +126,10 @@ core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
       c->waitStatus = SIGKILL;  // WIFSIGNALED, WTERMSIG 9
       lostChildren_.insert(r);
       children_.push_back(std::move(c));
+      // With faults.restart it comes back as any lost peer does: it rejoins.
+      if (s_.faults.restart && opt_.command.empty() && restarts_[r] < s_.faults.maxRestarts) {
+        restartAt_[r] = Clock::now() + kRestartDelay;
+      }
       continue;
     }
     auto c = start(r, /*rejoin=*/false);

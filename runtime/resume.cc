@@ -100,7 +100,22 @@ core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::pa
               fields.status().message());
           continue;
         }
-        if (auto lost = checkpointU64s(*fields, "gossip/lost")) f.lost = *lost;
+        // Out at that round: a rank whose latest change (runtime/membership_gossip.h) is a
+        // departure, or a return not yet applied.
+        auto ranks = checkpointU64s(*fields, "gossip/ranks");
+        auto changes = checkpointU64s(*fields, "gossip/changes");
+        auto applied = checkpointU64s(*fields, "gossip/applied");
+        if (ranks && changes && applied && changes->size() == ranks->size() &&
+            applied->size() == ranks->size()) {
+          std::map<uint64_t, std::pair<uint64_t, uint64_t>> latest;  // rank -> (change, applied)
+          for (size_t k = 0; k < ranks->size(); ++k) {
+            auto& l = latest[(*ranks)[k]];
+            if ((*changes)[k] >= l.first) l = {(*changes)[k], (*applied)[k]};
+          }
+          for (const auto& [rank, l] : latest) {
+            if (l.first % 2 == 1 || l.second == 0) f.lost.push_back(rank);
+          }
+        }
       }
       valid[r].emplace(round, std::move(f));
     }

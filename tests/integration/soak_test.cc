@@ -6,12 +6,15 @@
 // and that no peer's memory grows: VmRSS of every peer process is sampled while it runs and the
 // late samples must not stand much above the early ones.
 //
-// TODO (docs/testing.md): restart killed peers once rejoining exists.
+// The second case restarts every killed peer (faults.restart): each must rejoin, every rank's log
+// must reach the last round, and the run must end at the optimum of everyone's data (against a
+// fault-free simulate, since the return's round depends on timing).
 //
 // Knobs (environment): STARLING_SOAK_SEED (default 1), STARLING_SOAK_ROUNDS (default 6000).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -43,7 +46,7 @@ struct Soak {
 // The scenario and its fault script, drawn from `seed`. Kills are at least 400 rounds apart (a
 // change takes effect a few rounds after a loss; losses that overlap are another test's subject)
 // and all before 45% of the run, so the survivors have the rest to converge.
-Soak soakScenario(uint64_t seed, uint64_t rounds) {
+Soak soakScenario(uint64_t seed, uint64_t rounds, bool restart = false) {
   std::mt19937_64 rng(seed);
   auto below = [&](uint64_t n) { return rng() % n; };
   Soak s;
@@ -84,7 +87,8 @@ Soak soakScenario(uint64_t seed, uint64_t rounds) {
     "problem": {"kind": "logistic", "l2": 0.05, "partition": "random",
                 "data": {"synthetic": {"samples": 3200, "features": 400, "heterogeneity": 1.0}}},
     "algorithm": {"kind": "exact_diffusion", "step_size": 0.5},
-    "faults": {"on_peer_loss": "continue", "script": [)" + s.script + "]}}";
+    "faults": {"on_peer_loss": "continue", )" + (restart ? R"("restart": true, )" : "") +
+           R"("script": [)" + s.script + "]}}";
   return s;
 }
 
@@ -116,6 +120,47 @@ long medianOf(std::vector<long> v) {
   return v[v.size() / 2];
 }
 
+struct SoakRun {
+  bool exited = false;
+  int exit = -1;
+  double seconds = 0;
+  std::string output;
+  std::map<int, std::vector<Sample>> samples;  // rank -> VmRSS over time
+};
+
+// Runs `file` under the launcher, sampling every peer's VmRSS, for at most 30 minutes.
+SoakRun runSoak(const fs::path& dir, const fs::path& file) {
+  SoakRun result;
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
+                        dir / "run.log");
+  std::map<pid_t, int> ranks;                  // peer processes seen
+  const auto limit = 30min;
+  bool exited = false;
+  while (!(exited = launcher->waitFor(0ms)) && seconds() < std::chrono::duration<double>(limit).count()) {
+    for (pid_t p : childrenOf(launcher->pid)) {
+      // (Asked again while it is -1: a child between fork and exec still has the launcher's
+      // command line.)
+      if (!ranks.count(p) || ranks[p] < 0) ranks[p] = rankOf(p);
+    }
+    for (const auto& [pid, rank] : ranks) {
+      if (rank < 0) continue;
+      if (const long kib = rssKiB(pid); kib > 0 && processAlive(pid)) {
+        result.samples[rank].push_back(Sample{seconds(), kib});
+      }
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  result.exited = exited;
+  result.seconds = seconds();
+  result.output = launcher->output();
+  if (exited) result.exit = launcher->exitCode();
+  return result;
+}
+
 }  // namespace
 
 TEST_CASE("soak: 16 peers, thousands of rounds, kills and link faults; memory stays flat",
@@ -128,35 +173,13 @@ TEST_CASE("soak: 16 peers, thousands of rounds, kills and link faults; memory st
   const auto file = dir / "soak.json";
   writeFile(file, soak.json);
 
-  const auto start = std::chrono::steady_clock::now();
-  const auto seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
-                        dir / "run.log");
-  std::map<pid_t, int> ranks;                  // peer processes seen
-  std::map<int, std::vector<Sample>> samples;  // rank -> VmRSS over time
-  const auto limit = 30min;
-  bool exited = false;
-  while (!(exited = launcher->waitFor(0ms)) && seconds() < std::chrono::duration<double>(limit).count()) {
-    for (pid_t p : childrenOf(launcher->pid)) {
-      // (Asked again while it is -1: a child between fork and exec still has the launcher's
-      // command line.)
-      if (!ranks.count(p) || ranks[p] < 0) ranks[p] = rankOf(p);
-    }
-    for (const auto& [pid, rank] : ranks) {
-      if (rank < 0) continue;
-      if (const long kib = rssKiB(pid); kib > 0 && processAlive(pid)) {
-        samples[rank].push_back(Sample{seconds(), kib});
-      }
-    }
-    std::this_thread::sleep_for(200ms);
-  }
-  REQUIRE(exited);
-  const double total = seconds();
-  const std::string out = launcher->output();
+  const SoakRun run = runSoak(dir, file);
+  REQUIRE(run.exited);
+  const double total = run.seconds;
+  const std::string& out = run.output;
+  const auto& samples = run.samples;
   INFO(out.substr(out.size() > 4000 ? out.size() - 4000 : 0));
-  CHECK(launcher->exitCode() == 0);
+  CHECK(run.exit == 0);
   for (int k : soak.killed) {
     CHECK(out.find("peer " + std::to_string(k) + " was killed by signal 9") != std::string::npos);
   }
@@ -198,12 +221,12 @@ TEST_CASE("soak: 16 peers, thousands of rounds, kills and link faults; memory st
   std::string table = "rank  samples  early KiB  late KiB\n";
   for (int r : survivors) {
     std::vector<long> early, late;
-    for (const Sample& s : samples[r]) {
+    for (const Sample& s : samples.at(r)) {
       if (s.t >= 0.1 * total && s.t < 0.3 * total) early.push_back(s.kib);
       if (s.t >= 0.8 * total) late.push_back(s.kib);
     }
     const long e = medianOf(early), l = medianOf(late);
-    table += std::to_string(r) + "  " + std::to_string(samples[r].size()) + "  " +
+    table += std::to_string(r) + "  " + std::to_string(samples.at(r).size()) + "  " +
              std::to_string(e) + "  " + std::to_string(l) + "\n";
     INFO("rank " << r << ": early " << e << " KiB, late " << l << " KiB");
     REQUIRE(early.size() >= 3);
@@ -215,4 +238,69 @@ TEST_CASE("soak: 16 peers, thousands of rounds, kills and link faults; memory st
   for (int k : soak.killed) std::printf(" %d", k);
   std::printf("\nscript: %s\n%s(outputs in %s)\n", soak.script.c_str(), table.c_str(),
               dir.c_str());
+}
+
+TEST_CASE("soak with restarts: every killed peer rejoins and the run ends at everyone's optimum",
+          "[slow][soak]") {
+  const uint64_t seed = envOr("STARLING_SOAK_SEED", 1);
+  const uint64_t rounds = envOr("STARLING_SOAK_ROUNDS", 6000);
+  const Soak soak = soakScenario(seed, rounds, /*restart=*/true);
+  INFO("seed " << seed << ", " << rounds << " rounds; script: " << soak.script);
+  const auto dir = tempDir("soak-restart");
+  const auto file = dir / "soak.json";
+  writeFile(file, soak.json);
+  const SoakRun run = runSoak(dir, file);
+  REQUIRE(run.exited);
+  const std::string& out = run.output;
+  INFO(out.substr(out.size() > 4000 ? out.size() - 4000 : 0));
+  CHECK(run.exit == 0);
+  const std::string changes = readFile(dir / "run" / "membership.jsonl");
+  INFO(changes);
+  for (int k : soak.killed) {
+    CHECK(out.find("peer " + std::to_string(k) + " restarted") != std::string::npos);
+    CHECK(changes.find(R"("left":[)" + std::to_string(k) + "]") != std::string::npos);
+    CHECK(changes.find(R"("joined":[)" + std::to_string(k) + "]") != std::string::npos);
+  }
+  // Every logged round is merged, and every rank, returned ones too, logged the last.
+  const auto metrics = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  REQUIRE(metrics.size() == rounds / kLogEvery + 1);
+  for (int r = 0; r < kNodes; ++r) {
+    const std::string log = readFile(dir / "run" / "peers" / ("rank-" + std::to_string(r) + ".jsonl"));
+    INFO("rank " << r);
+    CHECK(log.find(R"({"round":)" + std::to_string(rounds) + ",") != std::string::npos);
+  }
+  // Everyone's optimum: the fault-free simulation of the same problem (no script, no loss).
+  CHECK(metrics.back()["rel_error"].get<double>() < 1e-8);
+  std::string clean = soak.json;
+  clean.replace(clean.find(R"("faults")"), std::string::npos, R"("faults": {}})");
+  writeFile(dir / "clean.json", clean);
+  const auto sim = runLauncher({kLauncher, "simulate", (dir / "clean.json").string(), "--out",
+                                (dir / "sim").string()},
+                               dir / "sim.log", 600s);
+  REQUIRE(sim.exit == 0);
+  const auto a = nlohmann::json::parse(readFile(dir / "run" / "summary.json"))["x_mean"];
+  const auto b = nlohmann::json::parse(readFile(dir / "sim" / "summary.json"))["x_mean"];
+  double d = 0, n = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    d += std::pow(a[k].get<double>() - b[k].get<double>(), 2);
+    n += std::pow(b[k].get<double>(), 2);
+  }
+  CHECK(std::sqrt(d / n) < 1e-8);
+  // Memory of the peers never killed stays flat, as in the first case.
+  for (int r = 0; r < kNodes; ++r) {
+    if (std::find(soak.killed.begin(), soak.killed.end(), r) != soak.killed.end()) continue;
+    std::vector<long> early, late;
+    for (const Sample& s : run.samples.at(r)) {
+      if (s.t >= 0.1 * run.seconds && s.t < 0.3 * run.seconds) early.push_back(s.kib);
+      if (s.t >= 0.8 * run.seconds) late.push_back(s.kib);
+    }
+    const long e = medianOf(early), l = medianOf(late);
+    INFO("rank " << r << ": early " << e << " KiB, late " << l << " KiB");
+    REQUIRE(early.size() >= 3);
+    REQUIRE(late.size() >= 3);
+    CHECK(l <= e + std::max<long>(2048, e / 50));
+  }
+  std::printf("soak with restarts: seed %llu, %llu rounds, %.1f s (outputs in %s)\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds),
+              run.seconds, dir.c_str());
 }
