@@ -16,6 +16,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
@@ -37,7 +38,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kKeptLines = 20;
 constexpr auto kTick = std::chrono::milliseconds(200);
-constexpr auto kRestartDelay = std::chrono::milliseconds(500);
 
 struct Child {
   int rank = 0;
@@ -128,7 +128,7 @@ core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
       children_.push_back(std::move(c));
       // With faults.restart it comes back as any lost peer does: it rejoins.
       if (s_.faults.restart && opt_.command.empty() && restarts_[r] < s_.faults.maxRestarts) {
-        restartAt_[r] = Clock::now() + kRestartDelay;
+        restartAt_[r] = Clock::now();
       }
       continue;
     }
@@ -206,6 +206,9 @@ void Supervisor::readOutput(Child& c) {
     if (ec) {
       if (!c.partial.empty()) c.lastLines.push_back(c.partial);
       c.outputClosed = true;
+      // A lost peer waiting for its output to close restarts now (not inside this handler,
+      // which belongs to the Child a restart replaces).
+      if (restartAt_.count(c.rank)) asio::post(io_, [this] { restartDue(Clock::now()); });
       if (allDone()) io_.stop();
       return;
     }
@@ -260,8 +263,11 @@ void Supervisor::reap() {
         progress_.message("node-launcher: peer " + std::to_string(c->rank) + " " +
                           c->describeExit() + "; the others carry on without it" +
                           (again ? " (it restarts and rejoins)" : ""));
-        // Its address must be free again and the others must have noticed: a moment's pause.
-        if (again) restartAt_[c->rank] = Clock::now() + kRestartDelay;
+        // At once (once its output is closed too): its address is free again as it died, and
+        // the survivors hold a request that comes before they applied its departure until they
+        // have. (A delay measured in ticks would also wait behind the merge, whose first round
+        // after a loss solves the survivors' problem: seconds, for a larger one.)
+        if (again) restartAt_[c->rank] = Clock::now();
         continue;
       }
       if (c->failed() && firstFailure_ < 0 && !cancelled_) {
@@ -273,6 +279,7 @@ void Supervisor::reap() {
       }
     }
   }
+  restartDue(Clock::now());
   if (allDone()) io_.stop();
 }
 
