@@ -180,6 +180,12 @@ std::optional<uint64_t> MembershipGossip::joinRound(int rank) const {
   return proposals_.at({rank, change}).at;
 }
 
+std::optional<uint64_t> MembershipGossip::departureRound(int rank) const {
+  const auto [change, applied] = latest(rank);
+  if (change % 2 == 0 || applied) return std::nullopt;
+  return proposals_.at({rank, change}).at;
+}
+
 void MembershipGossip::propose(int rank, uint64_t round, uint64_t agreement) {
   const auto [change, applied] = latest(rank);
   if (change % 2 == 1) {

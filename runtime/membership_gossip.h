@@ -73,6 +73,8 @@ class MembershipGossip {
   bool mayRejoin(int rank) const;
   // The round `rank`'s pending join takes effect, if one is under way.
   std::optional<uint64_t> joinRound(int rank) const;
+  // The round `rank`'s pending departure takes effect, if one is under way (proposed, not applied).
+  std::optional<uint64_t> departureRound(int rank) const;
 
   // Every proposal, as a rejoining peer takes them over from its sponsor (runtime/rejoin.h).
   // Changes of one rank are numbered from 1: odd ones are departures, even ones returns.

@@ -156,14 +156,16 @@ core::Status Survival<T>::answerJoins(uint64_t round) {
       honoured_[j].insert(attempt);  // under way: its state comes at that round
       continue;
     }
+    const uint64_t agreement = agreementRounds(s_, schedule_.support(), gossip_.knownLost());
     if (!gossip_.mayRejoin(j)) {
-      // Its departure has not taken effect yet here: asked again next round.
-      if (gossip_.isKnownLost(j)) later.emplace_back(j, attempt);
-      continue;
+      // Its departure has not taken effect yet here: asked again next round, unless the return
+      // could only come after the last round anyway.
+      const auto leaves = gossip_.departureRound(j);
+      if (leaves && *leaves + agreement < s_.rounds) later.emplace_back(j, attempt);
+      if (!leaves || *leaves + agreement < s_.rounds) continue;
     }
     honoured_[j].insert(attempt);
-    const uint64_t agreement = agreementRounds(s_, schedule_.support(), gossip_.knownLost());
-    if (round + agreement >= s_.rounds) {
+    if (std::max(round, gossip_.departureRound(j).value_or(0)) + agreement >= s_.rounds) {
       engine_->say(who_ + ": rank " + std::to_string(j) +
                    " asked to rejoin, but the run ends first; refused");
       sendJoinState(j, 0);

@@ -258,6 +258,20 @@ void UcxTransport::onRestarted(int rank) {
     }
   }
   revive(rank);
+  // Nothing more can come from the old process: what waits for it fails now, as it would have
+  // once its failure was noticed (a receive of the round it died in would otherwise wait out
+  // its deadline now that the rank is no longer failed).
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->first.from != rank) {
+      ++it;
+      continue;
+    }
+    ready_.push_back([cb = std::move(it->second.done), msg = describe(rank) + " restarted: its "
+                                                              "old process is gone"] {
+      cb(core::peerGone(msg), nullptr);
+    });
+    it = waiting_.erase(it);
+  }
   // Messages the old process sent and nobody claimed belong to a run it is no longer in.
   for (auto it = arrived_.begin(); it != arrived_.end();) {
     if (it->first.from == rank) {
