@@ -12,7 +12,12 @@ void UcxTransport::onAccepted(int rank, const auth::Nonce& salt) {
   const bool restarted = in.known;
   in.known = true;
   in.salt = salt;
-  if (restarted) onRestarted(rank);
+  // With a key the Hello was proven, so another salt is another process of that rank. Without
+  // one anybody can claim a rank: it counts as a restart only once the rank has failed here (a
+  // live rank's neighbour would otherwise drop what it waits for on a stranger's word).
+  if (restarted && (options_.key || peers_[rank].state == OutPeer::State::kFailed)) {
+    onRestarted(rank);
+  }
   if (!options_.key) return;
   // A new start of that peer (or its first): a new session, and nothing of the old one verifies.
   in.session = std::make_unique<auth::SessionKey>(*options_.key, static_cast<uint32_t>(rank), salt);
@@ -30,18 +35,44 @@ void UcxTransport::protect(SendOp& op) {
     pr.size = op.bytes->size();
     pr.tag = op.tag;
     pr.counter = ++counter_;
+    pr.tagged = false;
     if (options_.encrypt) {
       auto out = std::make_shared<Bytes>(pr.size);
       pr.payloadTag = session_->seal(pr.counter, *op.bytes, *out);
       pr.sent = SharedBytes(std::move(out));
+      pr.tagged = true;
     } else {
-      pr.payloadTag = session_->payloadTag(pr.counter, *op.bytes);
+      // The payload's tag is computed when the message first goes out as an active message
+      // (payloadTagFor): a frame that goes through shared memory needs none (docs/security.md).
+      pr.payloadTag = auth::Mac{};
       pr.sent = nullptr;
     }
   }
   if (options_.encrypt) op.bytes = pr.sent;
+  op.payloadTagPending = !options_.encrypt;
   putLe(op.header.data() + kHeaderBytes, pr.counter, 8);
   std::memcpy(op.header.data() + kHeaderBytes + 8, pr.payloadTag.data(), pr.payloadTag.size());
+}
+
+void UcxTransport::payloadTagFor(SendOp& op) {
+  if (!op.payloadTagPending) return;
+  op.payloadTagPending = false;
+  const uint64_t counter = getLe(op.header.data() + kHeaderBytes, 8);
+  Protected& pr = protected_;
+  const bool same = pr.source && pr.source.owner() == op.bytes.owner() &&
+                    pr.data == op.bytes->data() && pr.size == op.bytes->size() &&
+                    pr.tag == op.tag && pr.counter == counter;
+  auth::Mac tag;
+  if (same && pr.tagged) {
+    tag = pr.payloadTag;  // computed for another neighbour already: once per message
+  } else {
+    tag = session_->payloadTag(counter, *op.bytes);
+    if (same) {
+      pr.payloadTag = tag;
+      pr.tagged = true;
+    }
+  }
+  std::memcpy(op.header.data() + kHeaderBytes + 8, tag.data(), tag.size());
 }
 
 namespace {

@@ -165,7 +165,10 @@ void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
     }
     req = ucp_am_send_nbx(p.ep, kShmAmId, raw->shm.data(), shmHeaderBytes(), nullptr, 0, &rp);
   } else {
-    if (options_.key) sign(raw->header.data(), amHeaderBytes(), peer, size);
+    if (options_.key) {
+      payloadTagFor(*raw);
+      sign(raw->header.data(), amHeaderBytes(), peer, size);
+    }
     req = ucp_am_send_nbx(p.ep, kAmId, raw->header.data(), amHeaderBytes(), raw->bytes->data(),
                           size, &rp);
   }

@@ -254,7 +254,17 @@ void UcxTransport::onFrame(int sender, const std::byte* h, uint64_t counter,
   }
   auto lease = std::make_shared<Lease>(segment, releases_, sender, serial);
   const std::span<const std::byte> view(segment->base() + offset, length);
-  if (options_.key) {
+  if (options_.key && !options_.encrypt) {
+    // The descriptor's tag verified (counter, segment, offset, length, round, channel): the bytes
+    // are the sender's, in a segment only the sender (and whoever may ptrace it, and so read the
+    // key too) can write. No payload tag to check (docs/security.md); the counter is recorded.
+    if (!senders_[sender].window.accept(counter)) {
+      rejectAuth("a frame from " + describe(sender) + ": message " + std::to_string(counter) +
+                     " was received before (a replay)",
+                 true);
+      return;
+    }
+  } else if (options_.key) {
     std::shared_ptr<Bytes> plain;
     if (!openPayload(sender, counter, payloadTag, view, plain)) return;  // the lease releases it
     if (plain) {  // decrypted into a buffer of our own: the segment goes back at once

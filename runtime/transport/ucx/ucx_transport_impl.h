@@ -104,6 +104,9 @@ struct SendOp {
   bool control = false;
   // Set when the frame went into shared memory: only this descriptor travels.
   bool viaShm = false;
+  // With a key and no encryption: the payload's tag is still to be computed (only an active
+  // message needs it; ucx_auth.cc).
+  bool payloadTagPending = false;
   uint64_t segment = 0;
   ShmHeader shm{};
 };
@@ -228,6 +231,8 @@ class UcxTransport final : public Transport {
   // once per message and tag, whatever the fan-out); with `encrypt`, op.bytes becomes the
   // ciphertext.
   void protect(SendOp& op);
+  // Puts the payload's tag into the header of a message that goes out as an active message.
+  void payloadTagFor(SendOp& op);
   // Writes the header tag into the trailer of `header` (`bytes` long with it, its counter and
   // payload tag already in place) for receiver `to` and a payload of `length` bytes.
   void sign(std::byte* header, size_t bytes, int to, uint64_t length);
@@ -296,6 +301,7 @@ class UcxTransport final : public Transport {
     Tag tag;
     uint64_t counter = 0;
     auth::Mac payloadTag{};
+    bool tagged = false;  // payloadTag holds the payload's tag (see payloadTagFor)
     SharedBytes source;  // held until the next progress(), so that its address stays its own
     SharedBytes sent;    // the ciphertext with `encrypt`
   } protected_;
