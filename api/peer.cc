@@ -5,6 +5,7 @@
 
 #include "api/peer_impl.h"
 #include "runtime/metrics.h"
+#include "runtime/peer.h"
 #include "runtime/transport/transport.h"
 
 namespace starling {
@@ -56,10 +57,37 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
   if (dim == 0) return core::invalidArgument(std::string(call) + ": empty parameter buffer");
   if (std::holds_alternative<std::monostate>(state)) {
     runtime::EngineOptions eo{rank, outDir, address, nullptr, {}, std::nullopt, 0, 0};
+    std::optional<runtime::JoinState> joined;
+    if (rejoin) {
+      auto got = requestRejoin(dim);
+      if (!got) return got.status();
+      if (!outDir.empty()) {
+        auto bytes = runtime::rejoinLogBytes(runtime::peerLogPath(outDir, rank),
+                                             runtime::peerLogHeader(scenario, rank, address));
+        if (!bytes) return bytes.status();
+        eo.resumeLogBytes = *bytes;
+      }
+      eo.resumeRound = got->round;
+      joined = std::move(*got);
+    }
     state.template emplace<PeerState<T>>(scenario, *schedule, *net, std::move(eo), dim);
     auto& st = std::get<PeerState<T>>(state);
     STARLING_RETURN_IF_ERROR(st.engine.open());
-    pendingRecord = 0;  // round 0: the model the trainer starts from
+    // A survivor sends a rejoining neighbour the model of its last round.
+    st.survival.setJoinSource([&st] {
+      std::vector<double> x;
+      if (st.last != nullptr) x.assign(st.last->model().begin(), st.last->model().end());
+      return x;
+    });
+    if (joined) {
+      STARLING_RETURN_IF_ERROR(st.survival.adopt(*joined));
+      rejoinModel = std::move(joined->model);
+      pendingRecord = joined->round;  // its line, if that round is logged: the model it got
+      st.engine.say("starling peer " + std::to_string(rank) + ": rejoined at round " +
+                    std::to_string(joined->round));
+    } else {
+      pendingRecord = 0;  // round 0: the model the trainer starts from
+    }
   }
   auto* st = std::get_if<PeerState<T>>(&state);
   if (st == nullptr) {
@@ -74,6 +102,44 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
   }
   STARLING_RETURN_IF_ERROR(st->engine.failure());
   return st;
+}
+
+Result<runtime::JoinState> Peer::Impl::requestRejoin(size_t dim) {
+  rejoin = false;  // asked once
+  if (scenario.faults.onPeerLoss != runtime::OnPeerLoss::kContinue) {
+    return core::invalidArgument("rejoin: a lost rank comes back only with faults.on_peer_loss "
+                                 "\"continue\"");
+  }
+  runtime::RejoinOptions ro;
+  ro.rank = rank;
+  ro.nodes = scenario.nodes;
+  ro.dim = dim;
+  ro.ask = schedule->support().neighbors(rank);
+  ro.deadline = transport::Clock::now() +
+                std::chrono::milliseconds(scenario.transport.connectTimeoutMs) +
+                std::chrono::milliseconds(scenario.transport.roundTimeoutMs) * (scenario.nodes + 4);
+  ro.log = [r = rank](const std::string& line) {
+    std::fprintf(stderr, "starling peer %d: %s\n", r, line.c_str());
+  };
+  auto got = runtime::requestRejoin(*net, ro);
+  if (!got) {
+    return Status(got.status().code(), "rank " + std::to_string(rank) +
+                                           " could not rejoin: " + got.status().message());
+  }
+  if (got->round == 0) {
+    return Status(core::StatusCode::kPeerGone,
+                  "rank " + std::to_string(rank) +
+                      " could not rejoin: the run ends before the others could take it back");
+  }
+  return got;
+}
+
+template <typename T>
+bool Peer::Impl::takeRejoinModel(std::span<T> params) {
+  if (!rejoinModel) return false;
+  std::copy(rejoinModel->begin(), rejoinModel->end(), params.begin());
+  rejoinModel.reset();
+  return true;
 }
 
 template <typename T>
@@ -135,10 +201,12 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   if (!got) return got.status();
   PeerState<T>& st = **got;
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("step: a mix is in flight");
+  bool rejoined = false;
   if (!st.stepNode) {
     auto codec = makeCodec<T>(scenario);
     if (!codec) return codec.status();
     st.stepCodec = std::move(*codec);
+    rejoined = takeRejoinModel(params);
     auto algorithm = optim::createAlgorithm<T>(scenario.algorithm, params, st.oracle);
     st.stepNode = std::make_unique<runtime::Node<T>>(
         rank, std::move(algorithm), *net, typename runtime::Node<T>::LogFn{}, st.stepCodec.get(),
@@ -167,6 +235,12 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
           "); between steps they must hold what step() left there (use mix() when the trainer "
           "updates them itself)");
     }
+  }
+  if (rejoined) {
+    // A rejoined trainer's first step: its parameters now hold a neighbour's model and its
+    // gradient was taken at the old ones, so it is not used; the next step goes on from here.
+    st.last = st.stepNode.get();
+    return writePending(st);
   }
   STARLING_RETURN_IF_ERROR(writePending(st));
   runtime::Node<T>& node = *st.stepNode;
@@ -204,6 +278,7 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     auto codec = makeCodec<T>(scenario);
     if (!codec) return codec.status();
     st.mixCodec = std::move(*codec);
+    takeRejoinModel(params);  // a rejoined trainer mixes from a neighbour's model
     auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying);
     st.gossip = gossip.get();

@@ -71,6 +71,7 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
   impl->schedule = std::move(*schedule);
   impl->rank = rank;
   impl->outDir = options.outDir;
+  impl->rejoin = options.rejoin;
   if (s.transport.kind == runtime::TransportConfig::Kind::kInproc) {
     impl->hub = sharedHub(s);
     impl->net = transport::inproc::createTransport(*impl->hub, rank);
@@ -124,6 +125,7 @@ Result<std::unique_ptr<Peer>> Peer::fromEnv() {
   }
   PeerOptions options;
   options.outDir = env("STARLING_OUT").value_or("");
+  options.rejoin = env("STARLING_REJOIN").value_or("") == "1";
   if (auto peers = env("STARLING_PEERS")) options.addresses = splitList(*peers);
   auto s = runtime::loadScenario(*scenario);
   if (!s) return s.status();

@@ -16,6 +16,7 @@
 #include "optim/gossip.h"
 #include "runtime/engine.h"
 #include "runtime/node.h"
+#include "runtime/rejoin.h"
 #include "runtime/scenario.h"
 #include "runtime/survival.h"
 #include "runtime/transport/transport.h"
@@ -78,6 +79,10 @@ class Peer::Impl {
   std::map<std::string, double> metrics;  // logged since the last round line
   std::optional<uint64_t> pendingRecord;  // a round whose line waits for the trainer's metrics
   bool closed = false;
+  // A lost rank's restarted trainer (PeerOptions::rejoin): the first call rejoins; the model it
+  // got from a neighbour waits here for the node that takes it (step's or mix's).
+  bool rejoin = false;
+  std::optional<std::vector<double>> rejoinModel;
 
   template <typename T>
   Status step(std::span<T> params, std::span<const T> grads, std::optional<double> lr);
@@ -97,6 +102,12 @@ class Peer::Impl {
   Status writePendingAny();
   template <typename T>
   Status record(PeerState<T>& st);
+  // The first call of a rejoining trainer: asks the neighbours (runtime/rejoin.h) and returns
+  // the state they agreed on; the engine starts at its round.
+  Result<runtime::JoinState> requestRejoin(size_t dim);
+  // Copies the neighbours' model into `params` (once).
+  template <typename T>
+  bool takeRejoinModel(std::span<T> params);
 };
 
 // Builds a Peer's Impl for `rank` of `scenario` (validated), with its transport.

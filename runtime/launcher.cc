@@ -48,6 +48,7 @@ struct Child {
   std::deque<std::string> lastLines;
   bool exited = false;
   bool outputClosed = false;
+  bool rejoining = false;  // started again for a lost rank (faults.restart)
   int waitStatus = 0;
 
   bool failed() const { return exited && !(WIFEXITED(waitStatus) && WEXITSTATUS(waitStatus) == 0); }
@@ -127,7 +128,7 @@ core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
       lostChildren_.insert(r);
       children_.push_back(std::move(c));
       // With faults.restart it comes back as any lost peer does: it rejoins.
-      if (s_.faults.restart && opt_.command.empty() && restarts_[r] < s_.faults.maxRestarts) {
+      if (s_.faults.restart && restarts_[r] < s_.faults.maxRestarts) {
         restartAt_[r] = Clock::now();
       }
       continue;
@@ -161,7 +162,8 @@ core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
       {"STARLING_NODES", std::to_string(s_.nodes)},
       {"STARLING_SCENARIO", scenarioAbs},
       {"STARLING_OUT", outAbs},
-      {"STARLING_PEERS", peers_}};
+      {"STARLING_PEERS", peers_},
+      {"STARLING_REJOIN", rejoin ? "1" : "0"}};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -197,6 +199,7 @@ core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
   c->rank = r;
   c->pid = pid;
   c->output = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
+  c->rejoining = rejoin;
   return c;
 }
 
@@ -247,8 +250,11 @@ void Supervisor::reap() {
       // With on_peer_loss "continue", a peer that crashed or was killed (a signal), or that the
       // others declared lost and that left (kExitLeftRun), is a loss the survivors carry on
       // without; an error it reported itself still stops the run.
+      // A restarted process that could not get back in (or failed later) is a loss too: its
+      // rank was out already, and the run goes on without it.
       const bool loss = WIFSIGNALED(status) ||
-                        (WIFEXITED(status) && WEXITSTATUS(status) == kExitLeftRun);
+                        (WIFEXITED(status) && WEXITSTATUS(status) == kExitLeftRun) ||
+                        c->rejoining;
       if (c->failed() && loss && !cancelled_ &&
           s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
         lostChildren_.insert(c->rank);
@@ -258,7 +264,7 @@ void Supervisor::reap() {
         for (const auto& o : children_) {
           othersRun = othersRun || (o->rank != c->rank && !o->exited && !lostChildren_.count(o->rank));
         }
-        const bool again = s_.faults.restart && opt_.command.empty() && othersRun &&
+        const bool again = s_.faults.restart && othersRun &&
                            restarts_[c->rank] < s_.faults.maxRestarts;
         progress_.message("node-launcher: peer " + std::to_string(c->rank) + " " +
                           c->describeExit() + "; the others carry on without it" +

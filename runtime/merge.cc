@@ -216,11 +216,11 @@ core::Status MembershipReports::note(const std::string& line) {
   return log_->append(line);
 }
 
-bool MembershipReports::running(int rank, uint64_t round) const {
+bool MembershipReports::running(int rank, uint64_t round, bool lostRoundCounts) const {
   auto it = absent_.find(rank);
   if (it == absent_.end()) return true;
   for (const auto& [lost, back] : it->second) {
-    if (round > lost && round < back) return false;
+    if ((round > lost || (!lostRoundCounts && round == lost)) && round < back) return false;
   }
   return true;
 }

@@ -61,7 +61,9 @@ class MembershipReports {
   const std::map<int, uint64_t>& lost() const { return lostNow_; }
   // Whether `rank` takes part in `round` (it logs it): not lost before it, or back by then
   // (a rank lost in round L logs up to L; one that rejoins at round J logs from J).
-  bool running(int rank, uint64_t round) const;
+  // Trainers (TrainerLogMerger) whose last line may not have been written count up to L - 1:
+  // lostRoundCounts false.
+  bool running(int rank, uint64_t round, bool lostRoundCounts = true) const;
 
  private:
   struct Report {

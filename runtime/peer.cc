@@ -57,31 +57,6 @@ struct PeerState {
   }
 };
 
-// The length of a rejoining peer's log up to its last whole line (the old process may have died
-// in the middle of nothing, but a file copied from elsewhere may not end a line); a peer that
-// has no log yet (restarted on another machine) starts one.
-core::Result<uint64_t> rejoinLog(const Scenario& s, const PeerOptions& opt,
-                                 const std::string& address) {
-  if (opt.outDir.empty()) return uint64_t{0};
-  const auto path = peerLogPath(opt.outDir, opt.rank);
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    std::filesystem::create_directories(path.parent_path(), ec);
-    auto created = LineFile::create(path);
-    if (!created) return created.status();
-    STARLING_RETURN_IF_ERROR((*created)->append(peerLogHeader(s, opt.rank, address)));
-    return (*created)->size();
-  }
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return core::ioError("cannot read " + path.string());
-  const size_t nl = text.rfind('\n');
-  if (nl == std::string::npos) {
-    return core::corruption(path.string() + ": not a peer log (no whole line)");
-  }
-  return static_cast<uint64_t>(nl + 1);
-}
-
 template <typename T>
 core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
                    FaultInjector* faults, const std::string& address) {
@@ -165,10 +140,13 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     std::vector<T> x0(state->model.begin(), state->model.end());
     node.restartAlgorithm(optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle));
     STARLING_RETURN_IF_ERROR(survival.adopt(*state));
-    auto logBytes = rejoinLog(s, opt, address);
-    if (!logBytes) return logBytes.status();
+    if (!opt.outDir.empty()) {
+      auto logBytes = rejoinLogBytes(peerLogPath(opt.outDir, opt.rank),
+                                     peerLogHeader(s, opt.rank, address));
+      if (!logBytes) return logBytes.status();
+      eo.resumeLogBytes = *logBytes;
+    }
     eo.resumeRound = state->round;
-    eo.resumeLogBytes = *logBytes;
     joined = std::move(*state);
   }
   if (!opt.resumeRound && !opt.rejoin && !opt.outDir.empty()) {

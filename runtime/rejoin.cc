@@ -1,11 +1,14 @@
 #include "runtime/rejoin.h"
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <random>
 
 #include "compression/frame.h"
+#include "runtime/line_file.h"
 
 namespace starling::runtime {
 namespace {
@@ -103,6 +106,25 @@ core::Result<JoinState> decodeJoinState(std::span<const std::byte> bytes, int no
     if (!std::isfinite(m)) return bad("a non-finite model value");
   }
   return s;
+}
+
+core::Result<uint64_t> rejoinLogBytes(const std::filesystem::path& path, const std::string& header) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    std::filesystem::create_directories(path.parent_path(), ec);
+    auto created = LineFile::create(path);
+    if (!created) return created.status();
+    STARLING_RETURN_IF_ERROR((*created)->append(header));
+    return (*created)->size();
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return core::ioError("cannot read " + path.string());
+  const size_t nl = text.rfind('\n');
+  if (nl == std::string::npos) {
+    return core::corruption(path.string() + ": not a peer log (no whole line)");
+  }
+  return static_cast<uint64_t>(nl + 1);
 }
 
 core::Result<JoinState> requestRejoin(transport::Transport& net, const RejoinOptions& opt) {

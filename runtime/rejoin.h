@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <string>
@@ -58,6 +59,11 @@ struct RejoinOptions {
   const std::atomic<bool>* stop = nullptr;  // kCancelled when set
   std::function<void(const std::string&)> log;
 };
+
+// The length of a rejoining peer's log at `path` up to its last whole line (its old process may
+// have died mid-line); a peer without a log yet (restarted on another machine) gets one, with
+// `header` as its first line.
+core::Result<uint64_t> rejoinLogBytes(const std::filesystem::path& path, const std::string& header);
 
 // Sends the join request to every rank in `ask` and waits for the first join state (or
 // refusal). Errors: kTimeout naming the ranks asked, kUnavailable when none of them could be

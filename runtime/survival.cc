@@ -160,12 +160,15 @@ core::Status Survival<T>::answerJoins(uint64_t round) {
     if (!gossip_.mayRejoin(j)) {
       // Its departure has not taken effect yet here: asked again next round, unless the return
       // could only come after the last round anyway.
+      // (A trainer's run, rounds 0, has no last round known here.)
       const auto leaves = gossip_.departureRound(j);
-      if (leaves && *leaves + agreement < s_.rounds) later.emplace_back(j, attempt);
-      if (!leaves || *leaves + agreement < s_.rounds) continue;
+      const bool inTime = s_.rounds == 0 || (leaves && *leaves + agreement < s_.rounds);
+      if (leaves && inTime) later.emplace_back(j, attempt);
+      if (!leaves || inTime) continue;
     }
     honoured_[j].insert(attempt);
-    if (std::max(round, gossip_.departureRound(j).value_or(0)) + agreement >= s_.rounds) {
+    if (s_.rounds > 0 &&
+        std::max(round, gossip_.departureRound(j).value_or(0)) + agreement >= s_.rounds) {
       engine_->say(who_ + ": rank " + std::to_string(j) +
                    " asked to rejoin, but the run ends first; refused");
       sendJoinState(j, 0);

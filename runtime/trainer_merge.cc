@@ -108,8 +108,7 @@ core::Result<int> TrainerLogMerger::poll() {
     std::vector<const Record*> recs;
     bool complete = true;
     for (int r = 0; r < s_.nodes; ++r) {
-      auto lost = membership_.lost().find(r);
-      if (lost != membership_.lost().end() && lost->second <= it->first) continue;
+      if (!membership_.running(r, it->first, /*lostRoundCounts=*/false)) continue;
       if (!it->second[r]) {
         complete = false;
         break;

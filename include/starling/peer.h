@@ -101,6 +101,13 @@ struct PeerConfig {
 struct PeerOptions {
   std::string outDir;                  // empty: nothing is written
   std::vector<std::string> addresses;  // "host:port" per rank; empty: the scenario's
+  // This rank was lost and its trainer restarted (`node-launcher run` sets STARLING_REJOIN=1 with
+  // faults.restart; fromEnv reads it). The first step() or mix() asks the neighbours to take it
+  // back and waits for the round they agree on: the parameters then hold a neighbour's model and
+  // round() is that round. A first step() only loads that model (its gradient, computed at the
+  // old parameters, is not used); loop on round() < N rather than counting calls. Needs
+  // faults.on_peer_loss "continue".
+  bool rejoin = false;
 };
 
 class Peer {
