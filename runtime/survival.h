@@ -63,7 +63,7 @@ class Survival {
   core::Status prepare();
 
   // Rejoining (runtime/rejoin.h). A survivor takes lost ranks back only with a source of its
-  // model for their join state (runPeer sets it; a trainer's Peer does not yet).
+  // model for their join state (runPeer: its node's model; a trainer's Peer: its last round's).
   using ModelSource = std::function<std::vector<double>()>;
   void setJoinSource(ModelSource source) { joinSource_ = std::move(source); }
   // A restarted peer takes over the membership and proposals its sponsor sent (before
