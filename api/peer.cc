@@ -1,5 +1,7 @@
 // starling::Peer's rounds: step() through the scenario's algorithm with the trainer's gradients,
 // mix() through gossip, both on the same engine (runtime/engine.h) that `node-launcher peer` runs.
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -134,6 +136,27 @@ Result<runtime::JoinState> Peer::Impl::requestRejoin(size_t dim) {
   return got;
 }
 
+void Peer::Impl::killIfScripted(uint64_t round) const {
+  for (const runtime::FaultEvent& ev : scenario.faults.script) {
+    if (ev.kind == runtime::FaultEvent::Kind::kKill && ev.kill == rank && ev.atRound == round) {
+      // A real crash: no goodbye, no flush; what the log has is on disk already.
+      std::fprintf(stderr, "starling peer %d: killed by the fault script before round %llu\n", rank,
+                   static_cast<unsigned long long>(round));
+      std::raise(SIGKILL);
+    }
+  }
+}
+
+template <typename T>
+Status Peer::Impl::stopOnDrop(PeerState<T>& st, runtime::Node<T>& node) {
+  if (faults == nullptr || st.survival.enabled()) return Status::ok();
+  for (const runtime::FaultInjector::Drop& d : faults->takeDropped()) {
+    return st.engine.fail(
+        core::unavailable(runtime::FaultInjector::dropStopMessage(rank, d.to, d.tag.round)), &node);
+  }
+  return Status::ok();
+}
+
 template <typename T>
 bool Peer::Impl::takeRejoinModel(std::span<T> params) {
   if (!rejoinModel) return false;
@@ -244,6 +267,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   }
   STARLING_RETURN_IF_ERROR(writePending(st));
   runtime::Node<T>& node = *st.stepNode;
+  killIfScripted(st.engine.rounds());
   st.oracle.offer(params, grads);
   STARLING_RETURN_IF_ERROR(st.survival.prepare());  // a change due now restarts the algorithm
   if (node.algorithm().needsStart()) {
@@ -252,7 +276,8 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
       return st.engine.fail(s, &node);
     }
   } else {
-    STARLING_RETURN_IF_ERROR(st.survival.begin(node, lr));
+    STARLING_RETURN_IF_ERROR(st.survival.begin(node, lr, takeDrops()));
+    STARLING_RETURN_IF_ERROR(stopOnDrop(st, node));
     STARLING_RETURN_IF_ERROR(st.survival.complete(node));
     pendingRecord = st.engine.rounds();
   }
@@ -304,8 +329,10 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   st.gossip->setModel(params);
   if (!st.last) st.last = st.mixNode.get();  // round 0's line: the model the trainer starts from
   STARLING_RETURN_IF_ERROR(writePending(st));
+  killIfScripted(st.engine.rounds());
   STARLING_RETURN_IF_ERROR(st.survival.prepare());  // a change due now restarts the gossip
-  STARLING_RETURN_IF_ERROR(st.survival.begin(*st.mixNode));
+  STARLING_RETURN_IF_ERROR(st.survival.begin(*st.mixNode, std::nullopt, takeDrops()));
+  STARLING_RETURN_IF_ERROR(stopOnDrop(st, *st.mixNode));
   st.mixParams = params;
   return Status::ok();
 }

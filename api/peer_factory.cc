@@ -84,6 +84,16 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
     impl->net = std::move(*net);
     impl->address = no->addresses[rank];
   }
+  if (runtime::FaultInjector::wanted(s)) {
+    // The script's link faults, on the messages of step() and mix() alike.
+    const bool realTime = s.transport.kind != runtime::TransportConfig::Kind::kInproc;
+    impl->rawNet = std::move(impl->net);
+    auto f = std::make_unique<runtime::FaultInjector>(*impl->rawNet, s.faults.script, s.seed,
+                                                      kStepChannel, realTime);
+    f->addChannel(kMixChannel);
+    impl->faults = f.get();
+    impl->net = std::move(f);
+  }
   impl->scenario = std::move(s);
   return impl;
 }

@@ -15,6 +15,7 @@
 #include "compression/compressor.h"
 #include "optim/gossip.h"
 #include "runtime/engine.h"
+#include "runtime/fault_injection.h"
 #include "runtime/node.h"
 #include "runtime/rejoin.h"
 #include "runtime/scenario.h"
@@ -74,7 +75,10 @@ class Peer::Impl {
   std::string address;
   std::string outDir;
   std::shared_ptr<transport::inproc::InprocHub> hub;  // in-process runs; outlives `net`
+  // With scripted link faults `net` is a FaultInjector around `rawNet` (faults points to it).
+  std::unique_ptr<transport::Transport> rawNet;
   std::unique_ptr<transport::Transport> net;
+  runtime::FaultInjector* faults = nullptr;
   std::variant<std::monostate, PeerState<float>, PeerState<double>> state;
   std::map<std::string, double> metrics;  // logged since the last round line
   std::optional<uint64_t> pendingRecord;  // a round whose line waits for the trainer's metrics
@@ -108,6 +112,18 @@ class Peer::Impl {
   // Copies the neighbours' model into `params` (once).
   template <typename T>
   bool takeRejoinModel(std::span<T> params);
+  // The fault script's kill of this rank before `round`: a real SIGKILL, as `node-launcher peer`.
+  void killIfScripted(uint64_t round) const;
+  // A scripted link fault dropped a message of this round (runtime/fault_injection.h): with
+  // on_peer_loss "stop" the run stops naming the link (with "continue" Survival makes this rank
+  // leave).
+  template <typename T>
+  Status stopOnDrop(PeerState<T>& st, runtime::Node<T>& node);
+  // What Survival asks after a round's sends: the scripted drops (none without a script).
+  std::function<std::vector<runtime::FaultInjector::Drop>()> takeDrops() const {
+    if (faults == nullptr) return nullptr;
+    return [f = faults] { return f->takeDropped(); };
+  }
 };
 
 // Builds a Peer's Impl for `rank` of `scenario` (validated), with its transport.

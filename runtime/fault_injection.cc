@@ -17,7 +17,7 @@ FaultInjector::FaultInjector(transport::Transport& inner, std::vector<FaultEvent
                              uint64_t seed, uint32_t channel, bool realTime)
     : inner_(inner), events_(std::move(events)), seed_(seed),
       rng_(core::deriveSeed(seed, kFaultSalt, static_cast<uint64_t>(inner.rank()))),
-      channel_(channel), realTime_(realTime) {
+      channels_{channel}, realTime_(realTime) {
   for (const FaultEvent& e : events_) {
     anyChance_ = anyChance_ || e.kind == FaultEvent::Kind::kDrop ||
                  e.kind == FaultEvent::Kind::kDuplicate || e.kind == FaultEvent::Kind::kReorder;
@@ -41,7 +41,7 @@ std::string FaultInjector::dropStopMessage(int from, int to, uint64_t round) {
 }
 
 bool FaultInjector::applies(const FaultEvent& e, int from, int to, transport::Tag tag) const {
-  if (e.kind == FaultEvent::Kind::kKill || tag.channel != channel_) return false;
+  if (e.kind == FaultEvent::Kind::kKill || !faulted(tag.channel)) return false;
   if (tag.round < e.fromRound || tag.round >= e.toRound) return false;
   if (e.linkA < 0) return true;
   return (from == e.linkA && to == e.linkB) || (from == e.linkB && to == e.linkA);
@@ -141,7 +141,7 @@ std::vector<FaultInjector::Drop> FaultInjector::takeDropped() {
 
 void FaultInjector::recv(int from, transport::Tag tag, transport::Clock::time_point deadline,
                          transport::RecvCallback done) {
-  if (tag.channel == channel_ && anyChance_) {
+  if (faulted(tag.channel) && anyChance_) {
     const Fate f = fate(from, rank(), tag);
     if (f.drop && !realTime_) {
       // No clock to let the deadline pass: say at once what the network would say then.

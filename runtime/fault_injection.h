@@ -28,6 +28,7 @@
 // Thread-safety: none, as the wrapped transport.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -65,6 +66,9 @@ class FaultInjector final : public transport::Transport {
   // the receive's deadline pass (kTimeout) or report the sender gone (kPeerGone).
   FaultInjector(transport::Transport& inner, std::vector<FaultEvent> events, uint64_t seed,
                 uint32_t channel, bool realTime);
+
+  // Messages on `channel` get the link faults too (a trainer's Peer: its step and mix channels).
+  void addChannel(uint32_t channel) { channels_.push_back(channel); }
 
   // True when the scenario scripts any link fault (then peers and the simulator wrap).
   static bool wanted(const Scenario& s);
@@ -142,7 +146,10 @@ class FaultInjector final : public transport::Transport {
   uint64_t seed_;
   core::Rng rng_;          // corruption's stream
   uint64_t injected_ = 0;  // corrupted copies sent
-  uint32_t channel_;
+  bool faulted(uint32_t channel) const {
+    return std::find(channels_.begin(), channels_.end(), channel) != channels_.end();
+  }
+  std::vector<uint32_t> channels_;
   bool realTime_;
   bool anyChance_ = false;  // a drop, duplicate or reorder event
   std::deque<Held> held_;   // delayed, in release order

@@ -27,7 +27,9 @@ void parseFaults(Obj& o, Scenario& s) {
     for (size_t k = 0; k < list.size(); ++k) {
       Obj ev(list[k], at + "/" + std::to_string(k));
       FaultEvent e;
-      const uint64_t last = s.rounds > 0 ? s.rounds - 1 : 0;
+      // An embedded run's trainers own the number of rounds (0 here): any round may be named.
+      const uint64_t end = s.rounds > 0 ? s.rounds : kMaxRounds;
+      const uint64_t last = end - 1;
       // The link faults that take a probability, by key.
       static const std::pair<const char*, FaultEvent::Kind> kChances[] = {
           {"corrupt", FaultEvent::Kind::kCorrupt},
@@ -52,7 +54,7 @@ void parseFaults(Obj& o, Scenario& s) {
           e.delayMs = ev.integer<uint64_t>("delay_ms", 0, 3600000);
         }
         e.fromRound = ev.integer<uint64_t>("from_round", 0, last, 0);
-        e.toRound = ev.integer<uint64_t>("to_round", e.fromRound, s.rounds, s.rounds);
+        e.toRound = ev.integer<uint64_t>("to_round", e.fromRound, end, end);
         if (ev.has("link")) {
           const json& l = *ev.get("link");
           if (!l.is_array() || l.size() != 2 || !l[0].is_number_integer() ||
@@ -95,10 +97,7 @@ void parseFaults(Obj& o, Scenario& s) {
     o.get("script");
   }
   o.finish();
-  if (!f.script.empty() && !s.hasProblem) {
-    throw ScenarioError{o.at("script"), "a fault script needs the scenario's own problem (an "
-                                        "embedded run's trainers kill themselves)"};
-  }
+
 }
 
 }  // namespace starling::runtime::scenario_detail

@@ -31,16 +31,21 @@ def read_log(path):
     return rounds, changes
 
 
-def run(worker, tmp, mode, steps, kill_rank, algorithm=None):
+def run(worker, tmp, mode, steps, kill_rank, algorithm=None, script=None, name=None):
+    """`script`: the scenario's fault script does the kill (and whatever else it says) instead
+    of the worker."""
+    name = name or mode
+    faults = {"on_peer_loss": "continue", "restart": True}
+    if script:
+        faults["script"] = script
     scenario = harness.embedded_scenario(
-        tmp, f"python-rejoin-{mode}", NODES, algorithm=algorithm,
-        extra={"faults": {"on_peer_loss": "continue", "restart": True},
-               "transport": {"kind": "ucx", "round_timeout_ms": 3000}})
-    out = os.path.join(tmp, f"run-{mode}")
+        tmp, f"python-rejoin-{name}", NODES, algorithm=algorithm,
+        extra={"faults": faults, "transport": {"kind": "ucx", "round_timeout_ms": 3000}})
+    out = os.path.join(tmp, f"run-{name}")
     rc, output = harness.run_launcher(
         scenario, out, [sys.executable, worker], timeout=180,
-        env={"LOSS_STEPS": str(steps), "LOSS_KILL_RANK": str(kill_rank), "LOSS_KILL_STEP": "5",
-             "LOSS_MODE": mode, "PAUSE_MS": "2"})
+        env={"LOSS_STEPS": str(steps), "LOSS_KILL_RANK": str(-1 if script else kill_rank),
+             "LOSS_KILL_STEP": "5", "LOSS_MODE": mode, "PAUSE_MS": "2"})
     print(output)
     harness.check(rc == 0, f"{mode} run: node-launcher exited {rc}, expected 0")
     harness.check(f"peer {kill_rank} restarted" in output,
@@ -102,6 +107,20 @@ def main():
         harness.check(far > 1e-2, f"step run: the survivors' optimum is only {far:.2e} away")
         print(f"step run: every rank ends {worst:.1e} from everyone's optimum (the survivors' "
               f"is {far:.2f} away)")
+
+        # The scenario's fault script drives trainers too: its kill is a real SIGKILL of the
+        # trainer, and its link faults (here 10% corrupted copies) hit step() and mix() messages,
+        # rejected and counted while the genuine ones get through.
+        steps = 400
+        out, logs, metrics = run(worker, tmp, "mix", steps, kill_rank=3, name="script",
+                                 script=[{"kill": 3, "at_round": 5},
+                                         {"corrupt": 0.1, "from_round": 0, "to_round": 400}])
+        corrupt = metrics[-1]["corrupt_messages"]
+        harness.check(corrupt > 0, "script run: no corrupted copy was counted")
+        harness.check(metrics[-1]["consensus_distance"] < 1e-20,
+                      f"script run: final consensus distance {metrics[-1]['consensus_distance']}")
+        print(f"script run: rank 3 killed by the script, back; {corrupt} corrupted copies "
+              "rejected")
     print("python rejoin: ok")
 
 
