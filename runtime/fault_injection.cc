@@ -17,7 +17,7 @@ FaultInjector::FaultInjector(transport::Transport& inner, std::vector<FaultEvent
                              uint64_t seed, uint32_t channel, bool realTime)
     : inner_(inner), events_(std::move(events)), seed_(seed),
       rng_(core::deriveSeed(seed, kFaultSalt, static_cast<uint64_t>(inner.rank()))),
-      channels_{channel}, realTime_(realTime) {
+      channel_(channel), extraChannel_(channel), realTime_(realTime) {
   for (const FaultEvent& e : events_) {
     anyChance_ = anyChance_ || e.kind == FaultEvent::Kind::kDrop ||
                  e.kind == FaultEvent::Kind::kDuplicate || e.kind == FaultEvent::Kind::kReorder;

@@ -28,7 +28,6 @@
 // Thread-safety: none, as the wrapped transport.
 #pragma once
 
-#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -68,7 +67,7 @@ class FaultInjector final : public transport::Transport {
                 uint32_t channel, bool realTime);
 
   // Messages on `channel` get the link faults too (a trainer's Peer: its step and mix channels).
-  void addChannel(uint32_t channel) { channels_.push_back(channel); }
+  void addChannel(uint32_t channel) { extraChannel_ = channel; }
 
   // True when the scenario scripts any link fault (then peers and the simulator wrap).
   static bool wanted(const Scenario& s);
@@ -146,10 +145,9 @@ class FaultInjector final : public transport::Transport {
   uint64_t seed_;
   core::Rng rng_;          // corruption's stream
   uint64_t injected_ = 0;  // corrupted copies sent
-  bool faulted(uint32_t channel) const {
-    return std::find(channels_.begin(), channels_.end(), channel) != channels_.end();
-  }
-  std::vector<uint32_t> channels_;
+  bool faulted(uint32_t channel) const { return channel == channel_ || channel == extraChannel_; }
+  uint32_t channel_;
+  uint32_t extraChannel_;  // the same as channel_ unless addChannel() was called
   bool realTime_;
   bool anyChance_ = false;  // a drop, duplicate or reorder event
   std::deque<Held> held_;   // delayed, in release order
