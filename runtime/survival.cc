@@ -45,11 +45,17 @@ void Survival<T>::install(Engine<T>& engine) {
   engine_->setAlsoWaitFor([this] { return gossip_.complete(); });
   // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
   // loaded host can delay the neighbour's next message by well over a second after it.
-  const auto patience = 2 * std::chrono::milliseconds(s_.transport.roundTimeoutMs);
-  gossip_.setOnAlive([this, patience](int peer, uint64_t round) {
+  const auto timeout = std::chrono::milliseconds(s_.transport.roundTimeoutMs);
+  const auto patience = 2 * timeout;
+  gossip_.setOnAlive([this, patience, timeout](int peer, uint64_t round) {
     // `peer` is alive and still in `round`: its messages of the next round may come late.
     if (round + 1 < engine_->rounds()) return;
-    const auto until = transport::Clock::now() + patience;
+    // But not for ever: two live peers that wait for each other on different channels (a
+    // trainer whose calls went out of step with its neighbours') would keep each other waiting
+    // with their notices. No round waits past kMaxExtendedWaits round timeouts from its start;
+    // then the silent neighbour is lost like any other.
+    const auto until = std::min(transport::Clock::now() + patience,
+                                roundStart_ + kMaxExtendedWaits * timeout);
     if (current_ != nullptr) current_->extend(peer, until);
     gossip_.extend(peer, until);
     engine_->extendDeadline(until);

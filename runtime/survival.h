@@ -32,6 +32,9 @@
 
 namespace starling::runtime {
 
+// A round that liveness notices keep waiting ends after this many round timeouts at most.
+inline constexpr int kMaxExtendedWaits = 4;
+
 template <typename T>
 class Survival {
  public:
