@@ -84,6 +84,7 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
     if (joined) {
       STARLING_RETURN_IF_ERROR(st.survival.adopt(*joined));
       rejoinModel = std::move(joined->model);
+      rejoinChannel = joined->channel;
       pendingRecord = joined->round;  // its line, if that round is logged: the model it got
       st.engine.say("starling peer " + std::to_string(rank) + ": rejoined at round " +
                     std::to_string(joined->round));
@@ -259,17 +260,22 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
           "updates them itself)");
     }
   }
-  if (rejoined) {
-    // A rejoined trainer's first step: its parameters now hold a neighbour's model and its
-    // gradient was taken at the old ones, so it is not used; the next step goes on from here.
+  if (rejoined && rejoinChannel != kStepChannel) {
+    // A rejoined trainer's first call is a step(), but its neighbours applied the return in a
+    // mix() call: this step only loads their model (its gradient, taken at the old parameters,
+    // is not used), and the trainer's next call, a mix(), runs round Y with theirs.
     st.last = st.stepNode.get();
     return writePending(st);
   }
+  // (Otherwise this step is the neighbours' step of round Y. Its gradient was taken at the
+  // trainer's old parameters: a different starting point for the restarted algorithm, which
+  // exact diffusion, NIDS and LEAD converge from all the same; docs/algorithms.md §19.)
   STARLING_RETURN_IF_ERROR(writePending(st));
   runtime::Node<T>& node = *st.stepNode;
   killIfScripted(st.engine.rounds());
   st.oracle.offer(params, grads);
-  STARLING_RETURN_IF_ERROR(st.survival.prepare());  // a change due now restarts the algorithm
+  // A change due now restarts the algorithm.
+  STARLING_RETURN_IF_ERROR(st.survival.prepare(kStepChannel));
   if (node.algorithm().needsStart()) {
     // nids, lead, prox_lead: the local step from x0 (no message; round() stays).
     if (auto s = node.startAlgorithm(st.engine.rounds(), st.engine.stepSizeAt(lr)); !s.isOk()) {
@@ -299,11 +305,14 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   if (!got) return got.status();
   PeerState<T>& st = **got;
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("mix: a mix is in flight");
+  bool loadOnly = false;
   if (!st.mixNode) {
     auto codec = makeCodec<T>(scenario);
     if (!codec) return codec.status();
     st.mixCodec = std::move(*codec);
-    takeRejoinModel(params);  // a rejoined trainer mixes from a neighbour's model
+    // A rejoined trainer mixes from a neighbour's model; if its neighbours applied the return
+    // in a step() call, this first mix() only loads it (its next call, a step(), lines up).
+    if (takeRejoinModel(params) && rejoinChannel != kMixChannel) loadOnly = true;
     auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying);
     st.gossip = gossip.get();
@@ -328,9 +337,14 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   }
   st.gossip->setModel(params);
   if (!st.last) st.last = st.mixNode.get();  // round 0's line: the model the trainer starts from
+  if (loadOnly) {
+    st.mixParams = params;
+    st.mixSkipped = true;
+    return Status::ok();
+  }
   STARLING_RETURN_IF_ERROR(writePending(st));
   killIfScripted(st.engine.rounds());
-  STARLING_RETURN_IF_ERROR(st.survival.prepare());  // a change due now restarts the gossip
+  STARLING_RETURN_IF_ERROR(st.survival.prepare(kMixChannel));  // a change due now restarts gossip
   STARLING_RETURN_IF_ERROR(st.survival.begin(*st.mixNode, std::nullopt, takeDrops()));
   STARLING_RETURN_IF_ERROR(stopOnDrop(st, *st.mixNode));
   st.mixParams = params;
@@ -342,6 +356,10 @@ Status Peer::Impl::mixWait() {
     if (st.mixParams.data() == nullptr) return core::failedPrecondition("mixWait without mixStart");
     const auto params = st.mixParams;
     st.mixParams = {};
+    if (st.mixSkipped) {  // it only loaded the neighbours' model into params
+      st.mixSkipped = false;
+      return Status::ok();
+    }
     STARLING_RETURN_IF_ERROR(st.survival.complete(*st.mixNode));
     const auto model = st.mixNode->model();
     std::copy(model.begin(), model.end(), params.begin());

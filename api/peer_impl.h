@@ -57,6 +57,7 @@ struct PeerState {
   std::unique_ptr<compression::Compressor<T>> mixCodec;
   std::unique_ptr<runtime::Node<T>> mixNode;
   std::span<T> mixParams;  // between mixStart and mixWait
+  bool mixSkipped = false;  // a rejoined trainer's first mix() that only loaded the model
   const runtime::Node<T>* last = nullptr;  // the node of the last round (its model is logged)
 
   std::vector<const runtime::Node<T>*> nodes() const {
@@ -87,6 +88,10 @@ class Peer::Impl {
   // got from a neighbour waits here for the node that takes it (step's or mix's).
   bool rejoin = false;
   std::optional<std::vector<double>> rejoinModel;
+  // The call its neighbours were in when they applied the return (JoinState::channel): the
+  // rejoined trainer's first call of the other kind only loads the model, so that its calls
+  // line up with theirs from round Y.
+  std::optional<uint32_t> rejoinChannel;
 
   template <typename T>
   Status step(std::span<T> params, std::span<const T> grads, std::optional<double> lr);

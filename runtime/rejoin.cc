@@ -49,15 +49,16 @@ core::Result<uint64_t> decodeJoinRequest(std::span<const std::byte> bytes) {
   return (static_cast<uint64_t>(x[1]) << 32) | static_cast<uint64_t>(x[2]);
 }
 
-// Layout: magic, round, epoch, nodes, entries, dim; `nodes` alive flags; 4 per entry (rank,
-// change, at, applied); the model.
+// Layout: magic, round, epoch, nodes, entries, dim, channel; `nodes` alive flags; 4 per entry
+// (rank, change, at, applied); the model.
 transport::Bytes encodeJoinState(const JoinState& s) {
   std::vector<double> v = {kStateMagic,
                            static_cast<double>(s.round),
                            static_cast<double>(s.epoch),
                            static_cast<double>(s.alive.size()),
                            static_cast<double>(s.entries.size()),
-                           static_cast<double>(s.model.size())};
+                           static_cast<double>(s.model.size()),
+                           static_cast<double>(s.channel)};
   for (bool a : s.alive) v.push_back(a ? 1 : 0);
   for (const auto& e : s.entries) {
     v.push_back(e.rank);
@@ -76,7 +77,7 @@ core::Result<JoinState> decodeJoinState(std::span<const std::byte> bytes, int no
   if (!decoded) return decoded.status();
   const auto& x = *decoded;
   const auto bad = [](const std::string& why) { return core::corruption("join state: " + why); };
-  if (x.size() < 6 || x[0] != kStateMagic) return bad("not one");
+  if (x.size() < 7 || x[0] != kStateMagic) return bad("not one");
   if (!isCount(x[1], kMaxExact) || !isCount(x[2], kMaxExact)) return bad("bad round or epoch");
   if (x[3] != nodes) return bad("for a run of " + std::to_string(x[3]) + " nodes");
   if (!isCount(x[4], MembershipGossip::kMaxEntries + 1.0)) return bad("bad entry count");
@@ -86,8 +87,10 @@ core::Result<JoinState> decodeJoinState(std::span<const std::byte> bytes, int no
   const auto entries = static_cast<size_t>(x[4]);
   const size_t want = s.round == 0 ? 0 : dim;
   if (x[5] != static_cast<double>(want)) return bad("a model of " + std::to_string(x[5]) + " values");
-  if (x.size() != 6 + static_cast<size_t>(nodes) + 4 * entries + want) return bad("wrong length");
-  size_t k = 6;
+  if (!isCount(x[6], 16)) return bad("bad channel");
+  s.channel = static_cast<uint32_t>(x[6]);
+  if (x.size() != 7 + static_cast<size_t>(nodes) + 4 * entries + want) return bad("wrong length");
+  size_t k = 7;
   for (int r = 0; r < nodes; ++r, ++k) {
     if (x[k] != 0 && x[k] != 1) return bad("bad alive flag");
     s.alive.push_back(x[k] == 1);

@@ -40,6 +40,10 @@ struct JoinState {
   std::vector<bool> alive;
   std::vector<MembershipGossip::Entry> entries;
   std::vector<double> model;
+  // The channel of the call in which the sponsor applied the return at round Y: a trainer's
+  // Peer that calls both step() (channel 0) and mix() (channel 1) lines its calls up with its
+  // neighbours' by it (api/peer.cc). 0 for `node-launcher peer`.
+  uint32_t channel = 0;
 };
 
 // The frames (checksummed, float64; exact for every count below 2^53).

@@ -125,6 +125,7 @@ void Survival<T>::sendJoinState(int to, uint64_t round) {
     st.alive = membership_.aliveMask();
     st.entries = gossip_.entries();
     st.model = joinSource_();
+    st.channel = prepareChannel_;
   } else {
     st.alive.assign(static_cast<size_t>(s_.nodes), false);
   }
@@ -189,8 +190,9 @@ core::Status Survival<T>::answerJoins(uint64_t round) {
 }
 
 template <typename T>
-core::Status Survival<T>::prepare() {
+core::Status Survival<T>::prepare(uint32_t channel) {
   if (!enabled_) return core::Status::ok();
+  prepareChannel_ = channel;
   const uint64_t r = engine_->rounds();
   if (auto due = gossip_.dueAt(r); !due.empty()) STARLING_RETURN_IF_ERROR(applyChange(due, r));
   if (joinSource_) {

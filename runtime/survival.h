@@ -63,7 +63,9 @@ class Survival {
 
   // The start of round engine.rounds(): applies the change due then, and answers the join
   // requests of lost ranks' restarted processes (runtime/rejoin.h) when a join source is set.
-  core::Status prepare();
+  // `channel`: the calling node's (a trainer's Peer prepares in step() and in mix()); a return
+  // applied here tells the returning peer which call its neighbours were in (JoinState).
+  core::Status prepare(uint32_t channel = kModelChannel);
 
   // Rejoining (runtime/rejoin.h). A survivor takes lost ranks back only with a source of its
   // model for their join state (runPeer: its node's model; a trainer's Peer: its last round's).
@@ -110,6 +112,7 @@ class Survival {
   const topology::Graph* support_ = nullptr;  // this round's
   transport::Transport& net_;
   ModelSource joinSource_;
+  uint32_t prepareChannel_ = kModelChannel;  // of the prepare() applying a change
   std::vector<bool> joinListening_;
   std::vector<std::pair<int, uint64_t>> joinRequests_;  // (rank, attempt), not yet answered
   std::map<int, std::set<uint64_t>> honoured_;          // attempts answered, per rank

@@ -43,7 +43,6 @@ WORKER = os.path.join(HERE, "trainer_faults_worker.py")
 # Cases believed to hit a runtime bug: kept in the file, skipped unless named on the command line
 # (`python3 test_trainer_faults.py step_mix_rejoin`, with meson's environment); the diagnosis is at
 # the case.
-SKIP_CASES = {"step_mix_rejoin"}
 
 
 def optimum(ranks):
@@ -211,39 +210,34 @@ def case_nids_rejoin(tmp):
 
 
 def case_step_mix_rejoin(tmp):
-    """SKIPPED (SKIP_CASES): a known limitation, not solved yet (docs/algorithms.md §19,
-    "Not done"). It used to hang; since liveness notices extend a round by at most
-    kMaxExtendedWaits round timeouts (runtime/survival.h) the run finishes, but the returned
-    trainer falls out again (and took a neighbour with it in one run). Run it by name to see.
-    The original diagnosis: rank 1 is killed between its step() and its
-    mix() (lost in round 10, a mix round), leaves at round 14 and is taken back at Y = 18. At the
-    departure (a mix round) every survivor restarted NIDS, whose next step() is the local step
-    without a round, so from then on the survivors step() in even rounds: round 18 is a step()
-    round and round 19 too (step 18 local, mix 18, step 19). The restarted trainer's first step()
-    only loads the sponsor's model (api/peer.cc: `rejoined`, no round), its mix() runs round 18
-    with the survivors' mix(), then its second step() is NIDS's local step (no round) and its
-    mix() runs round 19 on the mix channel while its neighbours wait in round 19 for its step
-    message on the step channel. Neither side ever times out (the liveness notices keep
-    extending the deadlines; 120 s at round_timeout_ms 3000 stayed at round 19). The same hang
-    with exact_diffusion when Y is a survivors' step() round (kill before the step: Y = 18); it
-    passes when Y falls on their mix() round (nids killed before the step: Y = 17; exact
-    diffusion killed after it: Y = 19). A trainer cannot align itself: it cannot tell which of
-    its calls the others make at Y."""
-    run = Run(tmp, "step-mix-rejoin", {"kind": "nids", "step_size": 0.2}, "step_mix",
-              steps=2000, restart=True, kill_where="after_step", pause_ms=2, timeout=40)
-    run.check(run.rc == 0, f"node-launcher exited {run.rc}, expected 0")
-    run.check([c["left"] for c in run.changes] == [[KILL_RANK], []] and
-              run.changes[1].get("joined") == [KILL_RANK],
-              f"expected the departure and the return of rank {KILL_RANK}, got {run.news}")
-    run.check(sorted(run.final) == list(range(NODES)), f"results from {sorted(run.final)}")
+    """A trainer that calls step() then mix() each iteration, killed and restarted. Its first
+    call is always a step(), while at the return's round Y its neighbours may be in either call;
+    the join state says which (api/peer.cc: a first call of the other kind only loads the
+    neighbours' model). Before that existed, the returned trainer waited on one channel while
+    its neighbours waited on the other: NIDS with the kill after the step (Y a step() round of
+    the survivors, whose restarted NIDS takes its local step there without a round) and exact
+    diffusion with the kill before it hung for good. Both, and NIDS with the kill before the step
+    (Y a mix() round), must now end at the optimum of all four with the mixed buffers agreeing."""
     everyone = optimum(range(NODES))
-    err = max(rel(f["x"], everyone) for f in run.final.values())
-    run.check(err < 1e-8, f"the step states end {err:.2e} from all four's optimum")
-    aux = [np.array(f["aux"]) for f in run.final.values()]
-    spread = max(float(np.max(np.abs(u - v))) for u in aux for v in aux)
-    run.check(spread < 1e-12, f"the mixed buffers differ by {spread:.2e}")
-    print(f"5. nids step() + mix(), rank 1 back at {run.changes[1]['round']}: every rank ends "
-          f"{err:.1e} from all four's optimum, mixed buffers spread {spread:.1e}")
+    for algorithm, where in (("nids", "after_step"), ("exact_diffusion", "before_step"),
+                             ("nids", "before_step")):
+        run = Run(tmp, f"step-mix-rejoin-{algorithm}-{where}",
+                  {"kind": algorithm, "step_size": 0.2}, "step_mix", steps=2000, restart=True,
+                  kill_where=where, pause_ms=2, timeout=60)
+        run.check(run.rc == 0, f"node-launcher exited {run.rc}, expected 0")
+        run.check([c["left"] for c in run.changes] == [[KILL_RANK], []] and
+                  run.changes[1].get("joined") == [KILL_RANK],
+                  f"expected the departure and the return of rank {KILL_RANK}, got {run.news}")
+        run.check(sorted(run.final) == list(range(NODES)) and run.final[KILL_RANK]["rejoined"],
+                  f"results from {sorted(run.final)}")
+        err = max(rel(f["x"], everyone) for f in run.final.values())
+        run.check(err < 1e-8, f"the step states end {err:.2e} from all four's optimum")
+        aux = [np.array(f["aux"]) for f in run.final.values()]
+        spread = max(float(np.max(np.abs(u - v))) for u in aux for v in aux)
+        run.check(spread < 1e-12, f"the mixed buffers differ by {spread:.2e}")
+        print(f"5. {algorithm} step() + mix(), kill {where.replace('_', ' ')}: rank 1 back at "
+              f"{run.changes[1]['round']}; every rank ends {err:.1e} from all four's optimum, "
+              f"mixed buffers spread {spread:.1e}; {run.seconds:.1f} s")
 
 
 CASES = [("nids_loss", case_nids_loss), ("lead_loss", case_lead_loss),
@@ -257,9 +251,6 @@ def main():
     with harness.TempDir("python-trainer-faults") as tmp:
         for name, case in CASES:
             if only and name not in only:
-                continue
-            if name in SKIP_CASES and name not in only:
-                print(f"{name}: skipped, a known limitation (see SKIP_CASES and the case)")
                 continue
             case(tmp)
     print(f"python trainer faults: ok ({time.monotonic() - start:.1f} s)")

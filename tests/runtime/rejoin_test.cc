@@ -29,6 +29,7 @@ JoinState sample() {
   s.alive = {true, true, false, true};
   s.entries = {Entry{2, 1, 70, true}, Entry{3, 1, 68, true}, Entry{3, 2, 140, true}};
   s.model = {0.5, -1.25, 3e-7};
+  s.channel = 1;
   return s;
 }
 
@@ -55,6 +56,7 @@ TEST_CASE("join frames: a state and a request come through whole", "[runtime][un
   CHECK(got->alive == s.alive);
   CHECK(sameEntries(got->entries, s.entries));
   CHECK(got->model == s.model);
+  CHECK(got->channel == 1);
   // A refusal carries no model.
   JoinState no;
   no.alive.assign(4, false);
@@ -86,7 +88,7 @@ TEST_CASE("join frames: anything else is refused, never trusted", "[runtime][uni
     return out;
   };
   const double magic = 0x4a535441;
-  const std::vector<double> ok = {magic, 140, 2, 2, 1, 1, 1, 1, 1, 1, 68, 1, 0.5};
+  const std::vector<double> ok = {magic, 140, 2, 2, 1, 1, 0, 1, 1, 1, 1, 68, 1, 0.5};
   CHECK(decodeJoinState(frameOf(ok), 2, 1).isOk());
   for (const auto& [k, v] : std::vector<std::pair<size_t, double>>{
            {0, 1.0},          // magic
@@ -94,13 +96,14 @@ TEST_CASE("join frames: anything else is refused, never trusted", "[runtime][uni
            {1, 0.5},          // round
            {3, 3},            // nodes
            {4, 2},            // entry count against the length
-           {6, 2},            // alive flag
-           {8, 7},            // entry rank
-           {9, 0},            // change number
-           {9, 1.5},          // change number
-           {10, -3},          // its round
-           {11, 3},           // applied flag
-           {12, NAN},         // model value
+           {6, 99},           // channel
+           {7, 2},            // alive flag
+           {9, 7},            // entry rank
+           {10, 0},           // change number
+           {10, 1.5},         // change number
+           {11, -3},          // its round
+           {12, 3},           // applied flag
+           {13, NAN},         // model value
        }) {
     auto bad = ok;
     bad[k] = v;
