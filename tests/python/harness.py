@@ -108,3 +108,15 @@ def run_launcher(scenario, out, command, timeout=240, env=None):
 def check(condition, message):
     if not condition:
         raise AssertionError(message)
+
+
+def read_peer_log(path):
+    """A peer log (peers/rank-R.jsonl): {round: x} and the membership changes it applied."""
+    rounds, changes = {}, []
+    for line in open(path):
+        j = json.loads(line)
+        if "membership" in j:
+            changes.append(j["membership"])
+        elif "x" in j:
+            rounds[j["round"]] = j["x"]
+    return rounds, changes

@@ -20,17 +20,6 @@ from loss_problem import problem  # noqa: E402
 NODES = 4
 
 
-def read_log(path):
-    rounds, changes = {}, []
-    for line in open(path):
-        j = json.loads(line)
-        if "membership" in j:
-            changes.append(j["membership"])
-        elif "x" in j:
-            rounds[j["round"]] = j["x"]
-    return rounds, changes
-
-
 def run(worker, tmp, mode, steps, kill_rank, algorithm=None, script=None, name=None):
     """`script`: the scenario's fault script does the kill (and whatever else it says) instead
     of the worker."""
@@ -61,7 +50,7 @@ def run(worker, tmp, mode, steps, kill_rank, algorithm=None, script=None, name=N
     metrics = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     harness.check([m["round"] for m in metrics] == list(range(steps + 1)),
                   f"{mode} run: metrics.jsonl rounds {[m['round'] for m in metrics][:20]}...")
-    logs = {r: read_log(os.path.join(out, "peers", f"rank-{r}.jsonl")) for r in range(NODES)}
+    logs = {r: harness.read_peer_log(os.path.join(out, "peers", f"rank-{r}.jsonl")) for r in range(NODES)}
     mine = sorted(logs[kill_rank][0])
     harness.check(mine[-1] == steps and not any(5 < r < back for r in mine),
                   f"{mode} run: rank {kill_rank} logged rounds {mine[:8]}...{mine[-3:]}, "

@@ -56,18 +56,6 @@ def rel(x, ref):
     return float(np.linalg.norm(np.asarray(x) - ref) / np.linalg.norm(ref))
 
 
-def read_log(path):
-    """A peer log: {round: x} and the membership changes it applied."""
-    rounds, changes = {}, []
-    for line in open(path):
-        j = json.loads(line)
-        if "membership" in j:
-            changes.append(j["membership"])
-        elif "x" in j:
-            rounds[j["round"]] = j["x"]
-    return rounds, changes
-
-
 class Run:
     def __init__(self, tmp, name, algorithm, mode, steps, restart=False, compression=None,
                  kill_call=5, kill_where="before_step", pause_ms=0, timeout=120):
@@ -123,7 +111,7 @@ class Run:
         self.check(sorted(self.final) == survivors,
                    f"results from ranks {sorted(self.final)}, expected {survivors}")
         for r in survivors:
-            _, applied = read_log(os.path.join(self.out, "peers", f"rank-{r}.jsonl"))
+            _, applied = harness.read_peer_log(os.path.join(self.out, "peers", f"rank-{r}.jsonl"))
             self.check([c["round"] for c in applied] == [self.changes[0]["round"]],
                        f"rank {r} applied {applied}, expected {self.changes[0]}")
         return survivors
@@ -153,7 +141,7 @@ def case_nids_loss(tmp):
     run = Run(tmp, "nids", {"kind": "nids", "step_size": 0.2}, "step", steps=300)
     survivors, _, _ = survivors_reach_their_optimum(run, "1. nids, rank 1 lost")
     for r in survivors:
-        rounds, _ = read_log(os.path.join(run.out, "peers", f"rank-{r}.jsonl"))
+        rounds, _ = harness.read_peer_log(os.path.join(run.out, "peers", f"rank-{r}.jsonl"))
         last = max(rounds)
         run.check(last == run.final[r]["round"] and rounds[last] == run.final[r]["x"],
                   f"rank {r}'s log ends at round {last} with {rounds[last]}, the trainer at "

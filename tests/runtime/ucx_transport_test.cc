@@ -459,6 +459,17 @@ TEST_CASE("ucx: parseAddress accepts host:port and rejects the rest", "[runtime]
 }
 
 
+// Sends to `to`, one message at a time, until a send fails (its process is gone).
+void sendUntilItFails(Transport& t, int to) {
+  for (uint64_t round = 1;; ++round) {
+    REQUIRE(round < 200);
+    Sent s;
+    t.send(to, Tag{round, 0}, randomBytes(64, 5), s.callback());
+    REQUIRE(pumpUntil({&t}, [&] { return s.calls > 0; }, in(5s)));
+    if (!s.status.isOk()) return;
+  }
+}
+
 // A lost rank's restarted process (faults.restart, docs/algorithms.md §19) on the same address.
 // Its neighbour takes it back when it connects (a new salt in its bootstrap hello: another
 // process), or when told to (revive(), at the round the survivors agreed on); either way nothing
@@ -482,13 +493,7 @@ TEST_CASE("ucx: a restarted peer is taken back, and its old process's messages a
       pumpFor({t0.get(), t1.get()}, 50ms);
       t1.reset();
       // Its neighbour finds it gone.
-      Sent failed;
-      for (uint64_t round = 1; failed.calls == 0 || failed.status.isOk(); ++round) {
-        failed = Sent{};
-        t0->send(1, Tag{round, 0}, randomBytes(64, 5), failed.callback());
-        REQUIRE(pumpUntil({t0.get()}, [&] { return failed.calls > 0; }, in(5s)));
-        REQUIRE(round < 200);
-      }
+      sendUntilItFails(*t0, 1);
 
       auto t1b = make(options(1, ports, log));
       const SharedBytes fresh = randomBytes(64, 12);
@@ -534,13 +539,7 @@ TEST_CASE("ucx: without revive a failed peer stays failed", "[runtime][unit][ucx
   LogDump dump{log};
   exchange(*t0, *t1, Tag{0, 0}, 256, 1);
   t1.reset();
-  Sent failed;
-  for (uint64_t round = 1; failed.calls == 0 || failed.status.isOk(); ++round) {
-    failed = Sent{};
-    t0->send(1, Tag{round, 0}, randomBytes(64, 5), failed.callback());
-    REQUIRE(pumpUntil({t0.get()}, [&] { return failed.calls > 0; }, in(5s)));
-    REQUIRE(round < 200);
-  }
+  sendUntilItFails(*t0, 1);
   auto t1b = make(options(1, ports, log));
   Sent s;
   t0->send(1, Tag{500, 0}, randomBytes(8, 1), s.callback());
