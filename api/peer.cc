@@ -260,10 +260,14 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
           "updates them itself)");
     }
   }
-  if (rejoined && rejoinChannel != kStepChannel) {
+  const bool tracking = scenario.algorithm.kind == optim::AlgorithmKind::kGradientTracking;
+  if (rejoined && (rejoinChannel != kStepChannel || tracking)) {
     // A rejoined trainer's first call is a step(), but its neighbours applied the return in a
     // mix() call: this step only loads their model (its gradient, taken at the old parameters,
-    // is not used), and the trainer's next call, a mix(), runs round Y with theirs.
+    // is not used), and the trainer's next call, a mix(), runs round Y with theirs. Gradient
+    // tracking always waits for a gradient at the loaded model: its tracker starts from the
+    // first gradient and would keep an error in it for good. (A trainer that also calls mix()
+    // may then be a call behind its neighbours: docs/algorithms.md §19.)
     st.last = st.stepNode.get();
     return writePending(st);
   }
