@@ -181,7 +181,7 @@ core::Status Survival<T>::answerJoins(uint64_t round) {
       sendJoinState(j, 0);
       continue;
     }
-    gossip_.proposeJoin(j, round, agreement);
+    if (!gossip_.proposeJoin(j, round, agreement)) continue;  // its change numbers ran out
     engine_->say(who_ + ": rank " + std::to_string(j) + " asked to rejoin; it comes back at round " +
                  std::to_string(*gossip_.joinRound(j)));
   }
