@@ -155,9 +155,11 @@ core::Result<JoinState> requestRejoin(transport::Transport& net, const RejoinOpt
     // Each neighbour's answer is awaited until the deadline; a wrong one is counted and the
     // next awaited (a transport hands out one message per receive).
     auto post = std::make_shared<std::function<void()>>();
-    *post = [&net, peer, shared, post, nodes = opt.nodes, dim = opt.dim, deadline = opt.deadline] {
+    *post = [&net, peer, shared, post, nodes = opt.nodes, dim = opt.dim, rank = opt.rank,
+             deadline = opt.deadline] {
       net.recv(peer, transport::Tag{0, kJoinStateChannel}, deadline,
-               [peer, shared, post, nodes, dim](const core::Status& st, transport::SharedBytes b) {
+               [peer, shared, post, nodes, dim, rank](const core::Status& st,
+                                                      transport::SharedBytes b) {
                  if (!st.isOk()) {
                    shared->failed++;
                    shared->lastError = "rank " + std::to_string(peer) + ": " + st.message();
@@ -165,6 +167,9 @@ core::Result<JoinState> requestRejoin(transport::Transport& net, const RejoinOpt
                    return;
                  }
                  auto s = decodeJoinState(*b, nodes, dim);
+                 if (s && s->round > 0 && !s->alive[static_cast<size_t>(rank)]) {
+                   s = core::corruption("join state: a membership without this rank");
+                 }
                  if (!s) {
                    shared->corrupt++;
                    shared->lastError = "rank " + std::to_string(peer) + ": " + s.status().message();
