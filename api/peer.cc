@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
@@ -85,6 +86,7 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
       STARLING_RETURN_IF_ERROR(st.survival.adopt(*joined));
       rejoinModel = std::move(joined->model);
       rejoinChannel = joined->channel;
+      firstAfterRejoin = true;
       pendingRecord = joined->round;  // its line, if that round is logged: the model it got
       st.engine.say("starling peer " + std::to_string(rank) + ": rejoined at round " +
                     std::to_string(joined->round));
@@ -159,6 +161,15 @@ Status Peer::Impl::stopOnDrop(PeerState<T>& st, runtime::Node<T>& node) {
 }
 
 template <typename T>
+Status Peer::Impl::restore(std::span<T> params) {
+  if (!rejoin && !rejoinModel) return Status::ok();  // not rejoining, or restored already
+  auto got = stateFor<T>(params.size(), "restore");
+  if (!got) return got.status();
+  if (takeRejoinModel(params)) restored = true;
+  return Status::ok();
+}
+
+template <typename T>
 bool Peer::Impl::takeRejoinModel(std::span<T> params) {
   if (!rejoinModel) return false;
   std::copy(rejoinModel->begin(), rejoinModel->end(), params.begin());
@@ -225,12 +236,11 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   if (!got) return got.status();
   PeerState<T>& st = **got;
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("step: a mix is in flight");
-  bool rejoined = false;
   if (!st.stepNode) {
     auto codec = makeCodec<T>(scenario);
     if (!codec) return codec.status();
     st.stepCodec = std::move(*codec);
-    rejoined = takeRejoinModel(params);
+    takeRejoinModel(params);
     auto algorithm = optim::createAlgorithm<T>(scenario.algorithm, params, st.oracle);
     st.stepNode = std::make_unique<runtime::Node<T>>(
         rank, std::move(algorithm), *net, typename runtime::Node<T>::LogFn{}, st.stepCodec.get(),
@@ -261,19 +271,22 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     }
   }
   const bool tracking = scenario.algorithm.kind == optim::AlgorithmKind::kGradientTracking;
-  if (rejoined && (rejoinChannel != kStepChannel || tracking)) {
+  const bool first = std::exchange(firstAfterRejoin, false);
+  if (first && (rejoinChannel != kStepChannel || (tracking && !restored))) {
     // A rejoined trainer's first call is a step(), but its neighbours applied the return in a
     // mix() call: this step only loads their model (its gradient, taken at the old parameters,
     // is not used), and the trainer's next call, a mix(), runs round Y with theirs. Gradient
     // tracking always waits for a gradient at the loaded model: its tracker starts from the
     // first gradient and would keep an error in it for good. (A trainer that also calls mix()
-    // may then be a call behind its neighbours: docs/algorithms.md §19.)
+    // may then be a call behind its neighbours: docs/algorithms.md §19. After restore() the
+    // gradient was taken at the neighbours' model and the step runs.)
     st.last = st.stepNode.get();
     return writePending(st);
   }
-  // (Otherwise this step is the neighbours' step of round Y. Its gradient was taken at the
-  // trainer's old parameters: a different starting point for the restarted algorithm, which
-  // exact diffusion, NIDS and LEAD converge from all the same; docs/algorithms.md §19.)
+  // (Otherwise this step is the neighbours' step of round Y. Without restore() its gradient was
+  // taken at the trainer's old parameters: a different starting point for the restarted
+  // algorithm, which exact diffusion, NIDS and LEAD converge from all the same;
+  // docs/algorithms.md §19.)
   STARLING_RETURN_IF_ERROR(writePending(st));
   runtime::Node<T>& node = *st.stepNode;
   killIfScripted(st.engine.rounds());
@@ -309,14 +322,15 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   if (!got) return got.status();
   PeerState<T>& st = **got;
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("mix: a mix is in flight");
-  bool loadOnly = false;
+  const bool loadOnly = std::exchange(firstAfterRejoin, false) && rejoinChannel != kMixChannel;
   if (!st.mixNode) {
     auto codec = makeCodec<T>(scenario);
     if (!codec) return codec.status();
     st.mixCodec = std::move(*codec);
-    // A rejoined trainer mixes from a neighbour's model; if its neighbours applied the return
-    // in a step() call, this first mix() only loads it (its next call, a step(), lines up).
-    if (takeRejoinModel(params) && rejoinChannel != kMixChannel) loadOnly = true;
+    // A rejoined trainer mixes from a neighbour's model (unless restore() took it already); if
+    // its neighbours applied the return in a step() call, this first mix() only loads it
+    // (loadOnly: its next call, a step(), lines up with theirs).
+    takeRejoinModel(params);
     auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying);
     st.gossip = gossip.get();
@@ -447,6 +461,9 @@ Status Peer::mixStart(std::span<float> params) { return impl_->mixStart(params);
 Status Peer::mixStart(std::span<double> params) { return impl_->mixStart(params); }
 Status Peer::mixWait() { return impl_->mixWait(); }
 Status Peer::poll() { return impl_->poll(); }
+Status Peer::restore(std::span<float> params) { return impl_->restore(params); }
+Status Peer::restore(std::span<double> params) { return impl_->restore(params); }
+
 Status Peer::mix(std::span<float> params) {
   STARLING_RETURN_IF_ERROR(impl_->mixStart(params));
   return impl_->mixWait();

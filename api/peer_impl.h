@@ -92,11 +92,15 @@ class Peer::Impl {
   // rejoined trainer's first call of the other kind only loads the model, so that its calls
   // line up with theirs from round Y.
   std::optional<uint32_t> rejoinChannel;
+  bool firstAfterRejoin = false;  // the next step()/mix() is the first since the return
+  bool restored = false;          // restore() put the neighbours' model into the parameters
 
   template <typename T>
   Status step(std::span<T> params, std::span<const T> grads, std::optional<double> lr);
   template <typename T>
   Status mixStart(std::span<T> params);
+  template <typename T>
+  Status restore(std::span<T> params);
   Status mixWait();
   Status poll();
   Status log(const std::map<std::string, double>& m);

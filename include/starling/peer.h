@@ -104,9 +104,8 @@ struct PeerOptions {
   // This rank was lost and its trainer restarted (`node-launcher run` sets STARLING_REJOIN=1 with
   // faults.restart; fromEnv reads it). The first step() or mix() asks the neighbours to take it
   // back and waits for the round they agree on: the parameters then hold a neighbour's model and
-  // round() is that round. A first step() only loads that model (its gradient, computed at the
-  // old parameters, is not used); loop on round() < N rather than counting calls. Needs
-  // faults.on_peer_loss "continue".
+  // round() is that round; restore() does it before the first call. Loop on round() < N rather
+  // than counting calls. Needs faults.on_peer_loss "continue".
   bool rejoin = false;
 };
 
@@ -134,6 +133,12 @@ class Peer {
 
   Status mix(std::span<float> params);
   Status mix(std::span<double> params);
+  // A restarted trainer (PeerOptions::rejoin): asks its neighbours to take it back now and
+  // writes their model into `params`, so that the trainer takes its first gradient there (its
+  // first step() then runs as its neighbours' does, with that gradient). Call it before the first
+  // step()/mix(); a no-op for a trainer that is not rejoining.
+  Status restore(std::span<float> params);
+  Status restore(std::span<double> params);
   Status mixStart(std::span<float> params);
   Status mixStart(std::span<double> params);
   Status mixWait();

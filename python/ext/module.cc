@@ -103,6 +103,15 @@ class PyPeer {
     }));
   }
 
+  void restore(py::object params) {
+    Peer& peer = use("restore");
+    Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
+    check(communicate([&] {
+      return x.dtype() == DType::kFloat32 ? peer.restore(spanOf<float>(x))
+                                          : peer.restore(spanOf<double>(x));
+    }));
+  }
+
   // The array stays borrowed (alive and in place) until mixWait(): the exchange writes into it.
   void mixStart(py::object params) {
     Peer& peer = use("mix_start");
@@ -234,6 +243,9 @@ computed at `params`; `params` holds the new local model afterwards. `lr`, when
 given, is this round's step size (instead of the scenario's schedule).)doc")
       .def("mix", &PyPeer::mix, py::arg("params"),
            "One gossip round: averages `params` with the neighbours', in place.")
+      .def("restore", &PyPeer::restore, py::arg("params"),
+           "A restarted trainer (STARLING_REJOIN=1): takes its neighbours' model into params "
+           "before the first step()/mix(); a no-op otherwise.")
       .def("mix_start", &PyPeer::mixStart, py::arg("params"),
            "Starts mix(params) and returns; mix_wait() finishes it. Leave params alone between.")
       .def("mix_wait", &PyPeer::mixWait, "Finishes the exchange mix_start() started.")

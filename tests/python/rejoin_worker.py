@@ -28,6 +28,8 @@ if MODE == "mix":
 else:
     x = np.zeros(3)
     a, b = problem(rank)
+if restarted and os.environ.get("RESTORE") == "1":
+    peer.restore(x)  # the neighbours' model, before the first gradient is taken
 calls = 0
 while peer.round < STEPS:
     if rank == KILL_RANK and calls == KILL_STEP and not restarted:

@@ -20,7 +20,8 @@ from loss_problem import problem  # noqa: E402
 NODES = 4
 
 
-def run(worker, tmp, mode, steps, kill_rank, algorithm=None, script=None, name=None):
+def run(worker, tmp, mode, steps, kill_rank, algorithm=None, script=None, name=None,
+        restore=False):
     """`script`: the scenario's fault script does the kill (and whatever else it says) instead
     of the worker."""
     name = name or mode
@@ -34,7 +35,8 @@ def run(worker, tmp, mode, steps, kill_rank, algorithm=None, script=None, name=N
     rc, output = harness.run_launcher(
         scenario, out, [sys.executable, worker], timeout=180,
         env={"LOSS_STEPS": str(steps), "LOSS_KILL_RANK": str(-1 if script else kill_rank),
-             "LOSS_KILL_STEP": "5", "LOSS_MODE": mode, "PAUSE_MS": "2"})
+             "LOSS_KILL_STEP": "5", "LOSS_MODE": mode, "PAUSE_MS": "2",
+             "RESTORE": "1" if restore else "0"})
     print(output)
     harness.check(rc == 0, f"{mode} run: node-launcher exited {rc}, expected 0")
     harness.check(f"peer {kill_rank} restarted" in output,
@@ -59,6 +61,11 @@ def run(worker, tmp, mode, steps, kill_rank, algorithm=None, script=None, name=N
         if r != kill_rank:
             harness.check([c["round"] for c in logs[r][1]] == [changes[0]["round"], back],
                           f"{mode} run: rank {r} applied {logs[r][1]}")
+    # A state transfer: the returned rank's model at its return is a neighbour's, bit for bit.
+    neighbours = [(kill_rank - 1) % NODES, (kill_rank + 1) % NODES]
+    harness.check(any(logs[kill_rank][0][back] == logs[r][0][back] for r in neighbours),
+                  f"{mode} run: rank {kill_rank} came back with {logs[kill_rank][0][back]}, "
+                  f"its neighbours held {[logs[r][0][back] for r in neighbours]}")
     print(f"{mode} run: rank {kill_rank} left at round {changes[0]['round']}, back at {back}")
     return out, logs, metrics
 
@@ -79,6 +86,11 @@ def main():
         steps = 1500
         _, logs, _ = run(worker, tmp, "step", steps, kill_rank=1,
                          algorithm={"kind": "exact_diffusion", "step_size": 0.2})
+        # The same with restore(): the restarted trainer takes the model before its first
+        # gradient, so its first step() runs with a gradient at it.
+        _, logs_restored, _ = run(worker, tmp, "step", steps, kill_rank=1, name="step-restore",
+                                  algorithm={"kind": "exact_diffusion", "step_size": 0.2},
+                                  restore=True)
 
         def optimum(ranks):
             m = sum(problem(r)[0].T @ problem(r)[0] for r in ranks)
@@ -89,9 +101,12 @@ def main():
         survivors = optimum([r for r in range(NODES) if r != 1])
         worst = 0.0
         for r in range(NODES):
-            err = np.linalg.norm(np.array(logs[r][0][steps]) - everyone) / np.linalg.norm(everyone)
-            harness.check(err < 1e-8, f"step run: rank {r} ends {err:.2e} from everyone's optimum")
-            worst = max(worst, err)
+            for which in (logs, logs_restored):
+                err = (np.linalg.norm(np.array(which[r][0][steps]) - everyone) /
+                       np.linalg.norm(everyone))
+                harness.check(err < 1e-8,
+                              f"step run: rank {r} ends {err:.2e} from everyone's optimum")
+                worst = max(worst, err)
         far = np.linalg.norm(survivors - everyone) / np.linalg.norm(everyone)
         harness.check(far > 1e-2, f"step run: the survivors' optimum is only {far:.2e} away")
         print(f"step run: every rank ends {worst:.1e} from everyone's optimum (the survivors' "
