@@ -87,7 +87,7 @@ void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
   storeLe<uint32_t>(at + payload.size(), ~crc);
 }
 
-core::Result<FrameView> parseFrame(std::span<const std::byte> frame) {
+core::Result<FrameView> parseFrame(std::span<const std::byte> frame, Checksum checksum) {
   if (frame.size() < kFrameHeaderBytes + kFrameTrailerBytes) {
     return core::corruption("frame truncated: " + std::to_string(frame.size()) +
                             " bytes, the header alone needs " +
@@ -122,7 +122,7 @@ core::Result<FrameView> parseFrame(std::span<const std::byte> frame) {
     if (p[i] != std::byte{0}) return core::corruption("params padding is not zero");
   }
   const size_t body = frame.size() - kFrameTrailerBytes;
-  if (crc32c(frame.first(body)) != loadLe<uint32_t>(p + body)) {
+  if (checksum == Checksum::kVerify && crc32c(frame.first(body)) != loadLe<uint32_t>(p + body)) {
     return core::corruption("frame CRC32C mismatch");
   }
   FrameView view;
@@ -174,13 +174,28 @@ void sealFrame(std::vector<std::byte>& out) { sealFrame(std::span<std::byte>(out
 
 void sealFrame(std::span<std::byte> out) {
   const size_t body = out.size() - kFrameTrailerBytes;
-  storeLe<uint32_t>(out.data() + body, crc32c({out.data(), body}));
+  sealFrame(out, crc32c({out.data(), body}));
+}
+
+void sealFrame(std::span<std::byte> out, uint32_t crc) {
+  storeLe<uint32_t>(out.data() + out.size() - kFrameTrailerBytes, crc);
+}
+
+void Crc32c::update(std::span<const std::byte> bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t n = bytes.size();
+  while (n > 0) {  // ISA-L takes an int length
+    const size_t piece = std::min<size_t>(n, size_t{1} << 30);
+    state_ = crc32_iscsi(const_cast<unsigned char*>(p), static_cast<int>(piece), state_);
+    p += piece;
+    n -= piece;
+  }
 }
 
 template <typename T>
 core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, size_t expectedCount,
-                                             std::vector<T>& scratch) {
-  auto parsed = parseFrame(frame);
+                                             std::vector<T>& scratch, Checksum checksum) {
+  auto parsed = parseFrame(frame, checksum);
   if (!parsed) return parsed.status();
   const FrameView& v = *parsed;
   if (v.codec != CodecId::kIdentity) {
@@ -210,8 +225,9 @@ template std::span<double> beginDense<double>(size_t, std::span<std::byte>);
 template void encodeDense<float>(std::span<const float>, std::vector<std::byte>&);
 template void encodeDense<double>(std::span<const double>, std::vector<std::byte>&);
 template core::Result<std::span<const float>> decodeDense<float>(std::span<const std::byte>, size_t,
-                                                                 std::vector<float>&);
+                                                                 std::vector<float>&, Checksum);
 template core::Result<std::span<const double>> decodeDense<double>(std::span<const std::byte>,
-                                                                   size_t, std::vector<double>&);
+                                                                   size_t, std::vector<double>&,
+                                                                   Checksum);
 
 }  // namespace starling::compression

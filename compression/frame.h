@@ -70,12 +70,31 @@ void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
                 std::span<const std::byte> params, std::span<const std::byte> payload,
                 std::vector<std::byte>& out);
 
+// Whether a decoder checks the frame's CRC32C. kSkip is for bytes whose integrity the transport
+// has already established (transport::SharedBytes::intact(): a frame read straight out of the
+// sender's sealed shared-memory segment, or one whose MAC or AEAD tag was verified); every
+// header field and length is still checked, so a hostile frame is rejected just the same, and
+// the CRC pass would only read every byte once more (docs/bench_gossip.md).
+enum class Checksum : uint8_t { kVerify, kSkip };
+
 // Checks magic, version, lengths, padding and CRC. kCorruption with a specific message on any
 // mismatch; unknown codec ids are accepted here and rejected by the codec dispatch.
-core::Result<FrameView> parseFrame(std::span<const std::byte> frame);
+core::Result<FrameView> parseFrame(std::span<const std::byte> frame,
+                                   Checksum checksum = Checksum::kVerify);
 
 // CRC32C (Castagnoli) of `bytes`, hardware-accelerated through ISA-L.
 uint32_t crc32c(std::span<const std::byte> bytes);
+
+// The same over pieces, for a pass that checksums each block while it is in cache:
+// Crc32c c; c.update(a); c.update(b); c.value() == crc32c(a ‖ b).
+class Crc32c {
+ public:
+  void update(std::span<const std::byte> bytes);
+  uint32_t value() const { return ~state_; }
+
+ private:
+  uint32_t state_ = 0xFFFFFFFFu;  // ISA-L's raw register
+};
 
 // Total frame size for a dense identity frame of `count` elements of T.
 template <typename T>
@@ -99,6 +118,9 @@ void sealFrame(std::vector<std::byte>& out);
 template <typename T>
 std::span<T> beginDense(size_t count, std::span<std::byte> out);
 void sealFrame(std::span<std::byte> out);
+// Writes the trailer of `out` from the CRC32C of everything before it, computed by the caller
+// (Crc32c over out.first(out.size() - kFrameTrailerBytes)).
+void sealFrame(std::span<std::byte> out, uint32_t crc);
 
 // Decodes an identity frame of exactly `expectedCount` elements of T. On a little-endian host with
 // an aligned buffer the result views the frame's payload in place (no copy); otherwise the values
@@ -107,6 +129,7 @@ void sealFrame(std::span<std::byte> out);
 // its metrics, not as a corrupt frame.
 template <typename T>
 core::Result<std::span<const T>> decodeDense(std::span<const std::byte> frame, size_t expectedCount,
-                                             std::vector<T>& scratch);
+                                             std::vector<T>& scratch,
+                                             Checksum checksum = Checksum::kVerify);
 
 }  // namespace starling::compression

@@ -21,6 +21,7 @@ FaultInjector::FaultInjector(transport::Transport& inner, std::vector<FaultEvent
   for (const FaultEvent& e : events_) {
     anyChance_ = anyChance_ || e.kind == FaultEvent::Kind::kDrop ||
                  e.kind == FaultEvent::Kind::kDuplicate || e.kind == FaultEvent::Kind::kReorder;
+    anyCorrupt_ = anyCorrupt_ || e.kind == FaultEvent::Kind::kCorrupt;
   }
 }
 
@@ -141,6 +142,16 @@ std::vector<FaultInjector::Drop> FaultInjector::takeDropped() {
 
 void FaultInjector::recv(int from, transport::Tag tag, transport::Clock::time_point deadline,
                          transport::RecvCallback done) {
+  if (anyCorrupt_ && std::any_of(events_.begin(), events_.end(), [&](const FaultEvent& e) {
+        return e.kind == FaultEvent::Kind::kCorrupt && applies(e, from, rank(), tag);
+      })) {
+    // The damage was done before the sender's transport, which therefore vouches for the
+    // damaged bytes as for any others (SharedBytes::intact()): on this link the receiver must
+    // check every frame's CRC, as it would over a real wire.
+    done = [done = std::move(done)](const core::Status& st, transport::SharedBytes b) {
+      done(st, std::move(b.setIntact(false)));
+    };
+  }
   if (faulted(tag.channel) && anyChance_) {
     const Fate f = fate(from, rank(), tag);
     if (f.drop && !realTime_) {

@@ -150,6 +150,7 @@ class FaultInjector final : public transport::Transport {
   uint32_t extraChannel_;  // the same as channel_ unless addChannel() was called
   bool realTime_;
   bool anyChance_ = false;  // a drop, duplicate or reorder event
+  bool anyCorrupt_ = false;  // a corrupt event: its damage is done before the sender's transport
   std::deque<Held> held_;   // delayed, in release order
   std::optional<Held> reordered_;
   std::deque<std::function<void()>> ready_;  // completions of our own, run from progress()

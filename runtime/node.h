@@ -139,9 +139,11 @@ class Node {
   void postReceive(size_t slot);
   void postReceive(size_t slot, transport::Clock::time_point deadline);
   void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
-  core::Result<std::span<const T>> decodeMessage(size_t slot, std::span<const std::byte> bytes);
+  core::Result<std::span<const T>> decodeMessage(size_t slot, const transport::SharedBytes& bytes);
   // kDiverged unless every |values[k]| <= maxAbs (NaN never is).
   core::Status checkFinite(std::span<const T> values, const char* what, double maxAbs) const;
+  // checkFinite(payload, "its message", inf) and the frame's CRC32C seal in one pass.
+  core::Status checkAndSeal(std::span<std::byte> frame, std::span<const T> payload) const;
 
   const int rank_;
   uint32_t channel_ = kModelChannel;

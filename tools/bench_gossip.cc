@@ -232,17 +232,23 @@ Cell runStarling(const DriverOptions& o, const fs::path& dir, int peers, size_t 
   return c;
 }
 
-Cell runMpi(const DriverOptions& o, const fs::path& dir, int peers, size_t dim, bool ucx) {
+// The MPI columns: Debian's default (pml ob1, shared memory through vader), pml ucx, and ob1 kept
+// to TCP (`--mca btl tcp,self`), which is what Starling's tcp column is measured against.
+enum class MpiMode { kOb1, kUcx, kTcp };
+
+Cell runMpi(const DriverOptions& o, const fs::path& dir, int peers, size_t dim, MpiMode mode) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<std::string> argv = {
       "mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
       "-np",    std::to_string(peers)};
-  if (ucx) {
+  if (mode == MpiMode::kUcx) {
     for (const char* a : {"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca",
                           "pml_ucx_devices", "any"}) {
       argv.push_back(a);
     }
+  } else if (mode == MpiMode::kTcp) {
+    for (const char* a : {"--mca", "pml", "ob1", "--mca", "btl", "tcp,self"}) argv.push_back(a);
   }
   argv.push_back(o.mpiBin);
   for (auto& a : commonArgs(o, dim)) argv.push_back(a);
@@ -326,6 +332,8 @@ int runDriver(DriverOptions o) {
   if (o.mpiBin.empty()) o.mpiBin = (fs::path(self).parent_path() / "bench-gossip-mpi").string();
   const bool haveMpi =
       o.mpi && fs::exists(o.mpiBin) && std::system("command -v mpirun >/dev/null") == 0;
+  // The MPI TCP column goes with a Starling tcp column, against which it is read.
+  const bool hasTcp = std::find(o.tls.begin(), o.tls.end(), "tcp") != o.tls.end();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const double bw = memcpyBandwidth();
   char tmpl[] = "/tmp/bench-gossip-XXXXXX";
@@ -341,13 +349,13 @@ int runDriver(DriverOptions o) {
   struct Row {
     int peers;
     size_t dim;
-    Cell shm, tcp, ob1, ucx;
+    Cell shm, tcp, ob1, ucx, mpiTcp;
     std::map<std::string, Cell> secured;  // "shm+auth", ...
   };
   std::vector<Row> rows;
   for (int p : o.peers) {
     for (size_t d : o.dims) {
-      Row row{p, d, {}, {}, {}, {}, {}};
+      Row row{p, d, {}, {}, {}, {}, {}, {}};
       const std::string name = "P" + std::to_string(p) + "-d" + std::to_string(d) + "-";
       // Repetitions interleave the columns, so that a burst of load from elsewhere on the
       // machine hits them alike; each column keeps its best repetition.
@@ -361,17 +369,20 @@ int runDriver(DriverOptions o) {
           }
         }
         if (haveMpi) {
-          keepBest(row.ob1, runMpi(o, tmp / (tag + "mpi-ob1"), p, d, false));
-          keepBest(row.ucx, runMpi(o, tmp / (tag + "mpi-ucx"), p, d, true));
+          keepBest(row.ob1, runMpi(o, tmp / (tag + "mpi-ob1"), p, d, MpiMode::kOb1));
+          keepBest(row.ucx, runMpi(o, tmp / (tag + "mpi-ucx"), p, d, MpiMode::kUcx));
+          if (hasTcp) {
+            keepBest(row.mpiTcp, runMpi(o, tmp / (tag + "mpi-tcp"), p, d, MpiMode::kTcp));
+          }
         }
       }
-      for (const Cell* c : {&row.shm, &row.tcp, &row.ob1, &row.ucx}) {
+      for (const Cell* c : {&row.shm, &row.tcp, &row.ob1, &row.ucx, &row.mpiTcp}) {
         if (!c->error.empty())
           std::fprintf(stderr, "P=%d d=%s: %s\n", p, dimName(d).c_str(), c->error.c_str());
       }
-      std::fprintf(stderr, "P=%d d=%s: shm %s, tcp %s, mpi ob1 %s, mpi ucx %s ms\n", p,
-                   dimName(d).c_str(), fmtMs(row.shm).c_str(), fmtMs(row.tcp).c_str(),
-                   fmtMs(row.ob1).c_str(), fmtMs(row.ucx).c_str());
+      std::fprintf(stderr, "P=%d d=%s: shm %s, tcp %s, mpi ob1 %s, mpi ucx %s, mpi tcp %s ms\n",
+                   p, dimName(d).c_str(), fmtMs(row.shm).c_str(), fmtMs(row.tcp).c_str(),
+                   fmtMs(row.ob1).c_str(), fmtMs(row.ucx).c_str(), fmtMs(row.mpiTcp).c_str());
       rows.push_back(std::move(row));
     }
   }
@@ -382,9 +393,9 @@ int runDriver(DriverOptions o) {
   }
 
   std::printf(
-      "\n| P | d | Starling shm ms | Starling tcp ms | MPI (ob1) ms | MPI (pml ucx) ms | floor ms |"
-      " Starling GB/s | Starling/MPI | rounds | check |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+      "\n| P | d | Starling shm ms | Starling tcp ms | MPI (ob1) ms | MPI (pml ucx) ms | MPI (tcp) ms |"
+      " floor ms | Starling GB/s | Starling/MPI | tcp/MPI tcp | rounds | check |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
   for (const auto& r : rows) {
     // What a round must touch per rank: write the outgoing d floats, read them once to send,
     // write the 2d received, read 3d and write d in the combine: 8d floats.
@@ -395,13 +406,19 @@ int runDriver(DriverOptions o) {
     const double moved =
         2.0 * r.peers * static_cast<double>(compression::denseFrameBytes<float>(r.dim));
     bool allChecked = true;
-    for (const Cell* c : {&r.shm, &r.tcp, &r.ob1, &r.ucx}) allChecked &= !c->ran || c->checked();
-    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", r.peers,
+    for (const Cell* c : {&r.shm, &r.tcp, &r.ob1, &r.ucx, &r.mpiTcp}) {
+      allChecked &= !c->ran || c->checked();
+    }
+    const double starTcp = bestMs({&r.tcp});
+    const double mpiTcp = bestMs({&r.mpiTcp});
+    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", r.peers,
                 dimName(r.dim).c_str(), fmtMs(r.shm).c_str(), fmtMs(r.tcp).c_str(),
-                fmtMs(r.ob1).c_str(), fmtMs(r.ucx).c_str(), fmt("%.3g", floorMs).c_str(),
+                fmtMs(r.ob1).c_str(), fmtMs(r.ucx).c_str(), fmtMs(r.mpiTcp).c_str(),
+                fmt("%.3g", floorMs).c_str(),
                 star > 0 ? fmt("%.2f", moved / (star * 1e-3) / 1e9).c_str() : "—",
                 star > 0 && mpi > 0 ? fmt("%.2f", star / mpi).c_str() : "—",
-                std::max({r.shm.rounds, r.tcp.rounds, r.ob1.rounds, r.ucx.rounds}),
+                starTcp > 0 && mpiTcp > 0 ? fmt("%.2f", starTcp / mpiTcp).c_str() : "—",
+                std::max({r.shm.rounds, r.tcp.rounds, r.ob1.rounds, r.ucx.rounds, r.mpiTcp.rounds}),
                 allChecked ? "ok" : "WRONG x");
   }
 
@@ -416,7 +433,8 @@ int runDriver(DriverOptions o) {
     const std::pair<const char*, const Cell*> runs[] = {{"Starling shm", &r.shm},
                                                         {"Starling tcp", &r.tcp},
                                                         {"MPI ob1", &r.ob1},
-                                                        {"MPI ucx", &r.ucx}};
+                                                        {"MPI ucx", &r.ucx},
+                                                        {"MPI tcp", &r.mpiTcp}};
     for (const auto& [name, c] : runs) {
       if (!c->ran) continue;
       std::printf("| %d | %s | %s |", r.peers, dimName(r.dim).c_str(), name);

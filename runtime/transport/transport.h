@@ -61,11 +61,26 @@ class SharedBytes {
   void reset() {
     owner_.reset();
     view_ = {};
+    intact_ = false;
+  }
+
+  // True when the transport that delivered these bytes vouches that they are exactly what the
+  // sender wrote: they were read straight out of the sender's sealed shared-memory segment (no
+  // wire in between; only the sender can write it), or the transport verified a MAC or AEAD tag
+  // over them. A frame CRC over such bytes can only re-read them, so receivers skip it
+  // (compression::Checksum::kSkip) and check everything else. False for everything else,
+  // including whatever a test hands over; a fault injector that damages frames on purpose
+  // (before the transport, where no transport can see it) clears it on the links it damages.
+  bool intact() const { return intact_; }
+  SharedBytes& setIntact(bool intact) {
+    intact_ = intact && owner_ != nullptr;
+    return *this;
   }
 
  private:
   std::span<const std::byte> view_;
   std::shared_ptr<const void> owner_;
+  bool intact_ = false;
 };
 
 struct Tag {

@@ -112,6 +112,36 @@ TEST_CASE("crc32c agrees with a bitwise reference at every length and offset",
   CHECK(referenceCrc32c(asBytes("123456789")) == 0xE3069283u);  // the reference itself is right
 }
 
+TEST_CASE("Crc32c over pieces equals the bitwise reference over the whole, at every split",
+          "[compression][unit]") {
+  std::vector<std::byte> data(300);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>((i * 37 + 11) & 0xff);
+  const std::span<const std::byte> all(data);
+  const uint32_t want = referenceCrc32c(all);
+  int mismatches = 0;
+  for (size_t a = 0; a <= data.size(); a += 7) {
+    for (size_t b = a; b <= data.size(); b += 13) {
+      Crc32c c;
+      c.update(all.first(a));
+      c.update(all.subspan(a, b - a));
+      c.update(all.subspan(b));
+      if (c.value() != want) ++mismatches;
+    }
+  }
+  CHECK(mismatches == 0);
+  CHECK(Crc32c().value() == 0u);  // nothing fed: the CRC of no bytes
+  // sealFrame(out, crc) writes what sealFrame(out) computes itself.
+  Frame f;
+  const auto payload = beginDense<float>(5, f);
+  for (size_t k = 0; k < 5; ++k) payload[k] = static_cast<float>(k) - 1.5f;
+  Frame g = f;
+  sealFrame(f);
+  Crc32c c;
+  c.update(std::span<const std::byte>(g).first(g.size() - kFrameTrailerBytes));
+  sealFrame(std::span<std::byte>(g), c.value());
+  CHECK(f == g);
+}
+
 TEST_CASE("golden float64 frame", "[compression][unit]") {
   const Frame f = encode<double>({1.0, -2.5});
   // Layout from frame.h, by hand: magic 'S' 'T' 'R' 'L', version 1, codec 0 (identity), element
@@ -481,6 +511,48 @@ TEST_CASE("non-zero params padding is corruption", "[compression][unit]") {
   f[kFrameHeaderBytes + 2] = std::byte{0xff};
   reseal(f);
   CHECK(parseStatus(f).isOk());
+}
+
+TEMPLATE_TEST_CASE("Checksum::kSkip checks everything but the CRC", "[compression][unit]", float,
+                   double) {
+  // For bytes a transport vouches for: a wrong CRC is not looked at, every other defect is
+  // still corruption.
+  const size_t n = 7;
+  const auto values = testValues<TestType>(n);
+  Frame f = encode<TestType>(values);
+  f[f.size() - 1] ^= std::byte{0x5a};  // the CRC alone is wrong
+  std::vector<TestType> scratch;
+  CHECK(compression::decodeDense<TestType>(f, n, scratch).status().code() ==
+        StatusCode::kCorruption);
+  auto skipped = compression::decodeDense<TestType>(f, n, scratch, compression::Checksum::kSkip);
+  REQUIRE(skipped.isOk());
+  REQUIRE(skipped->size() == n);
+  for (size_t k = 0; k < n; ++k) {
+    if (std::isnan(values[k])) {
+      CHECK(std::isnan((*skipped)[k]));
+    } else {
+      CHECK((*skipped)[k] == values[k]);
+    }
+  }
+  CHECK(compression::parseFrame(f, compression::Checksum::kSkip).isOk());
+  // Header, length, type and count defects are caught without the CRC.
+  const auto skipStatus = [&](const Frame& g, size_t count) {
+    return compression::decodeDense<TestType>(g, count, scratch, compression::Checksum::kSkip)
+        .status()
+        .code();
+  };
+  Frame badMagic = f;
+  badMagic[0] ^= std::byte{1};
+  CHECK(skipStatus(badMagic, n) == StatusCode::kCorruption);
+  Frame badCount = f;
+  badCount[8] ^= std::byte{1};
+  CHECK(skipStatus(badCount, n) == StatusCode::kCorruption);
+  Frame badLength = f;
+  badLength[24] ^= std::byte{8};
+  CHECK(skipStatus(badLength, n) == StatusCode::kCorruption);
+  const Frame cut(f.begin(), f.end() - 1);
+  CHECK(skipStatus(cut, n) == StatusCode::kCorruption);
+  CHECK(skipStatus(f, n + 1) == StatusCode::kCorruption);
 }
 
 }  // namespace

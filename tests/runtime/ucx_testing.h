@@ -371,7 +371,10 @@ class RawClient {
 };
 
 // Sends one message each way and checks it arrives intact (used as "still works").
-inline void exchange(Transport& a, Transport& b, Tag tag, size_t size, uint32_t seed) {
+// Returns whether each side's transport vouched for what it received (SharedBytes::intact()):
+// {what b got, what a got}.
+inline std::array<bool, 2> exchange(Transport& a, Transport& b, Tag tag, size_t size,
+                                    uint32_t seed) {
   const SharedBytes ab = randomBytes(size, seed);
   const SharedBytes ba = randomBytes(size, seed + 1);
   Received gotB, gotA;
@@ -389,6 +392,7 @@ inline void exchange(Transport& a, Transport& b, Tag tag, size_t size, uint32_t 
   REQUIRE(gotA.status.isOk());
   CHECK(sameBytes(gotB.bytes, ab));
   CHECK(sameBytes(gotA.bytes, ba));
+  return {gotB.bytes.intact(), gotA.bytes.intact()};
 }
 
 }  // namespace starling::transport::ucx_testing

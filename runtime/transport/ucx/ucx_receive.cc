@@ -69,13 +69,15 @@ ucs_status_t UcxTransport::onActiveMessage(const void* header, size_t headerLeng
   const std::span<const std::byte> payload(static_cast<const std::byte*>(data), length);
   std::shared_ptr<Bytes> plain;
   if (options_.key && !openPayload(key.from, counter, payloadTag, payload, plain)) return UCS_OK;
-  if (plain) {  // decrypted
-    deliver(key, std::move(plain));
+  if (plain) {  // decrypted, and its AEAD tag verified
+    deliver(key, SharedBytes(std::move(plain)).setIntact(true));
     return UCS_OK;
   }
   auto bytes = recvPool_.acquire(length);
   if (length) std::memcpy(bytes->data(), data, length);
-  deliver(key, std::move(bytes));
+  SharedBytes message(std::move(bytes));
+  if (options_.key) message.setIntact(true);  // its payload MAC verified
+  deliver(key, std::move(message));
   return UCS_OK;
 }
 
@@ -90,7 +92,9 @@ void UcxTransport::onRecvComplete(std::unique_ptr<RecvOp> op, ucs_status_t statu
     if (!openPayload(op->key.from, op->counter, op->payloadTag, *op->buffer, plain)) return;
     if (plain) op->buffer = std::move(plain);
   }
-  deliver(op->key, std::move(op->buffer));
+  SharedBytes message(std::move(op->buffer));
+  if (options_.key) message.setIntact(true);  // its payload MAC or AEAD tag verified
+  deliver(op->key, std::move(message));
 }
 
 void UcxTransport::deliver(const MessageKey& key, SharedBytes bytes) {

@@ -269,12 +269,13 @@ void UcxTransport::onFrame(int sender, const std::byte* h, uint64_t counter,
     if (!openPayload(sender, counter, payloadTag, view, plain)) return;  // the lease releases it
     if (plain) {  // decrypted into a buffer of our own: the segment goes back at once
       stats_.sharedMemoryMessages++;
-      deliver(key, std::move(plain));
+      deliver(key, SharedBytes(std::move(plain)).setIntact(true));
       return;
     }
   }
   stats_.sharedMemoryMessages++;
-  deliver(key, SharedBytes(std::move(lease), view));
+  // Read in place out of a segment only the sender can write: nothing between its bytes and ours.
+  deliver(key, SharedBytes(std::move(lease), view).setIntact(true));
 }
 
 void UcxTransport::flushReleases() {
