@@ -2,44 +2,56 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "compression/codecs/codecs.h"
 
 namespace starling::compression {
 
-const char* compressorKindName(CompressorSpec::Kind kind) {
-  switch (kind) {
-    case CompressorSpec::Kind::kIdentity:
-      return "identity";
-    case CompressorSpec::Kind::kFp16:
-      return "fp16";
-    case CompressorSpec::Kind::kBf16:
-      return "bf16";
-    case CompressorSpec::Kind::kTopK:
-      return "topk";
-    case CompressorSpec::Kind::kRandK:
-      return "randk";
-    case CompressorSpec::Kind::kSign:
-      return "sign";
-    case CompressorSpec::Kind::kQsgd:
-      return "qsgd";
-    case CompressorSpec::Kind::kNuqsgd:
-      return "nuqsgd";
-    case CompressorSpec::Kind::kNatural:
-      return "natural";
-    case CompressorSpec::Kind::kNaturalDithering:
-      return "natural_dithering";
-    case CompressorSpec::Kind::kTopKDithering:
-      return "topk_dithering";
-    case CompressorSpec::Kind::kCountSketch:
-      return "countsketch";
-    case CompressorSpec::Kind::kAdaComp:
-      return "adacomp";
-    case CompressorSpec::Kind::kDqsgd:
-      return "dqsgd";
+namespace {
+
+using Kind = CompressorSpec::Kind;
+
+constexpr CompressorKindInfo kKinds[] = {
+    {Kind::kIdentity, "identity", CodecId::kIdentity},
+    {Kind::kFp16, "fp16", CodecId::kFp16},
+    {Kind::kBf16, "bf16", CodecId::kBf16},
+    {Kind::kTopK, "topk", CodecId::kTopK},
+    {Kind::kRandK, "randk", CodecId::kRandK},
+    {Kind::kSign, "sign", CodecId::kSign},
+    {Kind::kQsgd, "qsgd", CodecId::kQsgd},
+    {Kind::kNuqsgd, "nuqsgd", CodecId::kNuqsgd},
+    {Kind::kNatural, "natural", CodecId::kNatural},
+    {Kind::kNaturalDithering, "natural_dithering", CodecId::kNaturalDithering},
+    {Kind::kTopKDithering, "topk_dithering", CodecId::kTopKDithering},
+    {Kind::kCountSketch, "countsketch", CodecId::kCountSketch},
+    {Kind::kAdaComp, "adacomp", CodecId::kAdaComp},
+    {Kind::kDqsgd, "dqsgd", CodecId::kDqsgd},
+};
+
+constexpr bool inKindOrder() {
+  for (size_t i = 0; i < std::size(kKinds); ++i) {
+    if (static_cast<size_t>(kKinds[i].kind) != i) return false;
   }
-  return "unknown";
+  return true;
+}
+static_assert(inKindOrder(), "kKinds must list every CompressorSpec::Kind, in order");
+
+}  // namespace
+
+std::span<const CompressorKindInfo> compressorKinds() { return kKinds; }
+
+std::optional<CompressorSpec::Kind> compressorKindFromName(std::string_view name) {
+  for (const auto& k : kKinds) {
+    if (name == k.name) return k.kind;
+  }
+  return std::nullopt;
+}
+
+const char* compressorKindName(CompressorSpec::Kind kind) {
+  const auto i = static_cast<size_t>(kind);
+  return i < std::size(kKinds) ? kKinds[i].name : "unknown";
 }
 
 namespace {

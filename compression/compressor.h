@@ -17,8 +17,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compression/frame.h"
@@ -80,6 +82,19 @@ struct CompressorSpec {
 };
 
 const char* compressorKindName(CompressorSpec::Kind kind);
+
+// The one table of codec names, in CompressorSpec::Kind order: the name a scenario writes in
+// "compression": {"kind": ...} (and compressorKindName prints), and the codec id its frames carry
+// (the wire format, docs/wire_format.md). The scenario parser and the tools read it; nothing
+// else lists the names.
+struct CompressorKindInfo {
+  CompressorSpec::Kind kind;
+  const char* name;
+  CodecId codec;
+};
+std::span<const CompressorKindInfo> compressorKinds();
+// The kind a name selects, or nullopt.
+std::optional<CompressorSpec::Kind> compressorKindFromName(std::string_view name);
 
 // What a codec remembers between the frames of one stream (one sender's messages over the
 // rounds): error-feedback residuals, AdaComp's residue, DQSGD's norm history. Created by the

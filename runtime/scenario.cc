@@ -21,12 +21,12 @@ using namespace scenario_detail;
 const std::vector<std::string> kAlgorithms = {"dsgd", "exact_diffusion", "gradient_tracking",
                                               "choco", "nids",           "lead",
                                               "prox_lead"};
-const std::vector<std::string> kCodecs = {"identity", "fp16",   "bf16",
-                                          "topk",     "randk",  "sign",
-                                          "qsgd",     "nuqsgd", "natural",
-                                          "natural_dithering",  "topk_dithering",
-                                          "countsketch",        "adacomp",
-                                          "dqsgd"};
+// The names come from the compression module's one table (compression::compressorKinds()).
+std::vector<std::string> codecNames() {
+  std::vector<std::string> names;
+  for (const auto& k : compression::compressorKinds()) names.emplace_back(k.name);
+  return names;
+}
 
 void parseKeep(Obj& o, compression::CompressorSpec& c) {
   if (o.has("k") == o.has("ratio")) {
@@ -39,7 +39,8 @@ void parseKeep(Obj& o, compression::CompressorSpec& c) {
 void parseCompression(Obj& o, Scenario& s) {
   using Kind = compression::CompressorSpec::Kind;
   auto& c = s.compression;
-  c.kind = static_cast<Kind>(o.choice("kind", "codec", kCodecs));
+  static const std::vector<std::string> kCodecs = codecNames();
+  c.kind = compression::compressorKinds()[o.choice("kind", "codec", kCodecs)].kind;
   switch (c.kind) {
     case Kind::kTopK:
     case Kind::kRandK:

@@ -1,4 +1,7 @@
 // createCompressor, 16-bit conversions and codec round trips (docs/wire_format.md).
+#include <set>
+#include <string>
+
 #include "tests/compression/codec_testing.h"
 
 namespace starling::compression {
@@ -404,6 +407,41 @@ TEMPLATE_TEST_CASE("encode replaces the output buffer's previous contents", "[co
   }
 }
 
+
+TEST_CASE("the name table: every kind once, names round trip, frames carry the table's codec id",
+          "[compression][unit]") {
+  const auto kinds = compressorKinds();
+  REQUIRE(kinds.size() == static_cast<size_t>(CompressorSpec::Kind::kDqsgd) + 1);
+  std::set<std::string> names;
+  std::set<int> ids;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const auto& k = kinds[i];
+    CAPTURE(k.name);
+    CHECK(static_cast<size_t>(k.kind) == i);
+    CHECK(names.insert(k.name).second);
+    CHECK(ids.insert(static_cast<int>(k.codec)).second);
+    CHECK(compressorKindFromName(k.name) == k.kind);
+    CHECK(std::string(compressorKindName(k.kind)) == k.name);
+    // A codec of this kind writes frames with the table's codec id (byte 5 of the header).
+    CompressorSpec spec;
+    spec.kind = k.kind;
+    spec.ratio = 0.5;
+    spec.meanEstimate = true;  // countsketch: the variant that needs no k or threshold
+    spec.cols = 4;
+    auto codec = createCompressor<float>(spec);
+    REQUIRE(codec.isOk());
+    CHECK((*codec)->id() == k.codec);
+    const std::vector<float> x = {1.0f, -2.0f, 0.5f, 4.0f, -0.25f, 3.0f, 0.0f, 2.0f};
+    core::Rng rng(3);
+    std::vector<std::byte> frame;
+    (*codec)->encode(x, rng, frame);
+    REQUIRE(frame.size() > 5);
+    CHECK(static_cast<int>(frame[5]) == static_cast<int>(k.codec));
+  }
+  CHECK_FALSE(compressorKindFromName("Identity").has_value());
+  CHECK_FALSE(compressorKindFromName("").has_value());
+  CHECK_FALSE(compressorKindFromName("topk ").has_value());
+}
 
 }  // namespace
 }  // namespace starling::compression
