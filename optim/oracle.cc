@@ -103,11 +103,7 @@ void SagaOracle<T>::gradient(std::span<const T> x, std::span<T> out) {
     average_.assign(x.size(), 0.0);
     for (size_t j = 0; j < rows; ++j) {
       table_[j] = f.lossDerivative(j, x);
-      const auto row = f.row(j);
-      const double c = s * static_cast<double>(table_[j]);
-      for (size_t k = 0; k < row.cols.size(); ++k) {
-        average_[static_cast<size_t>(row.cols[k])] += c * static_cast<double>(row.values[k]);
-      }
+      f.accumulateSample(j, s * static_cast<double>(table_[j]), average_);
     }
   }
   const T l2 = f.l2();
@@ -129,10 +125,7 @@ void SagaOracle<T>::gradient(std::span<const T> x, std::span<T> out) {
     const size_t j = drawn_[b];
     const double change = static_cast<double>(derivative_[b]) - static_cast<double>(table_[j]);
     if (change == 0.0) continue;
-    const auto row = f.row(j);
-    for (size_t k = 0; k < row.cols.size(); ++k) {
-      average_[static_cast<size_t>(row.cols[k])] += s * change * static_cast<double>(row.values[k]);
-    }
+    f.accumulateSample(j, s * change, average_);  // average += (s change) a_j
     table_[j] = derivative_[b];
   }
 }

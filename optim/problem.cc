@@ -1,9 +1,11 @@
 #include "optim/problem.h"
 
 #include <Eigen/Core>
-#include <Eigen/SparseCore>
+#include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 namespace starling::optim {
 namespace {
@@ -42,30 +44,132 @@ double mappedLabel(LossKind loss, double label) {
 
 }  // namespace
 
+// The shard's two layouts and their kernels. Every sum is added in the order a walk over the CSR
+// rows adds it, which is the order Eigen's sparse products used before these kernels existed:
+//   z_j = ((0 + a_j0 x_0) + a_j1 x_1) + ...        (columns increasing)
+//   out_k = ((l2 x_k + a_0k c_0) + a_1k c_1) + ...  (rows increasing)
+// so the dense and CSR layouts, in float and double, give what the sparse product gave, bit for
+// bit (IEEE arithmetic: no -ffast-math, and no FMA contraction in the default x86-64 build).
+// A dense shard is held twice, row-major for out += c_j a_j and column-major for z = A x: each
+// pass is then a loop over contiguous memory whose iterations are independent (z_j for many j at
+// once, out_k for many k at once), which the compiler vectorises, where one dot product a_j^T x
+// at a time would wait an add's latency per term. Two copies of T per entry take no more memory
+// than the CSR entry they replace did (a T and a 64-bit column index).
+constexpr size_t kRowChunk = 256;  // rows whose z_j are computed at once (z stays in L1)
+
 template <typename T>
 struct LocalObjective<T>::Impl {
-  using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
-  using Sparse = Eigen::SparseMatrix<T, Eigen::RowMajor, int64_t>;
-
   LossKind loss;
   T l2;
   T scale;  // n / m
-  Sparse a;
-  Vec b;
+  size_t rows = 0;
+  size_t cols = 0;
+  bool dense = false;
+  // Dense: rows x cols, row-major. CSR: the stored entries, row after row.
+  std::vector<T> values;
+  std::vector<T> columns;       // dense only: the same matrix, column-major (cols x rows)
+  std::vector<int32_t> colIdx;  // CSR only: column of each entry (< cols <= kMaxFeatures)
+  std::vector<size_t> rowPtr;   // CSR only: rows + 1 offsets into values/colIdx
+  std::vector<T> b;             // mapped labels
 
-  Eigen::Map<const Vec> mapIn(std::span<const T> x) const {
-    assert(static_cast<Eigen::Index>(x.size()) == a.cols());
-    return Eigen::Map<const Vec>(x.data(), static_cast<Eigen::Index>(x.size()));
+  const T* denseRow(size_t j) const { return values.data() + j * cols; }
+
+  // a_j^T x, terms added in column order from +0.
+  T rowDot(size_t j, const T* x) const {
+    T z = 0;
+    if (dense) {
+      const T* a = denseRow(j);
+      for (size_t k = 0; k < cols; ++k) z += a[k] * x[k];
+    } else {
+      for (size_t p = rowPtr[j]; p < rowPtr[j + 1]; ++p) z += values[p] * x[colIdx[p]];
+    }
+    return z;
   }
 
-  // a_j^T x, reading the compressed row directly (the stochastic path touches few rows).
-  T rowDot(Eigen::Index j, const T* x) const {
-    const int64_t* outer = a.outerIndexPtr();
-    const int64_t* inner = a.innerIndexPtr();
-    const T* vals = a.valuePtr();
-    T z = 0;
-    for (int64_t k = outer[j]; k < outer[j + 1]; ++k) z += vals[k] * x[inner[k]];
-    return z;
+  // out += c * a_j.
+  void addRow(size_t j, T c, T* __restrict out) const {
+    if (dense) {
+      const T* __restrict a = denseRow(j);
+      for (size_t k = 0; k < cols; ++k) out[k] += a[k] * c;
+    } else {
+      for (size_t p = rowPtr[j]; p < rowPtr[j + 1]; ++p) out[colIdx[p]] += values[p] * c;
+    }
+  }
+
+  // Dense: z[q] = a_{j0+q}^T x for q < n, from the column-major copy, four columns per pass over z.
+  void denseDots(size_t j0, size_t n, const T* __restrict x, T* __restrict z) const {
+    for (size_t q = 0; q < n; ++q) z[q] = 0;
+    size_t k = 0;
+    for (; k + 4 <= cols; k += 4) {
+      const T* __restrict c0 = columns.data() + k * rows + j0;
+      const T* __restrict c1 = c0 + rows;
+      const T* __restrict c2 = c1 + rows;
+      const T* __restrict c3 = c2 + rows;
+      const T x0 = x[k], x1 = x[k + 1], x2 = x[k + 2], x3 = x[k + 3];
+      for (size_t q = 0; q < n; ++q) {
+        z[q] = (((z[q] + c0[q] * x0) + c1[q] * x1) + c2[q] * x2) + c3[q] * x3;
+      }
+    }
+    for (; k < cols; ++k) {
+      const T* __restrict c0 = columns.data() + k * rows + j0;
+      const T x0 = x[k];
+      for (size_t q = 0; q < n; ++q) z[q] += c0[q] * x0;
+    }
+  }
+
+  // Dense: out += sum_q c[q] a_{j0+q}, rows in order, four rows per pass over out.
+  void denseAddRows(size_t j0, size_t n, const T* c, T* __restrict out) const {
+    size_t q = 0;
+    for (; q + 4 <= n; q += 4) {
+      const T* __restrict a0 = denseRow(j0 + q);
+      const T* __restrict a1 = a0 + cols;
+      const T* __restrict a2 = a1 + cols;
+      const T* __restrict a3 = a2 + cols;
+      const T c0 = c[q], c1 = c[q + 1], c2 = c[q + 2], c3 = c[q + 3];
+      for (size_t k = 0; k < cols; ++k) {
+        out[k] = (((out[k] + a0[k] * c0) + a1[k] * c1) + a2[k] * c2) + a3[k] * c3;
+      }
+    }
+    for (; q < n; ++q) addRow(j0 + q, c[q], out);
+  }
+
+  // out += sum_j c_j a_j over every row (in row order), c_j = scale * loss'(a_j^T x, b_j): the
+  // data term of the gradient. x and out must not overlap.
+  void addDataGradient(const T* __restrict x, T* __restrict out) const {
+    if (!dense) {
+      for (size_t j = 0; j < rows; ++j) {
+        T c = lossSlope(loss, rowDot(j, x), b[j]);
+        c *= scale;
+        addRow(j, c, out);
+      }
+      return;
+    }
+    T z[kRowChunk];
+    for (size_t j0 = 0; j0 < rows; j0 += kRowChunk) {
+      const size_t n = std::min(kRowChunk, rows - j0);
+      denseDots(j0, n, x, z);
+      for (size_t q = 0; q < n; ++q) {
+        z[q] = lossSlope(loss, z[q], b[j0 + q]);
+        z[q] *= scale;
+      }
+      denseAddRows(j0, n, z, out);
+    }
+  }
+
+  // sum_j loss(a_j^T x, b_j), added in row order.
+  T lossSum(const T* x) const {
+    T sum = 0;
+    if (!dense) {
+      for (size_t j = 0; j < rows; ++j) sum += lossOf(loss, rowDot(j, x), b[j]);
+      return sum;
+    }
+    T z[kRowChunk];
+    for (size_t j0 = 0; j0 < rows; j0 += kRowChunk) {
+      const size_t n = std::min(kRowChunk, rows - j0);
+      denseDots(j0, n, x, z);
+      for (size_t q = 0; q < n; ++q) sum += lossOf(loss, z[q], b[j0 + q]);
+    }
+    return sum;
   }
 };
 
@@ -78,18 +182,31 @@ std::unique_ptr<LocalObjective<T>> LocalObjective<T>::create(const ProblemSpec& 
   impl->loss = spec.loss;
   impl->l2 = static_cast<T>(spec.l2);
   impl->scale = static_cast<T>(static_cast<double>(nodes) / static_cast<double>(totalSamples));
-  const auto rows = static_cast<Eigen::Index>(shard.samples());
-  impl->a.resize(rows, shard.features);
-  impl->a.reserve(static_cast<Eigen::Index>(shard.nonZeros()));
-  impl->b.resize(rows);
-  for (Eigen::Index j = 0; j < rows; ++j) {
-    impl->a.startVec(j);
-    for (int64_t k = shard.rowPtr[j]; k < shard.rowPtr[j + 1]; ++k) {
-      impl->a.insertBack(j, shard.colIdx[k]) = static_cast<T>(shard.values[k]);
+  const size_t rows = shard.samples();
+  const auto cols = static_cast<size_t>(shard.features);
+  impl->rows = rows;
+  impl->cols = cols;
+  // Dense only when every row stores all d entries (columns strictly increasing and < d make such
+  // a row exactly 0..d-1): then the dense matrix holds the same entries in the same order and no
+  // zero is ever added that the CSR walk would skip. (Zero-filling sparser data could turn a -0
+  // gradient coordinate into +0, so it stays CSR, which is at most 1.5x dense's bytes there.)
+  impl->dense = cols > 0 && shard.nonZeros() == rows * cols;
+  impl->values.resize(shard.nonZeros());
+  for (size_t p = 0; p < shard.nonZeros(); ++p) impl->values[p] = static_cast<T>(shard.values[p]);
+  if (impl->dense) {
+    impl->columns.resize(rows * cols);
+    for (size_t j = 0; j < rows; ++j) {
+      for (size_t k = 0; k < cols; ++k) impl->columns[k * rows + j] = impl->values[j * cols + k];
     }
+  } else {
+    impl->colIdx.assign(shard.colIdx.begin(), shard.colIdx.end());
+    impl->rowPtr.resize(rows + 1);
+    for (size_t j = 0; j <= rows; ++j) impl->rowPtr[j] = static_cast<size_t>(shard.rowPtr[j]);
+  }
+  impl->b.resize(rows);
+  for (size_t j = 0; j < rows; ++j) {
     impl->b[j] = static_cast<T>(mappedLabel(spec.loss, shard.labels[j]));
   }
-  impl->a.finalize();
   return std::unique_ptr<LocalObjective<T>>(new LocalObjective<T>(std::move(impl)));
 }
 
@@ -101,27 +218,34 @@ LocalObjective<T>::~LocalObjective() = default;
 
 template <typename T>
 int LocalObjective<T>::dim() const {
-  return static_cast<int>(impl_->a.cols());
+  return static_cast<int>(impl_->cols);
 }
 
 template <typename T>
 size_t LocalObjective<T>::samples() const {
-  return static_cast<size_t>(impl_->a.rows());
+  return impl_->rows;
+}
+
+template <typename T>
+bool LocalObjective<T>::dense() const {
+  return impl_->dense;
 }
 
 template <typename T>
 void LocalObjective<T>::gradient(std::span<const T> x, std::span<T> out) const {
   const Impl& p = *impl_;
-  auto xv = p.mapIn(x);
-  Eigen::Map<typename Impl::Vec> o(out.data(), static_cast<Eigen::Index>(out.size()));
-  assert(o.size() == xv.size());
-  // One residual vector of m_i entries per call keeps the const methods concurrent-safe.
-  typename Impl::Vec r = p.a * xv;
-  for (Eigen::Index j = 0; j < r.size(); ++j) r[j] = lossSlope(p.loss, r[j], p.b[j]);
-  // l2 x first, then the data term added in place: one dense pass, no d-sized temporary.
-  o = p.l2 * xv;
-  r *= p.scale;
-  o.noalias() += p.a.transpose() * r;
+  assert(x.size() == p.cols && out.size() == p.cols);
+  // l2 x first, then the data term added in place; the data term reads x throughout, so an
+  // overlapping out (x itself) gets its x copied first.
+  const auto xb = reinterpret_cast<uintptr_t>(x.data());
+  const auto ob = reinterpret_cast<uintptr_t>(out.data());
+  const bool overlap = xb < ob + out.size_bytes() && ob < xb + x.size_bytes();
+  std::vector<T> copy;
+  if (overlap) copy.assign(x.begin(), x.end());
+  const T* xs = overlap ? copy.data() : x.data();
+  T* o = out.data();
+  for (size_t k = 0; k < p.cols; ++k) o[k] = p.l2 * xs[k];
+  p.addDataGradient(xs, o);
 }
 
 template <typename T>
@@ -129,31 +253,26 @@ void LocalObjective<T>::stochasticGradient(std::span<const T> x, std::span<T> ou
                                            core::Rng& rng) const {
   const Impl& p = *impl_;
   assert(batch > 0);
-  auto xv = p.mapIn(x);
-  Eigen::Map<typename Impl::Vec> o(out.data(), static_cast<Eigen::Index>(out.size()));
-  assert(o.size() == xv.size());
-  o = p.l2 * xv;
+  assert(x.size() == p.cols && out.size() == p.cols);
+  for (size_t k = 0; k < p.cols; ++k) out[k] = p.l2 * x[k];
   const uint64_t rows = samples();
   if (rows == 0) return;  // the local gradient is then exactly l2 x
   // scale * m_i / batch makes the mean over draws equal the full local sum's gradient.
   const T weight = p.scale * static_cast<T>(static_cast<double>(rows) / static_cast<double>(batch));
-  const int64_t* outer = p.a.outerIndexPtr();
-  const int64_t* inner = p.a.innerIndexPtr();
-  const T* vals = p.a.valuePtr();
   for (size_t s = 0; s < batch; ++s) {
-    const auto j = static_cast<Eigen::Index>(rng.below(rows));
+    const auto j = static_cast<size_t>(rng.below(rows));
     const T c = weight * lossSlope(p.loss, p.rowDot(j, x.data()), p.b[j]);
-    for (int64_t k = outer[j]; k < outer[j + 1]; ++k) out[inner[k]] += c * vals[k];
+    p.addRow(j, c, out.data());
   }
 }
 
 template <typename T>
 double LocalObjective<T>::value(std::span<const T> x) const {
   const Impl& p = *impl_;
-  auto xv = p.mapIn(x);
-  const typename Impl::Vec z = p.a * xv;
-  T sum = 0;
-  for (Eigen::Index j = 0; j < z.size(); ++j) sum += lossOf(p.loss, z[j], p.b[j]);
+  assert(x.size() == p.cols);
+  using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  const Eigen::Map<const Vec> xv(x.data(), static_cast<Eigen::Index>(x.size()));
+  const T sum = p.lossSum(x.data());
   return static_cast<double>(p.scale * sum + T(0.5) * p.l2 * xv.squaredNorm());
 }
 
@@ -170,36 +289,37 @@ T LocalObjective<T>::l2() const {
 template <typename T>
 T LocalObjective<T>::lossDerivative(size_t j, std::span<const T> x) const {
   const Impl& p = *impl_;
-  assert(j < samples() && static_cast<Eigen::Index>(x.size()) == p.a.cols());
-  const auto row = static_cast<Eigen::Index>(j);
-  return lossSlope(p.loss, p.rowDot(row, x.data()), p.b[row]);
+  assert(j < samples() && x.size() == p.cols);
+  return lossSlope(p.loss, p.rowDot(j, x.data()), p.b[j]);
 }
 
 template <typename T>
 void LocalObjective<T>::addSample(size_t j, T coefficient, std::span<T> out) const {
   const Impl& p = *impl_;
-  assert(j < samples() && static_cast<Eigen::Index>(out.size()) == p.a.cols());
-  const int64_t* outer = p.a.outerIndexPtr();
-  const int64_t* inner = p.a.innerIndexPtr();
-  const T* vals = p.a.valuePtr();
-  for (int64_t k = outer[j]; k < outer[j + 1]; ++k) out[inner[k]] += coefficient * vals[k];
+  assert(j < samples() && out.size() == p.cols);
+  p.addRow(j, coefficient, out.data());
 }
 
 template <typename T>
-typename LocalObjective<T>::SampleRow LocalObjective<T>::row(size_t j) const {
+void LocalObjective<T>::accumulateSample(size_t j, double coefficient,
+                                         std::span<double> out) const {
   const Impl& p = *impl_;
-  assert(j < samples());
-  const int64_t begin = p.a.outerIndexPtr()[j];
-  const auto count = static_cast<size_t>(p.a.outerIndexPtr()[j + 1] - begin);
-  return {std::span<const int64_t>(p.a.innerIndexPtr() + begin, count),
-          std::span<const T>(p.a.valuePtr() + begin, count)};
+  assert(j < samples() && out.size() == p.cols);
+  if (p.dense) {
+    const T* a = p.denseRow(j);
+    for (size_t k = 0; k < p.cols; ++k) out[k] += coefficient * static_cast<double>(a[k]);
+  } else {
+    for (size_t q = p.rowPtr[j]; q < p.rowPtr[j + 1]; ++q) {
+      out[static_cast<size_t>(p.colIdx[q])] += coefficient * static_cast<double>(p.values[q]);
+    }
+  }
 }
 
 template class LocalObjective<float>;
 template class LocalObjective<double>;
 
-// GlobalObjective walks the CSR arrays by hand: it is the reference the Eigen paths are checked
-// against, so it shares no code with them beyond the scalar loss functions.
+// GlobalObjective walks the Dataset's CSR arrays by hand: it is the reference LocalObjective's
+// kernels are checked against, so it shares no code with them beyond the scalar loss functions.
 GlobalObjective::GlobalObjective(const ProblemSpec& spec, const Dataset& all)
     : spec_(spec), data_(all) {}
 

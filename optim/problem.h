@@ -40,6 +40,9 @@ struct ProblemSpec {
 };
 
 // The linear problems' f_i: one parameter per feature (dim() == features).
+// The shard is held in precision T, dense (row-major) when every sample stores all features and as
+// CSR with 32-bit column indices otherwise; both add every sum in the same order as a walk over the
+// CSR rows, so the layout never changes a result (docs/benchmarks.md, "bench-simulate").
 template <typename T>
 class LocalObjective final : public Objective<T> {
  public:
@@ -66,12 +69,14 @@ class LocalObjective final : public Objective<T> {
   T lossDerivative(size_t j, std::span<const T> x) const;
   // out += coefficient * a_j.
   void addSample(size_t j, T coefficient, std::span<T> out) const;
-  // Sample j's non-zeros (column indices increasing), valid while the objective lives.
-  struct SampleRow {
-    std::span<const int64_t> cols;
-    std::span<const T> values;
-  };
-  SampleRow row(size_t j) const;
+  // out[k] += coefficient * double(a_jk) over sample j's stored entries, in double (SAGA's
+  // running average). out.size() == dim().
+  void accumulateSample(size_t j, double coefficient, std::span<double> out) const;
+
+  // How the shard is held (see the class comment in problem.cc): true when every sample stores
+  // all dim() entries (dense synthetic data), held as a dense row-major matrix; false for CSR
+  // with 32-bit column indices.
+  bool dense() const;
 
  private:
   struct Impl;
