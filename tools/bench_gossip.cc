@@ -121,6 +121,10 @@ std::string tail(const fs::path& log, size_t maxChars = 600) {
 struct Cell {
   bool ran = false;
   double ms = 0;  // median over rounds of the slowest rank's round
+  // A run's time per round: the largest over ranks of (its timed rounds' total / their number).
+  // Ranks that drift out of phase (one finishing while the other waits) make every round's
+  // slowest rank a waiting one, so `ms` can exceed what a round costs the run; this cannot.
+  double meanMs = 0;
   int rounds = 0;
   double maxErr = 0;             // largest deviation from the closed form over all ranks
   std::vector<double> phasesMs;  // mean over ranks, per round
@@ -157,6 +161,9 @@ Cell collect(const fs::path& dir, int peers) {
     }
     c.rounds = rounds;
     c.maxErr = std::max(c.maxErr, err);
+    double total = 0;
+    for (double t : times[r]) total += t;
+    if (rounds > 0) c.meanMs = std::max(c.meanMs, 1e3 * total / rounds);
   }
   std::vector<double> slowest(c.rounds, 0.0);
   for (const auto& t : times) {
@@ -420,6 +427,32 @@ int runDriver(DriverOptions o) {
                 starTcp > 0 && mpiTcp > 0 ? fmt("%.2f", starTcp / mpiTcp).c_str() : "—",
                 std::max({r.shm.rounds, r.tcp.rounds, r.ob1.rounds, r.ucx.rounds, r.mpiTcp.rounds}),
                 allChecked ? "ok" : "WRONG x");
+  }
+
+  // The same runs by time per round (what a training run of R rounds takes, over R).
+  std::printf(
+      "\nTime per round (ms: the slowest rank's total over its timed rounds, from the repetition "
+      "kept above):\n\n| P | d | Starling shm | Starling tcp | MPI (ob1) | MPI (pml ucx) | "
+      "MPI (tcp) | Starling/MPI | tcp/MPI tcp |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const auto meanOf = [](const Cell& c) { return c.ran && c.checked() ? c.meanMs : 0.0; };
+  const auto fmtMean = [](double v) { return v > 0 ? fmt(v < 1 ? "%.3f" : "%.2f", v) : "—"; };
+  for (const auto& r : rows) {
+    double mpi = 0;
+    for (const Cell* c : {&r.ob1, &r.ucx}) {
+      if (meanOf(*c) > 0 && (mpi == 0 || meanOf(*c) < mpi)) mpi = meanOf(*c);
+    }
+    double star = 0;
+    for (const Cell* c : {&r.shm, &r.tcp}) {
+      if (meanOf(*c) > 0 && (star == 0 || meanOf(*c) < star)) star = meanOf(*c);
+    }
+    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.peers, dimName(r.dim).c_str(),
+                fmtMean(meanOf(r.shm)).c_str(), fmtMean(meanOf(r.tcp)).c_str(),
+                fmtMean(meanOf(r.ob1)).c_str(), fmtMean(meanOf(r.ucx)).c_str(),
+                fmtMean(meanOf(r.mpiTcp)).c_str(),
+                star > 0 && mpi > 0 ? fmt("%.2f", star / mpi).c_str() : "—",
+                meanOf(r.tcp) > 0 && meanOf(r.mpiTcp) > 0
+                    ? fmt("%.2f", meanOf(r.tcp) / meanOf(r.mpiTcp)).c_str()
+                    : "—");
   }
 
   std::printf(
