@@ -9,6 +9,7 @@
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -185,7 +186,9 @@ void decodeHalves(const std::byte* in, size_t n, bool bf16, float* out) {
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which
 // -Wmaybe-uninitialized reports once they are inlined here; nothing reads those bits.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 constexpr size_t kHwBlock = 256;
 // |x| bits from which fp16's round-to-nearest-even gives infinity (65520), and bf16's (the top
 // half of the largest finite float32 plus half an ulp of bf16). Every smaller magnitude,
@@ -320,11 +323,15 @@ enum class HwLevel { kNone, kAvx2, kAvx512 };
 HwLevel hwLevel() {
   static const HwLevel level = [] {
     __builtin_cpu_init();
+    // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know it.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    if (!f16c) return HwLevel::kNone;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c")) {
+        __builtin_cpu_supports("avx512vl")) {
       return HwLevel::kAvx512;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return HwLevel::kAvx2;
+    if (__builtin_cpu_supports("avx2")) return HwLevel::kAvx2;
     return HwLevel::kNone;
   }();
   return level;

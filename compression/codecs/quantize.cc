@@ -100,7 +100,9 @@ void expandSigns(const std::byte* bits, size_t n, double scale, double* out) {
 // writes +scale or the scale with its sign bit set, which is what expandSigns writes.
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_* in intrinsics
+#endif
 __attribute__((target("avx512f,avx512bw"))) void signBitsAvx512(const float* x, size_t n,
                                                                 std::byte* out) {
   const __m512 zero = _mm512_setzero_ps();
