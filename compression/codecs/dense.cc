@@ -244,6 +244,36 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void encodeBf16Avx512(const
   for (; i < n; ++i) h[i] = bf16FromFloatBits(std::bit_cast<uint32_t>(x[i]));
 }
 
+// With AVX512_BF16: VCVTNE2PS2BF16 rounds 32 values to nearest even in one instruction. It also
+// flushes float32 subnormals to zero, so those blocks go the reference way too.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void encodeBf16Avx512Bf16(
+    const float* x, size_t n, std::byte* out) {
+  auto* h = reinterpret_cast<AliasU16*>(out);
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i one = _mm512_set1_epi32(1);
+  size_t i = 0;
+  for (; i + kHwBlock <= n; i += kHwBlock) {
+    __m512i big = _mm512_setzero_si512();
+    __m512i small = _mm512_set1_epi32(-1);  // min over lanes of |x| - 1 (unsigned)
+    for (size_t j = i; j < i + kHwBlock; j += 32) {
+      const __m512 v0 = _mm512_loadu_ps(x + j);
+      const __m512 v1 = _mm512_loadu_ps(x + j + 16);
+      const __m512i a0 = _mm512_and_si512(_mm512_castps_si512(v0), absMask);
+      const __m512i a1 = _mm512_and_si512(_mm512_castps_si512(v1), absMask);
+      big = _mm512_max_epu32(big, _mm512_max_epu32(a0, a1));
+      small = _mm512_min_epu32(small, _mm512_min_epu32(_mm512_sub_epi32(a0, one),
+                                                       _mm512_sub_epi32(a1, one)));
+      _mm512_storeu_si512(out + 2 * j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v1, v0)));
+    }
+    // A subnormal has |x| - 1 below 0x7fffff; zero wraps to 0xffffffff.
+    if (_mm512_cmpge_epu32_mask(big, _mm512_set1_epi32(kBf16Overflow)) != 0 ||
+        _mm512_cmplt_epu32_mask(small, _mm512_set1_epi32(0x7fffff)) != 0) {
+      for (size_t j = i; j < i + kHwBlock; ++j) h[j] = bf16FromFloatBits(std::bit_cast<uint32_t>(x[j]));
+    }
+  }
+  for (; i < n; ++i) h[i] = bf16FromFloatBits(std::bit_cast<uint32_t>(x[i]));
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void decodeHalfAvx512(
     const std::byte* in, size_t n, float* out) {
   const auto* h = reinterpret_cast<const AliasU16*>(in);
@@ -320,6 +350,14 @@ __attribute__((target("avx2,f16c"))) void decodeHalfAvx2(const std::byte* in, si
 }
 
 enum class HwLevel { kNone, kAvx2, kAvx512 };
+bool hasAvx512Bf16() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return yes;
+}
 HwLevel hwLevel() {
   static const HwLevel level = [] {
     __builtin_cpu_init();
@@ -344,7 +382,11 @@ void encodeHalvesFast(const float* x, size_t n, bool bf16, std::byte* out) {
   const HwLevel level = hwLevel();
   if (level == HwLevel::kAvx512) {
     if (bf16) {
-      encodeBf16Avx512(x, n, out);
+      if (hasAvx512Bf16()) {
+        encodeBf16Avx512Bf16(x, n, out);
+      } else {
+        encodeBf16Avx512(x, n, out);
+      }
     } else {
       encodeHalfAvx512(x, n, out);
     }
