@@ -318,7 +318,14 @@ void decodeScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q,
       const double levels = static_cast<double>(q.s);
       for (uint32_t l = 0; l <= q.s; ++l) magnitudes[l] = scale * static_cast<double>(l) / levels;
     } else {
-      for (uint32_t l = 0; l <= q.s; ++l) magnitudes[l] = q.magnitude(scale, l);
+      // ldexp(scale, l - s) as a product with the exact power 2^(l - s): scale is a float32
+      // (>= 2^-149 or 0) and l - s >= -127, so the product stays far inside float64's normal
+      // range and is exact, the value ldexp gives, without a libm call per level.
+      magnitudes[0] = 0.0;
+      for (uint32_t l = 1; l <= q.s; ++l) {
+        const int64_t e = 1023 + static_cast<int64_t>(l) - static_cast<int64_t>(q.s);
+        magnitudes[l] = scale * std::bit_cast<double>(static_cast<uint64_t>(e) << 52);
+      }
     }
     if (divisor != 1.0) {
       for (uint32_t l = 0; l <= q.s; ++l) magnitudes[l] /= divisor;
