@@ -197,22 +197,10 @@ void encodeScaledCodes(std::span<const T> x, const ScaledCodes& q, core::Rng& rn
   BitWriter stream(out + 4 * buckets);
   uint16_t u[kChunk];
   uint8_t codes[kChunk];
-  // The scales of up to kScaleBatch buckets are computed before their codes: each scale ends in
-  // a chain of dependent steps (lane sums, sqrt, rounding), and chains of different buckets
-  // overlap in the CPU while the buckets' elements are still in L1. Same values, same order of
-  // random draws.
-  constexpr uint64_t kScaleBatch = 8;
-  float scales[kScaleBatch];
   for (uint64_t b = 0; b < buckets; ++b) {
     const uint64_t first = b * q.bucket;
     const std::span<const T> part = x.subspan(first, std::min<uint64_t>(q.bucket, d - first));
-    if (b % kScaleBatch == 0) {
-      for (uint64_t j = b; j < std::min(buckets, b + kScaleBatch); ++j) {
-        const uint64_t at = j * q.bucket;
-        scales[j - b] = bucketScale<T>(x.subspan(at, std::min<uint64_t>(q.bucket, d - at)), q.linf);
-      }
-    }
-    const float scale = scales[b % kScaleBatch];
+    const float scale = bucketScale<T>(part, q.linf);
     storeLe<uint32_t>(out + 4 * b, std::bit_cast<uint32_t>(scale));
     const bool quantize = std::isfinite(scale) && scale > 0.0f;
     // Per-bucket factors, in float64 from the float32 scale.
