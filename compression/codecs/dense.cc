@@ -175,10 +175,11 @@ void decodeHalves(const std::byte* in, size_t n, bool bf16, float* out) {
 // reference and the fallback. The hardware rounds to nearest even like the formulas above, but
 // it differs from them on a few inputs: fp16 and bf16 round finite overflow to infinity (the
 // format saturates), NaNs keep part of their payload (the format writes one quiet NaN),
-// VCVTNEPS2BF16 flushes float32 subnormals, VCVTPH2PS quiets signalling NaNs, and DAZ would flush
-// subnormal halves. So each block of kHwBlock values is converted by the hardware while the
-// largest magnitude (or, for decode, any subnormal or NaN half) is tracked, and a block that
-// holds such a value is converted again by the reference loop. Gradients almost never take that
+// VCVTNE2PS2BF16 flushes float32 subnormals, and VCVTPH2PS quiets signalling NaNs; subnormal
+// halves are kept off the hardware too, so that nothing depends on MXCSR (DAZ). So each block of
+// kHwBlock values is converted by the hardware while the largest magnitude (or, for decode, any
+// subnormal or NaN half) is tracked, and a block that holds such a value is converted again by
+// the reference loop. Gradients almost never take that
 // path, and the bytes are the reference's in every case (tests/compression/codecs_test.cc checks
 // blocks with every kind of edge value against halfFromDouble / bf16FromDouble).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(STARLING_NO_HW_CONVERSIONS)
