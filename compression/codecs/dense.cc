@@ -8,6 +8,11 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
 #include "compression/codecs/codecs.h"
 #include "compression/codecs/float16.h"
 #include "compression/codecs/wire.h"
@@ -165,6 +170,254 @@ void decodeHalves(const std::byte* in, size_t n, bool bf16, float* out) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hardware conversions (x86 F16C / AVX-512), picked at run time, with the loops above as the
+// reference and the fallback. The hardware rounds to nearest even like the formulas above, but
+// it differs from them on a few inputs: fp16 and bf16 round finite overflow to infinity (the
+// format saturates), NaNs keep part of their payload (the format writes one quiet NaN),
+// VCVTNE2PS2BF16 flushes float32 subnormals, and VCVTPH2PS quiets signalling NaNs; subnormal
+// halves are kept off the hardware too, so that nothing depends on MXCSR (DAZ). So each block of
+// kHwBlock values is converted by the hardware while the largest magnitude (or, for decode, any
+// subnormal or NaN half) is tracked, and a block that holds such a value is converted again by
+// the reference loop. Gradients almost never take that
+// path, and the bytes are the reference's in every case (tests/compression/codecs_test.cc checks
+// blocks with every kind of edge value against halfFromDouble / bf16FromDouble).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(STARLING_NO_HW_CONVERSIONS)
+#define STARLING_HW_CONVERSIONS 1
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports once they are inlined here; nothing reads those bits.
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+constexpr size_t kHwBlock = 256;
+// |x| bits from which fp16's round-to-nearest-even gives infinity (65520), and bf16's (the top
+// half of the largest finite float32 plus half an ulp of bf16). Every smaller magnitude,
+// float32 subnormals included, converts exactly as the reference does (bf16: the integer
+// formula is the reference's; fp16: VCVTPS2PH ignores FTZ, and DAZ only flushes float32
+// subnormals, which round to a signed zero either way).
+constexpr uint32_t kHalfOverflow = 0x477ff000u;
+constexpr uint32_t kBf16Overflow = 0x7f7f8000u;
+
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void encodeHalfAvx512(const float* x,
+                                                                                  size_t n,
+                                                                                  std::byte* out) {
+  auto* h = reinterpret_cast<AliasU16*>(out);
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  size_t i = 0;
+  for (; i + kHwBlock <= n; i += kHwBlock) {
+    __m512i big = _mm512_setzero_si512();
+    for (size_t j = i; j < i + kHwBlock; j += 16) {
+      const __m512 v = _mm512_loadu_ps(x + j);
+      big = _mm512_max_epu32(big, _mm512_and_si512(_mm512_castps_si512(v), absMask));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * j),
+                          _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    if (_mm512_cmpge_epu32_mask(big, _mm512_set1_epi32(kHalfOverflow)) != 0) {
+      for (size_t j = i; j < i + kHwBlock; ++j) h[j] = halfFromFloatBits(std::bit_cast<uint32_t>(x[j]));
+    }
+  }
+  for (; i < n; ++i) h[i] = halfFromFloatBits(std::bit_cast<uint32_t>(x[i]));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void encodeBf16Avx512(const float* x,
+                                                                            size_t n,
+                                                                            std::byte* out) {
+  auto* h = reinterpret_cast<AliasU16*>(out);
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i half = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  size_t i = 0;
+  for (; i + kHwBlock <= n; i += kHwBlock) {
+    __m512i big = _mm512_setzero_si512();
+    for (size_t j = i; j < i + kHwBlock; j += 16) {
+      const __m512i u = _mm512_loadu_si512(x + j);
+      big = _mm512_max_epu32(big, _mm512_and_si512(u, absMask));
+      // (u + 0x7fff + ((u >> 16) & 1)) >> 16: the reference's rounding of finite values.
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+      const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, half), lsb), 16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * j), _mm512_cvtepi32_epi16(r));
+    }
+    if (_mm512_cmpge_epu32_mask(big, _mm512_set1_epi32(kBf16Overflow)) != 0) {
+      for (size_t j = i; j < i + kHwBlock; ++j) h[j] = bf16FromFloatBits(std::bit_cast<uint32_t>(x[j]));
+    }
+  }
+  for (; i < n; ++i) h[i] = bf16FromFloatBits(std::bit_cast<uint32_t>(x[i]));
+}
+
+// With AVX512_BF16: VCVTNE2PS2BF16 rounds 32 values to nearest even in one instruction. It also
+// flushes float32 subnormals to zero, so those blocks go the reference way too.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void encodeBf16Avx512Bf16(
+    const float* x, size_t n, std::byte* out) {
+  auto* h = reinterpret_cast<AliasU16*>(out);
+  const __m512i absMask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i one = _mm512_set1_epi32(1);
+  size_t i = 0;
+  for (; i + kHwBlock <= n; i += kHwBlock) {
+    __m512i big = _mm512_setzero_si512();
+    __m512i small = _mm512_set1_epi32(-1);  // min over lanes of |x| - 1 (unsigned)
+    for (size_t j = i; j < i + kHwBlock; j += 32) {
+      const __m512 v0 = _mm512_loadu_ps(x + j);
+      const __m512 v1 = _mm512_loadu_ps(x + j + 16);
+      const __m512i a0 = _mm512_and_si512(_mm512_castps_si512(v0), absMask);
+      const __m512i a1 = _mm512_and_si512(_mm512_castps_si512(v1), absMask);
+      big = _mm512_max_epu32(big, _mm512_max_epu32(a0, a1));
+      small = _mm512_min_epu32(small, _mm512_min_epu32(_mm512_sub_epi32(a0, one),
+                                                       _mm512_sub_epi32(a1, one)));
+      _mm512_storeu_si512(out + 2 * j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v1, v0)));
+    }
+    // A subnormal has |x| - 1 below 0x7fffff; zero wraps to 0xffffffff.
+    if (_mm512_cmpge_epu32_mask(big, _mm512_set1_epi32(kBf16Overflow)) != 0 ||
+        _mm512_cmplt_epu32_mask(small, _mm512_set1_epi32(0x7fffff)) != 0) {
+      for (size_t j = i; j < i + kHwBlock; ++j) h[j] = bf16FromFloatBits(std::bit_cast<uint32_t>(x[j]));
+    }
+  }
+  for (; i < n; ++i) h[i] = bf16FromFloatBits(std::bit_cast<uint32_t>(x[i]));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void decodeHalfAvx512(
+    const std::byte* in, size_t n, float* out) {
+  const auto* h = reinterpret_cast<const AliasU16*>(in);
+  const __m512i absMask = _mm512_set1_epi16(0x7fff);
+  const __m512i one = _mm512_set1_epi16(1);
+  const __m512i subLimit = _mm512_set1_epi16(0x3ff);
+  const __m512i infBits = _mm512_set1_epi16(0x7c00);
+  size_t i = 0;
+  for (; i + kHwBlock <= n; i += kHwBlock) {
+    __mmask32 odd = 0;  // a subnormal (magnitude 1..0x3ff) or NaN (above 0x7c00) half
+    for (size_t j = i; j < i + kHwBlock; j += 32) {
+      const __m512i v = _mm512_loadu_si512(in + 2 * j);
+      const __m512i m = _mm512_and_si512(v, absMask);
+      odd |= _mm512_cmplt_epu16_mask(_mm512_sub_epi16(m, one), subLimit) |
+             _mm512_cmpgt_epu16_mask(m, infBits);
+      _mm512_storeu_ps(out + j, _mm512_cvtph_ps(_mm512_castsi512_si256(v)));
+      _mm512_storeu_ps(out + j + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)));
+    }
+    if (odd != 0) {
+      for (size_t j = i; j < i + kHwBlock; ++j) out[j] = std::bit_cast<float>(floatBitsFromHalf(h[j]));
+    }
+  }
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(floatBitsFromHalf(h[i]));
+}
+
+// AVX2 + F16C, for x86-64-v3 hosts without AVX-512.
+__attribute__((target("avx2,f16c"))) void encodeHalfAvx2(const float* x, size_t n,
+                                                          std::byte* out) {
+  auto* h = reinterpret_cast<AliasU16*>(out);
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  size_t i = 0;
+  for (; i + kHwBlock <= n; i += kHwBlock) {
+    __m256i big = _mm256_setzero_si256();
+    for (size_t j = i; j < i + kHwBlock; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x + j);
+      big = _mm256_max_epu32(big, _mm256_and_si256(_mm256_castps_si256(v), absMask));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * j),
+                       _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // Lanes at or above the limit: max(big, limit) == big there.
+    const __m256i limit = _mm256_set1_epi32(kHalfOverflow);
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_max_epu32(big, limit), big)) != 0) {
+      for (size_t j = i; j < i + kHwBlock; ++j) h[j] = halfFromFloatBits(std::bit_cast<uint32_t>(x[j]));
+    }
+  }
+  for (; i < n; ++i) h[i] = halfFromFloatBits(std::bit_cast<uint32_t>(x[i]));
+}
+
+__attribute__((target("avx2,f16c"))) void decodeHalfAvx2(const std::byte* in, size_t n,
+                                                          float* out) {
+  const auto* h = reinterpret_cast<const AliasU16*>(in);
+  const __m256i absMask = _mm256_set1_epi16(0x7fff);
+  const __m256i one = _mm256_set1_epi16(1);
+  const __m256i subMax = _mm256_set1_epi16(0x3fe);  // m - 1 <= 0x3fe: a subnormal
+  const __m256i nanMin = _mm256_set1_epi16(0x7c01);
+  size_t i = 0;
+  for (; i + kHwBlock <= n; i += kHwBlock) {
+    __m256i odd = _mm256_setzero_si256();
+    for (size_t j = i; j < i + kHwBlock; j += 16) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * j));
+      const __m256i m = _mm256_and_si256(v, absMask);
+      const __m256i s = _mm256_sub_epi16(m, one);
+      // Unsigned s <= 0x3fe and m >= 0x7c01, through min / max.
+      odd = _mm256_or_si256(odd, _mm256_cmpeq_epi16(_mm256_min_epu16(s, subMax), s));
+      odd = _mm256_or_si256(odd, _mm256_cmpeq_epi16(_mm256_max_epu16(m, nanMin), m));
+      _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm256_castsi256_si128(v)));
+      _mm256_storeu_ps(out + j + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1)));
+    }
+    if (!_mm256_testz_si256(odd, odd)) {
+      for (size_t j = i; j < i + kHwBlock; ++j) out[j] = std::bit_cast<float>(floatBitsFromHalf(h[j]));
+    }
+  }
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(floatBitsFromHalf(h[i]));
+}
+
+enum class HwLevel { kNone, kAvx2, kAvx512 };
+bool hasAvx512Bf16() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return yes;
+}
+HwLevel hwLevel() {
+  static const HwLevel level = [] {
+    __builtin_cpu_init();
+    // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know it.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    if (!f16c) return HwLevel::kNone;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl")) {
+      return HwLevel::kAvx512;
+    }
+    if (__builtin_cpu_supports("avx2")) return HwLevel::kAvx2;
+    return HwLevel::kNone;
+  }();
+  return level;
+}
+#pragma GCC diagnostic pop
+#endif
+
+void encodeHalvesFast(const float* x, size_t n, bool bf16, std::byte* out) {
+#ifdef STARLING_HW_CONVERSIONS
+  const HwLevel level = hwLevel();
+  if (level == HwLevel::kAvx512) {
+    if (bf16) {
+      if (hasAvx512Bf16()) {
+        encodeBf16Avx512Bf16(x, n, out);
+      } else {
+        encodeBf16Avx512(x, n, out);
+      }
+    } else {
+      encodeHalfAvx512(x, n, out);
+    }
+    return;
+  }
+  if (level == HwLevel::kAvx2 && !bf16) {
+    encodeHalfAvx2(x, n, out);
+    return;
+  }
+#endif
+  encodeHalves(x, n, bf16, out);
+}
+
+void decodeHalvesFast(const std::byte* in, size_t n, bool bf16, float* out) {
+#ifdef STARLING_HW_CONVERSIONS
+  if (!bf16) {
+    const HwLevel level = hwLevel();
+    if (level == HwLevel::kAvx512) {
+      decodeHalfAvx512(in, n, out);
+      return;
+    }
+    if (level == HwLevel::kAvx2) {
+      decodeHalfAvx2(in, n, out);
+      return;
+    }
+  }
+#endif
+  decodeHalves(in, n, bf16, out);
+}
+
 template <typename T>
 class IdentityCompressor final : public Compressor<T> {
  public:
@@ -198,7 +451,7 @@ class HalfCompressor final : public Compressor<T> {
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
     std::byte* payload = beginFrame(kCodec, elementTypeOf<T>(), x.size(), {}, 2 * x.size(), out);
     if constexpr (std::is_same_v<T, float> && std::endian::native == std::endian::little) {
-      encodeHalves(x.data(), x.size(), kCodec == CodecId::kBf16, payload);
+      encodeHalvesFast(x.data(), x.size(), kCodec == CodecId::kBf16, payload);
     } else {
       for (size_t i = 0; i < x.size(); ++i) {
         storeLe<uint16_t>(payload + 2 * i, Format::fromDouble(static_cast<double>(x[i])));
@@ -216,7 +469,7 @@ class HalfCompressor final : public Compressor<T> {
     }
     const std::byte* p = v->payload.data();
     if constexpr (std::is_same_v<T, float> && std::endian::native == std::endian::little) {
-      decodeHalves(p, out.size(), kCodec == CodecId::kBf16, out.data());
+      decodeHalvesFast(p, out.size(), kCodec == CodecId::kBf16, out.data());
     } else {
       for (size_t i = 0; i < out.size(); ++i) {
         out[i] = static_cast<T>(Format::toFloat(loadLe<uint16_t>(p + 2 * i)));
