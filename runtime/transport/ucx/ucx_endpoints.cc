@@ -78,6 +78,18 @@ void UcxTransport::onBootstrapped(int peer, uint64_t generation, const core::Sta
   }
 }
 
+void UcxTransport::connectedLater(const FlushOp& op, ucs_status_t status) {
+  connectedLater_.emplace_back(op, status);
+}
+
+void UcxTransport::runConnectedLater() {
+  while (!connectedLater_.empty()) {
+    std::vector<std::pair<FlushOp, ucs_status_t>> batch;
+    batch.swap(connectedLater_);
+    for (const auto& [op, status] : batch) onConnected(op, status);
+  }
+}
+
 void UcxTransport::onConnected(const FlushOp& op, ucs_status_t status) {
   OutPeer& p = peers_[op.peer];
   if (shuttingDown_ || op.generation != p.generation || p.state != OutPeer::State::kConnecting ||

@@ -26,7 +26,12 @@ void sendCallback(void* request, ucs_status_t status, void* userData) {
 
 void flushCallback(void* request, ucs_status_t status, void* userData) {
   std::unique_ptr<FlushOp> op(static_cast<FlushOp*>(userData));
-  op->transport->onConnected(*op, status);
+  // Not handled here: this runs inside ucp_worker_progress, possibly while UCX dispatches the
+  // endpoint's pending queue, and onConnected sends the queued messages. A send from there can
+  // make UCX purge the very queue it is walking (its assertion "scheduling arbiter group while
+  // it's being dispatched" aborted a peer about once in ten starts), so progress() handles the
+  // connection once UCX has returned.
+  op->transport->connectedLater(*op, status);
   ucp_request_free(request);
 }
 
@@ -330,6 +335,7 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
   for (;;) {
     while (ucp_worker_progress(h_.worker) != 0) {
     }
+    runConnectedLater();
     // Bootstrap handshakes (their sockets are on io_ with the worker's event fd).
     io_.restart();
     io_.poll();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/transport/auth.h"
@@ -197,6 +198,11 @@ class UcxTransport final : public Transport {
   // Callbacks from UCX (static trampolines below).
   void onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status);
   void onConnected(const FlushOp& op, ucs_status_t status);
+  // A connection's flush completed inside ucp_worker_progress: onConnected runs from
+  // runConnectedLater(), which progress() calls once UCX has returned (ucx_transport.cc).
+  void connectedLater(const FlushOp& op, ucs_status_t status);
+  void runConnectedLater();
+  std::vector<std::pair<FlushOp, ucs_status_t>> connectedLater_;
   ucs_status_t onActiveMessage(const void* header, size_t headerLength, void* data, size_t length,
                                const ucp_am_recv_param_t* param);
   ucs_status_t onShmMessage(const void* header, size_t headerLength, size_t length);
