@@ -274,14 +274,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void packVbmi(const uint8
 }
 #pragma GCC diagnostic pop
 
-bool hasVbmi() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vbmi");
-  }();
-  return yes;
-}
 #endif
 
 // packAligned / unpackAligned, through the VBMI loops for whole groups of 64 codes where the
@@ -460,5 +452,16 @@ void unpackCodes(const std::byte* stream, uint64_t first, size_t n, int width, u
     c[i] = static_cast<uint8_t>(v & mask);
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+bool hasVbmi() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vbmi");
+  }();
+  return yes;
+}
+#endif
 
 }  // namespace starling::compression::codecs

@@ -26,6 +26,12 @@
 
 namespace starling::compression::codecs {
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// True when this CPU has AVX-512 F, BW and VBMI: the byte-permute packing paths of bits.cc and
+// exponential.cc run only then (each keeps a portable loop that writes the same bytes).
+bool hasVbmi();
+#endif
+
 // Packs codes of `width` bits (1..32), least significant bit first, into a byte buffer. Every
 // byte it touches is written whole (the last one by flush), so the buffer need not be zeroed.
 class BitWriter {

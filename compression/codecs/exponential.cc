@@ -233,14 +233,6 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void packNaturalVbmi(cons
 }
 #pragma GCC diagnostic pop
 
-bool hasVbmi() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vbmi");
-  }();
-  return yes;
-}
 #endif
 
 // n a multiple of 8.
