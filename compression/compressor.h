@@ -158,6 +158,17 @@ class Compressor {
     encode(x, rng, out);
   }
 
+  // encodeStream, and into `seen` (as many elements as x) exactly what decode(out) returns:
+  // what every receiver of the frame reconstructs, which the sender needs too (its own message as
+  // the neighbours see it; error feedback's residual). The default decodes the frame it has just
+  // written; a codec that knows those values as it writes them may override it to save that
+  // pass. Returns decode's status (kCorruption for a non-finite input the codec refuses).
+  virtual core::Status encodeSeen(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
+                                  std::vector<std::byte>& out, std::span<T> seen) const {
+    encodeStream(x, rng, ctx, out);
+    return decode(out, seen);
+  }
+
   // Non-null when decode is linear in the frame (see LinearAccumulator) for vectors of d
   // elements, so a receiver may sum its neighbours' weighted frames and decode once.
   virtual std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t /*d*/) const {

@@ -168,8 +168,7 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
     algorithm_->prepare(info_, outgoing_);
     STARLING_RETURN_IF_ERROR(checkFinite(outgoing_, "its message", kInf));
     const compression::StreamContext ctx{round, codecSharedSeed_, codecState_.get()};
-    codec_->encodeStream(outgoing_, codecRng_, ctx, *frame);
-    STARLING_RETURN_IF_ERROR(codec_->decode(*frame, ownDecoded_)
+    STARLING_RETURN_IF_ERROR(codec_->encodeSeen(outgoing_, codecRng_, ctx, *frame, ownDecoded_)
                                  .withContext("rank " + std::to_string(rank_) +
                                               " cannot decode its own frame"));
     own_ = ownDecoded_;

@@ -62,16 +62,24 @@ class ErrorFeedback final : public Compressor<T> {
   void encodeStream(std::span<const T> v, core::Rng& rng, const StreamContext& ctx,
                     std::vector<std::byte>& out) const override {
     auto* s = dynamic_cast<FeedbackState<T>*>(ctx.state);
-    assert(s != nullptr && s->residual.size() == v.size());
+    assert(s != nullptr);
+    (void)encodeSeen(v, rng, ctx, out, s->sent);
+  }
+
+  // The residual needs what the receivers see, and so does the caller: one decode serves both
+  // (before, the engine decoded the frame a second time).
+  core::Status encodeSeen(std::span<const T> v, core::Rng& rng, const StreamContext& ctx,
+                          std::vector<std::byte>& out, std::span<T> seen) const override {
+    auto* s = dynamic_cast<FeedbackState<T>*>(ctx.state);
+    assert(s != nullptr && s->residual.size() == v.size() && seen.size() == v.size());
     for (size_t i = 0; i < v.size(); ++i) s->compensated[i] = s->residual[i] + v[i];
     const StreamContext innerCtx{ctx.round, ctx.sharedSeed, s->inner.get()};
-    inner_->encodeStream(s->compensated, rng, innerCtx, out);
-    if (!inner_->decode(out, s->sent).isOk()) {
-      // A non-finite input: the frame is rejected downstream and the run fails; keep the
-      // residual as it was rather than poisoning it.
-      return;
-    }
-    for (size_t i = 0; i < v.size(); ++i) s->residual[i] = s->compensated[i] - s->sent[i];
+    const core::Status st = inner_->encodeSeen(s->compensated, rng, innerCtx, out, seen);
+    // A non-finite input: the frame is rejected downstream and the run fails; keep the residual
+    // as it was rather than poisoning it.
+    if (!st.isOk()) return st;
+    for (size_t i = 0; i < v.size(); ++i) s->residual[i] = s->compensated[i] - seen[i];
+    return st;
   }
 
   std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t d) const override {
