@@ -111,9 +111,7 @@ void UcxTransport::onConnected(const FlushOp& op, ucs_status_t status) {
 
 void UcxTransport::send(int to, Tag tag, SharedBytes bytes, SendCallback done) {
   if (to < 0 || to >= static_cast<int>(peers_.size()) || to == options_.rank) {
-    ready_.push_back([done = std::move(done), to] {
-      done(core::invalidArgument("cannot send to rank " + std::to_string(to)));
-    });
+    completeSend(std::move(done), core::invalidArgument("cannot send to rank " + std::to_string(to)));
     return;
   }
   auto op = std::make_unique<SendOp>(SendOp{this, to, 0, tag, encodeHeader(options_.rank, tag),
@@ -281,10 +279,8 @@ void UcxTransport::onRestarted(int rank) {
       ++it;
       continue;
     }
-    ready_.push_back([cb = std::move(it->second.done), msg = describe(rank) + " restarted: its "
-                                                              "old process is gone"] {
-      cb(core::peerGone(msg), nullptr);
-    });
+    completeRecv(std::move(it->second.done),
+                 core::peerGone(describe(rank) + " restarted: its old process is gone"));
     it = waiting_.erase(it);
   }
   // Messages the old process sent and nobody claimed belong to a run it is no longer in.

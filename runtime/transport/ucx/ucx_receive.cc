@@ -101,9 +101,7 @@ void UcxTransport::deliver(const MessageKey& key, SharedBytes bytes) {
   stats_.messagesReceived++;
   stats_.bytesReceived += bytes->size();
   if (auto it = waiting_.find(key); it != waiting_.end()) {
-    ready_.push_back([cb = std::move(it->second.done), b = std::move(bytes)]() mutable {
-      cb(core::Status::ok(), std::move(b));
-    });
+    completeRecv(std::move(it->second.done), core::Status::ok(), std::move(bytes));
     waiting_.erase(it);
   } else if (queuedMessages_ >= kMaxQueuedMessages) {
     corrupt("more than " + std::to_string(kMaxQueuedMessages) + " unclaimed messages; dropped one "
@@ -119,16 +117,13 @@ void UcxTransport::deliver(const MessageKey& key, SharedBytes bytes) {
 
 void UcxTransport::recv(int from, Tag tag, Clock::time_point deadline, RecvCallback done) {
   if (from < 0 || from >= static_cast<int>(peers_.size()) || from == options_.rank) {
-    ready_.push_back([cb = std::move(done), from] {
-      cb(core::invalidArgument("cannot receive from rank " + std::to_string(from)), nullptr);
-    });
+    completeRecv(std::move(done),
+                 core::invalidArgument("cannot receive from rank " + std::to_string(from)));
     return;
   }
   const MessageKey key{from, tag};
   if (auto it = arrived_.find(key); it != arrived_.end()) {
-    ready_.push_back([cb = std::move(done), b = std::move(it->second.front())]() mutable {
-      cb(core::Status::ok(), std::move(b));
-    });
+    completeRecv(std::move(done), core::Status::ok(), std::move(it->second.front()));
     it->second.pop_front();
     queuedMessages_--;
     if (it->second.empty()) arrived_.erase(it);
@@ -138,11 +133,10 @@ void UcxTransport::recv(int from, Tag tag, Clock::time_point deadline, RecvCallb
     waiting_.emplace(key, PendingRecv{deadline, std::move(done)});
   } else {
     // One receive per key at a time; the second completes at once, with an error.
-    ready_.push_back([cb = std::move(done), from, round = tag.round] {
-      cb(core::failedPrecondition("a receive from rank " + std::to_string(from) + " for round " +
-                                  std::to_string(round) + " is already pending"),
-         nullptr);
-    });
+    completeRecv(std::move(done),
+                 core::failedPrecondition("a receive from rank " + std::to_string(from) +
+                                          " for round " + std::to_string(tag.round) +
+                                          " is already pending"));
   }
 }
 

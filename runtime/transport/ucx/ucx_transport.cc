@@ -231,18 +231,16 @@ void UcxTransport::maintain(Clock::time_point now) {
     const OutPeer& from = peers_[it->first.from];
     if (options_.failReceivesOfLostPeers && from.state == OutPeer::State::kFailed &&
         now >= from.failedAt + kLostPeerGrace) {
-      ready_.push_back([cb = std::move(it->second.done), st = from.failure] { cb(st, nullptr); });
+      completeRecv(std::move(it->second.done), from.failure);
       it = waiting_.erase(it);
       continue;
     }
     if (it->second.deadline <= now) {
       stats_.timeouts++;
       const int from = it->first.from;
-      ready_.push_back([cb = std::move(it->second.done), msg = "no message from " + describe(from) +
-                                                                 " for round " +
-                                                                 std::to_string(it->first.tag.round)] {
-        cb(core::timeout(msg), nullptr);
-      });
+      completeRecv(std::move(it->second.done),
+                   core::timeout("no message from " + describe(from) + " for round " +
+                                 std::to_string(it->first.tag.round)));
       it = waiting_.erase(it);
     } else {
       ++it;
@@ -342,10 +340,16 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
     const auto now = Clock::now();
     maintain(now);
     if (!ready_.empty()) {
-      std::deque<std::function<void()>> batch;
+      // Run this batch from storage of its own (a callback may send or receive, queueing more),
+      // and keep that storage for the next batch: no allocation per round.
+      std::vector<Completion> batch = std::move(spare_);
+      batch.clear();
       batch.swap(ready_);
-      for (auto& fn : batch) fn();
-      return static_cast<int>(batch.size());
+      for (auto& c : batch) c.run();
+      const int ran = static_cast<int>(batch.size());
+      batch.clear();
+      spare_ = std::move(batch);
+      return ran;
     }
     if (now >= until) return 0;
     if (spin(std::min(until, now + options_.spin))) continue;

@@ -219,7 +219,15 @@ class UcxTransport final : public Transport {
   void deliver(const MessageKey& key, SharedBytes bytes);
   // Queues the send's completion for the next progress() (callbacks never run inside UCX's).
   void finish(std::unique_ptr<SendOp> op, core::Status status) {
-    ready_.push_back([done = std::move(op->done), st = std::move(status)] { done(st); });
+    completeSend(std::move(op->done), std::move(status));
+  }
+  // Queue a completion for the next progress(). Typed rather than a std::function: a round
+  // queues a handful, and a closure holding a callback and a message would allocate each time.
+  void completeSend(SendCallback done, core::Status status) {
+    ready_.push_back(Completion{std::move(done), nullptr, std::move(status), nullptr});
+  }
+  void completeRecv(RecvCallback done, core::Status status, SharedBytes bytes = nullptr) {
+    ready_.push_back(Completion{nullptr, std::move(done), std::move(status), std::move(bytes)});
   }
   void corrupt(const std::string& why);
   core::Status connect(int peer);
@@ -284,7 +292,22 @@ class UcxTransport final : public Transport {
   std::map<MessageKey, std::deque<SharedBytes>> arrived_;
   size_t queuedMessages_ = 0;  // in arrived_
   std::map<MessageKey, PendingRecv> waiting_;
-  std::deque<std::function<void()>> ready_;
+  // A finished send or receive whose callback progress() runs.
+  struct Completion {
+    SendCallback send;
+    RecvCallback recv;
+    core::Status status;
+    SharedBytes bytes;
+    void run() {
+      if (recv) {
+        recv(status, std::move(bytes));
+      } else {
+        send(status);
+      }
+    }
+  };
+  std::vector<Completion> ready_;
+  std::vector<Completion> spare_;  // the last batch's storage, reused by the next one
   TransportStats stats_;
   // Shared-memory path; outbox_ is null when it is off or unavailable.
   ShmIdentity identity_;
