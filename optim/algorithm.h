@@ -91,6 +91,14 @@ class Algorithm {
   virtual size_t messageSize() const = 0;
   // Local work before communication; writes this round's outgoing message.
   virtual void prepare(const RoundInfo& info, std::span<T> outgoing) = 0;
+  // True when prepare() only writes each element of the message from state it does not change
+  // (plain gossip copies its model): the engine may then write the message a block at a time
+  // with prepareBlock, and check and checksum each block while it is still in cache, instead of
+  // a pass to write the message and another to read it back. prepare() stays the reference:
+  // prepareBlock over every block in order writes the same values.
+  virtual bool preparesInBlocks() const { return false; }
+  // Writes elements [offset, offset + out.size()) of this round's message.
+  virtual void prepareBlock(const RoundInfo& /*info*/, size_t /*offset*/, std::span<T> /*out*/) {}
   // Combines the node's own message with its neighbours' and advances the state. With a lossy
   // codec, `own` is the decoded frame (what the neighbours see), not what prepare wrote. `neighbors` is sorted by peer id, so the result never depends on arrival order.
   virtual void absorb(const RoundInfo& info, std::span<const T> own,

@@ -17,6 +17,10 @@ class PlainGossip final : public GossipAlgorithm<T> {
   void prepare(const RoundInfo&, std::span<T> out) override {
     std::copy(x_.begin(), x_.end(), out.begin());
   }
+  bool preparesInBlocks() const override { return true; }
+  void prepareBlock(const RoundInfo&, size_t offset, std::span<T> out) override {
+    std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(offset), out.size(), out.begin());
+  }
   void absorb(const RoundInfo&, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     // x = own + sum_j gamma w_ij (m_j - own), walked in blocks that stay in L1 while every

@@ -104,9 +104,12 @@ core::Status Node<T>::checkFinite(std::span<const T> values, const char* what,
 }
 
 template <typename T>
-core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<const T> payload) const {
+core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<T> payload,
+                                   bool prepareBlocks) {
   // The message's finiteness check and the frame's CRC32C in one pass over the payload, a block
-  // at a time while it is in L1, rather than two passes over d values.
+  // at a time while it is in L1, rather than two passes over d values. With `prepareBlocks` the
+  // algorithm writes each block just before it is checked (Algorithm::preparesInBlocks), so the
+  // message is written and read back in one pass too.
   constexpr size_t kBlock = 4096;
   const T limit = std::numeric_limits<T>::max();
   compression::Crc32c crc;
@@ -115,7 +118,8 @@ core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<const T
   bool ok = true;
   for (size_t b = 0; b < payload.size(); b += kBlock) {
     const auto block = payload.subspan(b, std::min(kBlock, payload.size() - b));
-    ok &= allWithin(block, limit);
+    if (prepareBlocks) algorithm_->prepareBlock(info_, b, block);
+    ok &= allWithin(std::span<const T>(block), limit);
     crc.update(std::as_bytes(block));
   }
   const auto* end = reinterpret_cast<const std::byte*>(payload.data() + payload.size());
@@ -159,8 +163,9 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
       message = std::move(frame);
     }
     const std::span<T> payload = compression::beginDense<T>(messageSize_, bytes);
-    algorithm_->prepare(info_, payload);
-    STARLING_RETURN_IF_ERROR(checkAndSeal(bytes, payload));
+    const bool inBlocks = algorithm_->preparesInBlocks();
+    if (!inBlocks) algorithm_->prepare(info_, payload);
+    STARLING_RETURN_IF_ERROR(checkAndSeal(bytes, payload, inBlocks));
     own_ = payload;
   } else {
     std::shared_ptr<transport::Bytes> frame = framePool_.acquire(frameBytes);

@@ -142,8 +142,9 @@ class Node {
   core::Result<std::span<const T>> decodeMessage(size_t slot, const transport::SharedBytes& bytes);
   // kDiverged unless every |values[k]| <= maxAbs (NaN never is).
   core::Status checkFinite(std::span<const T> values, const char* what, double maxAbs) const;
-  // checkFinite(payload, "its message", inf) and the frame's CRC32C seal in one pass.
-  core::Status checkAndSeal(std::span<std::byte> frame, std::span<const T> payload) const;
+  // checkFinite(payload, "its message", inf) and the frame's CRC32C seal in one pass; with
+  // `prepareBlocks` the algorithm writes each block first (Algorithm::prepareBlock).
+  core::Status checkAndSeal(std::span<std::byte> frame, std::span<T> payload, bool prepareBlocks);
 
   const int rank_;
   uint32_t channel_ = kModelChannel;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -151,7 +152,9 @@ TEMPLATE_TEST_CASE("mix without compression is x_i <- sum_j w_ij x_j", "[api][un
                    double) {
   const auto path = writeScenario(
       "mix", ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
-  const size_t d = 7;
+  // Over two 4096-element blocks and a part block: the message is written, checked and sealed a
+  // block at a time (Algorithm::prepareBlock).
+  const size_t d = 9001;
   auto start = [&](int rank) {
     std::vector<TestType> x(d);
     for (size_t k = 0; k < d; ++k) x[k] = static_cast<TestType>((rank + 1) * (k + 1) + 0.25 * rank);
@@ -184,6 +187,28 @@ TEMPLATE_TEST_CASE("mix without compression is x_i <- sum_j w_ij x_j", "[api][un
       const double want = (double(a[k]) + double(b[k]) + double(c[k])) / 3.0;
       CHECK(std::abs(double(after[i][k]) - want) <= tol * std::abs(want));
     }
+  }
+}
+
+TEST_CASE("mix names the first non-finite coordinate of the trainer's parameters",
+          "[api][unit]") {
+  const auto path = writeScenario(
+      "mix-nan", ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
+  const size_t d = 9001;
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    auto peer = Peer::fromScenario(path.string(), rank);
+    if (!peer) return peer.status();
+    std::vector<float> x(d, 1.0f);
+    x[5000 + rank] = std::numeric_limits<float>::quiet_NaN();  // in the second block
+    x[8000] = std::numeric_limits<float>::infinity();          // later: not the one named
+    return (*peer)->mix(std::span<float>(x));
+  });
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO(statuses[rank].toString());
+    CHECK(statuses[rank].code() == StatusCode::kDiverged);
+    CHECK_THAT(statuses[rank].message(),
+               Catch::Matchers::Contains("its message coordinate " + std::to_string(5000 + rank) +
+                                         " is nan"));
   }
 }
 
