@@ -27,8 +27,9 @@ ucx::Options shmOptions(int rank, const std::vector<uint16_t>& ports, const LogL
 // Writes `v` into a shared-memory message header at `off` (n bytes, little-endian).
 void put(std::array<std::byte, 64>& h, size_t off, uint64_t v, size_t n) { putLe(h.data() + off, v, n); }
 
-// Whether `p` lies in a mapping of this process backed by a memfd (the receive-side view).
-bool inMemfdMapping(const void* p) {
+// Whether `p` lies in a mapping of this process backed by a memfd named `name` (the receive-side
+// view: "starling-frames" for segments, "starling-ring" for the small-frame rings).
+bool inMemfdMapping(const void* p, const char* name = "memfd:starling-frames") {
   FILE* f = std::fopen("/proc/self/maps", "r");
   if (f == nullptr) return false;
   char line[512];
@@ -37,7 +38,7 @@ bool inMemfdMapping(const void* p) {
   while (!found && std::fgets(line, sizeof line, f) != nullptr) {
     uintptr_t lo = 0, hi = 0;
     if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && addr >= lo && addr < hi) {
-      found = std::strstr(line, "memfd:starling-frames") != nullptr;
+      found = std::strstr(line, name) != nullptr;
     }
   }
   std::fclose(f);
@@ -47,7 +48,7 @@ bool inMemfdMapping(const void* p) {
 // A ring of three: every rank sends its own 64 KiB .. 1 MiB message to both neighbours each round
 // and checks what it gets, then lets go of the views. Returns the number of rounds that checked out.
 int ringRounds(std::vector<std::unique_ptr<Transport>>& ts, int rounds, size_t size,
-               bool checkViews) {
+               bool checkViews, const char* mapping = "memfd:starling-frames") {
   std::vector<Transport*> raw;
   for (auto& t : ts) raw.push_back(t.get());
   const int n = static_cast<int>(ts.size());
@@ -82,7 +83,8 @@ int ringRounds(std::vector<std::unique_ptr<Transport>>& ts, int rounds, size_t s
         // Not a copy: neither the sender's buffer nor one of ours, but its shared segment, and
         // the transport vouches for it (receivers skip the frame CRC on such bytes).
         if (checkViews && r > 2) {
-          ok = ok && g.bytes->data() != mine[nb]->data() && inMemfdMapping(g.bytes->data()) &&
+          ok = ok && g.bytes->data() != mine[nb]->data() &&
+               inMemfdMapping(g.bytes->data(), mapping) &&
                g.bytes.intact();
         }
       }
@@ -154,6 +156,93 @@ TEST_CASE("ucx shm: small messages, and shared memory switched off, stay on acti
   CHECK(t1->stats().sharedMemoryMessages == 0);
   CHECK(t0->stats().messagesReceived == 6);
   CHECK(t1->stats().messagesReceived == 6);
+}
+
+TEST_CASE("ucx shm: small frames are read in place out of the sender's ring, whose slots are "
+          "reused", "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(3);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < 3; ++r) ts.push_back(make(shmOptions(r, ports, log)));
+  // 1,000 + r bytes (below the 4,096-byte threshold), 60 rounds through rings of 8 slots: every
+  // slot is freed when the receiver lets go of its view, and used again.
+  CHECK(ringRounds(ts, 60, 1000, /*checkViews=*/true, "memfd:starling-ring") == 60);
+  for (auto& t : ts) {
+    const auto st = t->stats();
+    CHECK(st.sharedMemoryMessages >= 2 * 55);
+    CHECK(st.corruptMessages == 0);
+  }
+}
+
+TEST_CASE("ucx shm: frames that find the ring's next slot still held go by active message",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto t0 = make(shmOptions(0, ports, log));
+  auto t1 = make(shmOptions(1, ports, log));
+  for (int i = 0; i < 3; ++i) exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 500, 40 + i);
+  const auto before = t1->stats();
+  REQUIRE(before.sharedMemoryMessages >= 1);  // the handshake is done: the ring is in use
+  // 20 frames nobody claims yet: the receiver queues them, holding the first 8 slots' views.
+  constexpr int kFrames = 20;
+  std::vector<SharedBytes> msgs;
+  std::vector<Sent> sent(kFrames);
+  for (int i = 0; i < kFrames; ++i) {
+    msgs.push_back(randomBytes(300 + i, 500 + i));
+    t0->send(1, Tag{100 + static_cast<uint64_t>(i), 0}, msgs.back(), sent[i].callback());
+  }
+  REQUIRE(pumpUntil(
+      {t0.get(), t1.get()},
+      [&] { return t1->stats().messagesReceived == before.messagesReceived + kFrames; },
+      in(10s)));
+  CHECK(t1->stats().sharedMemoryMessages == before.sharedMemoryMessages + 8);  // kRingSlots
+  std::vector<Received> got(kFrames);
+  for (int i = 0; i < kFrames; ++i) t1->recv(0, Tag{100 + static_cast<uint64_t>(i), 0}, in(10s), got[i].callback());
+  REQUIRE(pumpUntil({t0.get(), t1.get()}, [&] {
+    return std::all_of(got.begin(), got.end(), [](const Received& g) { return g.calls; });
+  }, in(10s)));
+  for (int i = 0; i < kFrames; ++i) {
+    CAPTURE(i);
+    CHECK(sent[i].status.isOk());
+    CHECK(got[i].status.isOk());
+    CHECK(sameBytes(got[i].bytes, msgs[i]));
+  }
+  for (const auto& line : *log) UNSCOPED_INFO(line);
+  CHECK(t1->stats().corruptMessages == 0);
+}
+
+TEST_CASE("ucx shm: a receiver asleep in the kernel is woken for a frame put in its ring",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto t0 = make(shmOptions(0, ports, log));
+  auto t1 = make(shmOptions(1, ports, log));
+  for (int i = 0; i < 3; ++i) exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 500, 60 + i);
+  const auto before = t1->stats().sharedMemoryMessages;
+  REQUIRE(before >= 1);
+  // Rank 1 waits on its own thread, well past its spin, in the kernel; rank 0 sends only then.
+  // Without the doorbell the receive would sit out its 20 s deadline and fail with a timeout.
+  Received got;
+  t1->recv(0, Tag{7, 0}, in(20s), got.callback());
+  std::thread waiter([&] {
+    const auto deadline = in(25s);
+    while (!got.calls && Clock::now() < deadline) (void)t1->progress(deadline);
+  });
+  std::this_thread::sleep_for(200ms);
+  const SharedBytes msg = randomBytes(700, 77);
+  Sent sent;
+  t0->send(1, Tag{7, 0}, msg, sent.callback());
+  const auto until = in(25s);
+  while (!sent.calls && Clock::now() < until) (void)t0->progress(in(10ms));
+  pumpFor({t0.get()}, 100ms);  // the doorbell, if one is still queued
+  waiter.join();
+  REQUIRE(got.calls);
+  CHECK(got.status.isOk());
+  CHECK(sameBytes(got.bytes, msg));
+  CHECK(t1->stats().sharedMemoryMessages == before + 1);  // it came through the ring
 }
 
 TEST_CASE("ucx shm: a view outlives its transport and its sender", "[runtime][unit][ucx][shm]") {

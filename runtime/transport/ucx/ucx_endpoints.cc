@@ -21,6 +21,7 @@ core::Status UcxTransport::connect(int peer) {
   if (!addr) return addr.status();
   p.errored = false;
   p.mapped = false;  // until the neighbour accepts this connection's hello
+  p.ringMapped = false;
   p.generation++;
   p.state = OutPeer::State::kConnecting;
   // The bootstrap handshake first (ucx_bootstrap.h); it hands us the neighbour's worker address.
@@ -163,6 +164,9 @@ void UcxTransport::post(int peer, std::unique_ptr<SendOp> op) {
       sign(raw->shm.data(), shmHeaderBytes(), peer, 0);
     }
     req = ucp_am_send_nbx(p.ep, kShmAmId, raw->shm.data(), shmHeaderBytes(), nullptr, 0, &rp);
+  } else if (p.ringMapped && size < options_.sharedMemoryThreshold &&
+             sendThroughRing(peer, *raw)) {
+    req = nullptr;  // in the neighbour's ring: nothing else travels, nothing to wait for
   } else if (outbox_ && p.mapped && size >= options_.sharedMemoryThreshold &&
              stageInSharedMemory(peer, *raw)) {
     // Only the descriptor travels. No reply flag: UCX drops a reply-flagged message whose
@@ -231,6 +235,8 @@ void UcxTransport::failPeer(int peer, core::Status status) {
   p.failure = std::move(status);
   p.failedAt = Clock::now();
   p.mapped = false;
+  p.ringMapped = false;
+  p.ring.reset();  // a new process of that rank gets a new ring
   if (outbox_) outbox_->forget(peer);
   if (p.ep) {
     closeEndpoint(p.ep, /*force=*/true);
@@ -256,6 +262,9 @@ void UcxTransport::revive(int peer) {
 void UcxTransport::onRestarted(int rank) {
   log("rank " + std::to_string(rank) + " connected from a new process: it restarted");
   OutPeer& p = peers_[rank];
+  // Our ring for the old process may hold frames it never read: the new one gets a new ring.
+  p.ringMapped = false;
+  p.ring.reset();
   if (p.state == OutPeer::State::kConnected) {
     // An endpoint to the old process: nothing sent on it can arrive. (A handshake in flight
     // reaches whoever listens on the address now: the new process.)
@@ -295,6 +304,8 @@ void UcxTransport::onRestarted(int rank) {
   InPeer& in = senders_[rank];
   in.mapped = false;
   in.cache.clear();
+  in.ring.reset();  // what is left in it belonged to the old process
+  in.ringFd = -1;
 }
 
 void UcxTransport::onEndpointError(ucp_ep_h ep, ucs_status_t status) {

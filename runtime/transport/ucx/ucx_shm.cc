@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -187,31 +188,186 @@ MappedSegment::~MappedSegment() {
   ::munmap(const_cast<std::byte*>(base_), size_);
 }
 
-core::Result<std::shared_ptr<const MappedSegment>> mapSegment(uint32_t pid, int32_t fd,
-                                                              const Token& token, uint64_t serial) {
+namespace {
+
+// Opens segment `fd` of process `pid` (through /proc) and checks that it is a sealed regular file
+// of a plausible size; returns the open descriptor (closed by the caller) and the size.
+core::Result<int> openSealed(uint32_t pid, int32_t fd, bool writable, size_t& size,
+                             std::string& path) {
   if (pid == 0 || fd < 0) return core::corruption("no such segment");
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  // Only a regular file is opened at all: a descriptor naming a FIFO or a device would block in
-  // open() or have side effects. Non-blocking, and checked again on what was opened.
+  path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   struct stat before {};
   if (::stat(path.c_str(), &before) != 0) return core::unavailable(errnoText(("stat " + path).c_str()));
   if (!S_ISREG(before.st_mode)) return core::corruption(path + " is not a regular file");
-  const int local = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  const int local = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK |
+                                             O_NOCTTY);
   if (local < 0) return core::unavailable(errnoText(("open " + path).c_str()));
+  auto fail = [local](core::Status st) {
+    ::close(local);
+    return st;
+  };
+  const int seals = ::fcntl(local, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return fail(core::corruption(path + " is not a sealed segment"));
+  }
+  struct stat st {};
+  if (::fstat(local, &st) != 0) return fail(core::unavailable(errnoText("fstat")));
+  if (!S_ISREG(st.st_mode) || st.st_ino != before.st_ino || st.st_dev != before.st_dev) {
+    return fail(core::corruption(path + " changed while it was opened"));
+  }
+  size = static_cast<size_t>(st.st_size);
+  return local;
+}
+
+}  // namespace
+
+// ---- small-frame rings -------------------------------------------------------------------
+
+namespace {
+
+// A slot's state: free (the sender may write it), full (written, not yet read), held (read: the
+// receiver still has a view of it). Only the sender makes a slot full, only the receiver makes it
+// held or free.
+constexpr uint32_t kSlotFree = 0;
+constexpr uint32_t kSlotFull = 1;
+constexpr uint32_t kSlotHeld = 2;
+
+// Slot header: state (4), length (4), sequence number (8), round (8), channel (4).
+size_t ringBytes(size_t slotBytes) {
+  return kSegmentHeaderBytes + kRingControlBytes + kRingSlots * (kRingSlotHeaderBytes + slotBytes);
+}
+std::byte* slotAt(std::byte* base, size_t slotBytes, uint64_t seq) {
+  return base + kSegmentHeaderBytes + kRingControlBytes +
+         (seq % kRingSlots) * (kRingSlotHeaderBytes + slotBytes);
+}
+std::atomic_ref<uint32_t> word(std::byte* p) {
+  return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(p));
+}
+
+}  // namespace
+
+core::Result<std::unique_ptr<OutRing>> OutRing::create(const Token& token, size_t slotBytes) {
+  if (slotBytes == 0 || slotBytes % 64 != 0 || slotBytes > kRingMaxSlotBytes) {
+    return core::invalidArgument("ring slots of " + std::to_string(slotBytes) + " bytes");
+  }
+  std::unique_ptr<OutRing> ring(new OutRing());
+  ring->slotBytes_ = slotBytes;
+  ring->total_ = pageRound(ringBytes(slotBytes));
+  ring->fd_ = ::memfd_create("starling-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (ring->fd_ < 0) return core::ioError(errnoText("memfd_create"));
+  auto fail = [](const char* what) { return core::ioError(errnoText(what)); };
+  if (::ftruncate(ring->fd_, static_cast<off_t>(ring->total_)) != 0) return fail("ftruncate");
+  if (::fcntl(ring->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return fail("F_ADD_SEALS");
+  }
+  void* p = ::mmap(nullptr, ring->total_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                   ring->fd_, 0);
+  if (p == MAP_FAILED) return fail("mmap");
+  ring->base_ = static_cast<std::byte*>(p);  // zero: every slot free, the receiver awake
+  writeHeader(ring->base_, token, 0);
+  putLe(ring->base_ + 32, slotBytes, 8);  // the receiver lays the ring out from this
+  return ring;
+}
+
+OutRing::~OutRing() {
+  if (base_) ::munmap(base_, total_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool OutRing::push(const Tag& tag, std::span<const std::byte> frame, bool& wake) {
+  wake = false;
+  if (frame.size() > slotBytes_) return false;
+  std::byte* slot = slotAt(base_, slotBytes_, head_);
+  if (word(slot).load(std::memory_order_acquire) != kSlotFree) return false;
+  putLe(slot + 4, frame.size(), 4);
+  putLe(slot + 8, head_, 8);
+  putLe(slot + 16, tag.round, 8);
+  putLe(slot + 24, tag.channel, 4);
+  if (!frame.empty()) std::memcpy(slot + kRingSlotHeaderBytes, frame.data(), frame.size());
+  word(slot).store(kSlotFull, std::memory_order_release);
+  ++head_;
+  // Either the receiver sees this slot full when it looks once more before sleeping, or this
+  // sees its sleeping word and rings: both sides store, fence, then load.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake = word(base_ + kSegmentHeaderBytes).load(std::memory_order_relaxed) != 0;
+  return true;
+}
+
+MappedRing::~MappedRing() { ::munmap(base_, size_); }
+
+MappedRing::Next MappedRing::next(Tag& tag, std::span<const std::byte>& bytes, uint32_t*& state,
+                                  std::string& why) {
+  std::byte* slot = slotAt(base_, slotBytes_, cursor_);
+  if (word(slot).load(std::memory_order_acquire) != kSlotFull) return Next::kEmpty;
+  const uint64_t length = getLe(slot + 4, 4);
+  const uint64_t seq = getLe(slot + 8, 8);
+  if (seq != cursor_ || length > slotBytes_) {
+    why = "ring slot holds frame " + std::to_string(seq) + " of " + std::to_string(length) +
+          " bytes where frame " + std::to_string(cursor_) + " of at most " +
+          std::to_string(slotBytes_) + " was due";
+    return Next::kCorrupt;
+  }
+  tag = Tag{getLe(slot + 16, 8), static_cast<uint32_t>(getLe(slot + 24, 4))};
+  bytes = std::span<const std::byte>(slot + kRingSlotHeaderBytes, length);
+  state = reinterpret_cast<uint32_t*>(slot);
+  word(slot).store(kSlotHeld, std::memory_order_relaxed);
+  ++cursor_;
+  return Next::kFrame;
+}
+
+void MappedRing::setSleeping(bool sleeping) {
+  word(base_ + kSegmentHeaderBytes).store(sleeping ? 1 : 0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void MappedRing::freeSlot(uint32_t* state) {
+  std::atomic_ref<uint32_t>(*state).store(kSlotFree, std::memory_order_release);
+}
+
+core::Result<std::shared_ptr<MappedRing>> mapRing(uint32_t pid, int32_t fd, const Token& token) {
+  size_t size = 0;
+  std::string path;
+  auto opened = openSealed(pid, fd, /*writable=*/true, size, path);
+  if (!opened) return opened.status();
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
-  } closer{local};
-  const int seals = ::fcntl(local, F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-    return core::corruption(path + " is not a sealed segment");
+  } closer{*opened};
+  if (size < kSegmentHeaderBytes || size > pageRound(ringBytes(kRingMaxSlotBytes))) {
+    return core::corruption(path + " is not the size of a ring");
   }
-  struct stat st {};
-  if (::fstat(local, &st) != 0) return core::unavailable(errnoText("fstat"));
-  if (!S_ISREG(st.st_mode) || st.st_ino != before.st_ino || st.st_dev != before.st_dev) {
-    return core::corruption(path + " changed while it was opened");
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, *opened, 0);
+  if (p == MAP_FAILED) return core::unavailable(errnoText("mmap"));
+  auto* base = static_cast<std::byte*>(p);
+  // The slot size is read once, here, and checked against the sealed size: the sender cannot
+  // change this ring's layout afterwards.
+  const uint64_t slotBytes = getLe(base + 32, 8);
+  auto ring = std::make_shared<MappedRing>(base, size, slotBytes);
+  if (getLe(base, 8) != kSegmentMagic || getLe(base + 8, 8) != 0 ||
+      std::memcmp(base + 16, token.data(), token.size()) != 0) {
+    return core::corruption(path + " is not a ring of that sender");
   }
-  const auto size = static_cast<size_t>(st.st_size);
+  if (slotBytes == 0 || slotBytes % 64 != 0 || slotBytes > kRingMaxSlotBytes ||
+      ringBytes(slotBytes) > size) {
+    return core::corruption(path + " claims ring slots of " + std::to_string(slotBytes) +
+                            " bytes in " + std::to_string(size));
+  }
+  return ring;
+}
+
+core::Result<std::shared_ptr<const MappedSegment>> mapSegment(uint32_t pid, int32_t fd,
+                                                              const Token& token, uint64_t serial) {
+  // Only a regular file is opened at all (openSealed): a descriptor naming a FIFO or a device
+  // would block in open() or have side effects.
+  size_t size = 0;
+  std::string path;
+  auto opened = openSealed(pid, fd, /*writable=*/false, size, path);
+  if (!opened) return opened.status();
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{*opened};
+  const int local = *opened;
   if (size < kSegmentHeaderBytes) return core::corruption(path + " is too small for a segment");
   if (size > kMaxSegmentBytes) return core::corruption(path + " is larger than any frame");
   // Populated now (one call instead of a fault per page) unless it is huge: the size is the

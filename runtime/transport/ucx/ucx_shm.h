@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -151,6 +152,81 @@ class SegmentCache {
   size_t max_;
   std::deque<std::pair<uint64_t, std::shared_ptr<const MappedSegment>>> entries_;  // newest last
 };
+
+// ---- small frames: a ring per (sender, receiver) ----------------------------------------------
+//
+// Frames below the segment threshold (a d = 1e3 model is 4 KB) do not pay for a descriptor, a
+// release message and UCX's active-message path each: the sender keeps, for each neighbour on
+// its host, a ring of kRingSlots slots in a sealed memfd segment that the neighbour maps
+// read-write during the handshake. Sending copies the frame into the next free slot and marks it
+// full; the receiver polls its rings from progress(), hands the node a view of the slot (read in
+// place, like a segment) and marks the slot free when the node lets go of it. Nothing else
+// travels, except a doorbell (a small control message) when the receiver has said, in the
+// ring's control word, that it is about to sleep in the kernel.
+//
+// Layout: the segment header (magic, serial 0, token), a 64-byte control line (the receiver's
+// `sleeping` word), then kRingSlots slots of 64 header bytes (state, length, sequence number,
+// round, channel) and `slotBytes` payload bytes. A slot is free, full (written, unread) or held
+// (read, still viewed). The sender writes a slot only while it is free and then makes it full;
+// the receiver only makes slots held and free and writes its control word; a receiver that scribbles on the
+// ring can only spoil its own inbound frames, and the sender never reads a length or an offset
+// from it. The receiver checks every slot's length and sequence number against its own count.
+constexpr size_t kRingSlots = 8;
+constexpr size_t kRingControlBytes = 64;
+constexpr size_t kRingSlotHeaderBytes = 64;
+constexpr size_t kRingMaxSlotBytes = size_t{64} << 10;
+
+// The sender's ring for one neighbour.
+class OutRing {
+ public:
+  // A ring whose slots hold frames of up to `slotBytes` bytes (a multiple of 64).
+  static core::Result<std::unique_ptr<OutRing>> create(const Token& token, size_t slotBytes);
+  ~OutRing();
+  OutRing(const OutRing&) = delete;
+  OutRing& operator=(const OutRing&) = delete;
+  int fd() const { return fd_; }
+  size_t slotBytes() const { return slotBytes_; }
+  // Copies `frame` into the next slot; false when the receiver still holds that slot (the
+  // caller sends the frame another way). Sets `wake` when the receiver said it is going to sleep.
+  bool push(const Tag& tag, std::span<const std::byte> frame, bool& wake);
+
+ private:
+  OutRing() = default;
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+  size_t total_ = 0;
+  size_t slotBytes_ = 0;
+  uint64_t head_ = 0;  // sequence number of the next frame
+};
+
+// A neighbour's ring, mapped read-write into the receiver. Held by every view of a frame in it.
+class MappedRing {
+ public:
+  MappedRing(std::byte* base, size_t size, size_t slotBytes)
+      : base_(base), size_(size), slotBytes_(slotBytes) {}
+  ~MappedRing();
+  MappedRing(const MappedRing&) = delete;
+  MappedRing& operator=(const MappedRing&) = delete;
+
+  enum class Next { kEmpty, kFrame, kCorrupt };
+  // The next frame in order, if the sender has written it: its tag, its bytes (a view into the
+  // slot) and the slot's state word, to free it. kCorrupt (with `why`) when the slot does not hold
+  // the frame this receiver expects.
+  Next next(Tag& tag, std::span<const std::byte>& bytes, uint32_t*& state, std::string& why);
+  // The receiver is (or is no longer) about to sleep: the sender then rings the doorbell.
+  void setSleeping(bool sleeping);
+  static void freeSlot(uint32_t* state);
+
+ private:
+  std::byte* base_;
+  size_t size_;
+  size_t slotBytes_;
+  uint64_t cursor_ = 0;  // sequence number of the next frame to hand out
+};
+
+// Maps ring `fd` of process `pid` read-write and checks it is sealed, laid out as a ring, and
+// carries `token`.
+core::Result<std::shared_ptr<MappedRing>> mapRing(uint32_t pid, int32_t fd, const Token& token);
 
 // Frames whose views the node has let go of, to be reported to their senders from progress().
 // Views hold it weakly, so a view that outlives its transport releases nothing.

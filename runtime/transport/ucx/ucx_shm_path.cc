@@ -87,7 +87,85 @@ void UcxTransport::sendHello(int peer) {
   std::memcpy(h.data() + 32, identity_.bootId.data(), identity_.bootId.size());
   putLe(h.data() + 48, static_cast<uint32_t>(outbox_->probeFd()), 4);
   putLe(h.data() + 52, 1, 8);  // the probe is the outbox's first segment
+  // Small frames for this neighbour: one ring per neighbour process, kept across reconnections.
+  OutPeer& p = peers_[peer];
+  p.ringMapped = false;
+  const size_t slotBytes = (options_.sharedMemoryThreshold + 63) / 64 * 64;
+  if (!p.ring && options_.sharedMemoryThreshold > 0 && slotBytes <= kRingMaxSlotBytes &&
+      !options_.encrypt) {
+    auto ring = OutRing::create(identity_.token, slotBytes);
+    if (ring) {
+      p.ring = std::move(*ring);
+    } else {
+      log("small frames to " + describe(peer) + " stay on UCX active messages: " +
+          ring.status().message());
+    }
+  }
+  putLe(h.data() + 60, p.ring ? static_cast<uint32_t>(p.ring->fd()) : 0xffffffffu, 4);
   sendControl(peer, h);
+}
+
+bool UcxTransport::sendThroughRing(int peer, const SendOp& op) {
+  OutPeer& p = peers_[peer];
+  bool wake = false;
+  if (!p.ring->push(op.tag, *op.bytes, wake)) return false;  // its slot is still being read
+  if (wake) sendControl(peer, shmHeader(ShmType::kDoorbell, static_cast<uint32_t>(options_.rank)));
+  return true;
+}
+
+int UcxTransport::pollRing(int sender) {
+  InPeer& in = senders_[sender];
+  int delivered = 0;
+  while (in.ring) {
+    Tag tag;
+    std::span<const std::byte> bytes;
+    uint32_t* state = nullptr;
+    std::string why;
+    const auto next = in.ring->next(tag, bytes, state, why);
+    if (next == MappedRing::Next::kEmpty) break;
+    if (next == MappedRing::Next::kCorrupt) {
+      corrupt("small-frame ring of " + describe(sender) + ": " + why + "; not read any more");
+      in.ring.reset();
+      in.ringFd = -1;
+      break;
+    }
+    // The slot is the sender's again once every view of the frame is gone.
+    // Built in place only: a copy would free the slot twice.
+    struct SlotLease {
+      SlotLease(std::shared_ptr<MappedRing> r, uint32_t* s) : ring(std::move(r)), state(s) {}
+      SlotLease(const SlotLease&) = delete;
+      SlotLease& operator=(const SlotLease&) = delete;
+      ~SlotLease() { MappedRing::freeSlot(state); }
+      std::shared_ptr<MappedRing> ring;
+      uint32_t* state;
+    };
+    auto lease = std::make_shared<SlotLease>(in.ring, state);
+    stats_.sharedMemoryMessages++;
+    // Read in place out of memory only the sender (and this rank) can write.
+    deliver(MessageKey{sender, tag}, SharedBytes(std::move(lease), bytes).setIntact(true));
+    ++delivered;
+  }
+  return delivered;
+}
+
+int UcxTransport::pollRings() {
+  int delivered = 0;
+  for (size_t i = 0; i < ringSenders_.size();) {
+    const int sender = ringSenders_[i];
+    delivered += pollRing(sender);
+    if (senders_[sender].ring) {
+      ++i;
+    } else {
+      ringSenders_.erase(ringSenders_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  return delivered;
+}
+
+void UcxTransport::setSleeping(bool sleeping) {
+  for (int sender : ringSenders_) {
+    if (senders_[sender].ring) senders_[sender].ring->setSleeping(sleeping);
+  }
 }
 
 bool UcxTransport::stageInSharedMemory(int peer, SendOp& op) {
@@ -143,7 +221,7 @@ ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength,
   const auto* h = static_cast<const std::byte*>(header);
   const uint64_t type = getLe(h + 4, 4);
   const uint64_t sender = getLe(h + 8, 4);
-  if (getLe(h, 4) != kShmMagic || type < 1 || type > 4) {
+  if (getLe(h, 4) != kShmMagic || type < 1 || type > 5) {
     corrupt("bad shared-memory message header");
     return UCS_OK;
   }
@@ -167,13 +245,22 @@ ucs_status_t UcxTransport::onShmMessage(const void* header, size_t headerLength,
     case ShmType::kHello:
       onHello(from, h);
       break;
-    case ShmType::kAck:
-      if (outbox_ && getLe(h + 12, 4) == 1 && !peers_[from].mapped) {
-        peers_[from].mapped = true;
+    case ShmType::kAck: {
+      const uint64_t accepted = getLe(h + 12, 4);
+      OutPeer& p = peers_[from];
+      if (outbox_ && (accepted & 1) != 0 && !p.mapped) {
+        p.mapped = true;
         log("frames of " + std::to_string(options_.sharedMemoryThreshold) + " bytes and more to " +
             describe(from) + " go through shared memory");
       }
+      if (p.ring && (accepted & 2) != 0 && !p.ringMapped) {
+        p.ringMapped = true;
+        log("smaller frames to " + describe(from) + " go through a ring in shared memory");
+      }
       break;
+    }
+    case ShmType::kDoorbell:
+      break;  // progress() reads the rings once UCX returns
     case ShmType::kFrame:
       onFrame(from, h, counter, payloadTag);
       break;
@@ -207,13 +294,35 @@ void UcxTransport::onHello(int sender, const std::byte* h) {
     } else {
       refused = probe.status().message();
     }
+    const auto ringFd = in.mapped ? static_cast<int32_t>(getLe(h + 60, 4)) : -1;
+    if (!(in.ring && ringFd >= 0 && in.ringFd == ringFd && in.ringPid == pid)) {
+      // Not the ring this rank reads (a new process, the first hello, or none): what is left in
+      // the old one is handed out first, in order.
+      pollRing(sender);
+      in.ring.reset();
+      in.ringFd = -1;
+      if (ringFd >= 0) {
+        auto ring = mapRing(pid, ringFd, token);
+        if (ring) {
+          in.ring = std::move(*ring);
+          in.ringFd = ringFd;
+          in.ringPid = pid;
+          if (std::find(ringSenders_.begin(), ringSenders_.end(), sender) == ringSenders_.end()) {
+            ringSenders_.push_back(sender);
+          }
+        } else {
+          log("small frames from " + describe(sender) + " stay on UCX active messages: " +
+              ring.status().message());
+        }
+      }
+    }
   }
   if (!refused.empty() && outbox_) {
     log("frames from " + describe(sender) + " stay on UCX active messages: " + refused);
   }
   // The answer goes back on this rank's own connection to the sender (from progress()).
   ShmHeader ack = shmHeader(ShmType::kAck, static_cast<uint32_t>(options_.rank));
-  putLe(ack.data() + 12, in.mapped ? 1 : 0, 4);
+  putLe(ack.data() + 12, (in.mapped ? 1 : 0) | (in.mapped && in.ring ? 2 : 0), 4);
   pendingControl_.emplace_back(sender, ack);
 }
 

@@ -319,6 +319,7 @@ void UcxTransport::waitForEvents(Clock::time_point wake) {
 bool UcxTransport::spin(Clock::time_point until) {
   while (Clock::now() < until) {
     if (ucp_worker_progress(h_.worker) != 0) return true;
+    if (!ringSenders_.empty() && pollRings() != 0) return true;
     ::sched_yield();  // on an oversubscribed host, let the neighbour we wait for run
   }
   return false;
@@ -334,6 +335,7 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
     while (ucp_worker_progress(h_.worker) != 0) {
     }
     runConnectedLater();
+    pollRings();
     // Bootstrap handshakes (their sockets are on io_ with the worker's event fd).
     io_.restart();
     io_.poll();
@@ -353,10 +355,24 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
     }
     if (now >= until) return 0;
     if (spin(std::min(until, now + options_.spin))) continue;
+    // About to sleep in the kernel: senders with a ring to this rank ring a doorbell from now
+    // on. A frame they put in just before is seen by this last look.
+    setSleeping(true);
+    if (pollRings() != 0) {
+      setSleeping(false);
+      continue;
+    }
     const ucs_status_t armed = ucp_worker_arm(h_.worker);
-    if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
-    if (armed != UCS_OK) return fromUcs(armed, "ucp_worker_arm");
+    if (armed == UCS_ERR_BUSY) {  // events arrived meanwhile: progress again
+      setSleeping(false);
+      continue;
+    }
+    if (armed != UCS_OK) {
+      setSleeping(false);
+      return fromUcs(armed, "ucp_worker_arm");
+    }
     waitForEvents(nextWake(until));
+    setSleeping(false);
   }
 }
 

@@ -46,8 +46,10 @@ using Header = std::array<std::byte, kHeaderBytes + kAuthTrailerBytes>;
 
 // The shared-memory path's messages (ucx_shm.h): header-only active messages on their own id.
 // Layout, little-endian: magic (4), type (4), sender rank (4), then by type:
-//   kHello:   pid (4) @12, token (16) @16, boot id (16) @32, probe fd (4) @48, probe serial (8) @52
-//   kAck:     accepted (4) @12
+//   kHello:   pid (4) @12, token (16) @16, boot id (16) @32, probe fd (4) @48, probe serial (8) @52,
+//             fd of the sender's small-frame ring for the receiver, or -1 (4) @60
+//   kAck:     bit 0: segments accepted, bit 1: ring mapped (4) @12
+//   kDoorbell: nothing (a frame is in the ring of a receiver that was about to sleep)
 //   kFrame:   fd (4) @12, round (8) @16, channel (4) @24, serial (8) @32, offset (8) @40,
 //             length (8) @48, serial of a frame of the receiver's that the sender released, or
 //             0 (8) @56
@@ -55,7 +57,7 @@ using Header = std::array<std::byte, kHeaderBytes + kAuthTrailerBytes>;
 constexpr unsigned kShmAmId = 0x5355;
 constexpr uint32_t kShmMagic = 0x4D485353;  // "SSHM"
 constexpr size_t kShmHeaderBytes = 64;
-enum class ShmType : uint32_t { kHello = 1, kAck = 2, kFrame = 3, kRelease = 4 };
+enum class ShmType : uint32_t { kHello = 1, kAck = 2, kFrame = 3, kRelease = 4, kDoorbell = 5 };
 // Room for the header and, with a key, its trailer; the bytes sent are amHeaderBytes() or
 // shmHeaderBytes() of it.
 using ShmHeader = std::array<std::byte, kShmHeaderBytes + kAuthTrailerBytes>;
@@ -118,6 +120,10 @@ struct InPeer {
   uint32_t pid = 0;
   Token token{};
   SegmentCache cache;
+  // Its ring of small frames for this rank (mapped from its hello), and which one it is.
+  std::shared_ptr<MappedRing> ring;
+  int32_t ringFd = -1;
+  uint32_t ringPid = 0;
   // The salt of its process (bootstrap Hello): another salt is another start of that rank.
   auth::Nonce salt{};
   bool known = false;
@@ -158,6 +164,10 @@ struct OutPeer {
   uint64_t lastUse = 0;
   size_t inflight = 0;
   bool mapped = false;  // the neighbour accepted our hello: large frames go through shared memory
+  // Small frames for this neighbour (kept across reconnections to the same process), and
+  // whether the neighbour mapped it (its ack).
+  std::unique_ptr<OutRing> ring;
+  bool ringMapped = false;
   std::deque<std::unique_ptr<SendOp>> unsent;
   core::Status failure;
   Clock::time_point failedAt{};
@@ -279,6 +289,14 @@ class UcxTransport final : public Transport {
   void onHello(int sender, const std::byte* h);
   void onFrame(int sender, const std::byte* h, uint64_t counter, const auth::Mac& payloadTag);
   void flushReleases();
+  // Small-frame rings: copies `op`'s frame into the ring for `peer` (false: it goes by AM);
+  // hands out every frame waiting in this rank's inbound rings (returns how many); tells the
+  // senders whether this rank is about to sleep.
+  bool sendThroughRing(int peer, const SendOp& op);
+  int pollRings();
+  int pollRing(int sender);
+  void setSleeping(bool sleeping);
+  std::vector<int> ringSenders_;  // ranks whose ring this rank maps
 
   Options options_;
   Handle h_;
