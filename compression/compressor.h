@@ -10,12 +10,19 @@
 // unknown codec, codec parameters out of range, NaN or infinity where the codec forbids them — each
 // returns kCorruption and never reads out of bounds.
 //
+// The engine's send path (docs/compression.md, "Writing into transport memory"): encodeInto()
+// writes the frame straight into a buffer the caller lends (a transport's shared memory, sized by
+// maxEncodedBytes) and gives the sender what its neighbours will decode in the same call. A codec
+// whose payload is the message itself (identity) says so with writesInPlace(): the producer of the
+// message then writes it straight into the frame's payload (beginInPlace) and seals the frame.
+//
 // Thread-safety: const methods only; safe to share between threads. The Rng passed to encode()
 // (stochastic rounding, random sparsification) is the caller's.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -167,6 +174,57 @@ class Compressor {
                                   std::vector<std::byte>& out, std::span<T> seen) const {
     encodeStream(x, rng, ctx, out);
     return decode(out, seen);
+  }
+
+  // The most bytes one frame of this codec takes for a vector of d elements: its exact length for
+  // the codecs whose frames depend on d alone (all but top-k, rand-k, top-k dithering, AdaComp
+  // and DQSGD, whose lengths depend on the values or the round). A buffer of this size always
+  // fits encodeInto's frame.
+  virtual size_t maxEncodedBytes(size_t d) const = 0;
+
+  // encodeSeen into a buffer the caller owns: writes the frame encodeStream would write (the
+  // same bytes, drawing the same numbers from rng and moving the stream state the same way) into
+  // the front of `out`, fills `seen` with what decode returns for it, and returns the frame's
+  // length. An `out` too small for the frame is kInvalidArgument, and nothing is written past its
+  // end (the rng and stream state may then have moved on: size `out` by maxEncodedBytes). Other
+  // errors are decode's (kCorruption for a non-finite input the codec refuses); the frame is
+  // then written but must not be sent. The default encodes into a vector and copies it; the
+  // codecs write in place, and most of them fill `seen` without decoding the frame again.
+  virtual core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng,
+                                          const StreamContext& ctx, std::span<std::byte> out,
+                                          std::span<T> seen) const {
+    std::vector<std::byte> frame;
+    const core::Status st = encodeSeen(x, rng, ctx, frame, seen);
+    if (frame.size() > out.size()) {
+      return core::invalidArgument("the frame needs " + std::to_string(frame.size()) +
+                                   " bytes; the buffer has " + std::to_string(out.size()));
+    }
+    std::memcpy(out.data(), frame.data(), frame.size());
+    if (!st.isOk()) return st;
+    return frame.size();
+  }
+
+  // True for a codec whose frame is a header, the vector itself in the state's precision and the
+  // trailer (identity): the producer of the vector may write it straight into the payload.
+  // beginInPlace(d, out), `out` exactly maxEncodedBytes(d) bytes and 8-byte aligned, writes the
+  // header and returns the payload (d elements of T, not cleared); once every element is written,
+  // sealFrame(out) (frame.h) writes the CRC, and the frame is encode's for those values. What the
+  // receivers decode is the payload itself. Codecs that do not write in place return {}.
+  virtual bool writesInPlace() const { return false; }
+  virtual std::span<T> beginInPlace(size_t /*d*/, std::span<std::byte> /*out*/) const {
+    return {};
+  }
+
+  // decode into a view: the values of a frame of `count` elements, in `scratch` (resized) or, for
+  // a codec that can, in the frame itself (identity reads an aligned payload in place). kSkip
+  // lets a codec leave out the CRC of a frame the transport vouches for
+  // (transport::SharedBytes::intact()); the default decodes, and checks the CRC, either way.
+  virtual core::Result<std::span<const T>> decodeView(std::span<const std::byte> frame,
+                                                      size_t count, std::vector<T>& scratch,
+                                                      Checksum /*checksum*/) const {
+    scratch.resize(count);
+    STARLING_RETURN_IF_ERROR(decode(frame, scratch));
+    return std::span<const T>(scratch);
   }
 
   // Non-null when decode is linear in the frame (see LinearAccumulator) for vectors of d
