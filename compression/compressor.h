@@ -113,6 +113,53 @@ class CodecState {
   virtual void visitState(core::StateVisitor& v) { v.fail("this codec's state cannot be saved"); }
 };
 
+// ||seen - x||^2 and ||x||^2 of one frame (the sender's compression error), in float64.
+struct SeenError {
+  double errorSq = 0;
+  double normSq = 0;
+  bool measured = false;  // set by a codec that filled it while writing `seen`
+};
+
+// The sums of SeenError over a vector, in eight interleaved partial sums (lane k % 8), added up in
+// a fixed order: the loop vectorizes (one running sum is a chain of dependent additions), the
+// vector may be fed in blocks whose lengths are multiples of 8 (the last one any length) while
+// they are still in cache, and the result has the same bits however it was cut into blocks.
+class SquaredErrorSum {
+ public:
+  template <typename T>
+  void add(const T* x, const T* seen, size_t n) {
+    const size_t whole = n / kLanes * kLanes;
+    for (size_t k = 0; k < whole; k += kLanes) {
+      for (size_t l = 0; l < kLanes; ++l) {
+        const double v = static_cast<double>(x[k + l]);
+        const double e = static_cast<double>(seen[k + l]) - v;
+        err_[l] += e * e;
+        norm_[l] += v * v;
+      }
+    }
+    for (size_t k = whole; k < n; ++k) {
+      const double v = static_cast<double>(x[k]);
+      const double e = static_cast<double>(seen[k]) - v;
+      err_[k - whole] += e * e;
+      norm_[k - whole] += v * v;
+    }
+  }
+  SeenError result() const {
+    SeenError r;
+    for (size_t l = 0; l < kLanes; ++l) {
+      r.errorSq += err_[l];
+      r.normSq += norm_[l];
+    }
+    r.measured = true;
+    return r;
+  }
+
+ private:
+  static constexpr size_t kLanes = 8;
+  double err_[kLanes] = {};
+  double norm_[kLanes] = {};
+};
+
 // Everything a stateful or round-aware encode needs besides the vector.
 struct StreamContext {
   uint64_t round = 0;
@@ -120,6 +167,10 @@ struct StreamContext {
   // be summable across senders (countsketch hashes) derive their per-round choices from it.
   uint64_t sharedSeed = 0;
   CodecState* state = nullptr;  // from newState(); may be null for stateless codecs
+  // encodeInto only, may be null: a codec that can measure the frame's SeenError while `seen` is
+  // in cache (SquaredErrorSum, with the same bits as one pass over x and seen afterwards) stores
+  // it here and sets `measured`; otherwise it leaves it alone and the caller makes that pass.
+  SeenError* error = nullptr;
 };
 
 // Sum of weighted frames in a linear codec's own domain (a Count-Sketch table), decoded once.

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <limits>
 #include <string>
-#include <utility>
 
 #include "compression/frame.h"
 
@@ -47,36 +46,6 @@ bool allWithin(std::span<const T> values, T limit) {
   uint32_t outside = 0;
   for (const T v : values) outside |= static_cast<uint32_t>(!(std::abs(v) <= limit));
   return outside == 0;
-}
-
-// ||seen - x||^2 and ||x||^2 in float64, in one pass over both vectors. Eight interleaved partial
-// sums, added in a fixed order: the compiler vectorizes them (a single running sum is a chain
-// of dependent additions, one element per add latency), and every run gives the same bits.
-template <typename T>
-std::pair<double, double> errorAndNorm(std::span<const T> x, std::span<const T> seen) {
-  constexpr size_t kLanes = 8;
-  double err[kLanes] = {}, norm[kLanes] = {};
-  const size_t whole = x.size() / kLanes * kLanes;
-  for (size_t k = 0; k < whole; k += kLanes) {
-    for (size_t l = 0; l < kLanes; ++l) {
-      const double v = static_cast<double>(x[k + l]);
-      const double e = static_cast<double>(seen[k + l]) - v;
-      err[l] += e * e;
-      norm[l] += v * v;
-    }
-  }
-  for (size_t k = whole; k < x.size(); ++k) {
-    const double v = static_cast<double>(x[k]);
-    const double e = static_cast<double>(seen[k]) - v;
-    err[k - whole] += e * e;
-    norm[k - whole] += v * v;
-  }
-  double errSum = 0, normSum = 0;
-  for (size_t l = 0; l < kLanes; ++l) {
-    errSum += err[l];
-    normSum += norm[l];
-  }
-  return {errSum, normSum};
 }
 
 }  // namespace
@@ -177,16 +146,23 @@ core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
   // A lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
   algorithm_->prepare(info_, outgoing_);
   STARLING_RETURN_IF_ERROR(checkFinite(outgoing_, "its message", kInf));
-  const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get()};
+  // The codec measures the compression error as it writes ownDecoded_ when it can (while both
+  // are in cache); otherwise one pass over the two here, with the same bits.
+  compression::SeenError error;
+  const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get(), &error};
   auto length = codec_->encodeInto(outgoing_, codecRng_, ctx, frame, ownDecoded_);
   if (!length) {
     return length.status().withContext("rank " + std::to_string(rank_) +
                                        " cannot decode its own frame");
   }
   own_ = ownDecoded_;
-  const auto [err, norm] = errorAndNorm<T>(outgoing_, ownDecoded_);
-  if (norm > 0) {
-    compressionErrorSum_ += err / norm;
+  if (!error.measured) {
+    compression::SquaredErrorSum sum;
+    sum.add(outgoing_.data(), ownDecoded_.data(), messageSize_);
+    error = sum.result();
+  }
+  if (error.normSq > 0) {
+    compressionErrorSum_ += error.errorSq / error.normSq;
     ++compressionErrorCount_;
   }
   return length;

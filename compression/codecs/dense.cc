@@ -481,13 +481,13 @@ class HalfCompressor final : public Compressor<T> {
 
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
     FrameOut frame(out);
-    write(x, frame, {});
+    write(x, frame, {}, nullptr);
   }
 
-  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext&,
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext& ctx,
                                   std::span<std::byte> out, std::span<T> seen) const override {
     FrameOut frame(out);
-    write(x, frame, seen);
+    write(x, frame, seen, ctx.error);
     if (!frame.ok()) return frame.status();
     return frame.frame().size();
   }
@@ -506,16 +506,22 @@ class HalfCompressor final : public Compressor<T> {
  private:
   // Writes the frame of x; with a non-empty `seen`, also what decode reads back, a block at a
   // time while the block's codes are still in L1 (every 16-bit code decodes exactly, so this is
-  // decode's result; no frame-level check can fail on a frame just written).
-  void write(std::span<const T> x, FrameOut& out, std::span<T> seen) const {
+  // decode's result; no frame-level check can fail on a frame just written), and with `error`
+  // the compression error of each block while x and seen are still there.
+  void write(std::span<const T> x, FrameOut& out, std::span<T> seen, SeenError* error) const {
     std::byte* payload = out.begin(kCodec, elementTypeOf<T>(), x.size(), {}, 2 * x.size());
     if (payload == nullptr) return;
-    constexpr size_t kBlock = 4096;  // a multiple of the hardware paths' blocks
+    constexpr size_t kBlock = 4096;  // a multiple of the hardware paths' blocks, and of 8
+    SquaredErrorSum sum;
     for (size_t lo = 0; lo < x.size(); lo += kBlock) {
       const size_t n = std::min(kBlock, x.size() - lo);
       encodeBlock(x.data() + lo, n, payload + 2 * lo);
-      if (!seen.empty()) decodeBlock(payload + 2 * lo, n, seen.data() + lo);
+      if (!seen.empty()) {
+        decodeBlock(payload + 2 * lo, n, seen.data() + lo);
+        if (error != nullptr) sum.add(x.data() + lo, seen.data() + lo, n);
+      }
     }
+    if (error != nullptr && !seen.empty()) *error = sum.result();
     out.seal();
   }
 

@@ -173,7 +173,8 @@ class SignCompressor final : public Compressor<T> {
 
   // The receivers' values are +-scale by the sign bits just written: decode's checks (the scale;
   // the padding bits, zero by construction) and its expansion, without parsing the frame again.
-  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext&,
+  // The compression error is summed block by block as the values are written.
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext& ctx,
                                   std::span<std::byte> out, std::span<T> seen) const override {
     FrameOut frame(out);
     write(x, frame);
@@ -181,7 +182,7 @@ class SignCompressor final : public Compressor<T> {
     const std::byte* payload = frame.payload().data();
     const T scale = loadValue<T>(payload);
     if (!validScale(scale)) return core::corruption("sign scale is negative, NaN or infinite");
-    expandAll(payload + sizeof(T), scale, seen);
+    expandAll(payload + sizeof(T), scale, seen, x, ctx.error);
     return frame.frame().size();
   }
 
@@ -223,14 +224,24 @@ class SignCompressor final : public Compressor<T> {
     out.seal();
   }
 
-  static void expandAll(const std::byte* bits, T scale, std::span<T> out) {
+  // +-scale by the bits into `out`, in blocks; with `error`, the compression error against x of
+  // each block while it is in cache.
+  static void expandAll(const std::byte* bits, T scale, std::span<T> out,
+                        std::span<const T> x = {}, SeenError* error = nullptr) {
     const size_t d = out.size();
-    const size_t whole = d / 8 * 8;
-    expandSignsFast(bits, whole, scale, out.data());
-    for (size_t i = whole; i < d; ++i) {
-      const bool negative = ((std::to_integer<uint8_t>(bits[i / 8]) >> (i % 8)) & 1) != 0;
-      out[i] = negative ? -scale : scale;
+    constexpr size_t kBlock = 4096;  // a multiple of 8: only the last block has a partial byte
+    SquaredErrorSum sum;
+    for (size_t lo = 0; lo < d; lo += kBlock) {
+      const size_t n = std::min(kBlock, d - lo);
+      const size_t whole = n / 8 * 8;
+      expandSignsFast(bits + lo / 8, whole, scale, out.data() + lo);
+      for (size_t i = lo + whole; i < lo + n; ++i) {
+        const bool negative = ((std::to_integer<uint8_t>(bits[i / 8]) >> (i % 8)) & 1) != 0;
+        out[i] = negative ? -scale : scale;
+      }
+      if (error != nullptr) sum.add(x.data() + lo, out.data() + lo, n);
     }
+    if (error != nullptr) *error = sum.result();
   }
 };
 

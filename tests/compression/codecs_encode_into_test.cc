@@ -98,7 +98,8 @@ void checkSpec(const CompressorSpec& spec, size_t d) {
     INFO("round " << round);
     const std::vector<T> x = normalVector<T>(d, 100 + round, 1.0 + static_cast<double>(round));
     const StreamContext ctxA{round, 99, stateA.get()};
-    const StreamContext ctxB{round, 99, stateB.get()};
+    SeenError error;
+    const StreamContext ctxB{round, 99, stateB.get(), &error};
     Frame expected;
     codec->encodeStream(x, rngA, ctxA, expected);
 
@@ -121,6 +122,27 @@ void checkSpec(const CompressorSpec& spec, size_t d) {
     // seen is decode(frame), bit for bit.
     const std::vector<T> decoded = decodeOk<T>(*codec, expected, d);
     REQUIRE(sameBits<T>(seen, decoded));
+    // A codec that measured the compression error as it went got the bits of one pass over x and
+    // seen afterwards (which is what the engine makes otherwise). The 16-bit casts and sign do.
+    const bool measures = !spec.errorFeedback && (spec.kind == Kind::kFp16 ||
+                                                  spec.kind == Kind::kBf16 ||
+                                                  spec.kind == Kind::kSign);
+    REQUIRE(error.measured == measures);
+    if (error.measured) {
+      SquaredErrorSum pass;
+      pass.add(x.data(), seen.data(), d);
+      const SeenError want = pass.result();
+      REQUIRE(std::memcmp(&error.errorSq, &want.errorSq, sizeof(double)) == 0);
+      REQUIRE(std::memcmp(&error.normSq, &want.normSq, sizeof(double)) == 0);
+      // and it is the compression error: a plain float64 sum to rounding.
+      double e = 0, n = 0;
+      for (size_t i = 0; i < d; ++i) {
+        e += (static_cast<double>(seen[i]) - x[i]) * (static_cast<double>(seen[i]) - x[i]);
+        n += static_cast<double>(x[i]) * x[i];
+      }
+      REQUIRE(error.errorSq == Approx(e).epsilon(1e-12).margin(1e-300));
+      REQUIRE(error.normSq == Approx(n).epsilon(1e-12));
+    }
     // The rng advanced alike: the next draw agrees.
     REQUIRE(rngA.nextU64() == rngB.nextU64());
   }
@@ -151,7 +173,7 @@ TEMPLATE_TEST_CASE("encodeInto writes encodeStream's bytes and decode's values f
     for (bool feedback : {false, true}) {
       if (feedback && spec.kind == Kind::kAdaComp) continue;  // its residue is error feedback
       spec.errorFeedback = feedback;
-      for (size_t d : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{4099}}) {
+      for (size_t d : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{4099}, size_t{9001}}) {
         checkSpec<TestType>(spec, d);
       }
     }
