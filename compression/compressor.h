@@ -10,12 +10,19 @@
 // unknown codec, codec parameters out of range, NaN or infinity where the codec forbids them — each
 // returns kCorruption and never reads out of bounds.
 //
+// The engine's send path (docs/compression.md, "Writing into transport memory"): encodeInto()
+// writes the frame straight into a buffer the caller lends (a transport's shared memory, sized by
+// maxEncodedBytes) and gives the sender what its neighbours will decode in the same call. A codec
+// whose payload is the message itself (identity) says so with writesInPlace(): the producer of the
+// message then writes it straight into the frame's payload (beginInPlace) and seals the frame.
+//
 // Thread-safety: const methods only; safe to share between threads. The Rng passed to encode()
 // (stochastic rounding, random sparsification) is the caller's.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -106,6 +113,53 @@ class CodecState {
   virtual void visitState(core::StateVisitor& v) { v.fail("this codec's state cannot be saved"); }
 };
 
+// ||seen - x||^2 and ||x||^2 of one frame (the sender's compression error), in float64.
+struct SeenError {
+  double errorSq = 0;
+  double normSq = 0;
+  bool measured = false;  // set by a codec that filled it while writing `seen`
+};
+
+// The sums of SeenError over a vector, in eight interleaved partial sums (lane k % 8), added up in
+// a fixed order: the loop vectorizes (one running sum is a chain of dependent additions), the
+// vector may be fed in blocks whose lengths are multiples of 8 (the last one any length) while
+// they are still in cache, and the result has the same bits however it was cut into blocks.
+class SquaredErrorSum {
+ public:
+  template <typename T>
+  void add(const T* x, const T* seen, size_t n) {
+    const size_t whole = n / kLanes * kLanes;
+    for (size_t k = 0; k < whole; k += kLanes) {
+      for (size_t l = 0; l < kLanes; ++l) {
+        const double v = static_cast<double>(x[k + l]);
+        const double e = static_cast<double>(seen[k + l]) - v;
+        err_[l] += e * e;
+        norm_[l] += v * v;
+      }
+    }
+    for (size_t k = whole; k < n; ++k) {
+      const double v = static_cast<double>(x[k]);
+      const double e = static_cast<double>(seen[k]) - v;
+      err_[k - whole] += e * e;
+      norm_[k - whole] += v * v;
+    }
+  }
+  SeenError result() const {
+    SeenError r;
+    for (size_t l = 0; l < kLanes; ++l) {
+      r.errorSq += err_[l];
+      r.normSq += norm_[l];
+    }
+    r.measured = true;
+    return r;
+  }
+
+ private:
+  static constexpr size_t kLanes = 8;
+  double err_[kLanes] = {};
+  double norm_[kLanes] = {};
+};
+
 // Everything a stateful or round-aware encode needs besides the vector.
 struct StreamContext {
   uint64_t round = 0;
@@ -113,6 +167,10 @@ struct StreamContext {
   // be summable across senders (countsketch hashes) derive their per-round choices from it.
   uint64_t sharedSeed = 0;
   CodecState* state = nullptr;  // from newState(); may be null for stateless codecs
+  // encodeInto only, may be null: a codec that can measure the frame's SeenError while `seen` is
+  // in cache (SquaredErrorSum, with the same bits as one pass over x and seen afterwards) stores
+  // it here and sets `measured`; otherwise it leaves it alone and the caller makes that pass.
+  SeenError* error = nullptr;
 };
 
 // Sum of weighted frames in a linear codec's own domain (a Count-Sketch table), decoded once.
@@ -167,6 +225,57 @@ class Compressor {
                                   std::vector<std::byte>& out, std::span<T> seen) const {
     encodeStream(x, rng, ctx, out);
     return decode(out, seen);
+  }
+
+  // The most bytes one frame of this codec takes for a vector of d elements: its exact length for
+  // the codecs whose frames depend on d alone (all but top-k, rand-k, top-k dithering, AdaComp
+  // and DQSGD, whose lengths depend on the values or the round). A buffer of this size always
+  // fits encodeInto's frame.
+  virtual size_t maxEncodedBytes(size_t d) const = 0;
+
+  // encodeSeen into a buffer the caller owns: writes the frame encodeStream would write (the
+  // same bytes, drawing the same numbers from rng and moving the stream state the same way) into
+  // the front of `out`, fills `seen` with what decode returns for it, and returns the frame's
+  // length. An `out` too small for the frame is kInvalidArgument, and nothing is written past its
+  // end (the rng and stream state may then have moved on: size `out` by maxEncodedBytes). Other
+  // errors are decode's (kCorruption for a non-finite input the codec refuses); the frame is
+  // then written but must not be sent. The default encodes into a vector and copies it; the
+  // codecs write in place, and most of them fill `seen` without decoding the frame again.
+  virtual core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng,
+                                          const StreamContext& ctx, std::span<std::byte> out,
+                                          std::span<T> seen) const {
+    std::vector<std::byte> frame;
+    const core::Status st = encodeSeen(x, rng, ctx, frame, seen);
+    if (frame.size() > out.size()) {
+      return core::invalidArgument("the frame needs " + std::to_string(frame.size()) +
+                                   " bytes; the buffer has " + std::to_string(out.size()));
+    }
+    std::memcpy(out.data(), frame.data(), frame.size());
+    if (!st.isOk()) return st;
+    return frame.size();
+  }
+
+  // True for a codec whose frame is a header, the vector itself in the state's precision and the
+  // trailer (identity): the producer of the vector may write it straight into the payload.
+  // beginInPlace(d, out), `out` exactly maxEncodedBytes(d) bytes and 8-byte aligned, writes the
+  // header and returns the payload (d elements of T, not cleared); once every element is written,
+  // sealFrame(out) (frame.h) writes the CRC, and the frame is encode's for those values. What the
+  // receivers decode is the payload itself. Codecs that do not write in place return {}.
+  virtual bool writesInPlace() const { return false; }
+  virtual std::span<T> beginInPlace(size_t /*d*/, std::span<std::byte> /*out*/) const {
+    return {};
+  }
+
+  // decode into a view: the values of a frame of `count` elements, in `scratch` (resized) or, for
+  // a codec that can, in the frame itself (identity reads an aligned payload in place). kSkip
+  // lets a codec leave out the CRC of a frame the transport vouches for
+  // (transport::SharedBytes::intact()); the default decodes, and checks the CRC, either way.
+  virtual core::Result<std::span<const T>> decodeView(std::span<const std::byte> frame,
+                                                      size_t count, std::vector<T>& scratch,
+                                                      Checksum /*checksum*/) const {
+    scratch.resize(count);
+    STARLING_RETURN_IF_ERROR(decode(frame, scratch));
+    return std::span<const T>(scratch);
   }
 
   // Non-null when decode is linear in the frame (see LinearAccumulator) for vectors of d

@@ -20,14 +20,20 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
     : rank_(rank), log_(std::move(log)), algorithm_(std::move(algorithm)), transport_(transport),
       codec_(codec), codecRng_(codecSeed), codecSharedSeed_(codecSharedSeed) {
   messageSize_ = algorithm_->messageSize();
-  if (codec_) {
+  if (codec_ == nullptr) {
+    auto identity = compression::createCompressor<T>(compression::CompressorSpec{});
+    identity_ = std::move(*identity);  // the identity spec has no parameter to refuse
+    codec_ = identity_.get();
+  }
+  inPlace_ = codec_->writesInPlace();
+  if (!inPlace_) {
     outgoing_.resize(messageSize_);
     ownDecoded_.resize(messageSize_);
-    codecState_ = codec_->newState(messageSize_);
-    if (algorithm_->absorbsCombined()) {
-      accumulator_ = codec_->newAccumulator(messageSize_);
-      if (accumulator_) combined_.resize(messageSize_);
-    }
+  }
+  codecState_ = codec_->newState(messageSize_);
+  if (algorithm_->absorbsCombined()) {
+    accumulator_ = codec_->newAccumulator(messageSize_);
+    if (accumulator_) combined_.resize(messageSize_);
   }
 }
 
@@ -79,7 +85,7 @@ std::string Node<T>::lostWhy(int peer) const {
 template <typename T>
 void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
   algorithm_ = std::move(algorithm);
-  if (codec_) codecState_ = codec_->newState(messageSize_);
+  codecState_ = codec_->newState(messageSize_);
 }
 
 template <typename T>
@@ -131,6 +137,43 @@ core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<T> payl
 }
 
 template <typename T>
+core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
+  if (inPlace_) {
+    // The algorithm writes its message straight into the frame's payload (identity): no copy on
+    // the way out, and the neighbours decode exactly what it wrote.
+    const std::span<T> payload = codec_->beginInPlace(messageSize_, frame);
+    const bool inBlocks = algorithm_->preparesInBlocks();
+    if (!inBlocks) algorithm_->prepare(info_, payload);
+    STARLING_RETURN_IF_ERROR(checkAndSeal(frame, payload, inBlocks));
+    own_ = payload;
+    return frame.size();
+  }
+  // A lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
+  algorithm_->prepare(info_, outgoing_);
+  STARLING_RETURN_IF_ERROR(checkFinite(outgoing_, "its message", kInf));
+  // The codec measures the compression error as it writes ownDecoded_ when it can (while both
+  // are in cache); otherwise one pass over the two here, with the same bits.
+  compression::SeenError error;
+  const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get(), &error};
+  auto length = codec_->encodeInto(outgoing_, codecRng_, ctx, frame, ownDecoded_);
+  if (!length) {
+    return length.status().withContext("rank " + std::to_string(rank_) +
+                                       " cannot decode its own frame");
+  }
+  own_ = ownDecoded_;
+  if (!error.measured) {
+    compression::SquaredErrorSum sum;
+    sum.add(outgoing_.data(), ownDecoded_.data(), messageSize_);
+    error = sum.result();
+  }
+  if (error.normSq > 0) {
+    compressionErrorSum_ += error.errorSq / error.normSq;
+    ++compressionErrorCount_;
+  }
+  return length;
+}
+
+template <typename T>
 core::Status Node<T>::startAlgorithm(uint64_t round, double stepSize) {
   if (inRound_) return core::failedPrecondition("startAlgorithm during a round");
   info_ = optim::RoundInfo{round, stepSize, 1.0};
@@ -147,52 +190,30 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   const topology::MixingRow& row = topology.weights.rows[rank_];
   info_ = optim::RoundInfo{round, stepSize, row.self};
 
-  const size_t frameBytes = compression::denseFrameBytes<T>(messageSize_);
+  // One frame, in memory the transport sends without copying (shared memory its neighbours map)
+  // when it lends some, in a pooled buffer otherwise; the codec writes it there directly.
+  const size_t bound = codec_->maxEncodedBytes(messageSize_);
   transport::SharedBytes message;
-  if (!codec_) {
-    // The algorithm writes its message straight into the frame's payload: no copy on the way out.
-    // The frame lives in memory the transport sends without copying (shared memory its
-    // neighbours map) when it has some, in a pooled buffer otherwise.
-    std::span<std::byte> bytes;
-    if (auto out = transport_.allocate(frameBytes)) {
-      bytes = out->bytes;
-      message = std::move(out->message);
-    } else {
-      auto frame = framePool_.acquire(frameBytes);
-      bytes = *frame;
-      message = std::move(frame);
-    }
-    const std::span<T> payload = compression::beginDense<T>(messageSize_, bytes);
-    const bool inBlocks = algorithm_->preparesInBlocks();
-    if (!inBlocks) algorithm_->prepare(info_, payload);
-    STARLING_RETURN_IF_ERROR(checkAndSeal(bytes, payload, inBlocks));
-    own_ = payload;
+  std::span<std::byte> bytes;
+  std::shared_ptr<transport::Bytes> pooled;
+  if (auto out = transport_.allocate(bound)) {
+    bytes = out->bytes;
+    message = std::move(out->message);
   } else {
-    std::shared_ptr<transport::Bytes> frame = framePool_.acquire(frameBytes);
-    // Lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
-    algorithm_->prepare(info_, outgoing_);
-    STARLING_RETURN_IF_ERROR(checkFinite(outgoing_, "its message", kInf));
-    const compression::StreamContext ctx{round, codecSharedSeed_, codecState_.get()};
-    STARLING_RETURN_IF_ERROR(codec_->encodeSeen(outgoing_, codecRng_, ctx, *frame, ownDecoded_)
-                                 .withContext("rank " + std::to_string(rank_) +
-                                              " cannot decode its own frame"));
-    own_ = ownDecoded_;
-    double err = 0, norm = 0;
-    for (size_t k = 0; k < messageSize_; ++k) {
-      const double v = static_cast<double>(outgoing_[k]);
-      const double e = static_cast<double>(ownDecoded_[k]) - v;
-      err += e * e;
-      norm += v * v;
-    }
-    if (norm > 0) {
-      compressionErrorSum_ += err / norm;
-      ++compressionErrorCount_;
-    }
-    if (accumulator_) {
-      accumulator_->reset();
-      STARLING_RETURN_IF_ERROR(accumulator_->add(*frame, row.self));
-    }
-    message = std::move(frame);
+    pooled = framePool_.acquire(bound);
+    bytes = *pooled;
+  }
+  auto length = writeMessage(bytes);
+  if (!length) return length.status();
+  if (pooled) {
+    pooled->resize(*length);  // shrinks in place: the vector is the message
+    message = std::move(pooled);
+  } else if (*length < bytes.size()) {
+    message = message.first(*length);
+  }
+  if (accumulator_) {
+    accumulator_->reset();
+    STARLING_RETURN_IF_ERROR(accumulator_->add(*message, row.self));
   }
   ownFrame_ = message;
 
@@ -274,16 +295,12 @@ void Node<T>::postReceive(size_t s, transport::Clock::time_point deadline) {
 template <typename T>
 core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s,
                                                         const transport::SharedBytes& bytes) {
-  if (!codec_) {
-    // A frame the transport vouches for (read out of the sender's shared memory, or under a
-    // verified MAC) is not read a second time for its CRC; everything else about it is checked.
-    return compression::decodeDense<T>(*bytes, messageSize_, scratch_[s],
-                                       bytes.intact() ? compression::Checksum::kSkip
-                                                      : compression::Checksum::kVerify);
-  }
-  scratch_[s].resize(messageSize_);
-  STARLING_RETURN_IF_ERROR(codec_->decode(*bytes, scratch_[s]));
-  return std::span<const T>(scratch_[s]);
+  // A frame the transport vouches for (read out of the sender's shared memory, or under a
+  // verified MAC) need not be read a second time for its CRC (identity then reads it in place);
+  // everything else about it is checked.
+  return codec_->decodeView(*bytes, messageSize_, scratch_[s],
+                            bytes.intact() ? compression::Checksum::kSkip
+                                           : compression::Checksum::kVerify);
 }
 
 template <typename T>
@@ -311,7 +328,7 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
       // so it never fails the round by itself; it only explains the timeout if nothing else comes.
       if (auto view = compression::parseFrame(*bytes);
           view && (view->elementCount != messageSize_ ||
-                   (!codec_ && view->elementType != compression::elementTypeOf<T>()))) {
+                   (inPlace_ && view->elementType != compression::elementTypeOf<T>()))) {
         slot.mismatch = "rank " + std::to_string(slot.peer) + " sent " +
                         std::to_string(view->elementCount) + " values" +
                         (view->elementType == compression::ElementType::kFloat32 ? " (float32)"

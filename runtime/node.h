@@ -40,8 +40,9 @@ template <typename T>
 class Node {
  public:
   using LogFn = std::function<void(const std::string&)>;
-  // `codec` (borrowed, may be null) compresses every message; null sends the vector itself in
-  // the state's precision (the identity frame), decoded in place. `codecSeed` seeds the codec's
+  // `codec` (borrowed, may be null) compresses every message; null is the identity codec (the
+  // vector itself in the state's precision), which the algorithm writes straight into the frame
+  // and receivers read in place. `codecSeed` seeds the codec's
   // random choices (stochastic rounding, random sparsification) for this node.
   // `codecSharedSeed` is the same at every node of a run: codecs whose frames must add up across
   // senders (Count-Sketch hashes) derive each round's choices from it.
@@ -145,6 +146,9 @@ class Node {
   // checkFinite(payload, "its message", inf) and the frame's CRC32C seal in one pass; with
   // `prepareBlocks` the algorithm writes each block first (Algorithm::prepareBlock).
   core::Status checkAndSeal(std::span<std::byte> frame, std::span<T> payload, bool prepareBlocks);
+  // Writes this round's message into `frame` (codec_->maxEncodedBytes bytes) and returns the
+  // frame's length; own_ is then the message as the neighbours decode it.
+  core::Result<size_t> writeMessage(std::span<std::byte> frame);
 
   const int rank_;
   uint32_t channel_ = kModelChannel;
@@ -166,7 +170,9 @@ class Node {
   bool inRound_ = false;
 
   std::vector<std::vector<T>> scratch_;  // decode copies (unaligned frames, lossy codecs)
-  const compression::Compressor<T>* codec_ = nullptr;
+  std::unique_ptr<compression::Compressor<T>> identity_;  // the codec when none is given
+  const compression::Compressor<T>* codec_ = nullptr;     // never null
+  bool inPlace_ = false;  // codec_->writesInPlace(): the algorithm writes into the frame
   core::Rng codecRng_{0};
   std::vector<T> outgoing_;    // lossy codecs: what prepare wrote, before compression
   std::vector<T> ownDecoded_;  // lossy codecs: this node's frame as its neighbours decode it

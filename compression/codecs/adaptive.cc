@@ -42,19 +42,30 @@ class AdaCompCompressor final : public Compressor<T> {
     return std::make_unique<AdaCompState>(d);
   }
 
+  // Every element sent: d index gaps below d, the scale and d sign bits.
+  size_t maxEncodedBytes(size_t d) const override {
+    return frameBytesFor(0, 4 + d * varintLength(d == 0 ? 0 : d - 1) + sizeof(T) + (d + 7) / 8);
+  }
+
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
     AdaCompState fresh(x.size());
-    encodeWith(x, fresh.residue, out);
+    FrameOut frame(out);
+    encodeWith(x, fresh.residue, frame);
   }
 
   void encodeStream(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
                     std::vector<std::byte>& out) const override {
-    auto* state = dynamic_cast<AdaCompState*>(ctx.state);
-    assert((ctx.state == nullptr || state != nullptr) && "adacomp given another codec's state");
-    if (state == nullptr) return encode(x, rng, out);
-    assert(state->residue.size() == x.size() && "adacomp state made for another size");
-    if (state->residue.size() != x.size()) state->residue.assign(x.size(), 0.0);
-    encodeWith(x, state->residue, out);
+    FrameOut frame(out);
+    streamInto(x, rng, ctx, frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    streamInto(x, rng, ctx, frame);
+    if (!frame.ok()) return frame.status();
+    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -94,7 +105,21 @@ class AdaCompCompressor final : public Compressor<T> {
   }
 
  private:
-  void encodeWith(std::span<const T> x, std::vector<double>& g, std::vector<std::byte>& out) const {
+  void streamInto(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
+                  FrameOut& out) const {
+    auto* state = dynamic_cast<AdaCompState*>(ctx.state);
+    assert((ctx.state == nullptr || state != nullptr) && "adacomp given another codec's state");
+    if (state == nullptr) {
+      AdaCompState fresh(x.size());
+      return encodeWith(x, fresh.residue, out);
+    }
+    (void)rng;
+    assert(state->residue.size() == x.size() && "adacomp state made for another size");
+    if (state->residue.size() != x.size()) state->residue.assign(x.size(), 0.0);
+    encodeWith(x, state->residue, out);
+  }
+
+  void encodeWith(std::span<const T> x, std::vector<double>& g, FrameOut& out) const {
     const uint64_t d = x.size();
     bool finite = true;
     for (uint64_t i = 0; i < d; ++i) {
@@ -146,7 +171,7 @@ class AdaCompCompressor final : public Compressor<T> {
         g[i] -= sent;
       }
     }
-    writeFrame(CodecId::kAdaComp, elementTypeOf<T>(), d, {}, payload, out);
+    out.write(CodecId::kAdaComp, elementTypeOf<T>(), d, {}, payload);
   }
 
   uint64_t bin_;
@@ -191,17 +216,31 @@ class DqsgdCompressor final : public Compressor<T> {
     return std::make_unique<DqsgdState>();
   }
 
+  // The widest codes the round may choose.
+  size_t maxEncodedBytes(size_t d) const override {
+    return frameBytesFor(kDqsgdParamsBytes, dqsgdCodes(maxBits_, bucket_).payloadBytes(d));
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
     DqsgdState fresh;
-    encodeWith(x, rng, fresh, out);
+    FrameOut frame(out);
+    encodeWith(x, rng, fresh, frame);
   }
 
   void encodeStream(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
                     std::vector<std::byte>& out) const override {
-    auto* state = dynamic_cast<DqsgdState*>(ctx.state);
-    assert((ctx.state == nullptr || state != nullptr) && "dqsgd given another codec's state");
-    if (state == nullptr) return encode(x, rng, out);
-    encodeWith(x, rng, *state, out);
+    FrameOut frame(out);
+    streamInto(x, rng, ctx, frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    const int bits = streamInto(x, rng, ctx, frame);
+    if (!frame.ok()) return frame.status();
+    STARLING_RETURN_IF_ERROR(
+        seenFromScaledCodes<T>(frame.payload(), dqsgdCodes(bits, bucket_), seen, "dqsgd"));
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -220,8 +259,19 @@ class DqsgdCompressor final : public Compressor<T> {
   }
 
  private:
-  void encodeWith(std::span<const T> x, core::Rng& rng, DqsgdState& state,
-                  std::vector<std::byte>& out) const {
+  // Returns the width chosen.
+  int streamInto(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
+                 FrameOut& out) const {
+    auto* state = dynamic_cast<DqsgdState*>(ctx.state);
+    assert((ctx.state == nullptr || state != nullptr) && "dqsgd given another codec's state");
+    if (state == nullptr) {
+      DqsgdState fresh;
+      return encodeWith(x, rng, fresh, out);
+    }
+    return encodeWith(x, rng, *state, out);
+  }
+
+  int encodeWith(std::span<const T> x, core::Rng& rng, DqsgdState& state, FrameOut& out) const {
     // ||x||^2 only chooses the width and feeds the stream's mean: float32 states add it in the
     // fixed lane order of laneSumSquares (bits.h), not one term at a time.
     double norm2 = 0.0;
@@ -245,10 +295,12 @@ class DqsgdCompressor final : public Compressor<T> {
     params[0] = static_cast<std::byte>(bits);
     params[1] = std::byte{0};  // l2, as qsgd's norm field
     storeLe<uint32_t>(params + 2, bucket_);
-    std::byte* payload = beginFrame(CodecId::kDqsgd, elementTypeOf<T>(), x.size(), params,
-                                    q.payloadBytes(x.size()), out);
+    std::byte* payload =
+        out.begin(CodecId::kDqsgd, elementTypeOf<T>(), x.size(), params, q.payloadBytes(x.size()));
+    if (payload == nullptr) return bits;
     encodeScaledCodes<T>(x, q, rng, payload);
-    sealFrame(out);
+    out.seal();
+    return bits;
   }
 
   // The fewest bits whose QSGD variance bound eps(s) = min(B/s^2, sqrt(B)/s) keeps

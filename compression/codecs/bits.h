@@ -212,6 +212,17 @@ template <typename T>
 void decodeScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q, uint64_t n,
                        double divisor, T* out);
 
+// What decode reads back from a payload of scaled codes for seen.size() elements: the checks and
+// the values of the decoders (everything after the frame's own header and CRC), which is what an
+// encodeInto needs for the payload it has just written.
+template <typename T>
+core::Status seenFromScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q,
+                                 std::span<T> seen, const char* codec) {
+  STARLING_RETURN_IF_ERROR(checkScaledCodes(payload, q, seen.size(), codec));
+  decodeScaledCodes<T>(payload, q, seen.size(), 1.0, seen.data());
+  return core::Status::ok();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Top-k selection (sparse.cc).
 

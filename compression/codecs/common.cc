@@ -30,19 +30,58 @@ core::Result<FrameView> openFrame(std::span<const std::byte> frame, CodecId code
   return v;
 }
 
-std::byte* beginFrame(CodecId codec, ElementType type, uint64_t elementCount,
-                      std::span<const std::byte> params, size_t payloadBytes,
-                      std::vector<std::byte>& out) {
-  // writeFrame owns the header layout: let it write the frame of an empty payload on the side,
-  // copy its header and params, and set the payload length field (u64 at offset 24,
-  // docs/wire_format.md). Sizing `out` once keeps a reused buffer from being cleared.
-  std::vector<std::byte> head;
-  writeFrame(codec, type, elementCount, params, {}, head);
-  const size_t payloadAt = head.size() - kFrameTrailerBytes;
-  out.resize(payloadAt + payloadBytes + kFrameTrailerBytes);
-  std::memcpy(out.data(), head.data(), payloadAt);
-  storeLe<uint64_t>(out.data() + 24, payloadBytes);
-  return out.data() + payloadAt;
+std::byte* writeFrameHead(CodecId codec, ElementType type, uint64_t elementCount,
+                          std::span<const std::byte> params, size_t payloadBytes, std::byte* p) {
+  // The layout writeFrame writes (docs/wire_format.md); the golden frames hold both to it.
+  const size_t paramsPadded = (params.size() + 7) & ~size_t{7};
+  std::memset(p, 0, kFrameHeaderBytes);  // the reserved fields
+  storeLe<uint32_t>(p + 0, kFrameMagic);
+  p[4] = std::byte{kFrameVersion};
+  p[5] = static_cast<std::byte>(codec);
+  p[6] = static_cast<std::byte>(type);
+  storeLe<uint64_t>(p + 8, elementCount);
+  storeLe<uint32_t>(p + 16, static_cast<uint32_t>(params.size()));
+  storeLe<uint64_t>(p + 24, payloadBytes);
+  std::byte* at = p + kFrameHeaderBytes;
+  if (!params.empty()) std::memcpy(at, params.data(), params.size());
+  std::memset(at + params.size(), 0, paramsPadded - params.size());
+  return at + paramsPadded;
+}
+
+std::byte* FrameOut::begin(CodecId codec, ElementType type, uint64_t elementCount,
+                           std::span<const std::byte> params, size_t payloadBytes) {
+  const size_t n = frameBytesFor(params.size(), payloadBytes);
+  if (vector_ != nullptr) {
+    vector_->resize(n);
+    frame_ = *vector_;
+  } else if (n <= span_.size()) {
+    frame_ = span_.first(n);
+  } else {
+    needed_ = n;
+    frame_ = {};
+    return nullptr;
+  }
+  payload_ = writeFrameHead(codec, type, elementCount, params, payloadBytes, frame_.data());
+  payloadBytes_ = payloadBytes;
+  return payload_;
+}
+
+void FrameOut::write(CodecId codec, ElementType type, uint64_t elementCount,
+                     std::span<const std::byte> params, std::span<const std::byte> payload) {
+  std::byte* p = begin(codec, type, elementCount, params, payload.size());
+  if (p == nullptr) return;
+  if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
+  seal();
+}
+
+void FrameOut::seal() {
+  if (ok()) sealFrame(frame_);
+}
+
+core::Status FrameOut::status() const {
+  if (ok()) return core::Status::ok();
+  return core::invalidArgument("the frame needs " + std::to_string(needed_) +
+                               " bytes; the buffer has " + std::to_string(span_.size()));
 }
 
 uint64_t keptCount(uint64_t k, double ratio, uint64_t d) {

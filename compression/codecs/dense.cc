@@ -423,9 +423,32 @@ class IdentityCompressor final : public Compressor<T> {
  public:
   CodecId id() const override { return CodecId::kIdentity; }
   bool unbiased() const override { return true; }
+  size_t maxEncodedBytes(size_t d) const override { return denseFrameBytes<T>(d); }
 
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
     encodeDense<T>(x, out);
+  }
+
+  // The values go straight into `out`, which need not be aligned; receivers see them as they are.
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    static_assert(std::endian::native == std::endian::little,
+                  "the payload is copied as is; add a byte-swapping path for big-endian hosts");
+    FrameOut frame(out);
+    std::byte* payload =
+        frame.begin(CodecId::kIdentity, elementTypeOf<T>(), x.size(), {}, x.size() * sizeof(T));
+    if (payload == nullptr) return frame.status();
+    if (!x.empty()) {
+      std::memcpy(payload, x.data(), x.size() * sizeof(T));
+      if (seen.data() != x.data()) std::memcpy(seen.data(), x.data(), x.size() * sizeof(T));
+    }
+    frame.seal();
+    return frame.frame().size();
+  }
+
+  bool writesInPlace() const override { return true; }
+  std::span<T> beginInPlace(size_t d, std::span<std::byte> out) const override {
+    return beginDense<T>(d, out);
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -440,6 +463,13 @@ class IdentityCompressor final : public Compressor<T> {
     if (!out.empty()) std::memcpy(out.data(), v->payload.data(), v->payload.size());
     return core::Status::ok();
   }
+
+  // In place when the frame is aligned (frame.h, decodeDense): no copy on the way in either.
+  core::Result<std::span<const T>> decodeView(std::span<const std::byte> frame, size_t count,
+                                              std::vector<T>& scratch,
+                                              Checksum checksum) const override {
+    return decodeDense<T>(frame, count, scratch, checksum);
+  }
 };
 
 template <typename T, typename Format, CodecId kCodec>
@@ -447,17 +477,19 @@ class HalfCompressor final : public Compressor<T> {
  public:
   CodecId id() const override { return kCodec; }
   bool unbiased() const override { return false; }  // deterministic rounding
+  size_t maxEncodedBytes(size_t d) const override { return frameBytesFor(0, 2 * d); }
 
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
-    std::byte* payload = beginFrame(kCodec, elementTypeOf<T>(), x.size(), {}, 2 * x.size(), out);
-    if constexpr (std::is_same_v<T, float> && std::endian::native == std::endian::little) {
-      encodeHalvesFast(x.data(), x.size(), kCodec == CodecId::kBf16, payload);
-    } else {
-      for (size_t i = 0; i < x.size(); ++i) {
-        storeLe<uint16_t>(payload + 2 * i, Format::fromDouble(static_cast<double>(x[i])));
-      }
-    }
-    sealFrame(out);
+    FrameOut frame(out);
+    write(x, frame, {}, nullptr);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext& ctx,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    write(x, frame, seen, ctx.error);
+    if (!frame.ok()) return frame.status();
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -467,15 +499,48 @@ class HalfCompressor final : public Compressor<T> {
       return core::corruption("16-bit payload of " + std::to_string(v->payload.size()) +
                               " bytes for " + std::to_string(out.size()) + " elements");
     }
-    const std::byte* p = v->payload.data();
-    if constexpr (std::is_same_v<T, float> && std::endian::native == std::endian::little) {
-      decodeHalvesFast(p, out.size(), kCodec == CodecId::kBf16, out.data());
-    } else {
-      for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = static_cast<T>(Format::toFloat(loadLe<uint16_t>(p + 2 * i)));
+    decodeBlock(v->payload.data(), out.size(), out.data());
+    return core::Status::ok();
+  }
+
+ private:
+  // Writes the frame of x; with a non-empty `seen`, also what decode reads back, a block at a
+  // time while the block's codes are still in L1 (every 16-bit code decodes exactly, so this is
+  // decode's result; no frame-level check can fail on a frame just written), and with `error`
+  // the compression error of each block while x and seen are still there.
+  void write(std::span<const T> x, FrameOut& out, std::span<T> seen, SeenError* error) const {
+    std::byte* payload = out.begin(kCodec, elementTypeOf<T>(), x.size(), {}, 2 * x.size());
+    if (payload == nullptr) return;
+    constexpr size_t kBlock = 4096;  // a multiple of the hardware paths' blocks, and of 8
+    SquaredErrorSum sum;
+    for (size_t lo = 0; lo < x.size(); lo += kBlock) {
+      const size_t n = std::min(kBlock, x.size() - lo);
+      encodeBlock(x.data() + lo, n, payload + 2 * lo);
+      if (!seen.empty()) {
+        decodeBlock(payload + 2 * lo, n, seen.data() + lo);
+        if (error != nullptr) sum.add(x.data() + lo, seen.data() + lo, n);
       }
     }
-    return core::Status::ok();
+    if (error != nullptr && !seen.empty()) *error = sum.result();
+    out.seal();
+  }
+
+  static void encodeBlock(const T* x, size_t n, std::byte* payload) {
+    if constexpr (std::is_same_v<T, float> && std::endian::native == std::endian::little) {
+      encodeHalvesFast(x, n, kCodec == CodecId::kBf16, payload);
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        storeLe<uint16_t>(payload + 2 * i, Format::fromDouble(static_cast<double>(x[i])));
+      }
+    }
+  }
+
+  static void decodeBlock(const std::byte* p, size_t n, T* out) {
+    if constexpr (std::is_same_v<T, float> && std::endian::native == std::endian::little) {
+      decodeHalvesFast(p, n, kCodec == CodecId::kBf16, out);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(Format::toFloat(loadLe<uint16_t>(p + 2 * i)));
+    }
   }
 };
 

@@ -54,15 +54,23 @@ class NuqsgdCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kNuqsgd; }
   bool unbiased() const override { return true; }
 
+  size_t maxEncodedBytes(size_t d) const override {
+    return frameBytesFor(kNuqsgdParamsBytes, nuqsgdCodes(bits_, bucket_).payloadBytes(d));
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
-    const ScaledCodes q = nuqsgdCodes(bits_, bucket_);
-    std::byte params[kNuqsgdParamsBytes];
-    params[0] = static_cast<std::byte>(bits_);
-    storeLe<uint32_t>(params + 1, bucket_);
-    std::byte* payload = beginFrame(CodecId::kNuqsgd, elementTypeOf<T>(), x.size(), params,
-                                    q.payloadBytes(x.size()), out);
-    encodeScaledCodes<T>(x, q, rng, payload);
-    sealFrame(out);
+    FrameOut frame(out);
+    write(x, rng, frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    write(x, rng, frame);
+    if (!frame.ok()) return frame.status();
+    STARLING_RETURN_IF_ERROR(
+        seenFromScaledCodes<T>(frame.payload(), nuqsgdCodes(bits_, bucket_), seen, "nuqsgd"));
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -79,6 +87,18 @@ class NuqsgdCompressor final : public Compressor<T> {
   }
 
  private:
+  void write(std::span<const T> x, core::Rng& rng, FrameOut& out) const {
+    const ScaledCodes q = nuqsgdCodes(bits_, bucket_);
+    std::byte params[kNuqsgdParamsBytes];
+    params[0] = static_cast<std::byte>(bits_);
+    storeLe<uint32_t>(params + 1, bucket_);
+    std::byte* payload = out.begin(CodecId::kNuqsgd, elementTypeOf<T>(), x.size(), params,
+                                   q.payloadBytes(x.size()));
+    if (payload == nullptr) return;
+    encodeScaledCodes<T>(x, q, rng, payload);
+    out.seal();
+  }
+
   int bits_;
   uint32_t bucket_;
 };
@@ -288,10 +308,30 @@ class NaturalCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kNatural; }
   bool unbiased() const override { return true; }
 
+  size_t maxEncodedBytes(size_t d) const override {
+    return frameBytesFor(0, (d * kNaturalCodeBits + 7) / 8);
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
+    FrameOut frame(out);
+    write(x, rng, frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    write(x, rng, frame);
+    if (!frame.ok()) return frame.status();
+    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
+    return frame.frame().size();
+  }
+
+ private:
+  static void write(std::span<const T> x, core::Rng& rng, FrameOut& out) {
     const uint64_t d = x.size();
-    std::byte* payload = beginFrame(CodecId::kNatural, elementTypeOf<T>(), d, {},
-                                    (d * kNaturalCodeBits + 7) / 8, out);
+    std::byte* payload =
+        out.begin(CodecId::kNatural, elementTypeOf<T>(), d, {}, (d * kNaturalCodeBits + 7) / 8);
+    if (payload == nullptr) return;
     BitWriter codes(payload);
     if constexpr (std::is_same_v<T, float>) {
       // One draw from rng per frame seeds the fast generator (bits.h).
@@ -313,9 +353,10 @@ class NaturalCompressor final : public Compressor<T> {
       for (T v : x) codes.put(naturalCode(static_cast<double>(v), rng), kNaturalCodeBits);
     }
     codes.flush();
-    sealFrame(out);
+    out.seal();
   }
 
+ public:
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
     auto v = openFrame<T>(frame, CodecId::kNatural, out.size(), 0);
     if (!v) return v.status();
@@ -371,17 +412,27 @@ class NaturalDitheringCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kNaturalDithering; }
   bool unbiased() const override { return true; }
 
+  size_t maxEncodedBytes(size_t d) const override {
+    return frameBytesFor(kDitheringParamsBytes, d == 0 ? 4 : codes(d).payloadBytes(d));
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
-    const uint64_t d = x.size();
-    const ScaledCodes q =
-        exponentialCodes(static_cast<uint32_t>(levels_), std::max<uint64_t>(d, 1), linf_);
-    const std::byte params[kDitheringParamsBytes] = {static_cast<std::byte>(levels_),
-                                                     static_cast<std::byte>(linf_ ? 1 : 0)};
-    std::byte* payload = beginFrame(CodecId::kNaturalDithering, elementTypeOf<T>(), d, params,
-                                    d == 0 ? 4 : q.payloadBytes(d), out);
-    if (d == 0) storeLe<uint32_t>(payload, 0);  // the norm of the empty vector, 0
-    encodeScaledCodes<T>(x, q, rng, payload);
-    sealFrame(out);
+    FrameOut frame(out);
+    write(x, rng, frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    write(x, rng, frame);
+    if (!frame.ok()) return frame.status();
+    if (x.empty()) {
+      STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
+    } else {
+      STARLING_RETURN_IF_ERROR(
+          seenFromScaledCodes<T>(frame.payload(), codes(x.size()), seen, "natural dithering"));
+    }
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -409,6 +460,23 @@ class NaturalDitheringCompressor final : public Compressor<T> {
   }
 
  private:
+  ScaledCodes codes(uint64_t d) const {
+    return exponentialCodes(static_cast<uint32_t>(levels_), std::max<uint64_t>(d, 1), linf_);
+  }
+
+  void write(std::span<const T> x, core::Rng& rng, FrameOut& out) const {
+    const uint64_t d = x.size();
+    const ScaledCodes q = codes(d);
+    const std::byte params[kDitheringParamsBytes] = {static_cast<std::byte>(levels_),
+                                                     static_cast<std::byte>(linf_ ? 1 : 0)};
+    std::byte* payload = out.begin(CodecId::kNaturalDithering, elementTypeOf<T>(), d, params,
+                                   d == 0 ? 4 : q.payloadBytes(d));
+    if (payload == nullptr) return;
+    if (d == 0) storeLe<uint32_t>(payload, 0);  // the norm of the empty vector, 0
+    encodeScaledCodes<T>(x, q, rng, payload);
+    out.seal();
+  }
+
   int levels_;
   bool linf_;
 };
@@ -434,7 +502,32 @@ class TopKDitheringCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kTopKDithering; }
   bool unbiased() const override { return false; }
 
+  // k index gaps of at most varintLength(d - 1) bytes each.
+  size_t maxEncodedBytes(size_t d) const override {
+    const uint64_t k = std::min<uint64_t>(keptCount(k_, ratio_, d), UINT32_MAX);
+    const ScaledCodes q =
+        exponentialCodes(static_cast<uint32_t>(levels_), std::max<uint64_t>(k, 1), false);
+    return frameBytesFor(kTopKDitheringParamsBytes,
+                         4 + k * varintLength(d == 0 ? 0 : d - 1) +
+                             std::max<uint64_t>(q.payloadBytes(k), 4));
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
+    FrameOut frame(out);
+    write(x, rng, frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    write(x, rng, frame);
+    if (!frame.ok()) return frame.status();
+    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
+    return frame.frame().size();
+  }
+
+ private:
+  void write(std::span<const T> x, core::Rng& rng, FrameOut& out) const {
     assert(x.size() <= kMaxFrameElements);
     const uint64_t k = std::min<uint64_t>(keptCount(k_, ratio_, x.size()), UINT32_MAX);
     const std::vector<uint32_t> indices = largestIndices<T>(x, k);
@@ -450,8 +543,10 @@ class TopKDitheringCompressor final : public Compressor<T> {
     payload.resize(codesAt + std::max<uint64_t>(q.payloadBytes(k), 4));
     encodeScaledCodes<T>(kept, q, rng, payload.data() + codesAt);
     const std::byte params[kTopKDitheringParamsBytes] = {static_cast<std::byte>(levels_)};
-    writeFrame(CodecId::kTopKDithering, elementTypeOf<T>(), x.size(), params, payload, out);
+    out.write(CodecId::kTopKDithering, elementTypeOf<T>(), x.size(), params, payload);
   }
+
+ public:
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
     auto v = openFrame<T>(frame, CodecId::kTopKDithering, out.size(), kTopKDitheringParamsBytes);

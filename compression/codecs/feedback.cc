@@ -40,6 +40,7 @@ class ErrorFeedback final : public Compressor<T> {
 
   CodecId id() const override { return inner_->id(); }
   bool unbiased() const override { return inner_->unbiased(); }
+  size_t maxEncodedBytes(size_t d) const override { return inner_->maxEncodedBytes(d); }
 
   // The first frame of a stream: the residual is zero, so this is the inner codec's frame.
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
@@ -48,6 +49,12 @@ class ErrorFeedback final : public Compressor<T> {
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
     return inner_->decode(frame, out);
+  }
+
+  core::Result<std::span<const T>> decodeView(std::span<const std::byte> frame, size_t count,
+                                              std::vector<T>& scratch,
+                                              Checksum checksum) const override {
+    return inner_->decodeView(frame, count, scratch, checksum);
   }
 
   std::unique_ptr<CodecState> newState(size_t d) const override {
@@ -80,6 +87,20 @@ class ErrorFeedback final : public Compressor<T> {
     if (!st.isOk()) return st;
     for (size_t i = 0; i < v.size(); ++i) s->residual[i] = s->compensated[i] - seen[i];
     return st;
+  }
+
+  // The same with the inner codec writing into the caller's buffer: its `seen` is the residual's
+  // p as well.
+  core::Result<size_t> encodeInto(std::span<const T> v, core::Rng& rng, const StreamContext& ctx,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    auto* s = dynamic_cast<FeedbackState<T>*>(ctx.state);
+    assert(s != nullptr && s->residual.size() == v.size() && seen.size() == v.size());
+    for (size_t i = 0; i < v.size(); ++i) s->compensated[i] = s->residual[i] + v[i];
+    const StreamContext innerCtx{ctx.round, ctx.sharedSeed, s->inner.get()};
+    const core::Result<size_t> n = inner_->encodeInto(s->compensated, rng, innerCtx, out, seen);
+    if (!n.isOk()) return n;  // the residual stays as it was, as in encodeSeen
+    for (size_t i = 0; i < v.size(); ++i) s->residual[i] = s->compensated[i] - seen[i];
+    return n;
   }
 
   std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t d) const override {

@@ -162,23 +162,28 @@ class SignCompressor final : public Compressor<T> {
  public:
   CodecId id() const override { return CodecId::kSign; }
   bool unbiased() const override { return false; }
+  size_t maxEncodedBytes(size_t d) const override {
+    return frameBytesFor(0, sizeof(T) + (d + 7) / 8);
+  }
 
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
-    const size_t d = x.size();
-    std::byte* payload =
-        beginFrame(CodecId::kSign, elementTypeOf<T>(), d, {}, sizeof(T) + (d + 7) / 8, out);
-    // A NaN or infinite element gives a non-finite scale: the frame then fails to decode, the
-    // sender's own decode included, which is how a diverging run shows up with this codec.
-    storeValue<T>(payload, signScale(x));
-    std::byte* bits = payload + sizeof(T);
-    const size_t whole = d / 8 * 8;
-    signBitsFast(x.data(), whole, bits);
-    if (whole < d) {
-      uint32_t last = 0;
-      for (size_t i = whole; i < d; ++i) last |= static_cast<uint32_t>(x[i] < T(0)) << (i - whole);
-      bits[d / 8] = static_cast<std::byte>(last);
-    }
-    sealFrame(out);
+    FrameOut frame(out);
+    write(x, frame);
+  }
+
+  // The receivers' values are +-scale by the sign bits just written: decode's checks (the scale;
+  // the padding bits, zero by construction) and its expansion, without parsing the frame again.
+  // The compression error is summed block by block as the values are written.
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext& ctx,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    write(x, frame);
+    if (!frame.ok()) return frame.status();
+    const std::byte* payload = frame.payload().data();
+    const T scale = loadValue<T>(payload);
+    if (!validScale(scale)) return core::corruption("sign scale is negative, NaN or infinite");
+    expandAll(payload + sizeof(T), scale, seen, x, ctx.error);
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -195,13 +200,48 @@ class SignCompressor final : public Compressor<T> {
     if (d % 8 != 0 && (std::to_integer<uint8_t>(bits[d / 8]) >> (d % 8)) != 0) {
       return core::corruption("sign padding bits are not zero");
     }
-    const size_t whole = d / 8 * 8;
-    expandSignsFast(bits, whole, scale, out.data());
-    for (size_t i = whole; i < d; ++i) {
-      const bool negative = ((std::to_integer<uint8_t>(bits[i / 8]) >> (i % 8)) & 1) != 0;
-      out[i] = negative ? -scale : scale;
-    }
+    expandAll(bits, scale, out);
     return core::Status::ok();
+  }
+
+ private:
+  static void write(std::span<const T> x, FrameOut& out) {
+    const size_t d = x.size();
+    std::byte* payload =
+        out.begin(CodecId::kSign, elementTypeOf<T>(), d, {}, sizeof(T) + (d + 7) / 8);
+    if (payload == nullptr) return;
+    // A NaN or infinite element gives a non-finite scale: the frame then fails to decode, the
+    // sender's own decode included, which is how a diverging run shows up with this codec.
+    storeValue<T>(payload, signScale(x));
+    std::byte* bits = payload + sizeof(T);
+    const size_t whole = d / 8 * 8;
+    signBitsFast(x.data(), whole, bits);
+    if (whole < d) {
+      uint32_t last = 0;
+      for (size_t i = whole; i < d; ++i) last |= static_cast<uint32_t>(x[i] < T(0)) << (i - whole);
+      bits[d / 8] = static_cast<std::byte>(last);
+    }
+    out.seal();
+  }
+
+  // +-scale by the bits into `out`, in blocks; with `error`, the compression error against x of
+  // each block while it is in cache.
+  static void expandAll(const std::byte* bits, T scale, std::span<T> out,
+                        std::span<const T> x = {}, SeenError* error = nullptr) {
+    const size_t d = out.size();
+    constexpr size_t kBlock = 4096;  // a multiple of 8: only the last block has a partial byte
+    SquaredErrorSum sum;
+    for (size_t lo = 0; lo < d; lo += kBlock) {
+      const size_t n = std::min(kBlock, d - lo);
+      const size_t whole = n / 8 * 8;
+      expandSignsFast(bits + lo / 8, whole, scale, out.data() + lo);
+      for (size_t i = lo + whole; i < lo + n; ++i) {
+        const bool negative = ((std::to_integer<uint8_t>(bits[i / 8]) >> (i % 8)) & 1) != 0;
+        out[i] = negative ? -scale : scale;
+      }
+      if (error != nullptr) sum.add(x.data() + lo, out.data() + lo, n);
+    }
+    if (error != nullptr) *error = sum.result();
   }
 };
 
@@ -230,16 +270,23 @@ class QsgdCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kQsgd; }
   bool unbiased() const override { return true; }
 
+  size_t maxEncodedBytes(size_t d) const override {
+    return frameBytesFor(kQsgdParamsBytes, qsgdCodes(bits_, bucket_, linf_).payloadBytes(d));
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
-    const ScaledCodes q = qsgdCodes(bits_, bucket_, linf_);
-    std::byte params[kQsgdParamsBytes];
-    params[0] = static_cast<std::byte>(bits_);
-    params[1] = static_cast<std::byte>(linf_ ? 1 : 0);
-    storeLe<uint32_t>(params + 2, bucket_);
-    std::byte* payload = beginFrame(CodecId::kQsgd, elementTypeOf<T>(), x.size(), params,
-                                    q.payloadBytes(x.size()), out);
-    encodeScaledCodes<T>(x, q, rng, payload);
-    sealFrame(out);
+    FrameOut frame(out);
+    write(x, rng, frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    write(x, rng, frame);
+    if (!frame.ok()) return frame.status();
+    STARLING_RETURN_IF_ERROR(
+        seenFromScaledCodes<T>(frame.payload(), qsgdCodes(bits_, bucket_, linf_), seen, "qsgd"));
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -259,6 +306,19 @@ class QsgdCompressor final : public Compressor<T> {
   }
 
  private:
+  void write(std::span<const T> x, core::Rng& rng, FrameOut& out) const {
+    const ScaledCodes q = qsgdCodes(bits_, bucket_, linf_);
+    std::byte params[kQsgdParamsBytes];
+    params[0] = static_cast<std::byte>(bits_);
+    params[1] = static_cast<std::byte>(linf_ ? 1 : 0);
+    storeLe<uint32_t>(params + 2, bucket_);
+    std::byte* payload =
+        out.begin(CodecId::kQsgd, elementTypeOf<T>(), x.size(), params, q.payloadBytes(x.size()));
+    if (payload == nullptr) return;
+    encodeScaledCodes<T>(x, q, rng, payload);
+    out.seal();
+  }
+
   int bits_;
   uint32_t bucket_;
   bool linf_;

@@ -439,13 +439,29 @@ class CountSketchCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kCountSketch; }
   bool unbiased() const override { return false; }
 
+  // The table: rows x cols values, whatever d.
+  size_t maxEncodedBytes(size_t) const override {
+    return frameBytesFor(kParamsBytes, static_cast<size_t>(spec_.rows * spec_.cols) * sizeof(T));
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
-    encodeWithSeed(x, rng.nextU64(), out);
+    FrameOut frame(out);
+    encodeWithSeed(x, rng.nextU64(), frame);
   }
 
   void encodeStream(std::span<const T> x, core::Rng&, const StreamContext& ctx,
                     std::vector<std::byte>& out) const override {
-    encodeWithSeed(x, core::deriveSeed(ctx.sharedSeed, kSketchSalt, ctx.round), out);
+    FrameOut frame(out);
+    encodeWithSeed(x, core::deriveSeed(ctx.sharedSeed, kSketchSalt, ctx.round), frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext& ctx,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    FrameOut frame(out);
+    encodeWithSeed(x, core::deriveSeed(ctx.sharedSeed, kSketchSalt, ctx.round), frame);
+    if (!frame.ok()) return frame.status();
+    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -486,7 +502,7 @@ class CountSketchCompressor final : public Compressor<T> {
   }
 
  private:
-  void encodeWithSeed(std::span<const T> x, uint64_t seed, std::vector<std::byte>& out) const {
+  void encodeWithSeed(std::span<const T> x, uint64_t seed, FrameOut& out) const {
     const uint64_t d = x.size();
     assert(d <= UINT32_MAX);
     SketchParams p;
@@ -535,9 +551,10 @@ class CountSketchCompressor final : public Compressor<T> {
     static_assert(std::endian::native == std::endian::little,
                   "the table is copied as is; add a byte-swapping path for big-endian hosts");
     std::byte* payload =
-        beginFrame(CodecId::kCountSketch, elementTypeOf<T>(), d, params, cells * sizeof(T), out);
+        out.begin(CodecId::kCountSketch, elementTypeOf<T>(), d, params, cells * sizeof(T));
+    if (payload == nullptr) return;
     if (cells > 0) std::memcpy(payload, table.data(), cells * sizeof(T));
-    sealFrame(out);
+    out.seal();
   }
 
   CompressorSpec spec_;

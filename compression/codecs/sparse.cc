@@ -1,6 +1,7 @@
 // Sparse codecs: top-k and rand-k. Both send k (index, value) pairs: a u32 count, the strictly
 // increasing indices as LEB128 gaps, then the k values in the state's precision.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cassert>
 #include <cmath>
@@ -164,15 +165,16 @@ namespace {
 // in place: its size is known once the gaps' varint lengths are.
 template <typename T>
 void writeSparse(CodecId codec, std::span<const std::byte> params, std::span<const T> x,
-                 std::span<const uint32_t> indices, std::vector<std::byte>& out) {
+                 std::span<const uint32_t> indices, FrameOut& out) {
   size_t gapBytes = 0;
   uint32_t previous = 0;
   for (size_t j = 0; j < indices.size(); ++j) {
     gapBytes += varintLength(j == 0 ? indices[j] : indices[j] - previous);
     previous = indices[j];
   }
-  std::byte* p = beginFrame(codec, elementTypeOf<T>(), x.size(), params,
-                            4 + gapBytes + indices.size() * sizeof(T), out);
+  std::byte* p = out.begin(codec, elementTypeOf<T>(), x.size(), params,
+                           4 + gapBytes + indices.size() * sizeof(T));
+  if (p == nullptr) return;
   storeLe<uint32_t>(p, static_cast<uint32_t>(indices.size()));
   p += 4;
   previous = 0;
@@ -186,7 +188,28 @@ void writeSparse(CodecId codec, std::span<const std::byte> params, std::span<con
     storeValue<T>(p, x[i]);
     p += sizeof(T);
   }
-  sealFrame(out);
+  out.seal();
+}
+
+// The most bytes of a sparse frame keeping k of d elements: every gap is below d.
+template <typename T>
+size_t sparseFrameBound(size_t paramsBytes, uint64_t d, uint64_t k) {
+  return frameBytesFor(paramsBytes, 4 + k * (varintLength(d == 0 ? 0 : d - 1) + sizeof(T)));
+}
+
+// What decodeSparse returns for the frame writeSparse wrote: the kept values (scaled by d / k
+// when `scaled`, in the same float64 product) at their indices, zero elsewhere. No check of
+// decodeSparse can fail on it: the indices are strictly increasing and below d, and k >= 1.
+template <typename T>
+void sparseSeen(std::span<const T> x, std::span<const uint32_t> indices, bool scaled,
+                std::span<T> seen) {
+  const uint64_t k = indices.size();
+  const double factor =
+      scaled && k > 0 ? static_cast<double>(x.size()) / static_cast<double>(k) : 1.0;
+  std::fill(seen.begin(), seen.end(), T{0});
+  for (uint32_t i : indices) {
+    seen[i] = scaled ? static_cast<T>(static_cast<double>(x[i]) * factor) : x[i];
+  }
 }
 
 // Checks a sparse payload against d and, only when all of it is valid, writes the vector it
@@ -246,10 +269,25 @@ class TopKCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kTopK; }
   bool unbiased() const override { return false; }
 
+  size_t maxEncodedBytes(size_t d) const override {
+    return sparseFrameBound<T>(0, d, kept(d));
+  }
+
   void encode(std::span<const T> x, core::Rng&, std::vector<std::byte>& out) const override {
     assert(x.size() <= kMaxFrameElements);
-    const uint64_t k = std::min<uint64_t>(keptCount(k_, ratio_, x.size()), UINT32_MAX);
-    writeSparse<T>(CodecId::kTopK, {}, x, largestIndices<T>(x, k), out);
+    FrameOut frame(out);
+    writeSparse<T>(CodecId::kTopK, {}, x, largestIndices<T>(x, kept(x.size())), frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    assert(x.size() <= kMaxFrameElements);
+    const std::vector<uint32_t> indices = largestIndices<T>(x, kept(x.size()));
+    FrameOut frame(out);
+    writeSparse<T>(CodecId::kTopK, {}, x, indices, frame);
+    if (!frame.ok()) return frame.status();
+    sparseSeen<T>(x, indices, false, seen);
+    return frame.frame().size();
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -259,6 +297,10 @@ class TopKCompressor final : public Compressor<T> {
   }
 
  private:
+  uint64_t kept(uint64_t d) const {
+    return std::min<uint64_t>(keptCount(k_, ratio_, d), UINT32_MAX);
+  }
+
   uint64_t k_;
   double ratio_;
 };
@@ -271,9 +313,41 @@ class RandKCompressor final : public Compressor<T> {
   CodecId id() const override { return CodecId::kRandK; }
   bool unbiased() const override { return scaled_; }
 
+  size_t maxEncodedBytes(size_t d) const override {
+    return sparseFrameBound<T>(1, d, std::min<uint64_t>(keptCount(k_, ratio_, d), UINT32_MAX));
+  }
+
   void encode(std::span<const T> x, core::Rng& rng, std::vector<std::byte>& out) const override {
-    assert(x.size() <= kMaxFrameElements);
-    const uint64_t d = x.size();
+    FrameOut frame(out);
+    writeSparse<T>(CodecId::kRandK, params(), x, choose(x.size(), rng), frame);
+  }
+
+  core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
+                                  std::span<std::byte> out, std::span<T> seen) const override {
+    const std::vector<uint32_t> indices = choose(x.size(), rng);
+    FrameOut frame(out);
+    writeSparse<T>(CodecId::kRandK, params(), x, indices, frame);
+    if (!frame.ok()) return frame.status();
+    sparseSeen<T>(x, indices, scaled_, seen);
+    return frame.frame().size();
+  }
+
+  core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
+    auto v = openFrame<T>(frame, CodecId::kRandK, out.size(), 1);
+    if (!v) return v.status();
+    const auto flag = std::to_integer<uint8_t>(v->params[0]);
+    if (flag > 1) return core::corruption("rand-k scaled flag " + std::to_string(flag));
+    return decodeSparse<T>(v->payload, out, flag == 1);
+  }
+
+ private:
+  std::array<std::byte, 1> params() const {
+    return {std::byte{scaled_ ? uint8_t{1} : uint8_t{0}}};
+  }
+
+  // The k kept indices of d, increasing.
+  std::vector<uint32_t> choose(uint64_t d, core::Rng& rng) const {
+    assert(d <= kMaxFrameElements);
     const uint64_t k = std::min<uint64_t>(keptCount(k_, ratio_, d), UINT32_MAX);
     // Floyd's algorithm: k distinct indices, each k-subset equally likely, with exactly k draws.
     // The chosen set depends only on the draws; how membership is tracked is a matter of speed.
@@ -307,19 +381,9 @@ class RandKCompressor final : public Compressor<T> {
       // The set's iteration order is not portable; the sorted order is.
       std::sort(indices.begin(), indices.end());
     }
-    const std::byte params[1] = {std::byte{scaled_ ? uint8_t{1} : uint8_t{0}}};
-    writeSparse<T>(CodecId::kRandK, params, x, indices, out);
+    return indices;
   }
 
-  core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
-    auto v = openFrame<T>(frame, CodecId::kRandK, out.size(), 1);
-    if (!v) return v.status();
-    const auto flag = std::to_integer<uint8_t>(v->params[0]);
-    if (flag > 1) return core::corruption("rand-k scaled flag " + std::to_string(flag));
-    return decodeSparse<T>(v->payload, out, flag == 1);
-  }
-
- private:
   uint64_t k_;
   double ratio_;
   bool scaled_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compression/frame.h"
+#include "core/status.h"
 
 // Hot loops compiled three times, for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, one of
 // them picked when the library loads (GCC function multiversioning); the build stays portable.
@@ -96,13 +97,50 @@ inline void appendVarint(std::vector<std::byte>& out, uint64_t v) {
   out.push_back(static_cast<std::byte>(v));
 }
 
-// Sizes `out` for one frame with a payload of payloadBytes and writes everything before the
-// payload (header, params, their padding) as writeFrame does. Returns where the payload starts:
-// the codec writes every payload byte in place (a reused `out` is not cleared), then calls
-// sealFrame(out) for the CRC. This spares large payloads a buffer of their own and a copy.
-std::byte* beginFrame(CodecId codec, ElementType type, uint64_t elementCount,
-                      std::span<const std::byte> params, size_t payloadBytes,
-                      std::vector<std::byte>& out);
+// Bytes of a frame with params of paramsBytes (padded to 8) and a payload of payloadBytes.
+constexpr size_t frameBytesFor(size_t paramsBytes, size_t payloadBytes) {
+  return kFrameHeaderBytes + ((paramsBytes + 7) & ~size_t{7}) + payloadBytes + kFrameTrailerBytes;
+}
+
+// Writes everything of a frame before its payload (header, params, their padding) at `p`, which
+// has frameBytesFor(params.size(), payloadBytes) bytes, exactly as writeFrame does. Returns where
+// the payload starts.
+std::byte* writeFrameHead(CodecId codec, ElementType type, uint64_t elementCount,
+                          std::span<const std::byte> params, size_t payloadBytes, std::byte* p);
+
+// Where an encode writes its one frame: a vector it sizes (Compressor::encode), or a span someone
+// else owns, such as a transport's shared memory (Compressor::encodeInto). A codec calls begin()
+// once it knows its payload's length, writes every payload byte in place, then seal(). A span too
+// small for the frame is never written: begin() returns null and the codec stops there;
+// status() then says how many bytes the frame needed.
+class FrameOut {
+ public:
+  explicit FrameOut(std::vector<std::byte>& out) : vector_(&out) {}
+  explicit FrameOut(std::span<std::byte> out) : span_(out) {}
+
+  std::byte* begin(CodecId codec, ElementType type, uint64_t elementCount,
+                   std::span<const std::byte> params, size_t payloadBytes);
+  // begin(), a copy of a payload built on the side, and seal().
+  void write(CodecId codec, ElementType type, uint64_t elementCount,
+             std::span<const std::byte> params, std::span<const std::byte> payload);
+  // Writes the CRC32C trailer.
+  void seal();
+
+  bool ok() const { return !frame_.empty(); }
+  // kInvalidArgument after a begin() that did not fit.
+  core::Status status() const;
+  // The frame begin() laid out (its whole length, trailer included), and its payload.
+  std::span<std::byte> frame() const { return frame_; }
+  std::span<const std::byte> payload() const { return {payload_, payloadBytes_}; }
+
+ private:
+  std::vector<std::byte>* vector_ = nullptr;
+  std::span<std::byte> span_;
+  std::span<std::byte> frame_;
+  std::byte* payload_ = nullptr;
+  size_t payloadBytes_ = 0;
+  size_t needed_ = 0;
+};
 
 // A bounds-checked cursor over a payload.
 class Reader {

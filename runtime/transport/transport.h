@@ -51,6 +51,14 @@ class SharedBytes {
   SharedBytes(std::shared_ptr<const void> owner, std::span<const std::byte> view)
       : view_(view), owner_(std::move(owner)) {}
 
+  // The first n bytes (n <= size()) of this message, kept alive by the same owner: a frame
+  // written into a larger buffer (Compressor::maxEncodedBytes), sent at its own length.
+  SharedBytes first(size_t n) const {
+    SharedBytes b(*this);
+    b.view_ = view_.first(n);
+    return b;
+  }
+
   const std::span<const std::byte>& operator*() const { return view_; }
   const std::span<const std::byte>* operator->() const { return &view_; }
   explicit operator bool() const { return owner_ != nullptr; }

@@ -6,6 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
+
+#include "compression/compressor.h"
+#include "core/rng.h"
 #include "tests/runtime/ucx_testing.h"
 
 namespace starling::transport {
@@ -527,6 +531,63 @@ TEST_CASE("ucx shm: a frame written in place with allocate() goes out without a 
   CHECK((c->bytes.data() == aData || d->bytes.data() == aData));
 }
 
+TEST_CASE("ucx shm: a codec's frame written into lent memory by encodeInto and sent at its own "
+          "length (SharedBytes::first) arrives as a view of the sender's segment",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(3);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (int r = 0; r < 3; ++r) ts.push_back(make(shmOptions(r, ports, log)));
+  std::vector<Transport*> raw{ts[0].get(), ts[1].get(), ts[2].get()};
+  CHECK(ringRounds(ts, 3, 1 << 16, /*checkViews=*/false) == 3);  // connects, handshakes
+
+  // Top-k's frame is shorter than its bound (the index gaps are varints), as Node::startRound
+  // sends it: the codec writes into the lent segment, the message is trimmed to the frame.
+  compression::CompressorSpec spec;
+  spec.kind = compression::CompressorSpec::Kind::kTopK;
+  spec.ratio = 0.1;
+  auto codec = compression::createCompressor<float>(spec);
+  REQUIRE(codec.isOk());
+  const size_t d = size_t{1} << 15;
+  std::vector<float> x(d), seen(d);
+  for (size_t i = 0; i < d; ++i) {
+    x[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * static_cast<double>(i % 13));
+  }
+  const size_t bound = (*codec)->maxEncodedBytes(d);
+  auto out = ts[0]->allocate(bound);
+  REQUIRE(out.has_value());
+  core::Rng rng(3);
+  const auto length = (*codec)->encodeInto(x, rng, {}, out->bytes, seen);
+  REQUIRE(length.isOk());
+  REQUIRE(*length < bound);
+  const SharedBytes message = out->message.first(*length);
+  CHECK(message.owner() == out->message.owner());
+  CHECK(message->data() == out->bytes.data());
+
+  const auto mappedBefore = ts[1]->stats().sharedMemoryMessages;
+  std::array<Received, 2> got;
+  std::array<Sent, 2> sent;
+  for (int to : {1, 2}) {
+    ts[to]->recv(0, Tag{100, 0}, in(10s), got[to - 1].callback());
+    ts[0]->send(to, Tag{100, 0}, message, sent[to - 1].callback());
+  }
+  REQUIRE(pumpUntil(
+      raw, [&] { return got[0].calls && got[1].calls && sent[0].calls && sent[1].calls; },
+      in(10s)));
+  CHECK(ts[1]->stats().sharedMemoryMessages == mappedBefore + 1);
+  for (const Received& g : got) {
+    REQUIRE(g.status.isOk());
+    CHECK(g.bytes->size() == *length);
+    CHECK(sameBytes(g.bytes, message));
+    CHECK(inMemfdMapping(g.bytes->data()));
+    CHECK(g.bytes.intact());
+    std::vector<float> decoded(d);
+    REQUIRE((*codec)->decode(*g.bytes, decoded).isOk());
+    CHECK(std::memcmp(decoded.data(), seen.data(), d * sizeof(float)) == 0);
+  }
+  for (auto* t : raw) CHECK(t->stats().corruptMessages == 0);
+}
 
 TEST_CASE("ucx shm: with one endpoint allowed, a neighbour still holding our frame keeps its "
           "connection, and its release comes back",
