@@ -574,7 +574,7 @@ class ZeroOracle final : public optim::GradientOracle<double> {
 TEST_CASE("a model a neighbour's message makes non-finite or too large fails the round",
           "[runtime][unit]") {
   const auto kind = GENERATE(optim::AlgorithmKind::kExactDiffusion, optim::AlgorithmKind::kDsgd,
-                             optim::AlgorithmKind::kGradientTracking, optim::AlgorithmKind::kChoco);
+                             optim::AlgorithmKind::kGradientTracking);
   const size_t at = GENERATE(size_t{0}, size_t{1500}, size_t{2562});  // blocks 0, 1 and 2 (the tail)
   const int poison = GENERATE(0, 1, 2, 3);
   CAPTURE(optim::algorithmKindName(kind), at, poison);
