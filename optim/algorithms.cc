@@ -119,27 +119,24 @@ template <typename T>
 class ExactDiffusion final : public Algorithm<T> {
  public:
   ExactDiffusion(std::span<const T> x0, GradientOracle<T>& oracle)
-      : w_(x0.begin(), x0.end()), psiPrev_(x0.begin(), x0.end()), oracle_(oracle) {}
+      : w_(x0.begin(), x0.end()), psiPrev_(x0.begin(), x0.end()), grad_(x0.size()), oracle_(oracle) {}
 
   size_t messageSize() const override { return w_.size(); }
 
   void prepare(const RoundInfo& info, std::span<T> out) override {
-    // The gradient goes to a scratch vector of this thread's, which every node the thread drives
-    // reuses while it is in cache, rather than to a vector of the node's own that would come
-    // from memory and go back every round (a simulation drives n nodes on one thread).
-    std::vector<T>& grad = scratch(w_.size());
-    oracle_.gradient(w_, grad);
-    // psi = w - mu g, phi = psi + w - psi_prev, and psi_prev = psi in place: one fused pass.
+    oracle_.gradient(w_, grad_);
+    // psi = w - mu g (kept in grad_'s storage), phi = psi + w - psi_prev: one fused pass.
     const T mu = static_cast<T>(info.stepSize);
     const T* w = w_.data();
-    const T* g = grad.data();
-    T* prev = psiPrev_.data();
+    const T* prev = psiPrev_.data();
+    T* g = grad_.data();
     T* phi = out.data();
     for (size_t k = 0, d = w_.size(); k < d; ++k) {
       const T psi = w[k] - mu * g[k];
       phi[k] = psi + w[k] - prev[k];
-      prev[k] = psi;
+      g[k] = psi;
     }
+    psiPrev_.swap(grad_);
   }
 
   void absorb(const RoundInfo&, std::span<const T> own,
@@ -163,13 +160,7 @@ class ExactDiffusion final : public Algorithm<T> {
   }
 
  private:
-  static std::vector<T>& scratch(size_t d) {
-    thread_local std::vector<T> grad;
-    if (grad.size() != d) grad.resize(d);
-    return grad;
-  }
-
-  std::vector<T> w_, psiPrev_;
+  std::vector<T> w_, psiPrev_, grad_;
   GradientOracle<T>& oracle_;
 };
 
