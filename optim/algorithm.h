@@ -18,6 +18,7 @@
 
 #include "core/state.h"
 #include "core/status.h"
+#include "core/within.h"
 #include "optim/regularizer.h"
 #include "optim/step_size.h"
 
@@ -128,6 +129,23 @@ class Algorithm {
   virtual bool absorbsCombined() const { return false; }
   virtual void absorbCombined(const RoundInfo& /*info*/, std::span<const T> /*own*/,
                               std::span<const T> /*combined*/) {}
+
+  // absorb (absorbCombined), then the engine's divergence check of the model it leaves: true when
+  // every |x_k| <= limit in model() (NaN never is; core::allWithin). The default checks with a
+  // pass of its own over the model after absorbing; an algorithm whose absorb writes its whole
+  // model block by block may check each block right after writing it, while it is in L1, and so
+  // save a pass over d values from memory per round. Either way the answer is exactly
+  // core::allWithin(model(), limit) on the model absorb leaves (tests/optim/algorithm_check_test.cc).
+  virtual bool absorbWithin(const RoundInfo& info, std::span<const T> own,
+                            std::span<const NeighborMessage<T>> neighbors, T limit) {
+    absorb(info, own, neighbors);
+    return core::allWithin(model(), limit);
+  }
+  virtual bool absorbCombinedWithin(const RoundInfo& info, std::span<const T> own,
+                                    std::span<const T> combined, T limit) {
+    absorbCombined(info, own, combined);
+    return core::allWithin(model(), limit);
+  }
 
   // Everything the algorithm carries from one round to the next (its model, dual variables,
   // reference points, whether it has started), for checkpoints (core/state.h): one function

@@ -32,10 +32,17 @@ Map<T> map(std::span<T> s) { return Map<T>(s.data(), static_cast<Eigen::Index>(s
 // With `base` (DSGD under a lossy codec) the sum starts from base instead of own:
 // out = base + sum_j scale * w_ij * (m_j - own), so the compression error of the node's own
 // message never replaces its exact state (DeepSqueeze's form, Tang et al. 2019).
+//
+// With `limit`, each block of `out` is also checked against it (core::allWithin) right after it is
+// written, while it is in L1, and the return value says whether every |out_k| <= *limit: the
+// engine's divergence check of a model that combine writes whole (Algorithm::absorbWithin),
+// without a pass of its own over d values. Without, it returns true.
 template <typename T>
-void combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, T scale,
-             Eigen::Index offset, Eigen::Index len, const T* base = nullptr) {
+bool combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, T scale,
+             Eigen::Index offset, Eigen::Index len, const T* base = nullptr,
+             const T* limit = nullptr) {
   constexpr Eigen::Index kBlock = 1024;
+  bool within = true;
   for (Eigen::Index b = 0; b < len; b += kBlock) {
     const Eigen::Index m = std::min(kBlock, len - b);
     const auto self = own.segment(offset + b, m);
@@ -48,7 +55,11 @@ void combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, 
     for (const auto& n : nbrs) {
       dst += (static_cast<T>(n.weight) * scale) * (cmap(n.message).segment(offset + b, m) - self);
     }
+    if (limit != nullptr) {
+      within &= core::allWithin(std::span<const T>(dst.data(), static_cast<size_t>(m)), *limit);
+    }
   }
+  return within;
 }
 
 // Adapt-then-combine diffusion (docs/algorithms.md §3):
@@ -78,6 +89,14 @@ class Dsgd final : public Algorithm<T> {
     // `own` is the buffer prepare wrote unless a codec decoded it into another one.
     const T* base = own.data() == lossless_ ? nullptr : psi_.data();
     combine<T>(map<T>(std::span<T>(x_)), cmap<T>(own), nbrs, gamma_, 0, d, base);
+  }
+
+  // The same combine, checking x block by block as it writes it.
+  bool absorbWithin(const RoundInfo&, std::span<const T> own,
+                    std::span<const NeighborMessage<T>> nbrs, T limit) override {
+    const auto d = static_cast<Eigen::Index>(x_.size());
+    const T* base = own.data() == lossless_ ? nullptr : psi_.data();
+    return combine<T>(map<T>(std::span<T>(x_)), cmap<T>(own), nbrs, gamma_, 0, d, base, &limit);
   }
 
   std::span<const T> model() const override { return x_; }
@@ -124,6 +143,13 @@ class ExactDiffusion final : public Algorithm<T> {
               std::span<const NeighborMessage<T>> nbrs) override {
     const auto d = static_cast<Eigen::Index>(w_.size());
     combine<T>(map<T>(std::span<T>(w_)), cmap<T>(own), nbrs, T(0.5), 0, d);
+  }
+
+  // The same combine, checking w block by block as it writes it.
+  bool absorbWithin(const RoundInfo&, std::span<const T> own,
+                    std::span<const NeighborMessage<T>> nbrs, T limit) override {
+    const auto d = static_cast<Eigen::Index>(w_.size());
+    return combine<T>(map<T>(std::span<T>(w_)), cmap<T>(own), nbrs, T(0.5), 0, d, nullptr, &limit);
   }
 
   std::span<const T> model() const override { return w_; }

@@ -4,6 +4,8 @@
 #include <map>
 #include <vector>
 
+#include "core/within.h"
+
 namespace starling::optim {
 namespace {
 
@@ -21,13 +23,26 @@ class PlainGossip final : public GossipAlgorithm<T> {
   void prepareBlock(const RoundInfo&, size_t offset, std::span<T> out) override {
     std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(offset), out.size(), out.begin());
   }
-  void absorb(const RoundInfo&, std::span<const T> own,
+  void absorb(const RoundInfo& info, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
+    combine(info, own, nbrs, nullptr);
+  }
+  // The same combine, checking each block of x right after writing it (Algorithm::absorbWithin).
+  bool absorbWithin(const RoundInfo& info, std::span<const T> own,
+                    std::span<const NeighborMessage<T>> nbrs, T limit) override {
+    return combine(info, own, nbrs, &limit);
+  }
+  std::span<const T> model() const override { return x_; }
+
+ private:
+  bool combine(const RoundInfo&, std::span<const T> own, std::span<const NeighborMessage<T>> nbrs,
+               const T* limit) {
     // x = own + sum_j gamma w_ij (m_j - own), walked in blocks that stay in L1 while every
     // neighbour's block is added: each input is read from memory once and x written once. Each
     // element sees the same operations in the same order as a pass per neighbour would, so the
     // result is the same to the bit.
     constexpr size_t kBlock = 1024;
+    bool within = true;
     const size_t d = x_.size();
     T* x = x_.data();
     const T* self = own.data();
@@ -39,11 +54,11 @@ class PlainGossip final : public GossipAlgorithm<T> {
         const T* __restrict m = n.message.data();
         for (size_t k = b; k < e; ++k) x[k] += w * (m[k] - self[k]);
       }
+      if (limit != nullptr) within &= core::allWithin(std::span<const T>(x + b, e - b), *limit);
     }
+    return within;
   }
-  std::span<const T> model() const override { return x_; }
 
- private:
   const T gamma_;
   std::vector<T> x_;
 };

@@ -7,10 +7,18 @@
 #include <string>
 
 #include "compression/frame.h"
+#include "core/within.h"
 
 namespace starling::runtime {
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The bound a model or message is checked against in T: max_abs, or T's largest value (inf is
+// beyond it).
+template <typename T>
+T limitIn(double maxAbs) {
+  return static_cast<T>(std::min<double>(maxAbs, std::numeric_limits<T>::max()));
+}
 }  // namespace
 
 template <typename T>
@@ -36,19 +44,6 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
     if (accumulator_) combined_.resize(messageSize_);
   }
 }
-
-namespace {
-
-// True when every |v| <= limit (NaN never is). An integer OR of the comparisons, which GCC
-// vectorises; a `bool &=` chain stays scalar and costs 2.5 times as much (docs/bench_gossip.md).
-template <typename T>
-bool allWithin(std::span<const T> values, T limit) {
-  uint32_t outside = 0;
-  for (const T v : values) outside |= static_cast<uint32_t>(!(std::abs(v) <= limit));
-  return outside == 0;
-}
-
-}  // namespace
 
 template <typename T>
 void Node<T>::setLost(int peer) {
@@ -92,8 +87,8 @@ template <typename T>
 core::Status Node<T>::checkFinite(std::span<const T> values, const char* what,
                                   double maxAbs) const {
   // One branch-free pass (NaN fails the comparison); the slow search only when it failed.
-  const T limit = static_cast<T>(std::min<double>(maxAbs, std::numeric_limits<T>::max()));
-  if (allWithin(values, limit)) return core::Status::ok();
+  const T limit = limitIn<T>(maxAbs);
+  if (core::allWithin(values, limit)) return core::Status::ok();
   size_t k = 0;
   while (k < values.size() && std::abs(values[k]) <= limit) ++k;
   const double v = static_cast<double>(values[k]);
@@ -125,7 +120,7 @@ core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<T> payl
   for (size_t b = 0; b < payload.size(); b += kBlock) {
     const auto block = payload.subspan(b, std::min(kBlock, payload.size() - b));
     if (prepareBlocks) algorithm_->prepareBlock(info_, b, block);
-    ok &= allWithin(std::span<const T>(block), limit);
+    ok &= core::allWithin(std::span<const T>(block), limit);
     crc.update(std::as_bytes(block));
   }
   const auto* end = reinterpret_cast<const std::byte*>(payload.data() + payload.size());
@@ -402,11 +397,16 @@ core::Status Node<T>::finishRound() {
                                                 std::to_string(slot.peer)));
     }
     accumulator_->finish(combined_);
-    algorithm_->absorbCombined(info_, own_, combined_);
-  } else {
-    algorithm_->absorb(info_, own_, messages_);
   }
-  STARLING_RETURN_IF_ERROR(checkFinite(algorithm_->model(), "its model", divergenceLimit_));
+  // The model's divergence check, inside the algorithm's own last pass over it where it has one
+  // (Algorithm::absorbWithin); checkFinite finds and names the coordinate only when it failed.
+  const T limit = limitIn<T>(divergenceLimit_);
+  const bool within = accumulator_
+                          ? algorithm_->absorbCombinedWithin(info_, own_, combined_, limit)
+                          : algorithm_->absorbWithin(info_, own_, messages_, limit);
+  if (!within) {
+    STARLING_RETURN_IF_ERROR(checkFinite(algorithm_->model(), "its model", divergenceLimit_));
+  }
   for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
   ownFrame_.reset();
   return core::Status::ok();

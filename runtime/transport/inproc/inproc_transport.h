@@ -2,7 +2,9 @@
 //
 // An InprocHub holds one mailbox per rank; createTransport(hub, rank) returns that rank's endpoint.
 // A message is the sender's shared buffer itself (no copy), delivered when the receiver calls
-// progress(). Used by the simulator (many ranks on one thread) and by tests (ranks on threads).
+// progress(). allocate() lends frames from one pool for the whole hub, so a rank writes its
+// message into a frame another rank let go of moments ago, still in cache. Used by the simulator
+// (many ranks on one thread), by in-process Peers and by tests (ranks on threads).
 //
 // Thread-safety: the hub is internally locked, so endpoints may be driven from different threads;
 // each endpoint must be driven by one thread at a time. The hub must outlive its endpoints.
