@@ -61,11 +61,9 @@ class AdaCompCompressor final : public Compressor<T> {
 
   core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext& ctx,
                                   std::span<std::byte> out, std::span<T> seen) const override {
-    FrameOut frame(out);
-    streamInto(x, rng, ctx, frame);
-    if (!frame.ok()) return frame.status();
-    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
-    return frame.frame().size();
+    return writeAndSee(
+        out, [&](FrameOut& f) { streamInto(x, rng, ctx, f); },
+        [&](const FrameOut& f) { return decode(f.frame(), seen); });
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {

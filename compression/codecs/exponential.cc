@@ -65,12 +65,11 @@ class NuqsgdCompressor final : public Compressor<T> {
 
   core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
                                   std::span<std::byte> out, std::span<T> seen) const override {
-    FrameOut frame(out);
-    write(x, rng, frame);
-    if (!frame.ok()) return frame.status();
-    STARLING_RETURN_IF_ERROR(
-        seenFromScaledCodes<T>(frame.payload(), nuqsgdCodes(bits_, bucket_), seen, "nuqsgd"));
-    return frame.frame().size();
+    return writeAndSee(
+        out, [&](FrameOut& f) { write(x, rng, f); },
+        [&](const FrameOut& f) {
+          return seenFromScaledCodes<T>(f.payload(), nuqsgdCodes(bits_, bucket_), seen, "nuqsgd");
+        });
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
@@ -319,11 +318,9 @@ class NaturalCompressor final : public Compressor<T> {
 
   core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
                                   std::span<std::byte> out, std::span<T> seen) const override {
-    FrameOut frame(out);
-    write(x, rng, frame);
-    if (!frame.ok()) return frame.status();
-    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
-    return frame.frame().size();
+    return writeAndSee(
+        out, [&](FrameOut& f) { write(x, rng, f); },
+        [&](const FrameOut& f) { return decode(f.frame(), seen); });
   }
 
  private:
@@ -519,11 +516,9 @@ class TopKDitheringCompressor final : public Compressor<T> {
 
   core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
                                   std::span<std::byte> out, std::span<T> seen) const override {
-    FrameOut frame(out);
-    write(x, rng, frame);
-    if (!frame.ok()) return frame.status();
-    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
-    return frame.frame().size();
+    return writeAndSee(
+        out, [&](FrameOut& f) { write(x, rng, f); },
+        [&](const FrameOut& f) { return decode(f.frame(), seen); });
   }
 
  private:

@@ -281,12 +281,11 @@ class QsgdCompressor final : public Compressor<T> {
 
   core::Result<size_t> encodeInto(std::span<const T> x, core::Rng& rng, const StreamContext&,
                                   std::span<std::byte> out, std::span<T> seen) const override {
-    FrameOut frame(out);
-    write(x, rng, frame);
-    if (!frame.ok()) return frame.status();
-    STARLING_RETURN_IF_ERROR(
-        seenFromScaledCodes<T>(frame.payload(), qsgdCodes(bits_, bucket_, linf_), seen, "qsgd"));
-    return frame.frame().size();
+    return writeAndSee(
+        out, [&](FrameOut& f) { write(x, rng, f); },
+        [&](const FrameOut& f) {
+          return seenFromScaledCodes<T>(f.payload(), qsgdCodes(bits_, bucket_, linf_), seen, "qsgd");
+        });
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {

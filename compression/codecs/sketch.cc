@@ -457,11 +457,12 @@ class CountSketchCompressor final : public Compressor<T> {
 
   core::Result<size_t> encodeInto(std::span<const T> x, core::Rng&, const StreamContext& ctx,
                                   std::span<std::byte> out, std::span<T> seen) const override {
-    FrameOut frame(out);
-    encodeWithSeed(x, core::deriveSeed(ctx.sharedSeed, kSketchSalt, ctx.round), frame);
-    if (!frame.ok()) return frame.status();
-    STARLING_RETURN_IF_ERROR(decode(frame.frame(), seen));
-    return frame.frame().size();
+    return writeAndSee(
+        out,
+        [&](FrameOut& f) {
+          encodeWithSeed(x, core::deriveSeed(ctx.sharedSeed, kSketchSalt, ctx.round), f);
+        },
+        [&](const FrameOut& f) { return decode(f.frame(), seen); });
   }
 
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {

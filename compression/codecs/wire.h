@@ -142,6 +142,18 @@ class FrameOut {
   size_t needed_ = 0;
 };
 
+// encodeInto's common shape: `write(frame)` lays the frame out in `out`, then `see(frame)` fills
+// what receivers decode (a codec's decode of the frame, or a cheaper pass over its payload).
+// Returns the frame's length, or why it did not fit or does not decode.
+template <typename Write, typename See>
+core::Result<size_t> writeAndSee(std::span<std::byte> out, Write&& write, See&& see) {
+  FrameOut frame(out);
+  write(frame);
+  if (!frame.ok()) return frame.status();
+  STARLING_RETURN_IF_ERROR(see(frame));
+  return frame.frame().size();
+}
+
 // A bounds-checked cursor over a payload.
 class Reader {
  public:
