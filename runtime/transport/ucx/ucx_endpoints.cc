@@ -17,7 +17,7 @@ namespace starling::transport::ucx::detail {
 
 core::Status UcxTransport::connect(int peer) {
   OutPeer& p = peers_[peer];
-  auto addr = resolve(options_.addresses[peer], /*forListening=*/false);
+  auto addr = resolve(options_.addresses[peer]);
   if (!addr) return addr.status();
   p.errored = false;
   p.mapped = false;  // until the neighbour accepts this connection's hello

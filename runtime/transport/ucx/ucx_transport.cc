@@ -2,10 +2,13 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,7 +57,7 @@ void epErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status) {
 
 // ---- setup ---------------------------------------------------------------------------------
 
-core::Result<sockaddr_storage> resolve(const PeerAddress& a, bool forListening) {
+core::Result<sockaddr_storage> resolve(const PeerAddress& a) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -64,36 +67,65 @@ core::Result<sockaddr_storage> resolve(const PeerAddress& a, bool forListening) 
   sockaddr_storage out{};
   std::memcpy(&out, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
-  if (forListening) {
-    // A loopback address listens on loopback only; any other address listens on every interface
-    // (the peers reach it by the name in the scenario, which may be one of several).
-    if (out.ss_family == AF_INET) {
-      auto* in = reinterpret_cast<sockaddr_in*>(&out);
-      if ((ntohl(in->sin_addr.s_addr) >> 24) != 127) in->sin_addr.s_addr = htonl(INADDR_ANY);
-    } else if (out.ss_family == AF_INET6) {
-      auto* in6 = reinterpret_cast<sockaddr_in6*>(&out);
-      if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) in6->sin6_addr = in6addr_any;
-    }
-  }
   return out;
 }
 
-// True when every address resolves to a loopback address (127.0.0.0/8 or ::1).
-static bool allLoopback(const std::vector<PeerAddress>& addresses) {
-  for (const auto& a : addresses) {
-    auto r = resolve(a, /*forListening=*/false);
-    if (!r) return false;
-    if (r->ss_family == AF_INET) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(&*r);
-      if ((ntohl(in->sin_addr.s_addr) >> 24) != 127) return false;
-    } else if (r->ss_family == AF_INET6) {
-      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&*r);
-      if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return false;
-    } else {
-      return false;
-    }
+static bool isLoopback(const sockaddr_storage& s) {
+  if (s.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&s)->sin_addr.s_addr) >> 24) == 127;
   }
-  return true;
+  if (s.ss_family == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&s)->sin6_addr);
+  }
+  return false;
+}
+
+std::string numericHost(const sockaddr_storage& s) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (s.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&s)->sin_addr, text, sizeof text);
+  } else if (s.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&s)->sin6_addr, text, sizeof text);
+  }
+  return text;
+}
+
+// The network interface of this machine that holds `own` (the loopback interface for any
+// loopback address). A peer listens on exactly the address its neighbours reach it at, and UCX's
+// own TCP sockets go on that interface alone, never on every interface of the machine. An
+// address no interface holds means the peer runs on the wrong host: the error lists what this
+// machine has, which is what a user needs to see when a launcher placed a rank elsewhere.
+core::Result<std::string> owningInterface(const sockaddr_storage& own, const std::string& describe) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return core::ioError("getifaddrs: " + std::string(std::strerror(errno)));
+  std::string found, have;
+  const bool loopback = isLoopback(own);
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != own.ss_family) continue;
+    sockaddr_storage a{};
+    std::memcpy(&a, i->ifa_addr, own.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    have += std::string(have.empty() ? "" : ", ") + i->ifa_name + " " + numericHost(a);
+    bool match = false;
+    if (loopback) {
+      match = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    } else if (own.ss_family == AF_INET) {
+      match = reinterpret_cast<const sockaddr_in*>(&a)->sin_addr.s_addr ==
+              reinterpret_cast<const sockaddr_in*>(&own)->sin_addr.s_addr;
+    } else {
+      match = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr,
+                          &reinterpret_cast<const sockaddr_in6*>(&own)->sin6_addr,
+                          sizeof(in6_addr)) == 0;
+    }
+    if (match && found.empty()) found = i->ifa_name;
+  }
+  freeifaddrs(list);
+  if (found.empty()) {
+    return core::invalidArgument(describe + " is " + numericHost(own) +
+                                 ", which no interface of this machine holds (it has: " +
+                                 (have.empty() ? "none" : have) +
+                                 "); this rank must run on the host that owns that address");
+  }
+  return found;
 }
 
 socklen_t sockaddrLength(const sockaddr_storage& s) {
@@ -106,15 +138,38 @@ core::Status UcxTransport::start() {
     return core::invalidArgument("rank " + std::to_string(options_.rank) + " is not in 0.." +
                                  std::to_string(n - 1));
   }
+  // Where this peer listens: exactly the address its neighbours reach it at.
+  const PeerAddress& self = options_.addresses[options_.rank];
+  auto own = resolve(self);
+  if (!own) return own.status();
+  auto device = owningInterface(*own, "rank " + std::to_string(options_.rank) + "'s address " +
+                                          self.toString());
+  if (!device) return device.status();
+  if (isLoopback(*own)) {
+    // A host name that resolves to loopback on its own machine (Debian maps the machine's name to
+    // 127.0.1.1) cannot be reached from another host: fail here, naming it, rather than time out.
+    for (int r = 0; r < n; ++r) {
+      auto other = resolve(options_.addresses[r]);
+      if (other && !isLoopback(*other)) {
+        return core::invalidArgument(
+            "rank " + std::to_string(options_.rank) + "'s address " + self.toString() +
+            " resolves to " + numericHost(*own) + " on this machine, a loopback address, but rank " +
+            std::to_string(r) + " (" + options_.addresses[r].toString() +
+            ") is on another host, which cannot reach it: give this rank an address of a network "
+            "interface (or fix the host name's entry in /etc/hosts)");
+      }
+    }
+  }
   ucp_config_t* config = nullptr;
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read"));
   core::Status st = fromUcs(ucp_config_modify(config, "TLS", options_.tls.c_str()),
                             "UCX transports \"" + options_.tls + "\"");
   // UCX's tcp transport opens a listening socket of its own on every network device, the
-  // machine's public address included. A run whose peers all live on loopback keeps it there
+  // machine's public address included. Keep it on the interface that holds this peer's address
   // (unless the user chose devices with UCX_NET_DEVICES).
-  if (st.isOk() && allLoopback(options_.addresses) && std::getenv("UCX_NET_DEVICES") == nullptr) {
-    st = fromUcs(ucp_config_modify(config, "NET_DEVICES", "lo"), "UCX_NET_DEVICES=lo");
+  if (st.isOk() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    st = fromUcs(ucp_config_modify(config, "NET_DEVICES", device->c_str()),
+                 "UCX_NET_DEVICES=" + *device);
   }
   const bool sharedMemory = options_.tls.find("sysv") != std::string::npos ||
                             options_.tls.find("posix") != std::string::npos ||
@@ -186,9 +241,7 @@ core::Status UcxTransport::start() {
   bc.salt = salt_;
   bootstrap_ = std::make_unique<Bootstrap>(
       io_, std::move(bc), [this](int rank, const auth::Nonce& salt) { onAccepted(rank, salt); });
-  auto own = resolve(options_.addresses[options_.rank], /*forListening=*/true);
-  if (!own) return own.status();
-  STARLING_RETURN_IF_ERROR(bootstrap_->listen(*own, options_.addresses[options_.rank].toString()));
+  STARLING_RETURN_IF_ERROR(bootstrap_->listen(*own, self.toString()));
 
   int fd = -1;
   STARLING_RETURN_IF_ERROR(fromUcs(ucp_worker_get_efd(h_.worker, &fd), "ucp_worker_get_efd"));

@@ -367,7 +367,7 @@ ucs_status_t amCallback(void* arg, const void* header, size_t headerLength, void
                         size_t length, const ucp_am_recv_param_t* param);
 void epErrorCallback(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-core::Result<sockaddr_storage> resolve(const PeerAddress& a, bool forListening);
+core::Result<sockaddr_storage> resolve(const PeerAddress& a);
 socklen_t sockaddrLength(const sockaddr_storage& s);
 
 }  // namespace starling::transport::ucx::detail
