@@ -215,6 +215,19 @@ void parseTransport(Obj& o, Scenario& s) {
 
 void parsePeers(Obj& o, Scenario& s) {
   auto& p = s.peers;
+  p.basePort = o.integer<int>("base_port", 1, 65535, int{kDefaultBasePort});
+  if (p.basePort + s.nodes - 1 > 65535) {
+    throw ScenarioError{o.at("base_port"), "base_port + nodes - 1 exceeds 65535"};
+  }
+  // Only a base port: the addresses come from the launcher (`peer`) or loopback (`run`).
+  if (!o.has("addresses") && !o.has("hosts")) {
+    o.finish();
+    return;
+  }
+  if (o.has("addresses") && o.has("base_port")) {
+    throw ScenarioError{o.at("base_port"), "goes with \"hosts\" or alone; \"addresses\" name "
+                                           "their ports"};
+  }
   p.explicitAddresses = true;
   auto checkHostPort = [](const std::string& path, const std::string& text) {
     const auto colon = text.rfind(':');
@@ -248,10 +261,7 @@ void parsePeers(Obj& o, Scenario& s) {
     if (!hosts.is_array() || hosts.empty()) {
       throw ScenarioError{o.at("hosts"), "expected a non-empty array of host names"};
     }
-    const auto base = o.integer<int>("base_port", 1, 65535, int{kDefaultBasePort});
-    if (base + s.nodes - 1 > 65535) {
-      throw ScenarioError{o.at("base_port"), "base_port + nodes - 1 exceeds 65535"};
-    }
+    const int base = p.basePort;
     for (size_t i = 0; i < hosts.size(); ++i) {
       if (!hosts[i].is_string() || hosts[i].get<std::string>().empty()) {
         throw ScenarioError{o.at("hosts") + "/" + std::to_string(i), "expected a host name"};
@@ -431,7 +441,7 @@ core::Result<Scenario> loadScenario(const std::string& path) {
 std::vector<std::string> peerAddresses(const Scenario& s) {
   if (s.peers.explicitAddresses) return s.peers.addresses;
   std::vector<std::string> out;
-  for (int r = 0; r < s.nodes; ++r) out.push_back("127.0.0.1:" + std::to_string(kDefaultBasePort + r));
+  for (int r = 0; r < s.nodes; ++r) out.push_back("127.0.0.1:" + std::to_string(s.peers.basePort + r));
   return out;
 }
 

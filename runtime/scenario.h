@@ -84,11 +84,14 @@ struct TransportConfig {
   uint64_t spinUs = 50;             // poll this long before sleeping on the event fd
 };
 
-// Where each rank listens: "host:port" per rank. Empty when the scenario has no `peers` section:
-// `run` then picks free loopback ports and `peer` uses 127.0.0.1 with base port 29500 + rank.
+// Where each rank listens: "host:port" per rank, from `addresses` or `hosts` + `base_port`.
+// Empty when the section has neither: `run` then picks free loopback ports, and `peer` takes the
+// addresses from its launcher (runtime/peer_placement.h) with ports base_port + rank, where
+// base_port is the section's (a section may hold only that) or 29500.
 struct PeersConfig {
   std::vector<std::string> addresses;
   bool explicitAddresses = false;
+  int basePort = 29500;
 };
 
 // `faults`: what a run does when peers are lost, and faults scripted for tests and users.

@@ -262,7 +262,11 @@ json resolved(const Scenario& s) {
   // Written only when the scenario had one: without it, `run` picks free loopback ports and
   // `peer` uses 127.0.0.1:29500 + rank, which no `peers` section can say. A `hosts` + `base_port`
   // section is written as the addresses it stands for (the parser keeps no hosts).
-  if (s.peers.explicitAddresses) j["peers"] = {{"addresses", s.peers.addresses}};
+  if (s.peers.explicitAddresses) {
+    j["peers"] = {{"addresses", s.peers.addresses}};
+  } else if (s.peers.basePort != kDefaultBasePort) {
+    j["peers"] = {{"base_port", s.peers.basePort}};
+  }
   j["divergence"] = {{"max_abs", s.divergenceMaxAbs}};
   json faults = json::object();
   faults["on_peer_loss"] = s.faults.onPeerLoss == OnPeerLoss::kContinue ? "continue" : "stop";

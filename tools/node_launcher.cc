@@ -3,7 +3,8 @@
 //   node-launcher run      SCENARIO [--out DIR] [--rounds N] [--seed S]
 //   node-launcher run      SCENARIO --resume DIR [--rounds N] [--seed S]   (a killed run)
 //   node-launcher run      SCENARIO [--out DIR] -- COMMAND [ARGS...]   (the user's trainer)
-//   node-launcher peer     SCENARIO [--rank R] [--out DIR] [--peers H:P,...] [--rounds N] [--seed S]
+//   node-launcher peer     SCENARIO [--rank R] [--out DIR] [--peers H:P,... | --hostfile F]
+//                          [--rounds N] [--seed S]
 //                          [--rejoin]   (a lost peer restarted: back into the run)
 //   node-launcher simulate SCENARIO [--out DIR] [--rounds N] [--seed S]
 //   node-launcher merge    SCENARIO --out DIR [--rounds N] [--seed S]
@@ -27,6 +28,7 @@
 #include "runtime/line_file.h"
 #include "runtime/merge.h"
 #include "runtime/peer.h"
+#include "runtime/peer_placement.h"
 #include "runtime/resume.h"
 #include "runtime/scenario.h"
 #include "runtime/scenario_writer.h"
@@ -367,6 +369,10 @@ int launcherMain(int argc, char** argv) {
   peer->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
   peer->add_option("--peers", peerList, "host:port of every rank, comma-separated (overrides "
                                         "the scenario's peers section)");
+  std::string hostfile;
+  peer->add_option("--hostfile", hostfile,
+                   "OpenMPI-style hostfile (\"host slots=N\" per line): rank r runs on the host "
+                   "whose slots it fills, listening on peers.base_port + r");
   peer->add_option("--rounds", flags.rounds, roundsHelp);
   peer->add_option("--seed", flags.seed, "override the scenario's seed (0..2^64-1)");
   // Set by `run --resume`: load OUT/checkpoints/rank-R/round-N.ckpt and go on from round N.
@@ -446,22 +452,22 @@ int launcherMain(int argc, char** argv) {
     runtime::PeerOptions po;
     std::optional<int> rank = num->rank;
     if (!rank) rank = rankFromEnvironment();
-    if (!rank) {
-      return report(core::invalidArgument("no rank: pass --rank or run under a launcher that sets "
-                                          "SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK or "
-                                          "PMI_RANK"));
+    runtime::PeerPlacementRequest request;
+    request.peersFlag = peerList;
+    request.hostfile = hostfile;
+    request.rank = rank;
+    auto placed = runtime::placePeer(e->scenario, request, runtime::processEnvironment());
+    if (!placed) {
+      return report(core::Status(placed.status().code(),
+                                 "peer" + (rank ? " " + std::to_string(*rank) : std::string()) +
+                                     ": " + placed.status().message()));
     }
-    po.rank = *rank;
+    po.rank = placed->rank;
+    po.addresses = std::move(placed->addresses);
     po.outDir = outDir.empty() ? std::filesystem::path("runs") / e->scenario.name
                                : std::filesystem::path(outDir);
-    if (!peerList.empty()) {
-      for (size_t start = 0;;) {
-        const size_t comma = peerList.find(',', start);
-        po.addresses.push_back(peerList.substr(start, comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    }
+    std::fprintf(stderr, "node-launcher peer %d: addresses from %s\n", po.rank,
+                 placed->source.c_str());
     po.stop = &gStop;
     std::signal(SIGINT, onStopSignal);
     std::signal(SIGTERM, onStopSignal);

@@ -152,6 +152,69 @@ def case_wrong_host(hosts, work):
           "wrong host: the error names the address and what this host has: " + text.strip()[-300:])
 
 
+def case_hostfile(hosts, work):
+    """8 peers on 4 hosts placed by an OpenMPI hostfile (2 slots each, mapped by slot): each
+    started with --hostfile and its rank, finds its own host and its neighbours'."""
+    hf = os.path.join(work, "hostfile")
+    with open(hf, "w") as f:
+        f.write("# four hosts, two slots each\n")
+        f.write("".join(f"{hosts.hostname(h)} slots=2\n" for h in range(4)))
+    file = os.path.join(work, "hostfile.json")
+    write(file, scenario("hostfile", 8, peers={"base_port": 29650}))
+    out = os.path.join(work, "out")
+    procs, logs = start_in_hosts(hosts, [r // 2 for r in range(8)], file, out, work,
+                                 extra=("--hostfile", hf))
+    codes = wait_all(procs, logs)
+    check(codes == [0] * 8, f"hostfile: 8 peers on 4 hosts exit 0 (got {codes})")
+    same_as_simulate(work, file, out, "hostfile")
+
+
+def mpirun(hosts, work, name, np, mapping, base_port):
+    """mpirun started on host 0 (the login node), reaching the others through netns_rsh.sh."""
+    os.makedirs(work)
+    hf = os.path.join(work, "hostfile")
+    with open(hf, "w") as f:
+        f.write("".join(f"{hosts.hostname(h)} slots={np // hosts.count}\n"
+                        for h in range(hosts.count)))
+    file = os.path.join(work, name + ".json")
+    write(file, scenario(name, np, peers={"base_port": base_port}))
+    out = os.path.join(work, "out")
+    env = dict(os.environ, STARLING_NETNS_MAP=",".join(
+        f"{hosts.hostname(h)}={hosts.names[h]}" for h in range(hosts.count)))
+    agent = os.path.join(ROOT, "tests", "integration", "netns_rsh.sh")
+    log = os.path.join(work, "mpirun.log")
+    with open(log, "w") as f:
+        rc = subprocess.run([*hosts.exec_args(0), "mpirun", "--allow-run-as-root", "--hostfile", hf,
+                             "-np", str(np), "--map-by", mapping, "--mca", "plm_rsh_agent", agent,
+                             LAUNCHER, "peer", file, "--out", out],
+                            stdout=f, stderr=subprocess.STDOUT, env=env,
+                            timeout=DEADLINE_S).returncode
+    text = open(log).read()
+    if rc != 0:
+        print(text[-3000:])
+    check(rc == 0, f"{name}: mpirun -np {np} --map-by {mapping} on {hosts.count} hosts exits 0")
+    listening = sorted(line.split("listening on ")[1].split()[0] for line in text.splitlines()
+                       if "listening on" in line)
+    check(len(listening) == np and all(a.startswith("198.18.0.") for a in listening),
+          f"{name}: every peer listens on its host's address ({listening})")
+    check(text.count("addresses from the launcher's PMIx server") == np,
+          f"{name}: every peer took the addresses from mpirun's PMIx server")
+    same_as_simulate(work, file, out, name)
+    return listening
+
+
+def case_mpirun(hosts, work):
+    if shutil.which("mpirun") is None:
+        print("SKIP mpirun: no mpirun (Debian's openmpi-bin)")
+        return
+    by_slot = mpirun(hosts, os.path.join(work, "slot"), "mpirun-slot", 8, "slot", 29550)
+    # --map-by node puts rank r on host r mod 4: no hostfile arithmetic could know that, the
+    # exchange does.
+    by_node = mpirun(hosts, os.path.join(work, "node"), "mpirun-node", 8, "node", 29570)
+    check(by_node[:2] == ["198.18.0.1:29570", "198.18.0.1:29574"],
+          f"mpirun-node: ranks 0 and 4 share host 0 ({by_node[:2]})")
+
+
 def case_listen_only_there(hosts, work):
     """While a run is under way, every socket a peer listens on is on its host's address alone
     (the bootstrap and UCX's own TCP sockets): nothing on 0.0.0.0 or [::], nothing on another
@@ -196,6 +259,7 @@ def case_loopback_pair(work):
 
 
 NETNS_CASES = [("addresses", 4, case_addresses), ("host_names", 3, case_host_names),
+               ("hostfile", 4, case_hostfile), ("mpirun", 4, case_mpirun),
                ("wrong_host", 2, case_wrong_host), ("listen", 2, case_listen_only_there)]
 
 
@@ -218,7 +282,10 @@ def main():
             os.makedirs(work)
             with netns.Hosts(count) as hosts:
                 print(f"-- {name}: {count} hosts {', '.join(hosts.names)}", flush=True)
-                fn(hosts, work)
+                try:
+                    fn(hosts, work)
+                except Exception as e:  # a crashed case is a failure; the others still run
+                    check(False, f"{name}: {type(e).__name__}: {e}")
     finally:
         if not failures:
             shutil.rmtree(top, ignore_errors=True)
