@@ -7,6 +7,7 @@
 
 #include "api/peer_impl.h"
 #include "runtime/peer.h"
+#include "runtime/peer_placement.h"
 #include "runtime/scenario_writer.h"
 #include "runtime/transport/factory.h"
 #include "runtime/transport/inproc/inproc_transport.h"
@@ -25,19 +26,6 @@ std::shared_ptr<transport::inproc::InprocHub> sharedHub(const runtime::Scenario&
   std::shared_ptr<transport::inproc::InprocHub> hub = transport::inproc::createHub(s.nodes);
   hubs[key] = hub;
   return hub;
-}
-
-std::vector<std::string> splitList(const std::string& list) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = list.find(',', start);
-    const size_t end = comma == std::string::npos ? list.size() : comma;
-    if (end > start) out.push_back(list.substr(start, end - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
 }
 
 std::optional<std::string> env(const char* name) {
@@ -136,13 +124,22 @@ Result<std::unique_ptr<Peer>> Peer::fromEnv() {
   PeerOptions options;
   options.outDir = env("STARLING_OUT").value_or("");
   options.rejoin = env("STARLING_REJOIN").value_or("") == "1";
-  if (auto peers = env("STARLING_PEERS")) options.addresses = splitList(*peers);
   auto s = runtime::loadScenario(*scenario);
   if (!s) return s.status();
   if (auto nodes = env("STARLING_NODES"); nodes && *nodes != std::to_string(s->nodes)) {
     return core::invalidArgument("STARLING_NODES=" + *nodes + " but " + *scenario + " has " +
                                  std::to_string(s->nodes) + " nodes");
   }
+  // Every rank's address as `node-launcher peer` finds it (runtime/peer_placement.h):
+  // STARLING_PEERS, the scenario's peers section, STARLING_HOSTFILE, the Slurm step, the
+  // launcher's PMIx server, or loopback.
+  runtime::PeerPlacementRequest request;
+  request.peersFlag = env("STARLING_PEERS").value_or("");
+  request.hostfile = env("STARLING_HOSTFILE").value_or("");
+  request.rank = rank;
+  auto placed = runtime::placePeer(*s, request, runtime::processEnvironment());
+  if (!placed) return placed.status();
+  options.addresses = std::move(placed->addresses);
   auto impl = makePeerImpl(std::move(*s), *rank, options);
   if (!impl) return impl.status();
   return std::unique_ptr<Peer>(new Peer(std::move(*impl)));

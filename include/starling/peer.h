@@ -118,7 +118,10 @@ class Peer {
                                                     const PeerOptions& options);
   // What `node-launcher run SCENARIO -- COMMAND` hands each copy of COMMAND: STARLING_SCENARIO,
   // STARLING_RANK (else SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK), STARLING_OUT
-  // (optional) and STARLING_PEERS (optional: comma-separated host:port of every rank).
+  // (optional) and STARLING_PEERS (optional: comma-separated host:port of every rank). Without
+  // STARLING_PEERS the addresses come from where `node-launcher peer` finds them: the scenario's
+  // `peers` section, the hostfile STARLING_HOSTFILE names, the Slurm step (under srun), the
+  // launcher's PMIx server (under mpirun), else 127.0.0.1; ports peers.base_port + rank.
   static Result<std::unique_ptr<Peer>> fromEnv();
   static Result<std::unique_ptr<Peer>> fromConfig(const PeerConfig& config);
 
