@@ -82,7 +82,7 @@ core::Result<PeerPlacement> placePeer(const Scenario& s, const PeerPlacementRequ
     if (!*slurm) return slurm->status();
     p.addresses = std::move(**slurm);
     p.source = "the Slurm step";
-  } else if (underPmix()) {
+  } else if (underPmix(env)) {
     auto session = PmixSession::connect();
     if (!session) return session.status();
     const PmixJob& job = (*session)->job();

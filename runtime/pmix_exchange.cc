@@ -8,12 +8,6 @@
 
 namespace starling::runtime {
 
-namespace {
-bool envSet(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0';
-}
-}  // namespace
 
 bool pmixAvailable() {
 #ifdef STARLING_HAVE_PMIX
@@ -23,11 +17,15 @@ bool pmixAvailable() {
 #endif
 }
 
-bool underPmix() {
+bool underPmix(const EnvLookup& env) {
+  const auto set = [&](const char* name) {
+    const auto v = env(name);
+    return v && !v->empty();
+  };
   // mpirun (OpenMPI 4) and srun --mpi=pmix both set the namespace and a server URI.
-  return pmixAvailable() && envSet("PMIX_NAMESPACE") &&
-         (envSet("PMIX_SERVER_URI4") || envSet("PMIX_SERVER_URI3") || envSet("PMIX_SERVER_URI2") ||
-          envSet("PMIX_SERVER_URI21") || envSet("PMIX_SERVER_URI41"));
+  return pmixAvailable() && set("PMIX_NAMESPACE") &&
+         (set("PMIX_SERVER_URI4") || set("PMIX_SERVER_URI3") || set("PMIX_SERVER_URI2") ||
+          set("PMIX_SERVER_URI21") || set("PMIX_SERVER_URI41"));
 }
 
 #ifdef STARLING_HAVE_PMIX

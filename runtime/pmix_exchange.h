@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/placement.h"
 
 namespace starling::runtime {
 
 // True when this build has PMIx and this process was started by a PMIx launcher (its environment
 // names a PMIx server and a namespace).
-bool underPmix();
+bool underPmix(const EnvLookup& env);
 bool pmixAvailable();
 
 struct PmixJob {
