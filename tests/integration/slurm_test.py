@@ -6,7 +6,10 @@ and its own slurmd; slurmctld on node0; a private munged. `srun` from node0 laun
 environment (SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION). Block, cyclic,
 plane and uneven layouts must all equal `simulate` bit for bit.
 
-Usage: slurm_test.py NODE_LAUNCHER SOURCE_ROOT
+A user's trainer (tests/integration/slurm_trainer.py, starling.Peer.from_env) runs under srun the
+same way, with nothing but STARLING_SCENARIO set.
+
+Usage: slurm_test.py NODE_LAUNCHER SOURCE_ROOT [PYTHONPATH_OF_THE_BUILD]
 Exits 77 (skipped) with the reason when Slurm, munge or network namespaces are missing.
 """
 
@@ -21,6 +24,7 @@ import time
 
 LAUNCHER = os.path.abspath(sys.argv[1])
 ROOT = os.path.abspath(sys.argv[2])
+PYTHON_DIR = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else None
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import netns  # noqa: E402
 
@@ -139,9 +143,10 @@ class Cluster:
             time.sleep(0.5)
         raise RuntimeError(f"the cluster did not come up in 60 s (sinfo: {state!r}); logs in {w}")
 
-    def srun(self, args, log):
+    def srun(self, args, log, env=None):
         with open(log, "w") as f:
-            return subprocess.run([*self.hosts.exec_args(0), "srun", *args], env=self.env,
+            return subprocess.run([*self.hosts.exec_args(0), "srun", *args],
+                                  env=dict(self.env, **(env or {})),
                                   stdout=f, stderr=subprocess.STDOUT, timeout=DEADLINE_S).returncode
 
     def stop(self):
@@ -223,6 +228,35 @@ def run_case(cluster, work, name, nodes, srun_args, expect_hosts):
         check(a == b and len(a) == 11, f"{name}: {len(a)} merged rows equal simulate's bit for bit")
 
 
+def run_trainer(cluster, work):
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import numpy, starling"],
+                           env=dict(os.environ, PYTHONPATH=PYTHON_DIR or ""),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if PYTHON_DIR is None or probe.returncode != 0:
+        print(f"SKIP trainer: no starling module with numpy ({probe.stdout.strip()[-200:]})")
+        return
+    d = os.path.join(work, "trainer")
+    os.makedirs(d)
+    file = os.path.join(d, "s.json")
+    s = scenario("trainer", 4, 29370)
+    del s["problem"], s["rounds"]
+    s["topology"] = {"kind": "complete", "weights": "metropolis"}
+    s["algorithm"] = {"kind": "dsgd", "step_size": 0.1}
+    with open(file, "w") as f:
+        json.dump(s, f)
+    log = os.path.join(d, "srun.log")
+    rc = cluster.srun(["-N", "4", "-n", "4", "/usr/bin/python3",
+                       os.path.join(ROOT, "tests", "integration", "slurm_trainer.py")], log,
+                      env={"PYTHONPATH": PYTHON_DIR, "STARLING_SCENARIO": file,
+                           "STARLING_OUT": os.path.join(d, "out")})
+    text = open(log).read()
+    if rc != 0:
+        print(text[-3000:])
+    check(rc == 0 and text.count("mixed to 2.5") == 4,
+          "trainer: 4 Python trainers under srun, one per node, from_env() with only "
+          "STARLING_SCENARIO set, mix to the exact average 2.5")
+
+
 def main():
     for tool in ("srun", "sinfo", "slurmctld", "slurmd", "munged", "unshare"):
         if shutil.which(tool) is None:
@@ -250,6 +284,7 @@ def main():
             run_case(cluster, cases, "plane", 8, ["-N", "2", "-O", "-m", "plane=2"], None)
             # 6 tasks on 4 nodes: Slurm gives 2, 2, 1, 1 (SLURM_STEP_TASKS_PER_NODE "2(x2),1(x2)").
             run_case(cluster, cases, "uneven", 6, ["-N", "4"], [n[0], n[0], n[1], n[1], n[2], n[3]])
+            run_trainer(cluster, cases)
             # A step of another size than the scenario: each peer refuses, naming the variable.
             d = os.path.join(cases, "size")
             os.makedirs(d)
