@@ -30,7 +30,8 @@ build-release/tools or build/tools, or given as `emulator=`). As a module:
 and from the command line (for trying things by hand):
 
     tools/netns.py up 4 [--rate 1gbit --delay-ms 1]    prints the namespaces, leaves them up
-    tools/netns.py down                                removes every namespace this tool made
+    tools/netns.py down                                removes what `up` made (and leftovers of
+                                                       dead processes), never a live test's
 
 Every namespace is named starling-<pid>-..., <pid> being the process that made it; Hosts removes
 its own on exit (normal, exception, SIGTERM or SIGINT), and removes those of dead processes when it
@@ -463,14 +464,18 @@ def main():
     up.add_argument("--delay-ms", type=float, default=0.0)
     up.add_argument("--queue-bytes", type=int, default=0)
     up.add_argument("--emulator", default=None, help="the link-emulator to run (a shaped link)")
-    sub.add_parser("down", help="stop every emulator and remove every namespace this tool made")
+    sub.add_parser("down", help="remove what `up` made, and what dead processes left behind")
     a = ap.parse_args()
     if a.verb == "down":
-        for tag, last in stop_emulators().items():
+        # What `up` made, and what processes that have died left behind; never the namespaces
+        # of a test that is still running.
+        kept = f"{PREFIX}kept"
+        for tag, last in stop_emulators(lambda tag: tag == kept).items():
             print(f"stopped the emulator of {tag}" + (f": {last}" if last else ""))
-        mine = [ns for ns in _listed() if ns.startswith(PREFIX)]
+        mine = [ns for ns in _listed() if ns.startswith(kept + "-")]
         remove(mine)
-        print(f"removed {len(mine)} namespaces")
+        stale = sweep_stale()
+        print(f"removed {len(mine) + len(stale)} namespaces")
         return 0
     try:
         # Not named after this process, which is about to exit: no sweep removes them; a shaped
