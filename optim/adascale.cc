@@ -13,24 +13,25 @@ AdaScaleSample adascaleSample(std::span<const std::span<const T>> gradients) {
   const size_t k = gradients.size();
   assert(k >= 2);
   const size_t d = gradients[0].size();
+  // Welford's update, coordinate by coordinate, over the gradients in turn: the running mean and
+  // the sum of squared deviations from it, summed over the coordinates (exactly 0 when every
+  // gradient is the same).
   std::vector<double> mean(d, 0.0);
-  for (const auto& g : gradients) {
+  double spread = 0.0;
+  for (size_t c = 0; c < k; ++c) {
+    const auto& g = gradients[c];
     assert(g.size() == d);
-    for (size_t j = 0; j < d; ++j) mean[j] += static_cast<double>(g[j]);
+    const double n = static_cast<double>(c + 1);
+    for (size_t j = 0; j < d; ++j) {
+      const double x = static_cast<double>(g[j]);
+      const double delta = x - mean[j];
+      mean[j] += delta / n;
+      spread += delta * (x - mean[j]);
+    }
   }
   const double kk = static_cast<double>(k);
   double meanSq = 0.0;
-  for (double& m : mean) {
-    m /= kk;
-    meanSq += m * m;
-  }
-  double spread = 0.0;
-  for (const auto& g : gradients) {
-    for (size_t j = 0; j < d; ++j) {
-      const double e = static_cast<double>(g[j]) - mean[j];
-      spread += e * e;
-    }
-  }
+  for (double m : mean) meanSq += m * m;
   AdaScaleSample s;
   s.variance = spread / (kk - 1.0);
   s.squaredMean = meanSq - s.variance / kk;

@@ -50,8 +50,8 @@ struct AdaScaleSample {
 };
 
 // From k >= 2 gradients at the same point, each over an independent base batch (all the same
-// size): sigma^2^ by the two-pass sum (1/(k-1)) sum_c ||g_c - gbar||^2, mu^2^ = ||gbar||^2 - sigma^2^/k,
-// accumulated in double.
+// size): sigma^2^ = (1/(k-1)) sum_c ||g_c - gbar||^2 (Welford's running update, in double: no
+// cancellation, and exactly 0 for identical gradients), mu^2^ = ||gbar||^2 - sigma^2^/k.
 template <typename T>
 AdaScaleSample adascaleSample(std::span<const std::span<const T>> gradients);
 

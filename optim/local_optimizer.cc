@@ -81,9 +81,9 @@ core::Status checkLocalOptimizerSpec(const LocalOptimizerSpec& spec) {
 
 template <typename T>
 core::Result<LocalOptimizer<T>> LocalOptimizer<T>::create(const LocalOptimizerSpec& spec,
-                                                          ParameterLayout layout) {
+                                                          ParameterLayout layout, size_t dim) {
   STARLING_RETURN_IF_ERROR(checkLocalOptimizerSpec(spec));
-  STARLING_RETURN_IF_ERROR(checkParameterLayout(layout, layout.dim()));
+  STARLING_RETURN_IF_ERROR(checkParameterLayout(layout, dim));
   return LocalOptimizer<T>(spec, std::move(layout));
 }
 

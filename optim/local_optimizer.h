@@ -86,9 +86,9 @@ core::Status checkLocalOptimizerSpec(const LocalOptimizerSpec& spec);
 template <typename T>
 class LocalOptimizer {
  public:
-  // Checks the spec and the layout (the model's dimension is layout.dim()).
+  // Checks the spec, and the layout against the model's dimension `dim`.
   static core::Result<LocalOptimizer<T>> create(const LocalOptimizerSpec& spec,
-                                                ParameterLayout layout);
+                                                ParameterLayout layout, size_t dim);
 
   // Writes the direction u for the gradient `grad` at the model `x` (all three of size dim()) and
   // advances the step counter and the moments. `out` may be `grad` itself (the same span), not a
