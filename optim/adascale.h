@@ -1,14 +1,16 @@
 // AdaScale: the gain r in [1, S] that scales the step size at a batch S times the base batch, and
 // the scale-invariant iteration counter tau that drives the schedule (docs/algorithms.md §22).
 //
-// With sigma^2 the variance of one base-batch gradient (E ||g - grad F||^2) and mu^2 = ||grad F||^2:
+// With sigma^2 the variance of one base-batch gradient (E ||g - grad F||^2), mu^2 = ||grad F||^2:
 //   r = (sigma^2 + mu^2) / (sigma^2 / S + mu^2)        (1 when sigma^2 = 0; clamped to [1, S])
 //   x <- x - r * lr(floor(tau)) * gbar;   tau <- tau + r
 // sigma^2 and mu^2 are estimated from k >= 2 gradients g_1..g_k, each over an independent base
 // batch, at the same point:
-//   gbar = (1/k) sum_c g_c;   sigma^2^ = (1/(k-1)) sum_c ||g_c - gbar||^2;   mu^2^ = ||gbar||^2 - sigma^2^/k
+//   gbar = (1/k) sum_c g_c;   sigma^2^ = (1/(k-1)) sum_c ||g_c - gbar||^2;
+//   mu^2^ = ||gbar||^2 - sigma^2^/k
 // Both are unbiased (E sigma^2^ = sigma^2, E mu^2^ = mu^2), and both are linear in the moments
-// A = (1/k) sum_c ||g_c||^2 and B = ||gbar||^2: sigma^2^ = k (A - B) / (k - 1), mu^2^ = (k B - A) / (k - 1).
+// A = (1/k) sum_c ||g_c||^2 and B = ||gbar||^2:
+//   sigma^2^ = k (A - B) / (k - 1),   mu^2^ = (k B - A) / (k - 1).
 // The estimates are smoothed across steps by a debiased exponential average with factor theta
 // (default max(1 - S/1000, 0), as in the reference code), and clamped at 0 only when the gain is
 // formed, so that the smoothing (and an average over nodes) stays linear and unbiased.
@@ -64,8 +66,8 @@ AdaScaleSample adascaleSampleFromMoments(double meanSquaredNorm, double squaredN
 double adascaleGain(const AdaScaleSample& estimate, double scale);
 
 struct AdaScaleSpec {
-  double scale = 1.0;                // S >= 1
-  std::optional<double> smoothing;   // theta in [0, 1); unset: max(1 - S/1000, 0)
+  double scale = 1.0;               // S >= 1
+  std::optional<double> smoothing;  // theta in [0, 1); unset: max(1 - S/1000, 0)
 };
 
 core::Status checkAdaScaleSpec(const AdaScaleSpec& spec);

@@ -107,8 +107,8 @@ template void adasumPair<float>(const ParameterLayout&, std::span<const float>,
                                 std::span<const float>, std::span<float>);
 template void adasumPair<double>(const ParameterLayout&, std::span<const double>,
                                  std::span<const double>, std::span<double>);
-template void adasumCombine<float>(std::span<const std::span<const float>>,
-                                   const ParameterLayout&, std::span<float>);
+template void adasumCombine<float>(std::span<const std::span<const float>>, const ParameterLayout&,
+                                   std::span<float>);
 template void adasumCombine<double>(std::span<const std::span<const double>>,
                                     const ParameterLayout&, std::span<double>);
 

@@ -13,9 +13,9 @@
 //
 // More than two vectors are reduced as a binary tree, level by level in the order given:
 // level 1 combines (v0, v1), (v2, v3), ..., an odd last vector goes up unchanged, and so on until
-// one is left. For 2^k vectors this is Horovod's Adasum(Adasum(v0, v1), Adasum(v2, v3)) ...;
-// the tree keeps every input at the same depth (a left fold would pass v0 through n - 1
-// combines and v_{n-1} through one) and the rounding error grows with log n, not n.
+// one is left. For 2^k vectors this is Horovod's Adasum(Adasum(v0, v1), Adasum(v2, v3)) ...,
+// every input at depth k, where a left fold would pass v0 through n - 1 combines and v_{n-1}
+// through one; the rounding error grows with the depth.
 // Adasum is not associative, so the result depends on the order: callers on different peers must
 // list the same vectors in the same order (e.g. sorted by peer id) to get the same bits.
 //

@@ -70,8 +70,8 @@ double distill(const CodistillationSpec& spec, size_t classes, std::span<const T
       const double scale = spec.alpha / static_cast<double>(m);
       T* g = grad.data() + j * classes;
       for (size_t c = 0; c < classes; ++c) {
-        g[c] = static_cast<T>(static_cast<double>(g[c]) +
-                              scale * (std::exp(logp[c]) - qbar[c] / k));
+        g[c] =
+            static_cast<T>(static_cast<double>(g[c]) + scale * (std::exp(logp[c]) - qbar[c] / k));
       }
     }
   }
@@ -119,14 +119,14 @@ double codistillationLossAveraged(const CodistillationSpec& spec, size_t classes
   return distill<T>(spec, classes, ownLogits, LogitTargets<T>{neighborLogits}, grad);
 }
 
-#define STARLING_CODISTILLATION(T)                                                              \
-  template double codistillationLoss<T>(const CodistillationSpec&, size_t, std::span<const T>, \
-                                        std::span<const T>, std::span<T>);                      \
-  template double codistillationLossFromProbabilities<T>(                                       \
-      const CodistillationSpec&, size_t, std::span<const T>, std::span<const T>, std::span<T>); \
-  template double codistillationLossAveraged<T>(const CodistillationSpec&, size_t,              \
-                                                std::span<const T>,                             \
-                                                std::span<const std::span<const T>>, std::span<T>);
+#define STARLING_CODISTILLATION(T)                                                                \
+  template double codistillationLoss<T>(const CodistillationSpec&, size_t, std::span<const T>,    \
+                                        std::span<const T>, std::span<T>);                        \
+  template double codistillationLossFromProbabilities<T>(                                         \
+      const CodistillationSpec&, size_t, std::span<const T>, std::span<const T>, std::span<T>);   \
+  template double codistillationLossAveraged<T>(                                                  \
+      const CodistillationSpec&, size_t, std::span<const T>, std::span<const std::span<const T>>, \
+      std::span<T>);
 STARLING_CODISTILLATION(float)
 STARLING_CODISTILLATION(double)
 #undef STARLING_CODISTILLATION

@@ -62,7 +62,8 @@ inline core::Status checkLeaderSpec(const LeaderSpec& spec) {
   STARLING_RETURN_IF_ERROR(unit("proximal_local", spec.proximalLocal));
   STARLING_RETURN_IF_ERROR(unit("proximal_global", spec.proximalGlobal));
   if (spec.localPeriod == 0 || spec.globalPeriod == 0 || spec.lossWindow == 0) {
-    return core::invalidArgument("leader: local_period, global_period and loss_window must be >= 1");
+    return core::invalidArgument(
+        "leader: local_period, global_period and loss_window must be >= 1");
   }
   return core::Status::ok();
 }

@@ -6,7 +6,9 @@
 
 namespace starling::optim {
 
-size_t ParameterLayout::dim() const { return std::accumulate(sizes.begin(), sizes.end(), size_t{0}); }
+size_t ParameterLayout::dim() const {
+  return std::accumulate(sizes.begin(), sizes.end(), size_t{0});
+}
 
 ParameterLayout ParameterLayout::single(size_t d) { return ParameterLayout{{d}}; }
 
@@ -37,10 +39,14 @@ core::Status checkParameterLayout(const ParameterLayout& layout, size_t dim) {
 
 const char* localOptimizerKindName(LocalOptimizerSpec::Kind kind) {
   switch (kind) {
-    case LocalOptimizerSpec::Kind::kSgd: return "sgd";
-    case LocalOptimizerSpec::Kind::kMomentum: return "momentum";
-    case LocalOptimizerSpec::Kind::kAdam: return "adam";
-    case LocalOptimizerSpec::Kind::kLamb: return "lamb";
+    case LocalOptimizerSpec::Kind::kSgd:
+      return "sgd";
+    case LocalOptimizerSpec::Kind::kMomentum:
+      return "momentum";
+    case LocalOptimizerSpec::Kind::kAdam:
+      return "adam";
+    case LocalOptimizerSpec::Kind::kLamb:
+      return "lamb";
   }
   return "unknown";
 }
@@ -49,8 +55,8 @@ namespace {
 
 core::Status inUnitInterval(const char* name, double v) {
   if (!(v >= 0.0 && v < 1.0)) {
-    return core::invalidArgument(std::string("local optimizer: ") + name + " must be in [0, 1), got " +
-                                 std::to_string(v));
+    return core::invalidArgument(std::string("local optimizer: ") + name +
+                                 " must be in [0, 1), got " + std::to_string(v));
   }
   return core::Status::ok();
 }
@@ -67,7 +73,9 @@ core::Status checkLocalOptimizerSpec(const LocalOptimizerSpec& spec) {
     return core::invalidArgument("local optimizer: weight_decay must be finite and >= 0, got " +
                                  std::to_string(spec.weightDecay));
   }
-  if (spec.kind == K::kMomentum) STARLING_RETURN_IF_ERROR(inUnitInterval("momentum", spec.momentum));
+  if (spec.kind == K::kMomentum) {
+    STARLING_RETURN_IF_ERROR(inUnitInterval("momentum", spec.momentum));
+  }
   if (spec.kind == K::kAdam || spec.kind == K::kLamb) {
     STARLING_RETURN_IF_ERROR(inUnitInterval("beta1", spec.beta1));
     STARLING_RETURN_IF_ERROR(inUnitInterval("beta2", spec.beta2));
@@ -103,8 +111,7 @@ void LocalOptimizer<T>::reset() {
 }
 
 template <typename T>
-void LocalOptimizer<T>::direction(std::span<const T> x, std::span<const T> grad,
-                                  std::span<T> out) {
+void LocalOptimizer<T>::direction(std::span<const T> x, std::span<const T> grad, std::span<T> out) {
   using K = LocalOptimizerSpec::Kind;
   assert(x.size() == dim_ && grad.size() == dim_ && out.size() == dim_);
   assert(out.data() == grad.data() || out.data() + dim_ <= grad.data() ||
@@ -140,8 +147,8 @@ void LocalOptimizer<T>::direction(std::span<const T> x, std::span<const T> grad,
         const double v = b2 * static_cast<double>(v_[k]) + (1.0 - b2) * g * g;
         m_[k] = static_cast<T>(m);
         v_[k] = static_cast<T>(v);
-        out[k] = static_cast<T>((m * c1) / (std::sqrt(v * c2) + eps) +
-                                wd * static_cast<double>(x[k]));
+        out[k] =
+            static_cast<T>((m * c1) / (std::sqrt(v * c2) + eps) + wd * static_cast<double>(x[k]));
       }
       if (spec_.kind == K::kAdam) return;
       // LAMB: rescale each tensor by its trust ratio ||x_l|| / ||r_l||.

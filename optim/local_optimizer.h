@@ -5,12 +5,13 @@
 // step size lr (the algorithm's schedule). The optimizer keeps its moments and its step counter
 // t (t = 1 at the first call), written here with g the gradient, lambda the weight decay:
 //   sgd:       u = g + lambda x
-//   momentum:  b <- mu b + g (b starts at 0);  u = b + lambda x, or with Nesterov u = g + mu b + lambda x
-//   adam:      m <- beta1 m + (1 - beta1) g;  v <- beta2 v + (1 - beta2) g^2   (m, v start at 0)
-//              with bias correction m^ = m / (1 - beta1^t), v^ = v / (1 - beta2^t), else m^ = m, v^ = v
+//   momentum:  b <- mu b + g (b starts at 0);  u = b + lambda x,
+//              or with Nesterov u = g + mu b + lambda x
+//   adam:      m <- beta1 m + (1 - beta1) g;  v <- beta2 v + (1 - beta2) g^2  (m, v start at 0)
+//              bias correction: m^ = m / (1 - beta1^t), v^ = v / (1 - beta2^t); else m^ = m, v^ = v
 //              u = m^ / (sqrt(v^) + eps) + lambda x
 //   lamb:      r = adam's u (the same m^, v^, eps and decay), then for each tensor l of the layout
-//              u_l = (||x_l|| / ||r_l||) r_l, with the trust ratio 1 when ||x_l|| = 0 or ||r_l|| = 0
+//              u_l = (||x_l|| / ||r_l||) r_l, with the trust ratio 1 if ||x_l|| = 0 or ||r_l|| = 0
 // The weight decay is decoupled (as in AdamW and LAMB): lambda x is added to the direction after
 // the optimizer's transform and never enters a momentum or moment estimate. For plain SGD this is
 // the same as an l2 term in the loss; for the others it is not. The built-in problems may already

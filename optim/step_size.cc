@@ -12,10 +12,14 @@ double baseSchedule(StepSizeSchedule::Kind kind, double value, double tau, uint6
                     double factor, uint64_t round) {
   using K = StepSizeSchedule::Kind;
   switch (kind) {
-    case K::kConstant: return value;
-    case K::kInverseTime: return value * tau / (static_cast<double>(round) + tau);
-    case K::kStep: return value * std::pow(factor, static_cast<double>(round / every));
-    case K::kLegw: break;
+    case K::kConstant:
+      return value;
+    case K::kInverseTime:
+      return value * tau / (static_cast<double>(round) + tau);
+    case K::kStep:
+      return value * std::pow(factor, static_cast<double>(round / every));
+    case K::kLegw:
+      break;
   }
   return value;
 }
@@ -50,7 +54,8 @@ core::Status StepSizeSchedule::check() const {
   const Kind rule = kind == Kind::kLegw ? decay : kind;
   if (kind == Kind::kLegw) {
     if (decay == Kind::kLegw) {
-      return core::invalidArgument("step size: legw's decay must be constant, inverse_time or step");
+      return core::invalidArgument(
+          "step size: legw's decay must be constant, inverse_time or step");
     }
     if (!positive(baseLr)) return mustBe("base_lr", "finite and > 0", baseLr);
     if (!positive(baseBatch)) return mustBe("base_batch", "finite and > 0", baseBatch);
@@ -58,7 +63,8 @@ core::Status StepSizeSchedule::check() const {
     if (!(warmupEpochs >= 0.0 && std::isfinite(warmupEpochs))) {
       return mustBe("warmup_epochs", "finite and >= 0", warmupEpochs);
     }
-    if (!positive(roundsPerEpoch)) return mustBe("rounds_per_epoch", "finite and > 0", roundsPerEpoch);
+    if (!positive(roundsPerEpoch))
+      return mustBe("rounds_per_epoch", "finite and > 0", roundsPerEpoch);
     if (!(warmupEpochs * (batch / baseBatch) * roundsPerEpoch < 9.0e18)) {
       return core::invalidArgument("step size: legw's warm-up is longer than 9e18 rounds");
     }

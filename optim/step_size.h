@@ -24,17 +24,17 @@ struct StepSizeSchedule {
   };
   Kind kind = Kind::kConstant;
   double value = 0.1;
-  double tau = 1.0;      // kInverseTime (and kLegw's decay), > 0
-  uint64_t every = 1;    // kStep (and kLegw's decay), > 0
-  double factor = 0.5;   // kStep (and kLegw's decay), in (0, 1]
+  double tau = 1.0;     // kInverseTime (and kLegw's decay), > 0
+  uint64_t every = 1;   // kStep (and kLegw's decay), > 0
+  double factor = 0.5;  // kStep (and kLegw's decay), in (0, 1]
 
   // kLegw only (`value` is then unused).
-  double baseLr = 0.1;          // eta of the base run, at batch baseBatch; > 0
-  double baseBatch = 1.0;       // the base run's (total) batch; > 0
-  double batch = 1.0;           // this run's (total) batch; > 0
-  double warmupEpochs = 0.0;    // the base run's warm-up, in epochs; >= 0 (0: no warm-up)
-  double roundsPerEpoch = 1.0;  // rounds per epoch at `batch`; > 0
-  Kind decay = Kind::kConstant; // the base schedule after warm-up; not kLegw
+  double baseLr = 0.1;           // eta of the base run, at batch baseBatch; > 0
+  double baseBatch = 1.0;        // the base run's (total) batch; > 0
+  double batch = 1.0;            // this run's (total) batch; > 0
+  double warmupEpochs = 0.0;     // the base run's warm-up, in epochs; >= 0 (0: no warm-up)
+  double roundsPerEpoch = 1.0;   // rounds per epoch at `batch`; > 0
+  Kind decay = Kind::kConstant;  // the base schedule after warm-up; not kLegw
 
   double at(uint64_t round) const;
 

@@ -172,8 +172,7 @@ const std::vector<size_t> kSizes{3, 2, 4};
 
 // ---------------------------------------------------------------- local optimizers
 
-TEST_CASE("sgd, heavy-ball and Nesterov momentum against a hand-written loop",
-          "[optim][methods]") {
+TEST_CASE("sgd, heavy-ball and Nesterov momentum against a hand-written loop", "[optim][methods]") {
   const Vec x0 = randomVec(9, 1.0, 11);
   const double lr = 0.05, mu = 0.9, wd = 0.01;
   for (int mode = 0; mode < 3; ++mode) {
@@ -311,9 +310,9 @@ TEST_CASE("local optimizer validation", "[optim][methods]") {
   CHECK(!bad([](LocalOptimizerSpec& s) { s.eps = 0.0; }).isOk());
   CHECK(!bad([](LocalOptimizerSpec& s) { s.weightDecay = -1.0; }).isOk());
   CHECK(!bad([](LocalOptimizerSpec& s) {
-          s.kind = Kind::kMomentum;
-          s.momentum = 1.0;
-        }).isOk());
+           s.kind = Kind::kMomentum;
+           s.momentum = 1.0;
+         }).isOk());
   // Betas do not matter to momentum.
   CHECK(bad([](LocalOptimizerSpec& s) {
           s.kind = Kind::kMomentum;
@@ -461,9 +460,9 @@ TEST_CASE("LEGW: square-root peak, warm-up lengthened in epochs, then the base s
   CHECK(!bad([](StepSizeSchedule& b) { b.warmupEpochs = -1; }).isOk());
   CHECK(!bad([](StepSizeSchedule& b) { b.roundsPerEpoch = 0; }).isOk());
   CHECK(!bad([](StepSizeSchedule& b) {
-          b.decay = StepSizeSchedule::Kind::kStep;
-          b.every = 0;
-        }).isOk());
+           b.decay = StepSizeSchedule::Kind::kStep;
+           b.every = 0;
+         }).isOk());
 
   // The other kinds are as before.
   StepSizeSchedule c;
@@ -702,8 +701,8 @@ TEST_CASE("Adasum of many vectors: a binary tree in the order given", "[optim][m
   checkClose(combine(4), ref(ref(vs[0], vs[1]), ref(vs[2], vs[3])), 1e-14);
   // 5: ((01)(23)) then 4; 7: ((01)(23)) with ((45)6).
   checkClose(combine(5), ref(ref(ref(vs[0], vs[1]), ref(vs[2], vs[3])), vs[4]), 1e-14);
-  checkClose(combine(7), ref(ref(ref(vs[0], vs[1]), ref(vs[2], vs[3])), ref(ref(vs[4], vs[5]), vs[6])),
-             1e-14);
+  checkClose(combine(7),
+             ref(ref(ref(vs[0], vs[1]), ref(vs[2], vs[3])), ref(ref(vs[4], vs[5]), vs[6])), 1e-14);
 
   // Eight identical vectors give the vector; eight orthonormal ones their sum (squared norm 8).
   const Vec v = vs[0];
@@ -813,14 +812,13 @@ Vec softmaxRows(const Vec& z, size_t classes) {
   return p;
 }
 
-TEST_CASE("codistillation: value, and the gradient by central differences",
-          "[optim][methods]") {
+TEST_CASE("codistillation: value, and the gradient by central differences", "[optim][methods]") {
   const size_t m = 3, classes = 4;
   const Vec z = randomVec(m * classes, 2.0, 51);
   const std::vector<Vec> nbrs{randomVec(m * classes, 2.0, 52), randomVec(m * classes, 2.0, 53),
                               randomVec(m * classes, 2.0, 54)};
-  for (auto distance : {CodistillationSpec::Distance::kCrossEntropy,
-                        CodistillationSpec::Distance::kKl}) {
+  for (auto distance :
+       {CodistillationSpec::Distance::kCrossEntropy, CodistillationSpec::Distance::kKl}) {
     CodistillationSpec spec;
     spec.alpha = 0.7;
     spec.distance = distance;
@@ -844,7 +842,7 @@ TEST_CASE("codistillation: value, and the gradient by central differences",
     CHECK(averaged(z, {}) == Approx(avgRef).epsilon(1e-12));
 
     const std::function<double(const Vec&, std::span<double>)> forms[] = {single, fromProb,
-                                                                           averaged};
+                                                                          averaged};
     for (const auto& f : forms) {
       // The gradient is added to what grad holds.
       Vec grad(m * classes, 1.0);
