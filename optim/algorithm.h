@@ -19,6 +19,7 @@
 #include "core/state.h"
 #include "core/status.h"
 #include "core/within.h"
+#include "optim/local_optimizer_spec.h"
 #include "optim/regularizer.h"
 #include "optim/step_size.h"
 
@@ -74,6 +75,9 @@ struct AlgorithmSpec {
   bool timeVarying = false;
   // nids, prox_lead: the non-smooth term r (the problem's regularizer); others require none.
   RegularizerSpec regularizer;
+  // What each node does to its gradient before the algorithm uses it (docs/algorithms.md §20):
+  // sgd leaves it; momentum, adam and lamb replace it by their direction (dsgd and choco only).
+  LocalOptimizerSpec localOptimizer;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and

@@ -45,6 +45,7 @@
 #include "core/state.h"
 #include "core/status.h"
 #include "optim/algorithm.h"
+#include "optim/local_optimizer_spec.h"
 
 namespace starling::optim {
 
@@ -65,24 +66,6 @@ ParameterLayout mlpLayout(const std::vector<int>& layers);
 // kInvalidArgument unless the layout has at least one tensor, no empty tensor, and its sizes sum
 // to `dim`.
 core::Status checkParameterLayout(const ParameterLayout& layout, size_t dim);
-
-struct LocalOptimizerSpec {
-  enum class Kind { kSgd, kMomentum, kAdam, kLamb };
-  Kind kind = Kind::kSgd;
-  double momentum = 0.9;       // kMomentum: mu in [0, 1)
-  bool nesterov = false;       // kMomentum
-  double beta1 = 0.9;          // kAdam, kLamb: in [0, 1)
-  double beta2 = 0.999;        // kAdam, kLamb: in [0, 1)
-  double eps = 1e-8;           // kAdam, kLamb: > 0 (LAMB's paper uses 1e-6)
-  double weightDecay = 0.0;    // every kind: lambda >= 0, decoupled (see above)
-  bool biasCorrection = true;  // kAdam, kLamb
-};
-
-// "sgd", "momentum", "adam", "lamb".
-const char* localOptimizerKindName(LocalOptimizerSpec::Kind kind);
-
-// kInvalidArgument naming the field when a value is out of its range (finite values only).
-core::Status checkLocalOptimizerSpec(const LocalOptimizerSpec& spec);
 
 template <typename T>
 class LocalOptimizer {

@@ -35,6 +35,10 @@ struct StepSizeSchedule {
   double warmupEpochs = 0.0;     // the base run's warm-up, in epochs; >= 0 (0: no warm-up)
   double roundsPerEpoch = 1.0;   // rounds per epoch at `batch`; > 0
   Kind decay = Kind::kConstant;  // the base schedule after warm-up; not kLegw
+  // Whether the scenario gave batch / roundsPerEpoch, or they are defaults the runtime derived
+  // from the data (a scenario written back keeps them out, so that its hash does not change).
+  bool batchGiven = true;
+  bool roundsPerEpochGiven = true;
 
   double at(uint64_t round) const;
 

@@ -72,6 +72,15 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
     return fail(s.problem.batchPath, core::invalidArgument("larger than the number of samples (" +
                                                            std::to_string(m) + ")"));
   }
+  // LEGW's defaults need the data: the network's batch (nodes x the per-node batch, all of a
+  // node's samples for full gradients) and the rounds in which it sees the training set once.
+  if (auto& st = e.scenario.algorithm.stepSize; st.kind == optim::StepSizeSchedule::Kind::kLegw) {
+    const double perNode = s.problem.usesBatch() ? static_cast<double>(s.problem.estimator.batch)
+                                                 : static_cast<double>(m) / s.nodes;
+    if (!st.batchGiven) st.batch = perNode * s.nodes;
+    if (!st.roundsPerEpochGiven) st.roundsPerEpoch = std::max(1.0, static_cast<double>(m) / st.batch);
+    if (auto c = st.check(); !c.isOk()) return fail("/algorithm/step_size", c);
+  }
   const uint64_t partitionSeed = core::deriveSeed(s.seed, 0x9a27);
   core::Result<std::vector<std::vector<size_t>>> parts = std::vector<std::vector<size_t>>{};
   if (s.problem.partition == PartitionKind::kDirichlet) {

@@ -1,5 +1,6 @@
 #include "runtime/node_stack.h"
 
+#include "optim/local_optimizer.h"
 #include "optim/mlp.h"
 
 namespace starling::runtime {
@@ -23,8 +24,22 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
     stack.objective = optim::LocalObjective<T>::create(
         s.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), s.nodes);
   }
-  stack.oracle = optim::createOracle<T>(s.problem.estimator, *stack.objective,
-                                        core::deriveSeed(s.seed, kGradientSalt, rank));
+  stack.estimator = optim::createOracle<T>(s.problem.estimator, *stack.objective,
+                                           core::deriveSeed(s.seed, kGradientSalt, rank));
+  const optim::LocalOptimizerSpec& lo = s.algorithm.localOptimizer;
+  if (lo.kind != optim::LocalOptimizerSpec::Kind::kSgd || lo.weightDecay != 0.0) {
+    // Per tensor for the MLP (W_l and b_l of each layer: LAMB's trust ratio is per layer), one
+    // tensor for the linear models.
+    const auto d = static_cast<size_t>(stack.objective->dim());
+    const optim::ParameterLayout layout =
+        s.problem.isMlp() ? optim::mlpLayout(s.problem.layers) : optim::ParameterLayout::single(d);
+    auto opt = optim::LocalOptimizer<T>::create(lo, layout, d);
+    if (!opt) return opt.status();
+    stack.oracle = std::make_unique<optim::LocalOptimizerOracle<T>>(*stack.estimator, std::move(*opt));
+  } else {
+    stack.oracle = std::move(stack.estimator);
+    stack.estimator = nullptr;
+  }
   if (s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
     auto codec = compression::createCompressor<T>(s.compression);
     if (!codec) return codec.status();

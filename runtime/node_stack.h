@@ -17,6 +17,9 @@ namespace starling::runtime {
 template <typename T>
 struct NodeStack {
   std::unique_ptr<optim::Objective<T>> objective;  // linear f_i or the MLP's
+  // The estimator the scenario asked for; `oracle` is it, or a local optimizer wrapped around it
+  // (algorithm.local_optimizer), and is what the algorithm calls.
+  std::unique_ptr<optim::GradientOracle<T>> estimator;
   std::unique_ptr<optim::GradientOracle<T>> oracle;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<Node<T>> node;

@@ -314,6 +314,7 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   Obj alg = o.object("algorithm");
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);
+  parseLocalOptimizerOf(alg, s);
   using AK = optim::AlgorithmKind;
   const AK kind = s.algorithm.kind;
   if (kind == AK::kChoco || kind == AK::kDsgd || kind == AK::kLead || kind == AK::kProxLead) {

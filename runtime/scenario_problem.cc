@@ -9,6 +9,20 @@
 
 namespace starling::runtime::scenario_detail {
 
+namespace {
+using StepKind = optim::StepSizeSchedule::Kind;
+
+// The decay part of a schedule (constant, inverse_time, step) from the keys of `so`.
+void parseDecay(Obj& so, optim::StepSizeSchedule& st, StepKind kind) {
+  if (kind == StepKind::kInverseTime) {
+    st.tau = so.number("tau", 0.0, 1e12, std::nullopt, true);
+  } else if (kind == StepKind::kStep) {
+    st.every = so.integer<uint64_t>("every", 1, uint64_t{1} << 40);
+    st.factor = so.number("factor", 0.0, 1.0, std::nullopt, true);
+  }
+}
+}  // namespace
+
 optim::StepSizeSchedule parseStepSize(Obj& o) {
   optim::StepSizeSchedule st;
   const json& v = o.require("step_size");
@@ -17,17 +31,80 @@ optim::StepSizeSchedule parseStepSize(Obj& o) {
     return st;
   }
   Obj so(v, o.at("step_size"));
-  st.kind = static_cast<optim::StepSizeSchedule::Kind>(
-      so.choice("kind", "step-size schedule", {"constant", "inverse_time", "step"}));
-  st.value = so.number("value", 0.0, 1e6, std::nullopt, true);
-  if (st.kind == optim::StepSizeSchedule::Kind::kInverseTime) {
-    st.tau = so.number("tau", 0.0, 1e12, std::nullopt, true);
-  } else if (st.kind == optim::StepSizeSchedule::Kind::kStep) {
-    st.every = so.integer<uint64_t>("every", 1, uint64_t{1} << 40);
-    st.factor = so.number("factor", 0.0, 1.0, std::nullopt, true);
+  st.kind = static_cast<StepKind>(
+      so.choice("kind", "step-size schedule", {"constant", "inverse_time", "step", "legw"}));
+  if (st.kind != StepKind::kLegw) {
+    st.value = so.number("value", 0.0, 1e6, std::nullopt, true);
+    parseDecay(so, st, st.kind);
+    so.finish();
+    return st;
+  }
+  // LEGW (docs/algorithms.md §21): the peak grows with sqrt(batch / base_batch), the linear
+  // warm-up with batch / base_batch epochs; `batch` defaults to nodes x the per-node batch and
+  // `rounds_per_epoch` to the rounds the network needs to see the training data once (both
+  // filled in once the data is known: runtime/experiment.cc).
+  st.baseLr = so.number("base_lr", 0.0, 1e6, std::nullopt, true);
+  st.baseBatch = so.number("base_batch", 0.0, 1e12, std::nullopt, true);
+  st.batchGiven = so.has("batch");
+  if (st.batchGiven) st.batch = so.number("batch", 0.0, 1e12, std::nullopt, true);
+  st.warmupEpochs = so.number("warmup_epochs", 0.0, 1e6, std::nullopt);
+  st.roundsPerEpochGiven = so.has("rounds_per_epoch");
+  if (st.roundsPerEpochGiven) {
+    st.roundsPerEpoch = so.number("rounds_per_epoch", 0.0, 1e12, std::nullopt, true);
+  }
+  st.decay = StepKind::kConstant;
+  if (so.has("decay")) {
+    Obj d = so.object("decay");
+    st.decay = static_cast<StepKind>(
+        d.choice("kind", "decay schedule", {"constant", "inverse_time", "step"}));
+    parseDecay(d, st, st.decay);
+    d.finish();
+  } else {
+    so.get("decay");
   }
   so.finish();
   return st;
+}
+
+namespace {
+optim::LocalOptimizerSpec parseLocalOptimizer(Obj& o) {
+  using K = optim::LocalOptimizerSpec::Kind;
+  optim::LocalOptimizerSpec l;
+  l.kind = static_cast<K>(o.choice("kind", "local optimizer", {"sgd", "momentum", "adam", "lamb"}));
+  l.weightDecay = o.number("weight_decay", 0.0, 1e6, 0.0);
+  if (l.kind == K::kMomentum) {
+    l.momentum = o.number("momentum", 0.0, 1.0, 0.9, false, /*openHi=*/true);
+    l.nesterov = o.boolean("nesterov", false);
+  }
+  if (l.kind == K::kAdam || l.kind == K::kLamb) {
+    l.beta1 = o.number("beta1", 0.0, 1.0, 0.9, false, /*openHi=*/true);
+    l.beta2 = o.number("beta2", 0.0, 1.0, 0.999, false, /*openHi=*/true);
+    // LAMB's paper uses 1e-6, Adam's 1e-8.
+    l.eps = o.number("eps", 0.0, 1.0, l.kind == K::kLamb ? 1e-6 : 1e-8, /*openLo=*/true);
+    l.biasCorrection = o.boolean("bias_correction", true);
+  }
+  o.finish();
+  return l;
+}
+}  // namespace
+
+void parseLocalOptimizerOf(Obj& alg, Scenario& s) {
+  if (!alg.has("local_optimizer")) {
+    alg.get("local_optimizer");
+    return;
+  }
+  Obj lo = alg.object("local_optimizer");
+  s.algorithm.localOptimizer = parseLocalOptimizer(lo);
+  using AK = optim::AlgorithmKind;
+  const AK kind = s.algorithm.kind;
+  if (s.algorithm.localOptimizer.kind != optim::LocalOptimizerSpec::Kind::kSgd &&
+      kind != AK::kDsgd && kind != AK::kChoco) {
+    throw ScenarioError{lo.at("kind"),
+                        std::string(optim::localOptimizerKindName(s.algorithm.localOptimizer.kind)) +
+                            " changes the gradients " + optim::algorithmKindName(kind) +
+                            " corrects, which breaks its exactness; use it with \"dsgd\" or "
+                            "\"choco\" (docs/algorithms.md §20)"};
+  }
 }
 
 // The non-smooth term r: {"l1": c}, {"box": {"lower": a, "upper": b}}, {"nonneg": true}, or l1

@@ -195,6 +195,8 @@ void checkName(const std::string& name, bool given);
 // /problem (scenario_problem.cc), and the /algorithm step size it shares with it.
 void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
 optim::StepSizeSchedule parseStepSize(Obj& o);
+// /algorithm/local_optimizer into s.algorithm (after its kind is known).
+void parseLocalOptimizerOf(Obj& alg, Scenario& s);
 // /faults (scenario_faults.cc); after nodes and rounds are known.
 void parseFaults(Obj& o, Scenario& s);
 void parseSecurity(Obj& o, Scenario& s, const std::filesystem::path& baseDir);

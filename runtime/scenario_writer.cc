@@ -51,18 +51,46 @@ json topologyJson(const topology::TopologySpec& t) {
   return j;
 }
 
+void decayJson(const optim::StepSizeSchedule& st, optim::StepSizeSchedule::Kind kind, json& j) {
+  using K = optim::StepSizeSchedule::Kind;
+  if (kind == K::kInverseTime) {
+    j["tau"] = st.tau;
+  } else if (kind == K::kStep) {
+    j["every"] = st.every;
+    j["factor"] = st.factor;
+  }
+}
+
+const char* stepKindName(optim::StepSizeSchedule::Kind kind) {
+  using K = optim::StepSizeSchedule::Kind;
+  switch (kind) {
+    case K::kConstant: return "constant";
+    case K::kInverseTime: return "inverse_time";
+    case K::kStep: return "step";
+    case K::kLegw: return "legw";
+  }
+  return "?";
+}
+
 json stepSizeJson(const optim::StepSizeSchedule& st) {
   using K = optim::StepSizeSchedule::Kind;
   if (st.kind == K::kConstant) return st.value;
   json j;
-  j["kind"] = st.kind == K::kInverseTime ? "inverse_time" : "step";
-  j["value"] = st.value;
-  if (st.kind == K::kInverseTime) {
-    j["tau"] = st.tau;
-  } else {
-    j["every"] = st.every;
-    j["factor"] = st.factor;
+  j["kind"] = stepKindName(st.kind);
+  if (st.kind != K::kLegw) {
+    j["value"] = st.value;
+    decayJson(st, st.kind, j);
+    return j;
   }
+  j["base_lr"] = st.baseLr;
+  j["base_batch"] = st.baseBatch;
+  if (st.batchGiven) j["batch"] = st.batch;  // else derived from the data (runtime/experiment.cc)
+  j["warmup_epochs"] = st.warmupEpochs;
+  if (st.roundsPerEpochGiven) j["rounds_per_epoch"] = st.roundsPerEpoch;
+  json d;
+  d["kind"] = stepKindName(st.decay);
+  decayJson(st, st.decay, d);
+  j["decay"] = d;
   return j;
 }
 
@@ -156,6 +184,24 @@ json algorithmJson(const optim::AlgorithmSpec& a) {
     j["gamma"] = a.gamma;
   }
   if (a.kind == AK::kLead || a.kind == AK::kProxLead) j["alpha"] = a.alpha;
+  const optim::LocalOptimizerSpec& l = a.localOptimizer;
+  using LK = optim::LocalOptimizerSpec::Kind;
+  if (l.kind != LK::kSgd || l.weightDecay != 0.0) {
+    json lo;
+    lo["kind"] = optim::localOptimizerKindName(l.kind);
+    lo["weight_decay"] = l.weightDecay;
+    if (l.kind == LK::kMomentum) {
+      lo["momentum"] = l.momentum;
+      lo["nesterov"] = l.nesterov;
+    }
+    if (l.kind == LK::kAdam || l.kind == LK::kLamb) {
+      lo["beta1"] = l.beta1;
+      lo["beta2"] = l.beta2;
+      lo["eps"] = l.eps;
+      lo["bias_correction"] = l.biasCorrection;
+    }
+    j["local_optimizer"] = lo;
+  }
   return j;
 }
 
