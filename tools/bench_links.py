@@ -19,7 +19,10 @@ one-way delay) and, for reference, the hosts joined by a plain veth bridge (no s
    Starling's (`bench-gossip --worker` started in each host with every rank's host:port, UCX over
    TCP, as bench-gossip's driver starts its workers on one machine) and Open MPI's
    (`bench-gossip-mpi` launched by mpirun in host 0, reaching the other hosts through
-   tests/integration/netns_rsh.sh; pml ob1, btl tcp,self, TCP on eth0 only), at each d (float32).
+   tests/integration/netns_rsh.sh; pml ob1, btl tcp,self, TCP on eth0 only, and
+   mpi_yield_when_idle 1: the hosts share this machine's cores, and an Open MPI rank told it has a
+   host's slot to itself polls without ever yielding its core, which starves the other ranks and
+   the link emulator; --mpi-spin leaves it out), at each d (float32).
    A cell is bench-gossip's: the median over the timed rounds of the slowest rank's round; the
    table shows the median over --repeat runs (Starling and MPI interleaved). "exchange" is the
    share of a rank's round spent sending and waiting for its neighbours' messages (bench-gossip's
@@ -510,11 +513,16 @@ def pct(v):
     return "—" if v is None else f"{100 * v:.0f}%"
 
 
-def link_floor_ms(link, dim):
-    """The link alone: one-way delay plus 2 frames into each host through one port at the rate."""
+def link_floor_ms(link, dim, place):
+    """The link alone: the one-way delay plus the frames that cross into a host from other hosts
+    in a round (the most into any host), through its one port at the link's rate."""
     if not link:
         return None
-    return link["delay_ms"] + 1e3 * 2 * (FLOAT32 * dim + FRAME_OVERHEAD) * 8 / link["rate_bps"]
+    p = len(place)
+    into = max(sum(1 for r in range(p) if place[r] == h and place[(r - 1) % p] != h) +
+               sum(1 for r in range(p) if place[r] == h and place[(r + 1) % p] != h)
+               for h in set(place))
+    return link["delay_ms"] + 1e3 * into * (FLOAT32 * dim + FRAME_OVERHEAD) * 8 / link["rate_bps"]
 
 
 def cells_ok(cells):
@@ -541,7 +549,8 @@ def tables(results):
                    "largest over ranks of its timed rounds' total over their number (what R "
                    "rounds cost, over R; one stalled round shows here, not in the median). Each "
                    "the median over the runs, the range over the runs in brackets. Link floor: "
-                   "the one-way delay plus two frames into a host at the link's rate. Exchange: "
+                   "the one-way delay plus the frames that enter a host from other hosts in a "
+                   "round, at the link's rate. Exchange: "
                    "the share of a rank's round spent sending and waiting for its neighbours "
                    "(mean over ranks and rounds):\n")
         out.append("| link | d | link floor | Starling median | Open MPI median | Starling / MPI | "
@@ -558,7 +567,7 @@ def tables(results):
                 link = L if L.get("rate") else None
                 out.append(
                     f"| {L['name']} | {row['dim']:.0e} | "
-                    f"{fmt_ms(link_floor_ms(link, row['dim']))} | "
+                    f"{fmt_ms(link_floor_ms(link, row['dim'], results['placement']))} | "
                     f"{fmt_range([c['ms'] for c in st])} | {fmt_range([c['ms'] for c in mp])} | "
                     f"{'—' if not sm or not mm else f'**{sm / mm:.2f}**'} | "
                     f"{fmt_range([c['mean_ms'] for c in st])} | "
