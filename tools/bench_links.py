@@ -8,7 +8,9 @@ links. docs/benchmarks.md ("Slow links") has the results and how to read them.
                          [--hosts 4] [--peers N] [--repeat 3] [--quick] [--out DIR]
                          [--dims 1e5,1e6] [--spec scenarios/compare/l1-logistic-ring8.json]
                          [--compressed LABEL] [--uncompressed LABEL] [--no-mpi]
-                         [--skip-gossip] [--skip-train] [--no-reference]
+                         [--skip-gossip] [--skip-train] [--no-reference] [--features D]
+                         [--mpi-spin]
+    tools/bench_links.py --tables OUT/results.json      the tables again, from the raw results
 
 For every link (rate:delay_ms; the emulator gives each host-to-host path that rate and that
 one-way delay) and, for reference, the hosts joined by a plain veth bridge (no shaping):
@@ -586,7 +588,11 @@ def tables(results):
                    "the runs (range in brackets); round = wall time per round (peer logs, round "
                    f"{LOG_EVERY} to the last, mean over peers); compute = the same scenario's "
                    "time per node and round in `node-launcher simulate` (no network); waiting = "
-                   "round − compute:\n")
+                   "round − compute" + (
+                       ". The model has more than 4,096 values, so its peers log it only at "
+                       "round 0 and their last round: each run stops at the round where simulate "
+                       "first logged the target, and reads it there" if t.get("stops_at_target")
+                       else "") + ":\n")
         out.append("| link | run | round reached | wall s to target | MB to target | round ms | "
                    "compute ms | waiting ms | waiting share | wall vs uncompressed |")
         out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -642,6 +648,19 @@ def goals(results):
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def report(results):
+    text = tables(results)
+    g = goals(results)
+    if g:
+        text += "\nIssue 14's goals at 1 Gbit/s:\n\n" + g
+    m = results["machine"]
+    text += (f"\n{results['peers']} peers on {results['hosts']} hosts, {m['cores']} cores, "
+             f"{m['date_utc']} UTC, commit {m.get('commit')}, load average "
+             f"{m['loadavg_start'][0]:.1f} at the start and {m['loadavg_end'][0]:.1f} at the end; "
+             f"{results['elapsed_s'] / 60:.1f} min.\n")
+    return text
+
+
 # ---- main ----
 
 def machine():
@@ -691,7 +710,13 @@ def main():
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--no-reference", action="store_true",
                     help="leave out the hosts joined without shaping (a veth bridge)")
+    ap.add_argument("--tables", metavar="RESULTS_JSON", default=None,
+                    help="print the tables of an earlier run's results.json; run nothing")
     a = ap.parse_args()
+    if a.tables:
+        with open(a.tables) as f:
+            print(report(json.load(f)), end="")
+        return 0
 
     t_start = time.monotonic()
     build = a.build if os.path.isdir(a.build) else os.path.join(ROOT, a.build)
@@ -763,6 +788,8 @@ def main():
             "spec": os.path.relpath(a.spec, ROOT), "target": target,
             "problem": spec_copy.get("name", ""),
             "rounds": sorted({v["scenario"]["rounds"] for v in variants}),
+            "stops_at_target": all(v["scenario"]["rounds"] == sims[v["label"]]["hit"]["round"]
+                                   for v in variants),
             "simulate": sims, "compute_ms": compute,
             "variants": [{k: v[k] for k in ("kind", "label", "title", "scenario",
                                             "compute_runs_ms")} for v in variants]}
@@ -796,15 +823,7 @@ def main():
         with open(os.path.join(a.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1)
 
-    text = tables(results)
-    g = goals(results)
-    if g:
-        text += "\nIssue 14's goals at 1 Gbit/s:\n\n" + g
-    text += (f"\n{a.peers} peers on {a.hosts} hosts, {os.cpu_count()} cores, "
-             f"{results['machine']['date_utc']} UTC, commit {results['machine'].get('commit')}, "
-             f"load average {results['machine']['loadavg_start'][0]:.1f} at the start and "
-             f"{results['machine']['loadavg_end'][0]:.1f} at the end; "
-             f"{results['elapsed_s'] / 60:.1f} min.\n")
+    text = report(results)
     with open(os.path.join(a.out, "tables.md"), "w") as f:
         f.write(text)
     print(text)
