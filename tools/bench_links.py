@@ -290,7 +290,7 @@ def gossip_part(a, hosts, link, work):
                 while "error" in cell and len(failed) < 2:
                     # One more try (Open MPI's orted now and then segfaults at start in hwloc):
                     # counted and kept in the results.
-                    say(f"  gossip d={dim:g} {impl} #{rep + 1} failed, again: {cell['error'][-300:]}")
+                    say(f"  gossip d={dim_name(dim)} {impl} #{rep + 1} failed, again: {cell['error'][-300:]}")
                     failed.append(cell["error"])
                     shutil.rmtree(d, ignore_errors=True)
                     cell = fn(a, hosts, place, dim, d, link)
@@ -300,7 +300,7 @@ def gossip_part(a, hosts, link, work):
                 what = (f"{cell['ms']:.3f} ms (mean {cell['mean_ms']:.3f}, {cell['rounds']} rounds"
                         f"{'' if cell['checked'] else ', WRONG RESULT'})" if "ms" in cell
                         else "FAILED: " + cell["error"])
-                say(f"  gossip d={dim:g} {impl} #{rep + 1}: {what}")
+                say(f"  gossip d={dim_name(dim)} {impl} #{rep + 1}: {what}")
         rows.append({"dim": dim, "runs": runs})
     return rows
 
@@ -511,6 +511,20 @@ def fmt_range(vals, f=fmt_ms):
     return f"{f(statistics.median(vals))} ({f(min(vals))}–{f(max(vals))})"
 
 
+def dim_name(d):
+    """1e6 rather than 1000000 for powers of ten (as bench-gossip writes them)."""
+    d = int(d)
+    e = 0
+    while d >= 10 and d % 10 == 0:
+        d //= 10
+        e += 1
+    return f"1e{e}" if d == 1 and e else str(int(d) * 10 ** e)
+
+
+def fmt_mb(b):
+    return f"{b / 1e6:,.0f}" if b >= 1e8 else f"{b / 1e6:.3g}"
+
+
 def pct(v):
     return "—" if v is None else f"{100 * v:.0f}%"
 
@@ -568,7 +582,7 @@ def tables(results):
                          - len(st) - len(mp))
                 link = L if L.get("rate") else None
                 out.append(
-                    f"| {L['name']} | {row['dim']:.0e} | "
+                    f"| {L['name']} | {dim_name(row['dim'])} | "
                     f"{fmt_ms(link_floor_ms(link, row['dim'], results['placement']))} | "
                     f"{fmt_range([c['ms'] for c in st])} | {fmt_range([c['ms'] for c in mp])} | "
                     f"{'—' if not sm or not mm else f'**{sm / mm:.2f}**'} | "
@@ -613,7 +627,7 @@ def tables(results):
                     f"| {L['name']} | {v['title']} | "
                     f"{', '.join(map(str, rounds_hit)) or 'never'} | "
                     f"{fmt_range([r.get('wall_s_to_target') for r in runs], lambda x: f'{x:.2f}')} | "
-                    f"{fmt_range([r.get('bytes_to_target') for r in runs], lambda x: f'{x / 1e6:.3g}')} | "
+                    f"{fmt_range([r.get('bytes_to_target') for r in runs], fmt_mb)} | "
                     f"{fmt_range([r['round_ms'] for r in runs])} | {fmt_ms(comp)} | "
                     f"{fmt_ms(wait)} | {pct(None if wait is None else wait / rnd)} | "
                     f"{'—' if not wall or not base else f'{wall / base:.2f}'} |"
@@ -641,7 +655,7 @@ def goals(results):
             sm, mm = median([c["ms"] for c in st]), median([c["ms"] for c in mp])
             s2, m2 = median([c["mean_ms"] for c in st]), median([c["mean_ms"] for c in mp])
             if sm and mm:
-                lines.append(f"- {L['name']}, d = {row['dim']:.0e}: Starling's median round is "
+                lines.append(f"- {L['name']}, d = {dim_name(row['dim'])}: Starling's median round is "
                              f"{sm / mm:.2f}× Open MPI's (goal ≤ 1.10): "
                              f"{'met' if sm / mm <= 1.1 else 'NOT met'}; by time per round "
                              f"{s2 / m2:.2f}×.")
