@@ -51,6 +51,7 @@ struct RoundInfo {
   uint64_t round = 0;
   double stepSize = 0.0;
   double selfWeight = 1.0;  // w_ii of this round's mixing matrix
+  int self = -1;            // this node's id, where it stands among the neighbours' peer ids
 };
 
 enum class AlgorithmKind {
@@ -78,6 +79,14 @@ struct AlgorithmSpec {
   // What each node does to its gradient before the algorithm uses it (docs/algorithms.md §20):
   // sgd leaves it; momentum, adam and lamb replace it by their direction (dsgd and choco only).
   LocalOptimizerSpec localOptimizer;
+  // dsgd only: how a node combines its own and its neighbours' updates. kAverage is DSGD's
+  // weighted average; kAdasum gossips the models and combines the updates by Adasum
+  // (docs/algorithms.md §23, optim/adasum_gossip.h).
+  enum class Combine { kAverage, kAdasum };
+  Combine combine = Combine::kAverage;
+  // The sizes of the model's tensors in the flat vector (Adasum's coefficients are per tensor);
+  // empty: one tensor. Not part of the scenario: the runtime fills it from the problem.
+  std::vector<size_t> layout;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "optim/algorithm.h"
+#include "optim/adasum_gossip.h"
 #include "optim/choco.h"
 #include "optim/lead.h"
 
@@ -248,7 +249,9 @@ template <typename T>
 std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::span<const T> x0,
                                               GradientOracle<T>& oracle) {
   switch (spec.kind) {
-    case AlgorithmKind::kDsgd: return std::make_unique<Dsgd<T>>(spec.gamma, x0, oracle);
+    case AlgorithmKind::kDsgd:
+      if (spec.combine == AlgorithmSpec::Combine::kAdasum) return createAdasumGossip<T>(spec, x0, oracle);
+      return std::make_unique<Dsgd<T>>(spec.gamma, x0, oracle);
     case AlgorithmKind::kExactDiffusion: return std::make_unique<ExactDiffusion<T>>(x0, oracle);
     case AlgorithmKind::kGradientTracking: return std::make_unique<GradientTracking<T>>(x0, oracle);
     case AlgorithmKind::kChoco: return createChoco<T>(spec, x0, oracle);

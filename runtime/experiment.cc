@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "optim/local_optimizer.h"
 #include "optim/mlp.h"
 #include "runtime/idx.h"
 #include "runtime/partition.h"
@@ -72,6 +73,8 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
     return fail(s.problem.batchPath, core::invalidArgument("larger than the number of samples (" +
                                                            std::to_string(m) + ")"));
   }
+  // The model's tensors (Adasum's coefficients are per tensor): each layer's W and b for the MLP.
+  if (s.problem.isMlp()) e.scenario.algorithm.layout = optim::mlpLayout(s.problem.layers).sizes;
   // LEGW's defaults need the data: the network's batch (nodes x the per-node batch, all of a
   // node's samples for full gradients) and the rounds in which it sees the training set once.
   if (auto& st = e.scenario.algorithm.stepSize; st.kind == optim::StepSizeSchedule::Kind::kLegw) {

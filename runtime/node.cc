@@ -171,7 +171,7 @@ core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
 template <typename T>
 core::Status Node<T>::startAlgorithm(uint64_t round, double stepSize) {
   if (inRound_) return core::failedPrecondition("startAlgorithm during a round");
-  info_ = optim::RoundInfo{round, stepSize, 1.0};
+  info_ = optim::RoundInfo{round, stepSize, 1.0, rank_};
   if (algorithm_->needsStart()) algorithm_->start(info_);
   return checkFinite(algorithm_->model(), "its model", divergenceLimit_);
 }
@@ -183,7 +183,7 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   if (inRound_) return core::failedPrecondition("startRound called twice without finishRound");
   inRound_ = true;
   const topology::MixingRow& row = topology.weights.rows[rank_];
-  info_ = optim::RoundInfo{round, stepSize, row.self};
+  info_ = optim::RoundInfo{round, stepSize, row.self, rank_};
 
   // One frame, in memory the transport sends without copying (shared memory its neighbours map)
   // when it lends some, in a pooled buffer otherwise; the codec writes it there directly.

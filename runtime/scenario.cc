@@ -323,6 +323,15 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   if (kind == AK::kLead || kind == AK::kProxLead) {
     s.algorithm.alpha = alg.number("alpha", 0.0, 1.0, 0.5, /*openLo=*/true);
   }
+  if (kind == AK::kDsgd) {
+    s.algorithm.combine = alg.choice("combine", "combine", {"average", "adasum"}, 0) == 1
+                              ? optim::AlgorithmSpec::Combine::kAdasum
+                              : optim::AlgorithmSpec::Combine::kAverage;
+    if (s.algorithm.combine == optim::AlgorithmSpec::Combine::kAdasum && alg.has("gamma")) {
+      throw ScenarioError{alg.at("gamma"), "Adasum combines the updates itself; gamma goes with "
+                                           "\"combine\": \"average\""};
+    }
+  }
   s.algorithm.regularizer = s.problem.spec.regularizer;
   if (!s.algorithm.regularizer.none() && !optim::handlesRegularizer(kind)) {
     throw ScenarioError{"/problem/regularizer",
@@ -343,6 +352,11 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     parseTransport(tr, s);
   } else {
     o.get("transport");
+  }
+  if (s.algorithm.combine == optim::AlgorithmSpec::Combine::kAdasum &&
+      s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
+    throw ScenarioError{"/compression/kind", "\"combine\": \"adasum\" sends models and updates "
+                                             "uncompressed; leave compression out"};
   }
   if (o.has("peers")) {
     Obj pe = o.object("peers");

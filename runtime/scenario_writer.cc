@@ -184,6 +184,10 @@ json algorithmJson(const optim::AlgorithmSpec& a) {
     j["gamma"] = a.gamma;
   }
   if (a.kind == AK::kLead || a.kind == AK::kProxLead) j["alpha"] = a.alpha;
+  if (a.combine == optim::AlgorithmSpec::Combine::kAdasum) {
+    j["combine"] = "adasum";
+    j.erase("gamma");
+  }
   const optim::LocalOptimizerSpec& l = a.localOptimizer;
   using LK = optim::LocalOptimizerSpec::Kind;
   if (l.kind != LK::kSgd || l.weightDecay != 0.0) {
