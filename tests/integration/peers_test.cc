@@ -93,6 +93,41 @@ TEST_CASE("node-launcher run gives the same metrics as simulate", "[integration]
   }
 }
 
+TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LEGW, Adasum",
+          "[integration][peers]") {
+  const auto dir = tempDir("peers-methods");
+  const std::string problem = R"("problem": {"kind": "logistic", "l2": 0.01,
+      "data": {"synthetic": {"samples": 500, "features": 8, "heterogeneity": 1.0}}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"adasum-momentum", R"({"kind": "dsgd", "step_size": 0.2, "combine": "adasum",
+                             "local_optimizer": {"kind": "momentum"}})"},
+      {"lamb-legw", R"({"kind": "dsgd", "step_size": {"kind": "legw", "base_lr": 0.05,
+                        "base_batch": 100, "warmup_epochs": 1},
+                        "local_optimizer": {"kind": "lamb", "weight_decay": 0.001}})"},
+      {"choco-adam", R"({"kind": "choco", "step_size": 0.01, "gamma": 0.5,
+                        "local_optimizer": {"kind": "adam"}})"},
+  };
+  for (const auto& [name, algorithm] : cases) {
+    DYNAMIC_SECTION(name) {
+      const auto file = dir / (name + ".json");
+      writeFile(file, R"({"schema_version": 1, "name": ")" + name + R"(", "nodes": 5, "seed": 4,
+        "rounds": 100, "log_every": 10, "topology": {"kind": "ring"}, "transport": {"kind": "ucx"},
+        )" + problem + R"(, "algorithm": )" + algorithm + "}");
+      const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / (name + "-run")).string()},
+                                   dir / (name + "-run.log"));
+      INFO(run.output);
+      REQUIRE(run.exit == 0);
+      const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out",
+                                    (dir / (name + "-sim")).string()},
+                                   dir / (name + "-sim.log"));
+      REQUIRE(sim.exit == 0);
+      const auto a = metricsWithoutWall(dir / (name + "-run") / "metrics.jsonl");
+      REQUIRE(a.size() == 11);
+      CHECK(a == metricsWithoutWall(dir / (name + "-sim") / "metrics.jsonl"));
+    }
+  }
+}
+
 TEST_CASE("peers started by srun or mpirun take their rank from the environment",
           "[integration][peers]") {
   const auto dir = tempDir("peers-env");
