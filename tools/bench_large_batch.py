@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""The large-batch table (issue 15): Fashion-MNIST, the MLP [784, 64, 10], 8 peers on a ring, with
+per-peer batches that make the network's batch 1x, 8x and 32x a base batch, trained for a fixed
+number of epochs by each method that is wired into scenarios so far. Every run is a real
+`node-launcher simulate`; the table gives the test accuracy of the average model at the end and
+the first logged round at which it reached the target accuracy.
+
+Usage: tools/bench_large_batch.py [--build DIR] [--epochs E] [--target A] [--out DIR]
+           [--scales 1,8,32] [--only label,...]
+Standard library only (any python3).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = 60000          # Fashion-MNIST's training set
+NODES = 8
+BASE_PER_PEER = 8      # the base batch: 8 per peer, 64 for the network
+BASE_LR = 0.05         # tuned at the base batch for plain SGD
+
+# label -> (description, algorithm section for scale k)
+def methods(k):
+    total = NODES * BASE_PER_PEER * k
+    legw = {"kind": "legw", "base_lr": BASE_LR, "base_batch": NODES * BASE_PER_PEER,
+            "warmup_epochs": 0.05}
+    return {
+        "sgd-linear": ("momentum SGD (0.9), step scaled linearly with the batch",
+                       {"kind": "dsgd", "step_size": BASE_LR * 0.1 * k,
+                        "local_optimizer": {"kind": "momentum", "momentum": 0.9}}),
+        "legw": ("SGD under LEGW (sqrt scaling, warm-up k x 0.05 epochs)",
+                 {"kind": "dsgd", "step_size": legw}),
+        "lamb-legw": ("LAMB under LEGW (base rate 0.01)",
+                      {"kind": "dsgd",
+                       "step_size": dict(legw, base_lr=0.01),
+                       "local_optimizer": {"kind": "lamb", "weight_decay": 0.0001}}),
+        "adasum": ("Adasum of the updates, the base step (no scaling)",
+                   {"kind": "dsgd", "step_size": BASE_LR, "combine": "adasum"}),
+    }, total
+
+
+def scenario(label, k, epochs, algorithm):
+    per_peer = BASE_PER_PEER * k
+    rounds = max(1, round(epochs * TRAIN / (NODES * per_peer)))
+    return {
+        "schema_version": 1, "name": f"lb-{label}-{k}x", "nodes": NODES, "seed": 1,
+        "rounds": rounds, "log_every": max(1, rounds // 20), "precision": "float32",
+        "topology": {"kind": "ring"},
+        "problem": {"kind": "mlp", "layers": [784, 64, 10], "l2": 0.0001, "partition": "iid",
+                    "estimator": {"kind": "sgd", "batch": per_peer},
+                    "data": {"dataset": "fashion-mnist"}},
+        "algorithm": algorithm,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build-release")
+    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--target", type=float, default=0.80)
+    ap.add_argument("--scales", default="1,8,32")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    launcher = os.path.join(ROOT, a.build, "tools", "node-launcher")
+    if not os.path.exists(launcher):
+        launcher = os.path.join(ROOT, "build", "tools", "node-launcher")
+    out = a.out or os.path.join(ROOT, a.build, "bench-large-batch")
+    os.makedirs(out, exist_ok=True)
+    only = set(a.only.split(",")) if a.only else None
+    rows = []
+    for k in [int(x) for x in a.scales.split(",")]:
+        table, total = methods(k)
+        for label, (what, alg) in table.items():
+            if only and label not in only:
+                continue
+            s = scenario(label, k, a.epochs, alg)
+            file = os.path.join(out, s["name"] + ".json")
+            with open(file, "w") as f:
+                json.dump(s, f, indent=1)
+            run_dir = os.path.join(out, s["name"])
+            t0 = time.monotonic()
+            r = subprocess.run([launcher, "simulate", file, "--out", run_dir],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            wall = time.monotonic() - t0
+            acc, reached = None, None
+            if r.returncode == 0:
+                for line in open(os.path.join(run_dir, "metrics.jsonl")):
+                    j = json.loads(line)
+                    if "test_accuracy" in j:
+                        acc = j["test_accuracy"]
+                        if reached is None and acc >= a.target:
+                            reached = j["round"]
+            note = "" if r.returncode == 0 else r.stdout.strip().splitlines()[-1][:120]
+            rows.append((k, total, label, what, s["rounds"], acc, reached, wall, note))
+            print(f"{k}x {label}: {s['rounds']} rounds, accuracy "
+                  f"{'-' if acc is None else f'{acc:.4f}'}, target at round {reached}, "
+                  f"{wall:.1f} s {note}", flush=True)
+    print(f"\n{a.epochs:g} epochs of Fashion-MNIST, MLP [784, 64, 10], {NODES} peers on a ring, "
+          f"float32; test accuracy of the average model; rounds to {a.target:.0%} (first logged "
+          f"round at or above it)\n")
+    print("| batch (network) | method | rounds | test accuracy | rounds to target | simulate s |")
+    print("|---|---|---:|---:|---:|---:|")
+    for k, total, label, what, rounds, acc, reached, wall, note in rows:
+        print(f"| {k}x ({total}) | {label} | {rounds} | "
+              f"{'failed: ' + note if acc is None else f'{acc:.1%}'} | "
+              f"{'-' if reached is None else reached} | {wall:.1f} |")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return 0 if all(r[5] is not None for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
