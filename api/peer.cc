@@ -223,6 +223,62 @@ Status Peer::Impl::writePendingAny() {
   return Status::ok();
 }
 
+Status checkLayoutSizes(const std::vector<size_t>& sizes) {
+  for (size_t l = 0; l < sizes.size(); ++l) {
+    if (sizes[l] == 0) {
+      return core::invalidArgument("layout: tensor " + std::to_string(l) + " of " +
+                                   std::to_string(sizes.size()) + " has size 0");
+    }
+  }
+  return Status::ok();
+}
+
+Status Peer::Impl::setLayout(std::vector<size_t> sizes) {
+  if (closed) return core::failedPrecondition("setLayout after close()");
+  const bool stepped = std::visit(
+      [](const auto& st) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(st)>, std::monostate>) {
+          return false;
+        } else {
+          return st.stepNode != nullptr;
+        }
+      },
+      state);
+  if (stepped) {
+    return core::failedPrecondition(
+        "setLayout: step() has run; the local optimizer was built over the layout then");
+  }
+  STARLING_RETURN_IF_ERROR(checkLayoutSizes(sizes));
+  layout = std::move(sizes);
+  return Status::ok();
+}
+
+template <typename T>
+Status Peer::Impl::makeLocalOptimizer(PeerState<T>& st, size_t dim) {
+  if (!layout.empty()) {
+    size_t sum = 0;
+    for (size_t n : layout) sum += n;
+    if (sum != dim) {
+      return core::invalidArgument(
+          "step: the layout's " + std::to_string(layout.size()) + " tensors hold " +
+          std::to_string(sum) + " parameters, but the parameter buffer has " +
+          std::to_string(dim) + " (the layout is the sizes of the model's tensors in the flat "
+          "buffer, in order)");
+    }
+  }
+  const optim::LocalOptimizerSpec& spec = scenario.algorithm.localOptimizer;
+  st.localOptimizer.reset();  // (rebuilt if a first step() failed after building it)
+  if (spec.kind == optim::LocalOptimizerSpec::Kind::kSgd && spec.weightDecay == 0.0) {
+    return Status::ok();  // the gradient itself: no wrapper
+  }
+  optim::ParameterLayout pl =
+      layout.empty() ? optim::ParameterLayout::single(dim) : optim::ParameterLayout{layout};
+  auto opt = optim::LocalOptimizer<T>::create(spec, std::move(pl), dim);
+  if (!opt) return opt.status().withContext("step");
+  st.localOptimizer = std::make_unique<optim::LocalOptimizerOracle<T>>(st.oracle, std::move(*opt));
+  return Status::ok();
+}
+
 template <typename T>
 Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::optional<double> lr) {
   if (params.size() != grads.size()) {
@@ -237,11 +293,12 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   PeerState<T>& st = **got;
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("step: a mix is in flight");
   if (!st.stepNode) {
+    STARLING_RETURN_IF_ERROR(makeLocalOptimizer(st, params.size()));
     auto codec = makeCodec<T>(scenario);
     if (!codec) return codec.status();
     st.stepCodec = std::move(*codec);
     takeRejoinModel(params);
-    auto algorithm = optim::createAlgorithm<T>(scenario.algorithm, params, st.oracle);
+    auto algorithm = optim::createAlgorithm<T>(scenario.algorithm, params, st.stepOracle());
     st.stepNode = std::make_unique<runtime::Node<T>>(
         rank, std::move(algorithm), *net, typename runtime::Node<T>::LogFn{}, st.stepCodec.get(),
         core::deriveSeed(scenario.seed, kStepCodecSalt, rank),
@@ -250,11 +307,11 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     st.stepNode->setSupport(&schedule->support());
     st.stepNode->setDivergenceLimit(scenario.divergenceMaxAbs);
     // A membership change: the algorithm starts afresh from the current model, with the
-    // trainer's gradients.
+    // trainer's gradients (through the same local optimizer, whose moments carry on).
     STARLING_RETURN_IF_ERROR(st.survival.add(*st.stepNode, [this, &st](runtime::Node<T>& n) {
       const auto x = n.model();
       const std::vector<T> x0(x.begin(), x.end());
-      n.restartAlgorithm(optim::createAlgorithm<T>(scenario.algorithm, x0, st.oracle));
+      n.restartAlgorithm(optim::createAlgorithm<T>(scenario.algorithm, x0, st.stepOracle()));
       return Status::ok();
     }));
     if (!st.last) st.last = st.stepNode.get();
@@ -463,6 +520,8 @@ Status Peer::mixWait() { return impl_->mixWait(); }
 Status Peer::poll() { return impl_->poll(); }
 Status Peer::restore(std::span<float> params) { return impl_->restore(params); }
 Status Peer::restore(std::span<double> params) { return impl_->restore(params); }
+Status Peer::setLayout(std::vector<size_t> sizes) { return impl_->setLayout(std::move(sizes)); }
+const std::vector<size_t>& Peer::layout() const { return impl_->layout; }
 
 Status Peer::mix(std::span<float> params) {
   STARLING_RETURN_IF_ERROR(impl_->mixStart(params));

@@ -53,6 +53,7 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
                                  std::to_string(s.nodes - 1) + " (" + s.file + " has " +
                                  std::to_string(s.nodes) + " nodes)");
   }
+  STARLING_RETURN_IF_ERROR(checkLayoutSizes(options.layout));
   auto impl = std::make_unique<Peer::Impl>();
   auto schedule = topology::Schedule::create(s.topology);
   if (!schedule) return schedule.status().withContext(s.file + ": /topology");
@@ -60,6 +61,7 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
   impl->rank = rank;
   impl->outDir = options.outDir;
   impl->rejoin = options.rejoin;
+  impl->layout = options.layout;
   if (s.transport.kind == runtime::TransportConfig::Kind::kInproc) {
     impl->hub = sharedHub(s);
     impl->net = transport::inproc::createTransport(*impl->hub, rank);
@@ -198,6 +200,16 @@ const char* codecName(PeerConfig::Codec c) {
   return "?";
 }
 
+const char* localOptimizerName(PeerConfig::LocalOptimizer o) {
+  switch (o) {
+    case PeerConfig::LocalOptimizer::kSgd: return "sgd";
+    case PeerConfig::LocalOptimizer::kMomentum: return "momentum";
+    case PeerConfig::LocalOptimizer::kAdam: return "adam";
+    case PeerConfig::LocalOptimizer::kLamb: return "lamb";
+  }
+  return "?";
+}
+
 // The scenario a PeerConfig stands for (scenarios/README.md), as JSON.
 std::string scenarioJson(const PeerConfig& c) {
   using json = nlohmann::ordered_json;
@@ -224,6 +236,21 @@ std::string scenarioJson(const PeerConfig& c) {
   if (usesGamma) alg["gamma"] = c.gamma;
   if (c.algorithm == C::Algorithm::kLead || c.algorithm == C::Algorithm::kProxLead) {
     alg["alpha"] = c.alpha;
+  }
+  using LO = C::LocalOptimizer;
+  if (c.localOptimizer != LO::kSgd || c.weightDecay != 0.0) {
+    json lo{{"kind", localOptimizerName(c.localOptimizer)}, {"weight_decay", c.weightDecay}};
+    if (c.localOptimizer == LO::kMomentum) {
+      lo["momentum"] = c.momentum;
+      lo["nesterov"] = c.nesterov;
+    }
+    if (c.localOptimizer == LO::kAdam || c.localOptimizer == LO::kLamb) {
+      lo["beta1"] = c.beta1;
+      lo["beta2"] = c.beta2;
+      if (c.eps != 0.0) lo["eps"] = c.eps;  // 0: the scenario's default for the kind
+      lo["bias_correction"] = c.biasCorrection;
+    }
+    alg["local_optimizer"] = lo;
   }
   j["algorithm"] = alg;
   if (c.codec != C::Codec::kIdentity) {
@@ -262,6 +289,7 @@ Result<std::unique_ptr<Peer>> Peer::fromConfig(const PeerConfig& config) {
   if (!s) return s.status();
   PeerOptions options;
   options.outDir = config.outDir;
+  options.layout = config.layout;
   auto impl = makePeerImpl(std::move(*s), config.rank, options);
   if (!impl) return impl.status();
   return std::unique_ptr<Peer>(new Peer(std::move(*impl)));

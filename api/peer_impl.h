@@ -14,6 +14,7 @@
 #include "api/external_oracle.h"
 #include "compression/compressor.h"
 #include "optim/gossip.h"
+#include "optim/local_optimizer.h"
 #include "runtime/engine.h"
 #include "runtime/fault_injection.h"
 #include "runtime/node.h"
@@ -50,6 +51,14 @@ struct PeerState {
   runtime::Survival<T> survival;
   // step(): the scenario's algorithm fed with the trainer's gradients.
   api::ExternalOracle<T> oracle;
+  // The scenario's local optimizer around `oracle` (none for plain SGD without weight decay):
+  // built at the first step() over the trainer's layout, and kept, with its moments, when the
+  // algorithm restarts (the restarted algorithm is handed stepOracle() again).
+  std::unique_ptr<optim::LocalOptimizerOracle<T>> localOptimizer;
+  optim::GradientOracle<T>& stepOracle() {
+    if (localOptimizer) return *localOptimizer;
+    return oracle;
+  }
   std::unique_ptr<compression::Compressor<T>> stepCodec;
   std::unique_ptr<runtime::Node<T>> stepNode;
   // mix(): gossip only.
@@ -94,6 +103,8 @@ class Peer::Impl {
   std::optional<uint32_t> rejoinChannel;
   bool firstAfterRejoin = false;  // the next step()/mix() is the first since the return
   bool restored = false;          // restore() put the neighbours' model into the parameters
+  // The model's tensor sizes for the local optimizer (PeerOptions::layout); empty: one tensor.
+  std::vector<size_t> layout;
 
   template <typename T>
   Status step(std::span<T> params, std::span<const T> grads, std::optional<double> lr);
@@ -106,10 +117,15 @@ class Peer::Impl {
   Status log(const std::map<std::string, double>& m);
   Status close();
   uint64_t rounds() const;
+  Status setLayout(std::vector<size_t> sizes);
 
  private:
   template <typename T>
   Result<PeerState<T>*> stateFor(size_t dim, const char* call);
+  // The first step(): checks the layout against the buffer's `dim` and wraps the oracle in the
+  // scenario's local optimizer (when it is not plain SGD).
+  template <typename T>
+  Status makeLocalOptimizer(PeerState<T>& st, size_t dim);
   template <typename T>
   Status writePending(PeerState<T>& st);
   Status writePendingAny();
@@ -134,6 +150,10 @@ class Peer::Impl {
     return [f = faults] { return f->takeDropped(); };
   }
 };
+
+// kInvalidArgument naming the first tensor of size 0 in a layout (what its sum is checked
+// against comes at the first step()).
+Status checkLayoutSizes(const std::vector<size_t>& sizes);
 
 // Builds a Peer's Impl for `rank` of `scenario` (validated), with its transport.
 Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario scenario, int rank,

@@ -32,6 +32,18 @@
 // trainer calls poll() in between (never blocks: call it between layers of the backward pass)
 // or in mixWait.
 //
+// Local optimizer (step() only): the scenario's algorithm.local_optimizer (or PeerConfig's
+// localOptimizer) turns the trainer's gradient g into a direction u per tensor before the
+// algorithm uses it, so step(params, grads, lr) runs psi_i = x_i - lr u_i and then the
+// algorithm's combine: momentum, Adam or LAMB (with its per-tensor trust ratio), all with
+// decoupled weight decay (docs/algorithms.md §20; dsgd and choco only). The tensors are the
+// model's layout: PeerOptions::layout / PeerConfig::layout / setLayout(), the sizes of its
+// tensors in the flat buffer in order (empty: the whole buffer is one tensor); their sum must be
+// the buffer's size, checked at the first step(). The optimizer's moments live in the Peer: they
+// survive the algorithm's restarts at membership changes, are not saved anywhere (the Peer keeps
+// no checkpoints) and start at zero in a restarted trainer. mix() never applies it (a trainer
+// that mixes steps with its own optimizer).
+//
 // Errors are Statuses carrying Starling's messages; a failed round (a neighbour gone or timed
 // out, a dimension mismatch, divergence) leaves the Peer failed: later calls return the same
 // error. Thread-safety: one Peer is driven by one thread; several Peers may live in one process
@@ -62,6 +74,7 @@ struct PeerConfig {
   };
   enum class Codec { kIdentity, kFp16, kBf16, kTopK, kRandK, kSign, kQsgd, kNuqsgd, kNatural };
   enum class Transport { kUcx, kInProcess };
+  enum class LocalOptimizer { kSgd, kMomentum, kAdam, kLamb };
 
   int nodes = 0;  // required
   int rank = 0;
@@ -79,6 +92,21 @@ struct PeerConfig {
   double stepSize = 0.01;  // the default step size; step()'s lr overrides it per call
   double gamma = 1.0;      // dsgd, choco, mix(): consensus step; lead, prox_lead: dual damping
   double alpha = 0.5;      // lead, prox_lead
+
+  // What step() makes of the trainer's gradient (algorithm.local_optimizer; anything but plain
+  // SGD without weight decay only with kDsgd and kChoco). Each tensor of `layout` is one LAMB
+  // trust ratio.
+  LocalOptimizer localOptimizer = LocalOptimizer::kSgd;
+  double weightDecay = 0.0;     // every kind: lambda >= 0, decoupled (u += lambda x)
+  double momentum = 0.9;        // kMomentum: mu in [0, 1)
+  bool nesterov = false;        // kMomentum
+  double beta1 = 0.9;           // kAdam, kLamb: in [0, 1)
+  double beta2 = 0.999;         // kAdam, kLamb: in [0, 1)
+  double eps = 0.0;             // kAdam, kLamb: in (0, 1]; 0: 1e-8 for kAdam, 1e-6 for kLamb
+  bool biasCorrection = true;   // kAdam, kLamb: divide the moments by 1 - beta^t
+  // The model's tensors in the flat parameter buffer: their sizes, in order (they must sum to
+  // the buffer's size; checked at the first step()). Empty: one tensor.
+  std::vector<size_t> layout;
 
   Codec codec = Codec::kIdentity;
   uint64_t k = 0;           // topk, randk: elements kept (or ratio)
@@ -107,6 +135,10 @@ struct PeerOptions {
   // round() is that round; restore() does it before the first call. Loop on round() < N rather
   // than counting calls. Needs faults.on_peer_loss "continue".
   bool rejoin = false;
+  // The model's tensors in the flat parameter buffer, for the scenario's local optimizer: their
+  // sizes, in order (they must sum to the buffer's size; checked at the first step()). Empty:
+  // one tensor.
+  std::vector<size_t> layout;
 };
 
 class Peer {
@@ -122,6 +154,8 @@ class Peer {
   // STARLING_PEERS the addresses come from where `node-launcher peer` finds them: the scenario's
   // `peers` section, the hostfile STARLING_HOSTFILE names, the Slurm step (under srun), the
   // launcher's PMIx server (under mpirun), else 127.0.0.1; ports peers.base_port + rank.
+  // The model's layout, if the scenario has a local optimizer: setLayout() before the first
+  // step() (without it the buffer is one tensor).
   static Result<std::unique_ptr<Peer>> fromEnv();
   static Result<std::unique_ptr<Peer>> fromConfig(const PeerConfig& config);
 
@@ -145,6 +179,13 @@ class Peer {
   Status mixStart(std::span<float> params);
   Status mixStart(std::span<double> params);
   Status mixWait();
+  // The model's layout for the local optimizer (see PeerOptions::layout), for a Peer made by
+  // fromEnv() or one made without it: replaces the one given. kInvalidArgument for a tensor of
+  // size 0; kFailedPrecondition once step() has run (the optimizer is built at the first step).
+  Status setLayout(std::vector<size_t> sizes);
+  // The layout given (empty: none, one tensor).
+  const std::vector<size_t>& layout() const;
+
   // Moves what the transport can move now, without waiting: the exchange of a mixStart in
   // flight progresses while the trainer computes. Returns the peer's failure, if it has one;
   // a no-op (ok) when nothing is in flight.

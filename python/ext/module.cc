@@ -53,10 +53,12 @@ class PyPeer {
 
   static std::unique_ptr<PyPeer> fromScenario(const std::string& scenario, int rank,
                                               std::optional<std::string> out,
-                                              std::optional<std::vector<std::string>> peers) {
+                                              std::optional<std::vector<std::string>> peers,
+                                              std::optional<std::vector<size_t>> layout) {
     PeerOptions options;
     if (out) options.outDir = *out;
     if (peers) options.addresses = *peers;
+    if (layout) options.layout = *layout;
     Result<std::unique_ptr<Peer>> r = [&] {
       py::gil_scoped_release release;  // creating a peer connects to its neighbours
       return Peer::fromScenario(scenario, rank, options);
@@ -65,14 +67,20 @@ class PyPeer {
     return std::make_unique<PyPeer>(std::move(*r));
   }
 
-  static std::unique_ptr<PyPeer> fromEnv() {
+  static std::unique_ptr<PyPeer> fromEnv(std::optional<std::vector<size_t>> layout) {
     Result<std::unique_ptr<Peer>> r = [&] {
       py::gil_scoped_release release;
       return Peer::fromEnv();
     }();
     if (!r) raise(r.status().toString());
+    if (layout) check((*r)->setLayout(*layout));
     return std::make_unique<PyPeer>(std::move(*r));
   }
+
+  void setLayout(std::vector<size_t> sizes) {
+    check(use("set_layout").setLayout(std::move(sizes)));
+  }
+  std::vector<size_t> layout() { return alive("layout").layout(); }
 
   void step(py::object params, py::object grads, std::optional<double> lr) {
     Peer& peer = use("step");
@@ -223,7 +231,9 @@ One decentralized-training peer: this process's rank of a Starling run.
 
 Peer(scenario, rank) joins the run described by the scenario file as `rank`;
 Peer.from_env() reads STARLING_SCENARIO and STARLING_RANK (set by
-`node-launcher run SCENARIO -- COMMAND`, or the rank of srun/mpirun).
+`node-launcher run SCENARIO -- COMMAND`, or the rank of srun/mpirun). Both take
+layout=[sizes]: the model's tensors in the flat buffer, for the scenario's
+local optimizer (LAMB's trust ratio is per tensor).
 
 Arrays are 1-D contiguous float32 or float64 numpy arrays or PyTorch CPU tensors
 (pass p.detach() for a tensor that requires grad). Starling reads and writes
@@ -232,15 +242,29 @@ Errors from Starling raise starling.Error; wrong arrays raise TypeError or Value
 )doc")
       .def(py::init(&PyPeer::fromScenario), py::arg("scenario"), py::arg("rank"),
            py::kw_only(), py::arg("out") = py::none(), py::arg("peers") = py::none(),
+           py::arg("layout") = py::none(),
            R"doc(Rank `rank` of the run the scenario file describes. `out`: the run folder
 its peer log goes to (default: none is written); `peers`: "host:port" of every
-rank (default: the scenario's `peers`, else 127.0.0.1:29500 + rank).)doc")
-      .def_static("from_env", &PyPeer::fromEnv,
-                  "The peer of this process, from STARLING_SCENARIO and STARLING_RANK.")
+rank (default: the scenario's `peers`, else 127.0.0.1:29500 + rank); `layout`:
+the sizes of the model's tensors in the flat params buffer, in order, for the
+scenario's algorithm.local_optimizer (default: the buffer is one tensor; their
+sum must be the buffer's size, checked at the first step()).)doc")
+      .def_static("from_env", &PyPeer::fromEnv, py::kw_only(), py::arg("layout") = py::none(),
+                  R"doc(The peer of this process, from STARLING_SCENARIO and STARLING_RANK
+(what `node-launcher run SCENARIO -- COMMAND` sets). `layout`: as for Peer().)doc")
+      .def("set_layout", &PyPeer::setLayout, py::arg("layout"),
+           R"doc(Sets the model's layout (the sizes of its tensors in the flat params buffer,
+in order) for the scenario's local optimizer, replacing the one given; only
+before the first step().)doc")
+      .def_property_readonly("layout", &PyPeer::layout,
+                             "The layout given (a list of tensor sizes; empty: one tensor).")
       .def("step", &PyPeer::step, py::arg("params"), py::arg("grads"), py::arg("lr") = py::none(),
            R"doc(One round of the scenario's algorithm. `grads` is the gradient the caller
 computed at `params`; `params` holds the new local model afterwards. `lr`, when
-given, is this round's step size (instead of the scenario's schedule).)doc")
+given, is this round's step size (instead of the scenario's schedule). With the
+scenario's algorithm.local_optimizer (momentum, adam, lamb; dsgd and choco), the
+gradient first becomes the optimizer's direction u, per tensor of the layout,
+and the algorithm steps with lr * u; mix() never applies it.)doc")
       .def("mix", &PyPeer::mix, py::arg("params"),
            "One gossip round: averages `params` with the neighbours', in place.")
       .def("restore", &PyPeer::restore, py::arg("params"),

@@ -39,7 +39,15 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     gradient_tracking, nids, lead, ...). `step()` hands the flat gradient to
     `peer.step(params, grads, lr)`, where Starling's algorithm owns the update; `optimizer` is
     not stepped, and only its learning rate is used (`param_groups[0]["lr"]`, so LR schedulers
-    work; every group must have the same lr). Gradients are kept in one flat buffer too.
+    work; every group must have the same lr). Gradients are kept in one flat buffer too. A
+    scenario's `algorithm.local_optimizer` (momentum, adam or lamb, with dsgd or choco) then does
+    what the torch optimizer would: Starling turns the flat gradient into the optimizer's
+    direction u per parameter tensor and steps with lr * u before the gossip. The wrapper hands
+    the peer the model's layout, `[p.numel() for p in params]` in the flat buffer's order
+    (`model.parameters()`, tied weights once), so LAMB's trust ratio is per tensor. That
+    optimizer's moments live in the peer: they are not in `state_dict()`, and a restarted
+    trainer starts them at zero. In mode "mix" the scenario's local optimizer is not applied
+    (`optimizer` is the local optimizer there).
 
     overlap=True (mode "mix" only): the gossip round overlaps the forward and backward pass.
     `zero_grad()` starts the exchange of the current parameters (`peer.mix_start`), a hook on
@@ -52,11 +60,12 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     first, without overlap), and do not change the parameters between `zero_grad()` and
     `step()`.
 
-    peer=None means `starling.Peer.from_env()` (what `node-launcher run SCENARIO -- COMMAND`
-    sets up); the wrapper then closes it in `close()`. `zero_grad`, `state_dict`,
-    `load_state_dict`, `param_groups` and `state` are the wrapped optimizer's. Buffers such as
-    BatchNorm's running statistics are not exchanged. Start every rank from the same weights
-    (the same `torch.manual_seed`) unless you mean not to.
+    peer=None means `starling.Peer.from_env(layout=...)` (what `node-launcher run SCENARIO --
+    COMMAND` sets up); the wrapper then closes it in `close()`. A peer passed in mode "step"
+    without a layout gets the model's (`peer.set_layout`); one with another layout is refused.
+    `zero_grad`, `state_dict`, `load_state_dict`, `param_groups` and `state` are the wrapped
+    optimizer's. Buffers such as BatchNorm's running statistics are not exchanged. Start every
+    rank from the same weights (the same `torch.manual_seed`) unless you mean not to.
     """
 
     def __init__(self, optimizer, model, peer=None, mode="mix", overlap=False):
@@ -82,7 +91,17 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._param_ptrs = [p.data_ptr() for p in self._params]
         self._grad_ptrs = [] if self._grad is None else [
             self._grad[o:o + p.numel()].data_ptr() for p, o in zip(self._params, self._offsets())]
-        self.peer = Peer.from_env() if peer is None else peer
+        # The sizes of the parameter tensors in the flat buffer, in its order: the local
+        # optimizer's tensors (an empty parameter holds no element of the buffer).
+        self._layout = [p.numel() for p in self._params if p.numel() > 0]
+        if peer is None:
+            peer = Peer.from_env(layout=self._layout)
+        elif mode == "step" and list(peer.layout) != self._layout:
+            if peer.layout:
+                raise ValueError(f"the peer was given the layout {list(peer.layout)}, but the "
+                                 f"model's parameters have the sizes {self._layout}")
+            peer.set_layout(self._layout)
+        self.peer = peer
         self.overlap = bool(overlap)
         self._in_flight = False
         self._hooks = []
@@ -150,6 +169,11 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     def flat_params(self):
         """The one buffer all parameters live in (1-D, in `model.parameters()` order)."""
         return self._flat
+
+    @property
+    def layout(self):
+        """The sizes of the parameter tensors in the flat buffer, in order (the peer's layout)."""
+        return list(self._layout)
 
     @property
     def flat_grads(self):

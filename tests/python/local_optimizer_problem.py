@@ -1,0 +1,22 @@
+"""The data, start and step sizes of local_optimizer_worker.py's run, shared with
+test_torch_local_optimizer.py (numpy only)."""
+
+import numpy as np
+
+STEPS = 6
+LAYOUT = [6, 2]  # torch.nn.Linear(3, 2): weight (2 x 3), then bias (2)
+
+
+def problem(rank):
+    """Rank r's samples X (4 x 3) and targets Y (4 x 2), and its start W0 (2 x 3), b0 (2)."""
+    rng = np.random.default_rng(100 + rank)
+    x = rng.normal(size=(4, 3))
+    y = rng.normal(size=(4, 2)) + rank
+    w0 = rng.normal(size=(2, 3))
+    b0 = rng.normal(size=2)
+    return x, y, w0, b0
+
+
+def lr(step):
+    """The learning rate of step `step` (0-based): LambdaLR's factor times the base 0.05."""
+    return 0.05 / (1.0 + 0.5 * step)
