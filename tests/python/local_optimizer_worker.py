@@ -12,21 +12,7 @@ import torch
 import starling
 import starling.torch
 from local_optimizer_problem import LAYOUT, STEPS, lr, problem
-
-
-def check(condition, message):
-    if not condition:
-        raise AssertionError(message)
-
-
-def raises(kind, words, call):
-    try:
-        call()
-    except kind as e:
-        for w in words:
-            check(w in str(e), f"{kind.__name__} message {str(e)!r} lacks {w!r}")
-        return
-    raise AssertionError(f"expected {kind.__name__} containing {words}")
+from worker_checks import check, raises
 
 
 def main():
