@@ -294,6 +294,8 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("step: a mix is in flight");
   if (!st.stepNode) {
     STARLING_RETURN_IF_ERROR(makeLocalOptimizer(st, params.size()));
+    // The model's tensors also give Adasum (combine "adasum") its per-tensor coefficients.
+    if (!layout.empty()) scenario.algorithm.layout = layout;
     auto codec = makeCodec<T>(scenario);
     if (!codec) return codec.status();
     st.stepCodec = std::move(*codec);
