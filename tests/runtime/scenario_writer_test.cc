@@ -269,6 +269,13 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"({"kind": "choco", "step_size": 0.1, "gamma": 0.3})",
            R"({"kind": "lead", "step_size": 0.1, "gamma": 0.7, "alpha": 0.25})",
            R"({"kind": "prox_lead", "step_size": 0.1})",
+           // The seeds' methods (docs/algorithms.md §20-§23): LEGW with and without the keys
+           // the runtime can derive, local optimizers, Adasum.
+           R"({"kind": "dsgd", "step_size": {"kind": "legw", "base_lr": 0.1, "base_batch": 64, "warmup_epochs": 0.5, "decay": {"kind": "constant"}}, "gamma": 1.0})",
+           R"({"kind": "dsgd", "step_size": {"kind": "legw", "base_lr": 0.1, "base_batch": 64, "batch": 512, "warmup_epochs": 1.0, "rounds_per_epoch": 100.0, "decay": {"kind": "step", "every": 50, "factor": 0.5}}, "gamma": 1.0})",
+           R"({"kind": "dsgd", "step_size": 0.1, "gamma": 1.0, "local_optimizer": {"kind": "momentum", "weight_decay": 0.0, "momentum": 0.8, "nesterov": true}})",
+           R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5, "local_optimizer": {"kind": "adam", "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.99, "eps": 1e-07, "bias_correction": false}})",
+           R"({"kind": "dsgd", "step_size": 0.1, "combine": "adasum", "local_optimizer": {"kind": "lamb", "weight_decay": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-06, "bias_correction": true}})",
        }) {
     canonical.push_back(scenario(ring, a));
   }
