@@ -260,6 +260,8 @@ def run_gossip_mpi(a, hosts, place, dim, work, link):
     cmd = hosts.exec_args(0) + [
         "mpirun", "--allow-run-as-root", "--hostfile", hostfile, "-np", str(len(place)),
         "--map-by", "slot", "--bind-to", "none", "--mca", "plm_rsh_agent", RSH_AGENT,
+        # No hwloc topology through shared memory: orted sometimes segfaults writing it.
+        "--mca", "rtc_hwloc_vmhole", "none",
         "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
         "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
         *([] if a.mpi_spin else ["--mca", "mpi_yield_when_idle", "1"]),

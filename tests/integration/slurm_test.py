@@ -210,7 +210,9 @@ def run_case(cluster, work, name, nodes, srun_args, expect_hosts):
     where = os.path.join(d, "where.log")
     cluster.srun([*srun_args, "-n", str(nodes), "sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME"],
                  where)
-    truth = dict(line.split() for line in open(where).read().splitlines() if line.strip())
+    # "RANK NODE" lines; srun adds its own ("srun: job 8 queued and waiting for resources").
+    truth = dict(line.split() for line in open(where).read().splitlines()
+                 if len(line.split()) == 2 and line.split()[0].isdigit())
     truth = [truth.get(str(r)) for r in range(nodes)]
     check(got == truth, f"{name}: ranks listen on {got}, where Slurm ran them")
     if expect_hosts is not None:
