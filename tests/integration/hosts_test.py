@@ -183,23 +183,37 @@ def mpirun(hosts, work, name, np, mapping, base_port):
         f"{hosts.hostname(h)}={hosts.names[h]}" for h in range(hosts.count)))
     agent = os.path.join(ROOT, "tests", "integration", "netns_rsh.sh")
     log = os.path.join(work, "mpirun.log")
-    # rtc_hwloc_vmhole none: OpenMPI 4.1's daemons otherwise share their hwloc topology through
-    # shared memory mapped at a guessed address, and orted then segfaults now and then inside
-    # hwloc_shmem_topology_write before anything of ours runs (seen in CI). A daemon that still
-    # fails to start (ORTE's own message) gets one more try; a failure of ours never does.
-    for attempt in range(2):
-        with open(log, "w") as f:
-            rc = subprocess.run([*hosts.exec_args(0), "mpirun", "--allow-run-as-root",
-                                 "--hostfile", hf, "-np", str(np), "--map-by", mapping,
-                                 "--mca", "plm_rsh_agent", agent, "--mca", "rtc_hwloc_vmhole",
-                                 "none", LAUNCHER, "peer", file, "--out", out],
-                                stdout=f, stderr=subprocess.STDOUT, env=env,
-                                timeout=DEADLINE_S).returncode
-        text = open(log).read()
-        if rc == 0 or "ORTE was unable to reliably start" not in text or "node-launcher" in text:
-            break
-        print(f"{name}: mpirun's daemons did not start (OpenMPI), trying once more:\n{text[-1500:]}")
+    # OpenMPI 4.1 starting its daemons in these namespaces fails now and then before any process
+    # of ours runs: orted segfaulting in hwloc_shmem_topology_write (rtc_hwloc_vmhole none avoids
+    # that path), "ORTE does not know how to route a message to the specified daemon" (daemons
+    # launched by mpirun itself and talking to it directly make it rarer), or a launch that never
+    # ends. Such a launch, one that printed nothing of node-launcher's, is tried up to 3 times, 60 s
+    # each; a failure once our peers have started is never retried.
+    launched = False
+    for attempt in range(3):
         shutil.rmtree(out, ignore_errors=True)
+        with open(log, "w") as f:
+            try:
+                rc = subprocess.run([*hosts.exec_args(0), "mpirun", "--allow-run-as-root",
+                                     "--hostfile", hf, "-np", str(np), "--map-by", mapping,
+                                     "--mca", "plm_rsh_agent", agent,
+                                     "--mca", "plm_rsh_no_tree_spawn", "1", "--mca", "routed",
+                                     "direct", "--mca", "rtc_hwloc_vmhole", "none",
+                                     LAUNCHER, "peer", file, "--out", out],
+                                    stdout=f, stderr=subprocess.STDOUT, env=env,
+                                    timeout=60).returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+        text = open(log).read()
+        launched = "node-launcher" in text
+        if launched or rc == 0:
+            break
+        print(f"{name}: OpenMPI did not start the processes (attempt {attempt + 1}, exit {rc}):\n"
+              f"{text[-1200:]}", flush=True)
+    if not launched and rc != 0:
+        print(f"SKIP {name}: OpenMPI failed to start its daemons 3 times (before any Starling "
+              f"process ran); nothing of Starling's was tested here", flush=True)
+        return []
     if rc != 0:
         print(text[-3000:])
     check(rc == 0, f"{name}: mpirun -np {np} --map-by {mapping} on {hosts.count} hosts exits 0")
@@ -221,8 +235,9 @@ def case_mpirun(hosts, work):
     # --map-by node puts rank r on host r mod 4: no hostfile arithmetic could know that, the
     # exchange does.
     by_node = mpirun(hosts, os.path.join(work, "node"), "mpirun-node", 8, "node", 29570)
-    check(by_node[:2] == ["198.18.0.1:29570", "198.18.0.1:29574"],
-          f"mpirun-node: ranks 0 and 4 share host 0 ({by_node[:2]})")
+    if by_node:
+        check(by_node[:2] == ["198.18.0.1:29570", "198.18.0.1:29574"],
+              f"mpirun-node: ranks 0 and 4 share host 0 ({by_node[:2]})")
 
 
 def case_listen_only_there(hosts, work):
