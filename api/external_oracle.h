@@ -22,11 +22,19 @@ template <typename T>
 class ExternalOracle final : public optim::GradientOracle<T> {
  public:
   // The trainer's parameters and its gradient there, for the next request.
-  void offer(std::span<const T> x, std::span<const T> g) {
+  // `loss` and `sample` (what the trainer said about the gradient, NaN / unset when nothing)
+  // answer lastLoss() and lastAdaScaleSample() once the gradient is taken.
+  void offer(std::span<const T> x, std::span<const T> g,
+             double loss = std::numeric_limits<double>::quiet_NaN(),
+             std::optional<optim::AdaScaleSample> sample = std::nullopt) {
     x_ = x;
     g_ = g;
     offered_ = true;
+    offeredLoss_ = loss;
+    offeredSample_ = sample;
   }
+  double lastLoss() const override { return loss_; }
+  std::optional<optim::AdaScaleSample> lastAdaScaleSample() const override { return sample_; }
   // Whether the offered gradient was used.
   bool used() const { return !offered_; }
 
@@ -43,6 +51,8 @@ class ExternalOracle final : public optim::GradientOracle<T> {
     }
     std::copy(g_.begin(), g_.end(), out.begin());
     offered_ = false;
+    loss_ = offeredLoss_;
+    sample_ = offeredSample_;
   }
 
   // Set once the contract was broken (a bug in an algorithm).
@@ -51,6 +61,9 @@ class ExternalOracle final : public optim::GradientOracle<T> {
  private:
   std::span<const T> x_, g_;
   bool offered_ = false;
+  double offeredLoss_ = std::numeric_limits<double>::quiet_NaN();
+  double loss_ = std::numeric_limits<double>::quiet_NaN();
+  std::optional<optim::AdaScaleSample> offeredSample_, sample_;
   std::optional<std::string> error_;
 };
 

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <nlohmann/json.hpp>
 
@@ -280,13 +281,22 @@ Status Peer::Impl::makeLocalOptimizer(PeerState<T>& st, size_t dim) {
 }
 
 template <typename T>
-Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::optional<double> lr) {
+Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::optional<double> lr,
+                        const StepStats& stats) {
+  if (stats.gradientVariance.has_value() != stats.gradientSquaredMean.has_value()) {
+    return core::invalidArgument("step: give both gradientVariance and gradientSquaredMean, or "
+                                 "neither");
+  }
   if (params.size() != grads.size()) {
     return core::invalidArgument("step: " + std::to_string(params.size()) + " parameters but " +
                                  std::to_string(grads.size()) + " gradient values");
   }
   if (lr && !(*lr > 0 && *lr < 1e12)) {
     return core::invalidArgument("step: the step size must be positive and finite");
+  }
+  if (lr && scenario.algorithm.adascale) {
+    return core::invalidArgument("step: AdaScale evaluates the scenario's step_size at its own "
+                                 "counter tau (docs/algorithms.md §22); leave lr out");
   }
   auto got = stateFor<T>(params.size(), "step");
   if (!got) return got.status();
@@ -349,7 +359,10 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   STARLING_RETURN_IF_ERROR(writePending(st));
   runtime::Node<T>& node = *st.stepNode;
   killIfScripted(st.engine.rounds());
-  st.oracle.offer(params, grads);
+  std::optional<optim::AdaScaleSample> sample;
+  if (stats.gradientVariance) sample = {*stats.gradientVariance, *stats.gradientSquaredMean};
+  st.oracle.offer(params, grads, stats.loss.value_or(std::numeric_limits<double>::quiet_NaN()),
+                  sample);
   // A change due now restarts the algorithm.
   STARLING_RETURN_IF_ERROR(st.survival.prepare(kStepChannel));
   if (node.algorithm().needsStart()) {
@@ -499,9 +512,9 @@ Status Peer::Impl::close() {
 }
 
 template Status Peer::Impl::step<float>(std::span<float>, std::span<const float>,
-                                        std::optional<double>);
+                                        std::optional<double>, const StepStats&);
 template Status Peer::Impl::step<double>(std::span<double>, std::span<const double>,
-                                         std::optional<double>);
+                                         std::optional<double>, const StepStats&);
 template Status Peer::Impl::mixStart<float>(std::span<float>);
 template Status Peer::Impl::mixStart<double>(std::span<double>);
 
@@ -515,6 +528,14 @@ Status Peer::step(std::span<float> params, std::span<const float> grads, std::op
 Status Peer::step(std::span<double> params, std::span<const double> grads,
                   std::optional<double> lr) {
   return impl_->step(params, grads, lr);
+}
+Status Peer::step(std::span<float> params, std::span<const float> grads, std::optional<double> lr,
+                  const StepStats& stats) {
+  return impl_->step(params, grads, lr, stats);
+}
+Status Peer::step(std::span<double> params, std::span<const double> grads,
+                  std::optional<double> lr, const StepStats& stats) {
+  return impl_->step(params, grads, lr, stats);
 }
 Status Peer::mixStart(std::span<float> params) { return impl_->mixStart(params); }
 Status Peer::mixStart(std::span<double> params) { return impl_->mixStart(params); }

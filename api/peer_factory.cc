@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
+#include "runtime/experiment.h"
 #include "runtime/peer.h"
 #include "runtime/peer_placement.h"
 #include "runtime/scenario_writer.h"
@@ -58,6 +59,7 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
   auto schedule = topology::Schedule::create(s.topology);
   if (!schedule) return schedule.status().withContext(s.file + ": /topology");
   impl->schedule = std::move(*schedule);
+  STARLING_RETURN_IF_ERROR(runtime::resolveLeaderDiameter(s, *impl->schedule));
   impl->rank = rank;
   impl->outDir = options.outDir;
   impl->rejoin = options.rejoin;

@@ -107,7 +107,8 @@ class Peer::Impl {
   std::vector<size_t> layout;
 
   template <typename T>
-  Status step(std::span<T> params, std::span<const T> grads, std::optional<double> lr);
+  Status step(std::span<T> params, std::span<const T> grads, std::optional<double> lr,
+              const StepStats& stats = {});
   template <typename T>
   Status mixStart(std::span<T> params);
   template <typename T>

@@ -68,6 +68,11 @@ double adascaleGain(const AdaScaleSample& estimate, double scale);
 struct AdaScaleSpec {
   double scale = 1.0;               // S >= 1
   std::optional<double> smoothing;  // theta in [0, 1); unset: max(1 - S/1000, 0)
+  // How the runtime drives it (`"adascale"` in a scenario): each node's batch B is split into
+  // microBatches k >= 2 of B/k samples; baseBatch b0 is the base run's batch (unset: one
+  // micro-batch, B/k), and then S = n B / b0. AdaScale itself reads only scale and smoothing.
+  size_t microBatches = 2;
+  std::optional<double> baseBatch;
 };
 
 core::Status checkAdaScaleSpec(const AdaScaleSpec& spec);

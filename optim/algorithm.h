@@ -11,7 +11,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +21,8 @@
 #include "core/state.h"
 #include "core/status.h"
 #include "core/within.h"
+#include "optim/adascale.h"
+#include "optim/leader.h"
 #include "optim/local_optimizer_spec.h"
 #include "optim/regularizer.h"
 #include "optim/step_size.h"
@@ -37,6 +41,13 @@ class GradientOracle {
   virtual void visitState(core::StateVisitor& v) {
     v.fail("this gradient oracle cannot be checkpointed");
   }
+  // The mean loss of the samples behind the last gradient (without the l2 term), for a node's
+  // running training loss (Leader SGD); NaN when the oracle does not know it (full gradients,
+  // variance-reduced estimators).
+  virtual double lastLoss() const { return std::numeric_limits<double>::quiet_NaN(); }
+  // AdaScale's statistics of the last gradient (optim/adascale.h), from an oracle that averages
+  // micro-batch gradients (AdaScaleOracle); unset otherwise.
+  virtual std::optional<AdaScaleSample> lastAdaScaleSample() const { return std::nullopt; }
 };
 
 // One neighbour's message for this round, with its mixing weight w_ij.
@@ -87,6 +98,13 @@ struct AlgorithmSpec {
   // The sizes of the model's tensors in the flat vector (Adasum's coefficients are per tensor);
   // empty: one tensor. Not part of the scenario: the runtime fills it from the problem.
   std::vector<size_t> layout;
+  // dsgd only: AdaScale's gain and scale-invariant schedule (docs/algorithms.md §22,
+  // optim/adascale_gossip.h); the oracle must average micro-batches (AdaScaleOracle).
+  std::optional<AdaScaleSpec> adascale;
+  // dsgd only: Leader SGD (docs/algorithms.md §24, optim/leader_gossip.h), and the graph's
+  // diameter its global elections take (filled by the runtime from the topology).
+  std::optional<LeaderSpec> leader;
+  uint64_t diameter = 0;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and
@@ -95,6 +113,13 @@ bool sendsCompressedDifferences(AlgorithmKind kind);
 
 // True for algorithms with a proximal step for a non-smooth regularizer (nids, prox_lead).
 bool handlesRegularizer(AlgorithmKind kind);
+
+// A value a method reports about its node at every logged round (AdaScale's gain, the leader
+// Leader SGD follows); metrics.jsonl has the mean over the nodes under `name`.
+struct MethodMetric {
+  std::string name;
+  double value = 0.0;
+};
 
 template <typename T>
 class Algorithm {
@@ -166,6 +191,9 @@ class Algorithm {
   // between rounds only. The built-in algorithms all implement it; one that does not fails the
   // checkpoint with a message.
   virtual void visitState(core::StateVisitor& v) { v.fail("this algorithm cannot be checkpointed"); }
+
+  // Appends the method's own metrics (MethodMetric); between rounds. Most algorithms have none.
+  virtual void methodMetrics(std::vector<MethodMetric>& /*out*/) const {}
 };
 
 // Builds the algorithm for one node, starting from x0 (copied). `oracle` is borrowed and must

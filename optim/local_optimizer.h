@@ -131,6 +131,11 @@ class LocalOptimizerOracle final : public GradientOracle<T> {
     optimizer_.visitState(v);
   }
 
+  double lastLoss() const override { return inner_.lastLoss(); }
+  std::optional<AdaScaleSample> lastAdaScaleSample() const override {
+    return inner_.lastAdaScaleSample();
+  }
+
   LocalOptimizer<T>& optimizer() { return optimizer_; }
   const LocalOptimizer<T>& optimizer() const { return optimizer_; }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace starling::optim {
@@ -214,17 +215,24 @@ void MlpObjective<T>::gradient(std::span<const T> x, std::span<T> out) const {
 template <typename T>
 void MlpObjective<T>::stochasticGradient(std::span<const T> x, std::span<T> out, size_t batch,
                                          core::Rng& rng) const {
+  stochasticGradientWithLoss(x, out, batch, rng);
+}
+
+template <typename T>
+double MlpObjective<T>::stochasticGradientWithLoss(std::span<const T> x, std::span<T> out,
+                                                   size_t batch, core::Rng& rng) const {
   const Impl& p = *impl_;
   assert(batch > 0 && x.size() == p.layout.total && out.size() == x.size());
   for (size_t k = 0; k < x.size(); ++k) out[k] = p.l2 * x[k];
   const uint64_t rows = samples();
-  if (rows == 0) return;
+  if (rows == 0) return std::numeric_limits<double>::quiet_NaN();
   std::vector<size_t> idx(batch);
   for (size_t& j : idx) j = static_cast<size_t>(rng.below(rows));
   // scale * m_i / batch makes the mean over draws equal the full local sum's gradient.
   const T weight = p.scale * static_cast<T>(static_cast<double>(rows) / static_cast<double>(batch));
   std::vector<Mat<T>> acts;
-  backprop<T>(p.layout, x.data(), out.data(), p.data, idx, weight, acts);
+  return backprop<T>(p.layout, x.data(), out.data(), p.data, idx, weight, acts) /
+         static_cast<double>(batch);
 }
 
 template <typename T>

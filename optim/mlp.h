@@ -57,6 +57,8 @@ class MlpObjective final : public Objective<T> {
   void gradient(std::span<const T> x, std::span<T> out) const override;
   void stochasticGradient(std::span<const T> x, std::span<T> out, size_t batch,
                           core::Rng& rng) const override;
+  double stochasticGradientWithLoss(std::span<const T> x, std::span<T> out, size_t batch,
+                                    core::Rng& rng) const override;
   double value(std::span<const T> x) const override;
 
  private:

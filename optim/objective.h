@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <span>
 
 #include "core/rng.h"
@@ -31,6 +32,14 @@ class Objective {
   // An unbiased estimate of grad f_i(x) from `batch` samples drawn uniformly with replacement.
   virtual void stochasticGradient(std::span<const T> x, std::span<T> out, size_t batch,
                                   core::Rng& rng) const = 0;
+  // The same estimate (the same draws from `rng`, the same `out`), also returning the mean loss
+  // of the drawn samples without the l2 term: what a node's running training loss is made of
+  // (Leader SGD, docs/algorithms.md §24). NaN from an objective that does not compute it.
+  virtual double stochasticGradientWithLoss(std::span<const T> x, std::span<T> out, size_t batch,
+                                            core::Rng& rng) const {
+    stochasticGradient(x, out, batch, rng);
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   // f_i(x).
   virtual double value(std::span<const T> x) const = 0;
 };

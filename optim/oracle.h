@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -54,9 +55,12 @@ class ObjectiveOracle final : public GradientOracle<T> {
     if (batch_ == 0) {
       objective_.gradient(x, out);
     } else {
-      objective_.stochasticGradient(x, out, batch_, rng_);
+      loss_ = objective_.stochasticGradientWithLoss(x, out, batch_, rng_);
     }
   }
+  // The minibatch's mean loss; NaN for full gradients (a pass of its own would cost as much as
+  // the gradient).
+  double lastLoss() const override { return loss_; }
 
   void visitState(core::StateVisitor& v) override {
     core::StateVisitor::Scope scope(v, "rng");
@@ -67,6 +71,7 @@ class ObjectiveOracle final : public GradientOracle<T> {
   const Objective<T>& objective_;
   const size_t batch_;
   core::Rng rng_;
+  double loss_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 template <typename T>

@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace starling::optim {
@@ -251,19 +252,30 @@ void LocalObjective<T>::gradient(std::span<const T> x, std::span<T> out) const {
 template <typename T>
 void LocalObjective<T>::stochasticGradient(std::span<const T> x, std::span<T> out, size_t batch,
                                            core::Rng& rng) const {
+  stochasticGradientWithLoss(x, out, batch, rng);
+}
+
+template <typename T>
+double LocalObjective<T>::stochasticGradientWithLoss(std::span<const T> x, std::span<T> out,
+                                                     size_t batch, core::Rng& rng) const {
   const Impl& p = *impl_;
   assert(batch > 0);
   assert(x.size() == p.cols && out.size() == p.cols);
   for (size_t k = 0; k < p.cols; ++k) out[k] = p.l2 * x[k];
   const uint64_t rows = samples();
-  if (rows == 0) return;  // the local gradient is then exactly l2 x
+  // The local gradient is then exactly l2 x, and there is no sample to have a loss.
+  if (rows == 0) return std::numeric_limits<double>::quiet_NaN();
   // scale * m_i / batch makes the mean over draws equal the full local sum's gradient.
   const T weight = p.scale * static_cast<T>(static_cast<double>(rows) / static_cast<double>(batch));
+  double loss = 0.0;
   for (size_t s = 0; s < batch; ++s) {
     const auto j = static_cast<size_t>(rng.below(rows));
-    const T c = weight * lossSlope(p.loss, p.rowDot(j, x.data()), p.b[j]);
+    const T z = p.rowDot(j, x.data());
+    loss += static_cast<double>(lossOf(p.loss, z, p.b[j]));
+    const T c = weight * lossSlope(p.loss, z, p.b[j]);
     p.addRow(j, c, out.data());
   }
+  return loss / static_cast<double>(batch);
 }
 
 template <typename T>

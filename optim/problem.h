@@ -58,6 +58,8 @@ class LocalObjective final : public Objective<T> {
   // An unbiased estimate of grad f_i(x) from `batch` samples drawn uniformly with replacement.
   void stochasticGradient(std::span<const T> x, std::span<T> out, size_t batch,
                           core::Rng& rng) const override;
+  double stochasticGradientWithLoss(std::span<const T> x, std::span<T> out, size_t batch,
+                                    core::Rng& rng) const override;
   double value(std::span<const T> x) const override;
 
   // Per-sample access, for variance-reduced estimators (optim/oracle.h). With z_j = a_j^T x,

@@ -40,6 +40,20 @@ core::Status loadImages(const Scenario& s, Experiment& e) {
 
 }  // namespace
 
+core::Status resolveLeaderDiameter(Scenario& s, const topology::Schedule& schedule) {
+  const auto& leader = s.algorithm.leader;
+  if (!leader) return core::Status::ok();
+  const int diameter = topology::diameter(schedule.support());
+  s.algorithm.diameter = diameter < 0 ? 0 : static_cast<uint64_t>(diameter);
+  if (leader->globalPeriod < s.algorithm.diameter) {
+    return core::invalidArgument(
+        s.file + ": /algorithm/leader/global_period: must be at least the graph's diameter (" +
+        std::to_string(diameter) + " rounds): a global election takes that long, got " +
+        std::to_string(leader->globalPeriod));
+  }
+  return core::Status::ok();
+}
+
 core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOptions& options) {
   Experiment e;
   e.scenario = s;
@@ -53,6 +67,8 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
   auto schedule = topology::Schedule::create(s.topology);
   if (!schedule) return fail("/topology", schedule.status());
   e.schedule = std::move(*schedule);
+
+  STARLING_RETURN_IF_ERROR(resolveLeaderDiameter(e.scenario, *e.schedule));
 
   if (s.problem.data.kind == DataSource::Kind::kIdx) {
     STARLING_RETURN_IF_ERROR(loadImages(s, e));

@@ -41,6 +41,11 @@ struct ExperimentOptions {
 
 // Errors are kInvalidArgument naming the scenario file and JSON path of the cause, e.g.
 // "s.json: /problem/data/path: data/a.svm:3: expected index:value, got \"x\"".
+// Leader SGD (algorithm.leader): sets s.algorithm.diameter to the diameter of the schedule's
+// graph, which a global election takes in rounds; kInvalidArgument naming
+// /algorithm/leader/global_period when the period is shorter. Nothing without a leader.
+core::Status resolveLeaderDiameter(Scenario& s, const topology::Schedule& schedule);
+
 core::Result<Experiment> prepareExperiment(const Scenario& scenario,
                                            const ExperimentOptions& options = {});
 

@@ -142,6 +142,14 @@ core::Status PeerLogMerger::readPeer(int rank) {
       if (!j["test_accuracy_own"].is_number()) return bad("non-numeric test_accuracy_own");
       rec.ownAccuracy = j["test_accuracy_own"].get<double>();
     }
+    if (j.contains("methods")) {
+      if (!j["methods"].is_object()) return bad("\"methods\" is not an object");
+      for (const auto& [name, v] : j["methods"].items()) {
+        // null: a value JSON cannot hold (NaN, infinity)
+        if (!v.is_number() && !v.is_null()) return bad("non-numeric method metric " + name);
+        rec.methods.push_back({name, v.is_null() ? NAN : v.get<double>()});
+      }
+    }
     auto& values = hasX ? rec.x : rec.sketch;
     for (const auto& v : j[hasX ? "x" : "sketch"]) {
       if (v.is_null()) {  // JSON has no NaN: a diverged model's NaN is written as null
@@ -330,6 +338,13 @@ core::Result<int> PeerLogMerger::poll() {
         if (rec) models.emplace_back(rec->x);
       }
       m = measureModels<double>(e_, models, xMean_, anyLost ? survivors_.get() : nullptr);
+    }
+    {
+      std::vector<std::vector<optim::MethodMetric>> reports;
+      for (const auto& rec : it->second) {
+        if (rec) reports.push_back(rec->methods);
+      }
+      m.methods = meanMethodMetrics(reports);
     }
     m.round = it->first;
     double errSum = 0;

@@ -140,6 +140,7 @@ class PeerLogMerger {
     std::vector<double> x;       // the model, or empty when the peer logged a sketch
     std::vector<double> sketch;  // metrics.h: modelSketch
     double ownAccuracy = NAN;    // "test_accuracy_own": a sketching mlp peer's own accuracy
+    std::vector<optim::MethodMetric> methods;  // "methods": {name: value}
   };
   struct Source {
     std::filesystem::path path;

@@ -33,6 +33,7 @@ json metricsJson(const RoundMetrics& m) {
     j["test_accuracy_peers_mean"] = number(m.testAccuracyPeersMean);
     j["test_accuracy_peers_min"] = number(m.testAccuracyPeersMin);
   }
+  for (const auto& [name, value] : m.methods) j[name] = number(value);
   j["bytes_sent"] = m.bytesSent;
   j["corrupt_messages"] = m.corruptMessages;
   j["compression_error"] = number(m.compressionError);
@@ -43,6 +44,26 @@ json metricsJson(const RoundMetrics& m) {
 constexpr uint64_t kSketchSalt = 0x534b45'544348ULL;  // "SKETCH"
 
 }  // namespace
+
+std::vector<std::pair<std::string, double>> meanMethodMetrics(
+    const std::vector<std::vector<optim::MethodMetric>>& perNode) {
+  std::vector<std::pair<std::string, double>> sums;
+  std::vector<size_t> counts;
+  for (const auto& node : perNode) {
+    for (const auto& metric : node) {
+      size_t k = 0;
+      while (k < sums.size() && sums[k].first != metric.name) ++k;
+      if (k == sums.size()) {
+        sums.emplace_back(metric.name, 0.0);
+        counts.push_back(0);
+      }
+      sums[k].second += metric.value;
+      ++counts[k];
+    }
+  }
+  for (size_t k = 0; k < sums.size(); ++k) sums[k].second /= static_cast<double>(counts[k]);
+  return sums;
+}
 
 template <typename T>
 double peerTestAccuracy(const Experiment& e, std::span<const T> xi) {

@@ -13,9 +13,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
+#include "optim/algorithm.h"
 #include "runtime/experiment.h"
 #include "runtime/line_file.h"
 
@@ -40,7 +42,15 @@ struct RoundMetrics {
   double testAccuracy = NAN;            // on the whole test set, at x_mean
   double testAccuracyPeersMean = NAN;   // at each node's own x_i, on the first
   double testAccuracyPeersMin = NAN;    //   kPeerEvalSamples test samples: mean and min over nodes
+  // The methods' own metrics (optim::MethodMetric: adascale_gain, ...), each the mean over the
+  // nodes that report it, in the order they are first reported.
+  std::vector<std::pair<std::string, double>> methods;
 };
+
+// The mean of each method metric over the nodes' reports (each node's list in its own order;
+// names in the order first seen).
+std::vector<std::pair<std::string, double>> meanMethodMetrics(
+    const std::vector<std::vector<optim::MethodMetric>>& perNode);
 
 // Test samples each node's own model is evaluated on (the whole test set for x_mean): with 1,000
 // nodes, a full 10,000-image test set per node would cost 100 times a training round.

@@ -1,5 +1,6 @@
 #include "runtime/node_stack.h"
 
+#include "optim/adascale_gossip.h"
 #include "optim/local_optimizer.h"
 #include "optim/mlp.h"
 
@@ -10,6 +11,10 @@ constexpr uint64_t kGradientSalt = 0x6772616421;
 constexpr uint64_t kCodecSalt = 0x636f646563;
 constexpr uint64_t kSharedCodecSalt = 0x7368617265;
 }  // namespace
+
+uint64_t gradientSeed(const Scenario& s, int rank) {
+  return core::deriveSeed(s.seed, kGradientSalt, rank);
+}
 
 template <typename T>
 core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
@@ -24,8 +29,19 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
     stack.objective = optim::LocalObjective<T>::create(
         s.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), s.nodes);
   }
-  stack.estimator = optim::createOracle<T>(s.problem.estimator, *stack.objective,
-                                           core::deriveSeed(s.seed, kGradientSalt, rank));
+  optim::EstimatorSpec estimator = s.problem.estimator;
+  const auto& ada = s.algorithm.adascale;
+  // AdaScale: the node's batch B as k micro-batches of B/k (the parser checked k divides B).
+  if (ada) estimator.batch /= ada->microBatches;
+  stack.estimator = optim::createOracle<T>(estimator, *stack.objective,
+                                           gradientSeed(s, rank));
+  if (ada) {
+    const double micro = static_cast<double>(estimator.batch);
+    stack.microBatches = std::make_unique<optim::AdaScaleOracle<T>>(
+        *stack.estimator, ada->microBatches, micro / ada->baseBatch.value_or(micro));
+  }
+  // What a local optimizer (or the algorithm) draws its gradients from.
+  optim::GradientOracle<T>& source = stack.microBatches ? *stack.microBatches : *stack.estimator;
   const optim::LocalOptimizerSpec& lo = s.algorithm.localOptimizer;
   if (lo.kind != optim::LocalOptimizerSpec::Kind::kSgd || lo.weightDecay != 0.0) {
     // Per tensor for the MLP (W_l and b_l of each layer: LAMB's trust ratio is per layer), one
@@ -35,7 +51,9 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
         s.problem.isMlp() ? optim::mlpLayout(s.problem.layers) : optim::ParameterLayout::single(d);
     auto opt = optim::LocalOptimizer<T>::create(lo, layout, d);
     if (!opt) return opt.status();
-    stack.oracle = std::make_unique<optim::LocalOptimizerOracle<T>>(*stack.estimator, std::move(*opt));
+    stack.oracle = std::make_unique<optim::LocalOptimizerOracle<T>>(source, std::move(*opt));
+  } else if (stack.microBatches) {
+    stack.oracle = std::move(stack.microBatches);
   } else {
     stack.oracle = std::move(stack.estimator);
     stack.estimator = nullptr;

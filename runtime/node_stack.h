@@ -20,10 +20,16 @@ struct NodeStack {
   // The estimator the scenario asked for; `oracle` is it, or a local optimizer wrapped around it
   // (algorithm.local_optimizer), and is what the algorithm calls.
   std::unique_ptr<optim::GradientOracle<T>> estimator;
+  // algorithm.adascale: the micro-batch averager around `estimator` (optim/adascale_gossip.h),
+  // which a local optimizer (or nothing) then wraps.
+  std::unique_ptr<optim::GradientOracle<T>> microBatches;
   std::unique_ptr<optim::GradientOracle<T>> oracle;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<Node<T>> node;
 };
+
+// The seed of node `rank`'s gradient estimator (its minibatch draws), for tests that replay them.
+uint64_t gradientSeed(const Scenario& s, int rank);
 
 // Node `rank` of the experiment, starting from initialModel(e), on the borrowed `transport`. Errors only for
 // a codec the scenario validated but this build cannot make (kInvalidArgument).

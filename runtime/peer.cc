@@ -187,6 +187,13 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     j["compression_error_sum"] = node.compressionErrorSum();
     j["compression_error_count"] = node.compressionErrorCount();
     j["wall_s"] = engine.wallSeconds();
+    std::vector<optim::MethodMetric> methods;
+    node.algorithm().methodMetrics(methods);
+    if (!methods.empty()) {
+      nlohmann::ordered_json mj = nlohmann::ordered_json::object();
+      for (const auto& mm : methods) mj[mm.name] = mm.value;
+      j["methods"] = std::move(mj);
+    }
     const auto x = node.model();
     // Large models: a sketch every logged round, the model itself at the first and the last
     // (metrics.h).

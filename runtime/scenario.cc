@@ -332,6 +332,7 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
                                            "\"combine\": \"average\""};
     }
   }
+  parseTrainingMethodsOf(alg, s);
   s.algorithm.regularizer = s.problem.spec.regularizer;
   if (!s.algorithm.regularizer.none() && !optim::handlesRegularizer(kind)) {
     throw ScenarioError{"/problem/regularizer",
@@ -353,6 +354,7 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   } else {
     o.get("transport");
   }
+  checkTrainingMethodsCompression(s);
   if (s.algorithm.combine == optim::AlgorithmSpec::Combine::kAdasum &&
       s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
     throw ScenarioError{"/compression/kind", "\"combine\": \"adasum\" sends models and updates "

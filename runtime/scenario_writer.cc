@@ -174,7 +174,7 @@ json problemJson(const ProblemConfig& p) {
   return j;
 }
 
-json algorithmJson(const optim::AlgorithmSpec& a) {
+json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
   using AK = optim::AlgorithmKind;
   json j;
   j["kind"] = optim::algorithmKindName(a.kind);
@@ -205,6 +205,26 @@ json algorithmJson(const optim::AlgorithmSpec& a) {
       lo["bias_correction"] = l.biasCorrection;
     }
     j["local_optimizer"] = lo;
+  }
+  if (const auto& ada = a.adascale) {
+    json aj;
+    if (s.hasProblem) {
+      aj["micro_batches"] = ada->microBatches;
+      if (ada->baseBatch) aj["base_batch"] = *ada->baseBatch;
+    } else {
+      aj["scale"] = ada->scale;  // a trainer's run: the one thing not derived from the problem
+    }
+    if (ada->smoothing) aj["smoothing"] = *ada->smoothing;
+    j["adascale"] = aj;
+  }
+  if (const auto& l = a.leader) {
+    j["leader"] = json{{"pull_local", l->pullLocal},
+                       {"pull_global", l->pullGlobal},
+                       {"proximal_local", l->proximalLocal},
+                       {"proximal_global", l->proximalGlobal},
+                       {"local_period", l->localPeriod},
+                       {"global_period", l->globalPeriod},
+                       {"loss_window", l->lossWindow}};
   }
   return j;
 }
@@ -306,7 +326,7 @@ json resolved(const Scenario& s) {
   j["precision"] = precisionName(s.precision);
   j["topology"] = topologyJson(s.topology);
   if (s.hasProblem) j["problem"] = problemJson(s.problem);
-  j["algorithm"] = algorithmJson(s.algorithm);
+  j["algorithm"] = algorithmJson(s.algorithm, s);
   j["compression"] = compressionJson(s.compression);
   j["transport"] = transportJson(s.transport);
   // Written only when the scenario had one: without it, `run` picks free loopback ports and

@@ -97,6 +97,14 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       if (running[i]) models.push_back(nodes[i]->model());
     }
     RoundMetrics m = measureModels<T>(e, models, result.xMean, anyOut ? survivors.get() : nullptr);
+    {
+      std::vector<std::vector<optim::MethodMetric>> reports;
+      for (int i = 0; i < n; ++i) {
+        if (!running[i]) continue;
+        nodes[i]->algorithm().methodMetrics(reports.emplace_back());
+      }
+      m.methods = meanMethodMetrics(reports);
+    }
     m.round = round;
     m.wallS = wall;
     double errSum = 0;

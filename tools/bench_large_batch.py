@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The large-batch table (issue 15): Fashion-MNIST, the MLP [784, 64, 10], 8 peers on a ring, with
 per-peer batches that make the network's batch 1x, 8x and 32x a base batch, trained for a fixed
-number of epochs by each method that is wired into scenarios so far. Every run is a real
+number of epochs by each method that is wired into scenarios. Every run is a real
 `node-launcher simulate`; the table gives the test accuracy of the average model at the end and
 the first logged round at which it reached the target accuracy.
 
@@ -40,6 +40,13 @@ def methods(k):
                        "local_optimizer": {"kind": "lamb", "weight_decay": 0.0001}}),
         "adasum": ("Adasum of the updates, the base step (no scaling)",
                    {"kind": "dsgd", "step_size": BASE_LR, "combine": "adasum"}),
+        "adascale": ("AdaScale: the base step times the gain r in [1, k] (2 micro-batches)",
+                     {"kind": "dsgd", "step_size": BASE_LR,
+                      "adascale": {"micro_batches": 2, "base_batch": NODES * BASE_PER_PEER}}),
+        "leader": ("Leader SGD on momentum SGD with linear scaling (tau_L 4, tau_G 16)",
+                   {"kind": "dsgd", "step_size": BASE_LR * 0.1 * k,
+                    "local_optimizer": {"kind": "momentum", "momentum": 0.9},
+                    "leader": {"local_period": 4, "global_period": 16}}),
     }, total
 
 

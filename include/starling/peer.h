@@ -141,6 +141,22 @@ struct PeerOptions {
   std::vector<size_t> layout;
 };
 
+// What a trainer knows about its gradient besides the vector, for the methods that use it
+// (docs/algorithms.md §22, §24). Unset values are unknown.
+struct StepStats {
+  // The mean loss of the batch the gradient came from: Leader SGD's running loss. A peer that
+  // never gives one never leads.
+  std::optional<double> loss;
+  // AdaScale's estimates for this gradient (both or neither): the variance of one base-batch
+  // gradient and the squared norm of the expected gradient. From k >= 2 micro-batch gradients
+  // g_c of b samples each, mean gbar, base batch b0:
+  //   variance = (b / b0) (1/(k-1)) sum_c ||g_c - gbar||^2
+  //   squaredMean = ||gbar||^2 - (1/(k-1)) sum_c ||g_c - gbar||^2 / k
+  // and pass gbar as the gradient. Without them AdaScale's gain stays 1.
+  std::optional<double> gradientVariance;
+  std::optional<double> gradientSquaredMean;
+};
+
 class Peer {
  public:
   // Node `rank` of the scenario at `path`. A scenario for an embedded run may leave out
@@ -167,6 +183,12 @@ class Peer {
               std::optional<double> lr = std::nullopt);
   Status step(std::span<double> params, std::span<const double> grads,
               std::optional<double> lr = std::nullopt);
+  // The same, with what the trainer knows about its gradient (StepStats), for the scenario's
+  // `leader` and `adascale` methods.
+  Status step(std::span<float> params, std::span<const float> grads, std::optional<double> lr,
+              const StepStats& stats);
+  Status step(std::span<double> params, std::span<const double> grads, std::optional<double> lr,
+              const StepStats& stats);
 
   Status mix(std::span<float> params);
   Status mix(std::span<double> params);

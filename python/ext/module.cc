@@ -82,8 +82,14 @@ class PyPeer {
   }
   std::vector<size_t> layout() { return alive("layout").layout(); }
 
-  void step(py::object params, py::object grads, std::optional<double> lr) {
+  void step(py::object params, py::object grads, std::optional<double> lr,
+            std::optional<double> loss, std::optional<double> gradVariance,
+            std::optional<double> gradSquaredMean) {
     Peer& peer = use("step");
+    if (gradVariance.has_value() != gradSquaredMean.has_value()) {
+      throw py::value_error("give both grad_variance and grad_squared_mean, or neither");
+    }
+    const StepStats stats{loss, gradVariance, gradSquaredMean};
     Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
     Borrowed g = Borrowed::from(grads.ptr(), "grads", Access::kRead);
     if (g.dtype() != x.dtype()) {
@@ -96,8 +102,8 @@ class PyPeer {
     }
     Status s = communicate([&] {
       return x.dtype() == DType::kFloat32
-                 ? peer.step(spanOf<float>(x), spanOf<const float>(g), lr)
-                 : peer.step(spanOf<double>(x), spanOf<const double>(g), lr);
+                 ? peer.step(spanOf<float>(x), spanOf<const float>(g), lr, stats)
+                 : peer.step(spanOf<double>(x), spanOf<const double>(g), lr, stats);
     });
     check(s);
   }
@@ -259,12 +265,18 @@ before the first step().)doc")
       .def_property_readonly("layout", &PyPeer::layout,
                              "The layout given (a list of tensor sizes; empty: one tensor).")
       .def("step", &PyPeer::step, py::arg("params"), py::arg("grads"), py::arg("lr") = py::none(),
+           py::arg("loss") = py::none(), py::arg("grad_variance") = py::none(),
+           py::arg("grad_squared_mean") = py::none(),
            R"doc(One round of the scenario's algorithm. `grads` is the gradient the caller
 computed at `params`; `params` holds the new local model afterwards. `lr`, when
 given, is this round's step size (instead of the scenario's schedule). With the
 scenario's algorithm.local_optimizer (momentum, adam, lamb; dsgd and choco), the
 gradient first becomes the optimizer's direction u, per tensor of the layout,
-and the algorithm steps with lr * u; mix() never applies it.)doc")
+and the algorithm steps with lr * u; mix() never applies it.
+`loss`: the mean loss of the batch behind `grads` (the scenario's `leader`
+elects by it; a peer that never gives one never leads). `grad_variance`,
+`grad_squared_mean`: AdaScale's estimates for `grads` (both or neither; see
+starling::StepStats and docs/algorithms.md §22).)doc")
       .def("mix", &PyPeer::mix, py::arg("params"),
            "One gossip round: averages `params` with the neighbours', in place.")
       .def("restore", &PyPeer::restore, py::arg("params"),

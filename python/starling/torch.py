@@ -180,9 +180,11 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         """mode="step": the one buffer gradients are gathered into; None in mode "mix"."""
         return self._grad
 
-    def step(self, closure=None):
+    def step(self, closure=None, loss=None):
         """One training step: the wrapped optimizer's step then `mix` (mode "mix"), or
-        Starling's algorithm on the flat gradient (mode "step"). Returns closure's loss."""
+        Starling's algorithm on the flat gradient (mode "step"). Returns closure's loss.
+        Mode "step" hands the batch's loss (closure's, else `loss`: a number or a 0-d tensor)
+        to the peer, for the scenario's `leader` method."""
         self._check_layout()
         if self.mode == "mix" and self.overlap:
             if closure is not None:
@@ -198,12 +200,12 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             loss = self.optimizer.step(closure)
             self.peer.mix(self._flat)
             return loss
-        loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         self._gather_grads()
-        self.peer.step(self._flat, self._grad, lr=self._lr())
+        self.peer.step(self._flat, self._grad, lr=self._lr(),
+                       loss=None if loss is None else float(loss))
         return loss
 
     def close(self):

@@ -93,11 +93,14 @@ TEST_CASE("node-launcher run gives the same metrics as simulate", "[integration]
   }
 }
 
-TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LEGW, Adasum",
+TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LEGW, Adasum, "
+          "AdaScale, Leader SGD",
           "[integration][peers]") {
   const auto dir = tempDir("peers-methods");
-  const std::string problem = R"("problem": {"kind": "logistic", "l2": 0.01,
+  const auto problemWith = [](const std::string& batch) {
+    return R"("problem": {"kind": "logistic", "l2": 0.01, "batch": )" + batch + R"(,
       "data": {"synthetic": {"samples": 500, "features": 8, "heterogeneity": 1.0}}})";
+  };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"adasum-momentum", R"({"kind": "dsgd", "step_size": 0.2, "combine": "adasum",
                              "local_optimizer": {"kind": "momentum"}})"},
@@ -106,9 +109,18 @@ TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LE
                         "local_optimizer": {"kind": "lamb", "weight_decay": 0.001}})"},
       {"choco-adam", R"({"kind": "choco", "step_size": 0.01, "gamma": 0.5,
                         "local_optimizer": {"kind": "adam"}})"},
+      // These two send statistics in the message and log their own metrics (adascale_gain,
+      // leader_global, ...), which the merge must average as simulate does.
+      {"adascale-momentum", R"({"kind": "dsgd", "step_size": 0.05,
+                               "adascale": {"micro_batches": 2, "base_batch": 4},
+                               "local_optimizer": {"kind": "momentum"}})"},
+      {"leader", R"({"kind": "dsgd", "step_size": 0.1,
+                    "leader": {"local_period": 2, "global_period": 4, "pull_global": 0.3}})"},
   };
   for (const auto& [name, algorithm] : cases) {
     DYNAMIC_SECTION(name) {
+      const std::string problem =
+          problemWith(name == "adascale-momentum" || name == "leader" ? "8" : "0");
       const auto file = dir / (name + ".json");
       writeFile(file, R"({"schema_version": 1, "name": ")" + name + R"(", "nodes": 5, "seed": 4,
         "rounds": 100, "log_every": 10, "topology": {"kind": "ring"}, "transport": {"kind": "ucx"},
@@ -124,6 +136,8 @@ TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LE
       const auto a = metricsWithoutWall(dir / (name + "-run") / "metrics.jsonl");
       REQUIRE(a.size() == 11);
       CHECK(a == metricsWithoutWall(dir / (name + "-sim") / "metrics.jsonl"));
+      if (name == "adascale-momentum") CHECK(a.back().contains("adascale_gain"));
+      if (name == "leader") CHECK(a.back().contains("leader_global"));
     }
   }
 }

@@ -1,0 +1,184 @@
+// starling::Peer with the scenario's `leader` and `adascale` methods (docs/algorithms.md §22,
+// §24): what the trainer says about its gradient (StepStats: the batch's loss, AdaScale's
+// estimates) drives them. Peers on threads over the in-process transport, a complete graph
+// (Metropolis weights 1/n), made-up gradients; after every step() each peer's parameters must
+// equal the reference written out here by hand.
+#include <starling/peer.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <thread>
+#include <vector>
+
+using namespace starling;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+std::vector<Status> onThreads(int n, const std::function<Status(int)>& body) {
+  std::vector<Status> out(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { out[r] = body(r); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::string scenarioFile(const std::string& name, int nodes, const std::string& algorithm) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("starling-api-methods-" + name + "-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"schema_version": 1, "name": ")" << name << R"(", "nodes": )"
+                      << nodes << R"(, "topology": {"kind": "complete"},
+      "transport": {"kind": "inproc"}, "algorithm": )" << algorithm << "}";
+  return path.string();
+}
+
+Vec gradient(int s, int rank) {
+  Vec g(4);
+  for (int k = 0; k < 4; ++k) g[k] = (0.5 + 0.25 * rank) * std::cos(1.0 + s + 2 * k) + 0.1 * k;
+  return g;
+}
+
+Vec start(int rank) { return {1.0 * rank, -0.5 * rank, 0.25, 2.0 - rank}; }
+
+void requireClose(const Vec& a, const Vec& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    INFO("coordinate " << k << ": " << a[k] << " vs " << b[k]);
+    REQUIRE(std::abs(a[k] - b[k]) <= 1e-12 * (1.0 + std::abs(b[k])));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Peer::step with StepStats::loss: Leader SGD elects the lowest loss a trainer reports; "
+          "a trainer that reports none never leads",
+          "[api][methods]") {
+  constexpr int kNodes = 3, kSteps = 4;
+  const double eta = 0.1, cL = 0.5, cG = 0.25;
+  // Complete graph: diameter 1, so an election started at round t ends at t. Proximal pulls off.
+  const auto file = scenarioFile("leader", kNodes, R"({"kind": "dsgd", "step_size": 0.1,
+      "leader": {"pull_local": 0.5, "pull_global": 0.25, "proximal_local": 0,
+                 "proximal_global": 0, "local_period": 1, "global_period": 2}})");
+  const std::optional<double> losses[kNodes] = {1.0, 0.5, std::nullopt};  // rank 1 leads
+  std::vector<std::vector<Vec>> seen(kNodes);
+  const auto st = onThreads(kNodes, [&](int r) -> Status {
+    auto peer = Peer::fromScenario(file, r);
+    if (!peer.isOk()) return peer.status();
+    Vec x = start(r);
+    for (int s = 0; s < kSteps; ++s) {
+      const Vec g = gradient(s, r);
+      StepStats stats;
+      stats.loss = losses[r];
+      if (auto t = (*peer)->step(std::span<double>(x), std::span<const double>(g), std::nullopt, stats);
+          !t.isOk()) {
+        return t;
+      }
+      seen[r].push_back(x);
+    }
+    return (*peer)->close();
+  });
+  for (size_t r = 0; r < st.size(); ++r) UNSCOPED_INFO("rank " << r << ": " << st[r].message());
+  for (const auto& s : st) {
+    INFO(s.message());
+    REQUIRE(s.isOk());
+  }
+  std::filesystem::remove(file);
+
+  std::vector<Vec> x(kNodes);
+  for (int r = 0; r < kNodes; ++r) x[r] = start(r);
+  Vec leaderAtElection;
+  for (int s = 0; s < kSteps; ++s) {
+    if (s % 2 == 0) leaderAtElection = x[1];  // rank 1's model when the election starts
+    std::vector<Vec> psi(kNodes, Vec(4));
+    for (int r = 0; r < kNodes; ++r) {
+      const Vec g = gradient(s, r);
+      for (int k = 0; k < 4; ++k) psi[r][k] = x[r][k] - eta * g[k];
+    }
+    for (int r = 0; r < kNodes; ++r) {
+      for (int k = 0; k < 4; ++k) x[r][k] = (psi[0][k] + psi[1][k] + psi[2][k]) / 3.0;
+      if (r == 1) continue;  // the leader pulls toward nobody
+      if (s % 2 == 0) {      // the election ends in the round it starts (diameter 1)
+        for (int k = 0; k < 4; ++k) x[r][k] += cG * (leaderAtElection[k] - x[r][k]);
+      }
+      for (int k = 0; k < 4; ++k) x[r][k] += cL * (psi[1][k] - x[r][k]);  // the local leader
+    }
+    for (int r = 0; r < kNodes; ++r) {
+      INFO("step " << s << ", rank " << r);
+      requireClose(seen[r][s], x[r]);
+    }
+  }
+}
+
+TEST_CASE("Peer::step with AdaScale's estimates: gains from the consensus estimate, the "
+          "scenario's schedule at floor(tau), and lr refused",
+          "[api][methods]") {
+  constexpr int kNodes = 2, kSteps = 3;
+  const double S = 4.0;
+  // smoothing 0: the gain is formed from this round's consensus estimate alone.
+  const auto file = scenarioFile("adascale", kNodes, R"({"kind": "dsgd",
+      "step_size": {"kind": "step", "value": 0.2, "every": 2, "factor": 0.5},
+      "adascale": {"scale": 4, "smoothing": 0}})");
+  const double variance[kNodes] = {3.0, 1.0}, squaredMean[kNodes] = {0.5, 1.5};
+  std::vector<std::vector<Vec>> seen(kNodes);
+  Status lrRefused;
+  const auto st = onThreads(kNodes, [&](int r) -> Status {
+    auto peer = Peer::fromScenario(file, r);
+    if (!peer.isOk()) return peer.status();
+    Vec x = start(r);
+    if (r == 0) {
+      const Vec g = gradient(0, r);
+      lrRefused = (*peer)->step(std::span<double>(x), std::span<const double>(g), 0.1);
+    }
+    for (int s = 0; s < kSteps; ++s) {
+      const Vec g = gradient(s, r);
+      StepStats stats;
+      stats.gradientVariance = variance[r];
+      stats.gradientSquaredMean = squaredMean[r];
+      if (auto t = (*peer)->step(std::span<double>(x), std::span<const double>(g), std::nullopt, stats);
+          !t.isOk()) {
+        return t;
+      }
+      seen[r].push_back(x);
+    }
+    return (*peer)->close();
+  });
+  for (const auto& s : st) {
+    INFO(s.message());
+    REQUIRE(s.isOk());
+  }
+  std::filesystem::remove(file);
+  CHECK(lrRefused.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(lrRefused.message(), Catch::Contains("leave lr out"));
+
+  const auto gain = [S](double v, double m) { return (v + m) / (v / S + m); };
+  std::vector<Vec> x(kNodes);
+  for (int r = 0; r < kNodes; ++r) x[r] = start(r);
+  double tau[kNodes] = {0, 0};
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<Vec> psi(kNodes, Vec(4));
+    for (int r = 0; r < kNodes; ++r) {
+      // Round 0: each node's own sample; then e = mean of last round's e + s - s_prev, and with
+      // constant samples that is the mean of the samples.
+      const double v = s == 0 ? variance[r] : (variance[0] + variance[1]) / 2;
+      const double m = s == 0 ? squaredMean[r] : (squaredMean[0] + squaredMean[1]) / 2;
+      const double rGain = gain(v, m);
+      const double eta = rGain * 0.2 * std::pow(0.5, std::floor(std::floor(tau[r]) / 2));
+      tau[r] += rGain;
+      const Vec g = gradient(s, r);
+      for (int k = 0; k < 4; ++k) psi[r][k] = x[r][k] - eta * g[k];
+    }
+    for (int r = 0; r < kNodes; ++r) {
+      for (int k = 0; k < 4; ++k) x[r][k] = (psi[0][k] + psi[1][k]) / 2.0;
+    }
+    for (int r = 0; r < kNodes; ++r) {
+      INFO("step " << s << ", rank " << r);
+      requireClose(seen[r][s], x[r]);
+    }
+  }
+}
