@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "core/state.h"
 #include "core/status.h"
 #include "core/within.h"
+#include "optim/codistillation.h"
 #include "optim/local_optimizer_spec.h"
 #include "optim/regularizer.h"
 #include "optim/step_size.h"
@@ -87,6 +89,10 @@ struct AlgorithmSpec {
   // The sizes of the model's tensors in the flat vector (Adasum's coefficients are per tensor);
   // empty: one tensor. Not part of the scenario: the runtime fills it from the problem.
   std::vector<size_t> layout;
+  // dsgd only: the peers codistil instead of averaging models (docs/algorithms.md §25,
+  // optim/codistillation_gossip.h). Built by createCodistillationGossip, not createAlgorithm,
+  // because the node's gradient oracle must see the neighbours' copies too.
+  std::optional<CodistillationConfig> codistillation;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and
@@ -103,6 +109,11 @@ class Algorithm {
 
   // Elements in the message sent to each neighbour every round.
   virtual size_t messageSize() const = 0;
+  // False for a round in which the algorithm exchanges nothing (codistillation between its
+  // refreshes): the engine then sends and awaits no message, calls prepare() with an empty
+  // `outgoing` and absorb() with an empty `own` and no neighbours. A pure function of the round,
+  // so that every peer agrees. Not for algorithms that absorbsCombined().
+  virtual bool exchangesIn(uint64_t /*round*/) const { return true; }
   // Local work before communication; writes this round's outgoing message.
   virtual void prepare(const RoundInfo& info, std::span<T> outgoing) = 0;
   // True when prepare() only writes each element of the message from state it does not change

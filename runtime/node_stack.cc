@@ -24,8 +24,16 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
     stack.objective = optim::LocalObjective<T>::create(
         s.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), s.nodes);
   }
-  stack.estimator = optim::createOracle<T>(s.problem.estimator, *stack.objective,
-                                           core::deriveSeed(s.seed, kGradientSalt, rank));
+  const uint64_t gradientSeed = core::deriveSeed(s.seed, kGradientSalt, rank);
+  if (s.algorithm.codistillation) {
+    // The scenario parser allows it only with the mlp problem and the sgd estimator.
+    stack.neighbors = std::make_unique<optim::NeighborModels<T>>();
+    stack.estimator = std::make_unique<optim::MlpDistillationOracle<T>>(
+        static_cast<const optim::MlpObjective<T>&>(*stack.objective), s.problem.estimator.batch,
+        gradientSeed, s.algorithm.codistillation->loss, *stack.neighbors);
+  } else {
+    stack.estimator = optim::createOracle<T>(s.problem.estimator, *stack.objective, gradientSeed);
+  }
   const optim::LocalOptimizerSpec& lo = s.algorithm.localOptimizer;
   if (lo.kind != optim::LocalOptimizerSpec::Kind::kSgd || lo.weightDecay != 0.0) {
     // Per tensor for the MLP (W_l and b_l of each layer: LAMB's trust ratio is per layer), one
@@ -48,7 +56,11 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
   const std::vector<double> start = initialModel(e);
   const std::vector<T> x0(start.begin(), start.end());
   stack.node = std::make_unique<Node<T>>(
-      rank, optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle), transport,
+      rank,
+      s.algorithm.codistillation
+          ? optim::createCodistillationGossip<T>(s.algorithm, x0, *stack.oracle, *stack.neighbors)
+          : optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle),
+      transport,
       typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
       core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->setSupport(&e.schedule->support());

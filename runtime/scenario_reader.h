@@ -197,6 +197,8 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
 optim::StepSizeSchedule parseStepSize(Obj& o);
 // /algorithm/local_optimizer into s.algorithm (after its kind is known).
 void parseLocalOptimizerOf(Obj& alg, Scenario& s);
+// /algorithm/codistillation into s.algorithm (after its kind and the problem are known).
+void parseCodistillationOf(Obj& alg, Scenario& s);
 // /faults (scenario_faults.cc); after nodes and rounds are known.
 void parseFaults(Obj& o, Scenario& s);
 void parseSecurity(Obj& o, Scenario& s, const std::filesystem::path& baseDir);

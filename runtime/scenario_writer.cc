@@ -206,6 +206,17 @@ json algorithmJson(const optim::AlgorithmSpec& a) {
     }
     j["local_optimizer"] = lo;
   }
+  if (a.codistillation) {
+    const optim::CodistillationConfig& c = *a.codistillation;
+    json co;
+    co["alpha"] = c.loss.alpha;
+    co["distance"] =
+        c.loss.distance == optim::CodistillationSpec::Distance::kKl ? "kl" : "cross_entropy";
+    co["period"] = c.period;
+    co["burn_in"] = c.burnIn;
+    j["codistillation"] = co;
+    j.erase("gamma");
+  }
   return j;
 }
 
