@@ -410,6 +410,11 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
 
 template <typename T>
 Status Peer::Impl::mixStart(std::span<T> params) {
+  if (scenario.algorithm.codistillation) {
+    return core::failedPrecondition(
+        "mix: the scenario codistils (algorithm.codistillation), so models are never averaged; "
+        "train with step() and add the term from neighbourModels() to the loss");
+  }
   auto got = stateFor<T>(params.size(), "mix");
   if (!got) return got.status();
   PeerState<T>& st = **got;

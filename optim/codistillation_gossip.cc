@@ -12,7 +12,10 @@ class CodistillationGossip final : public Algorithm<T> {
  public:
   CodistillationGossip(const CodistillationConfig& config, std::span<const T> x0,
                        GradientOracle<T>& oracle, NeighborModels<T>& neighbors)
-      : config_(config), x_(x0.begin(), x0.end()), grad_(x0.size()), oracle_(oracle),
+      : config_(config),
+        x_(x0.begin(), x0.end()),
+        grad_(x0.size()),
+        oracle_(oracle),
         neighbors_(neighbors) {
     assert(config_.period >= 1);
   }

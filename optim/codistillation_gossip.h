@@ -30,10 +30,10 @@ namespace starling::optim {
 // gradient oracle (which reads them). Owned by whoever builds the node; both borrow it.
 template <typename T>
 struct NeighborModels {
-  std::vector<int> peers;                 // sorted, as the messages came
-  std::vector<std::vector<T>> models;     // models[k] is peers[k]'s, as of `refreshed`
-  uint64_t refreshed = 0;                 // the round the copies were taken in
-  bool active = false;                    // this round's gradient carries the term
+  std::vector<int> peers;              // sorted, as the messages came
+  std::vector<std::vector<T>> models;  // models[k] is peers[k]'s, as of `refreshed`
+  uint64_t refreshed = 0;              // the round the copies were taken in
+  bool active = false;                 // this round's gradient carries the term
 
   // Views of the models, for codistillationLossAveraged and the MLP.
   std::vector<std::span<const T>> views() const {

@@ -119,9 +119,10 @@ double backprop(const Layout& lay, const T* x, T* out, const ImageDataset& data,
       views.emplace_back(teacherLogits.back().data(), static_cast<size_t>(dz.size()));
     }
     extra = Mat<T>::Zero(dz.rows(), dz.cols());
+    const auto n = static_cast<size_t>(dz.size());
     codistillationLossAveraged<T>(*distill.spec, static_cast<size_t>(dz.rows()),
-                                  std::span<const T>(dz.data(), static_cast<size_t>(dz.size())),
-                                  views, std::span<T>(extra.data(), static_cast<size_t>(extra.size())));
+                                  std::span<const T>(dz.data(), n), views,
+                                  std::span<T>(extra.data(), n));
   }
   std::vector<uint8_t> labels(idx.size());
   for (size_t k = 0; k < idx.size(); ++k) labels[k] = data.labels[idx[k]];

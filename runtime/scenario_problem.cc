@@ -122,9 +122,10 @@ void parseCodistillationOf(Obj& alg, Scenario& s) {
   Obj co = alg.object("codistillation");
   optim::CodistillationConfig c;
   c.loss.alpha = co.number("alpha", 0.0, 1e6, 1.0);
-  c.loss.distance = co.choice("distance", "codistillation distance", {"cross_entropy", "kl"}, 0) == 1
-                        ? optim::CodistillationSpec::Distance::kKl
-                        : optim::CodistillationSpec::Distance::kCrossEntropy;
+  const size_t distance =
+      co.choice("distance", "codistillation distance", {"cross_entropy", "kl"}, 0);
+  c.loss.distance = distance == 1 ? optim::CodistillationSpec::Distance::kKl
+                                  : optim::CodistillationSpec::Distance::kCrossEntropy;
   c.period = co.integer<uint64_t>("period", 1, kMaxRounds, uint64_t{1});
   c.burnIn = co.integer<uint64_t>("burn_in", 0, kMaxRounds, uint64_t{0});
   co.finish();

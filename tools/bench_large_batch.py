@@ -3,8 +3,8 @@
 per-peer batches that make the network's batch 1x, 8x and 32x a base batch, trained for a fixed
 number of epochs by each method that is wired into scenarios so far. Every run is a real
 `node-launcher simulate`; the table gives the test accuracy of the average model at the end and
-the first logged round at which it reached the target accuracy, with each peer's own accuracy (mean and
-min; the number to read for `codistil`, whose models are never averaged) and the bytes sent.
+the first logged round at which it reached the target accuracy, with each peer's own accuracy (mean
+and min; the number to read for `codistil`, whose models are never averaged) and the bytes sent.
 
 Usage: tools/bench_large_batch.py [--build DIR] [--epochs E] [--target A] [--out DIR]
            [--scales 1,8,32] [--only label,...]

@@ -50,8 +50,9 @@
 // `period` rounds before burn_in), sends the parameters to the neighbours and keeps theirs;
 // the other steps send nothing. The trainer adds alpha D(its predictions, its neighbours'
 // predictions) on its own batch to its loss before computing the gradient: neighbourModels()
-// gives the neighbours' models to run (stale by up to `period` steps). Lower the explicit
-// weight decay when codistilling (the term regularises).
+// gives the neighbours' models to run (stale by up to `period` steps). mix() is refused
+// (kFailedPrecondition). Lower the explicit weight decay when codistilling (the term
+// regularises).
 //
 // Errors are Statuses carrying Starling's messages; a failed round (a neighbour gone or timed
 // out, a dimension mismatch, divergence) leaves the Peer failed: later calls return the same

@@ -510,6 +510,10 @@ TEST_CASE("codistillation: step() exchanges every period steps and neighbourMode
     if (x[0] != own) {
       return Status(StatusCode::kInternal, "the model was averaged");
     }
+    std::vector<double> copy = x;
+    if (peer.mix(std::span<double>(copy)).code() != StatusCode::kFailedPrecondition) {
+      return Status(StatusCode::kInternal, "mix() averaged a codistilling run");
+    }
     std::vector<std::span<const float>> wrongType;
     const Status typed = peer.neighbourModels(wrongType);
     if (typed.code() != StatusCode::kFailedPrecondition) {

@@ -113,7 +113,8 @@ TEST_CASE("codistillation sends one model per tau rounds, none before it is need
   const auto dsgd = run(experimentFrom(scenario(kSmall, R"({"kind": "dsgd", "step_size": 0.2})")));
   const auto every4 = run(experimentFrom(scenario(kSmall, codistil(R"("period": 4)"))));
   // burn_in 20: exchanges at 16, 20, ..., 36 (6 of them) instead of 0, 4, ..., 36 (10).
-  const auto late = run(experimentFrom(scenario(kSmall, codistil(R"("period": 4, "burn_in": 20)"))));
+  const auto late =
+      run(experimentFrom(scenario(kSmall, codistil(R"("period": 4, "burn_in": 20)"))));
   const auto alone = run(experimentFrom(scenario(kSmall, codistil(R"("period": 4, "alpha": 0)"))));
   // Every message is one model frame of the same size: bytes are proportional to exchanges.
   CHECK(dsgd.last.bytesSent == 4 * every4.last.bytesSent);
@@ -128,7 +129,8 @@ TEST_CASE("codistillation sends one model per tau rounds, none before it is need
 TEST_CASE("codistillation: two simulate runs give the same metrics and models, bit for bit",
           "[fast][codistillation]") {
   REQUIRE(kHaveData);
-  const std::string json = scenario(kSmall, codistil(R"("period": 3, "burn_in": 5, "distance": "kl")"));
+  const std::string json =
+      scenario(kSmall, codistil(R"("period": 3, "burn_in": 5, "distance": "kl")"));
   std::vector<runtime::RoundMetrics> logs[2];
   std::vector<std::vector<double>> models[2];
   for (int k = 0; k < 2; ++k) {

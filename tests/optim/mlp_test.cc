@@ -258,7 +258,9 @@ double referenceDistilledValue(const std::vector<int>& layers, const std::vector
     std::vector<double> z;
     total += referenceLoss(layers, x, data, j, &z);
     std::vector<std::vector<double>> zt(teachers.size());
-    for (size_t t = 0; t < teachers.size(); ++t) referenceLoss(layers, teachers[t], data, j, &zt[t]);
+    for (size_t t = 0; t < teachers.size(); ++t) {
+      referenceLoss(layers, teachers[t], data, j, &zt[t]);
+    }
     total += alpha * referenceDistance(z, zt, kl);
   }
   double sq = 0;
