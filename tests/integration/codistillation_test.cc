@@ -116,8 +116,20 @@ TEST_CASE("codistillation sends one model per tau rounds, none before it is need
   const auto late =
       run(experimentFrom(scenario(kSmall, codistil(R"("period": 4, "burn_in": 20)"))));
   const auto alone = run(experimentFrom(scenario(kSmall, codistil(R"("period": 4, "alpha": 0)"))));
+  // The copies may travel through a codec (each replaces the last whole): fp16 halves them.
+  const auto half = run(experimentFrom(
+      scenario(kSmall, codistil(R"("period": 4)") + R"(, "compression": {"kind": "fp16"})")));
   // Every message is one model frame of the same size: bytes are proportional to exchanges.
   CHECK(dsgd.last.bytesSent == 4 * every4.last.bytesSent);
+  CHECK(half.last.bytesSent * 10 < every4.last.bytesSent * 6);
+  // A time-varying graph: the copies are of whoever is a neighbour in the exchange round (one
+  // peer a round here, so half the ring's bytes).
+  std::string onePeer = scenario(kSmall, codistil(R"("period": 4)"));
+  onePeer.replace(onePeer.find(R"({"kind": "ring"})"), 16,
+                  R"({"kind": "ring", "schedule": {"kind": "one_peer_exponential"}})");
+  const auto varying = run(experimentFrom(onePeer));
+  CHECK(2 * varying.last.bytesSent == every4.last.bytesSent);
+  CHECK(half.models[0] != every4.models[0]);
   CHECK(6 * every4.last.bytesSent == 10 * late.last.bytesSent);
   CHECK(alone.last.bytesSent == every4.last.bytesSent);
   // Models stay apart (DSGD's are pulled together), and the term moves them.
