@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <nlohmann/json.hpp>
 
@@ -281,6 +282,38 @@ Status Peer::Impl::makeLocalOptimizer(PeerState<T>& st, size_t dim) {
 }
 
 template <typename T>
+std::unique_ptr<optim::Algorithm<T>> Peer::Impl::makeStepAlgorithm(PeerState<T>& st,
+                                                                   std::span<const T> x0) {
+  if (!scenario.algorithm.codistillation) {
+    return optim::createAlgorithm<T>(scenario.algorithm, x0, st.stepOracle());
+  }
+  if (!st.neighbors) st.neighbors = std::make_unique<optim::NeighborModels<T>>();
+  return optim::createCodistillationGossip<T>(scenario.algorithm, x0, st.stepOracle(),
+                                              *st.neighbors);
+}
+
+template <typename T>
+Status Peer::Impl::neighbourModels(std::vector<std::span<const T>>& out) const {
+  out.clear();
+  const auto& c = scenario.algorithm.codistillation;
+  if (!c) {
+    return core::failedPrecondition(
+        "neighbourModels: the scenario's algorithm has no codistillation");
+  }
+  if (std::holds_alternative<std::monostate>(state)) return Status::ok();  // no step() yet
+  const auto* st = std::get_if<PeerState<T>>(&state);
+  if (st == nullptr) {
+    return core::failedPrecondition(
+        std::string("neighbourModels: the steps use ") +
+        (std::is_same_v<T, float> ? "float64" : "float32") + " parameters, not " +
+        (std::is_same_v<T, float> ? "float32" : "float64"));
+  }
+  if (!st->neighbors || !c->activeIn(rounds())) return Status::ok();
+  for (const auto& m : st->neighbors->models) out.emplace_back(m);
+  return Status::ok();
+}
+
+template <typename T>
 Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::optional<double> lr,
                         const StepStats& stats) {
   if (stats.gradientVariance.has_value() != stats.gradientSquaredMean.has_value()) {
@@ -310,7 +343,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     if (!codec) return codec.status();
     st.stepCodec = std::move(*codec);
     takeRejoinModel(params);
-    auto algorithm = optim::createAlgorithm<T>(scenario.algorithm, params, st.stepOracle());
+    auto algorithm = makeStepAlgorithm<T>(st, params);
     st.stepNode = std::make_unique<runtime::Node<T>>(
         rank, std::move(algorithm), *net, typename runtime::Node<T>::LogFn{}, st.stepCodec.get(),
         core::deriveSeed(scenario.seed, kStepCodecSalt, rank),
@@ -323,7 +356,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     STARLING_RETURN_IF_ERROR(st.survival.add(*st.stepNode, [this, &st](runtime::Node<T>& n) {
       const auto x = n.model();
       const std::vector<T> x0(x.begin(), x.end());
-      n.restartAlgorithm(optim::createAlgorithm<T>(scenario.algorithm, x0, st.stepOracle()));
+      n.restartAlgorithm(makeStepAlgorithm<T>(st, x0));
       return Status::ok();
     }));
     if (!st.last) st.last = st.stepNode.get();
@@ -390,6 +423,11 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
 
 template <typename T>
 Status Peer::Impl::mixStart(std::span<T> params) {
+  if (scenario.algorithm.codistillation) {
+    return core::failedPrecondition(
+        "mix: the scenario codistils (algorithm.codistillation), so models are never averaged; "
+        "train with step() and add the term from neighbourModels() to the loss");
+  }
   auto got = stateFor<T>(params.size(), "mix");
   if (!got) return got.status();
   PeerState<T>& st = **got;
@@ -557,6 +595,18 @@ Status Peer::mix(std::span<double> params) {
 int Peer::rank() const { return impl_->rank; }
 int Peer::nodes() const { return impl_->scenario.nodes; }
 uint64_t Peer::round() const { return impl_->rounds(); }
+std::optional<Peer::Codistillation> Peer::codistillation() const {
+  const auto& c = impl_->scenario.algorithm.codistillation;
+  if (!c) return std::nullopt;
+  return Codistillation{c->loss.alpha, c->loss.distance == optim::CodistillationSpec::Distance::kKl,
+                        c->period, c->burnIn};
+}
+Status Peer::neighbourModels(std::vector<std::span<const float>>& out) const {
+  return impl_->neighbourModels(out);
+}
+Status Peer::neighbourModels(std::vector<std::span<const double>>& out) const {
+  return impl_->neighbourModels(out);
+}
 Status Peer::log(const std::map<std::string, double>& metrics) { return impl_->log(metrics); }
 Status Peer::log(std::string_view name, double value) {
   return impl_->log({{std::string(name), value}});

@@ -254,6 +254,13 @@ std::string scenarioJson(const PeerConfig& c) {
     }
     alg["local_optimizer"] = lo;
   }
+  if (c.codistillation) {
+    alg.erase("gamma");  // nothing is averaged (the parser refuses gamma with it)
+    alg["codistillation"] = json{{"alpha", c.codistillationAlpha},
+                                 {"distance", c.codistillationKl ? "kl" : "cross_entropy"},
+                                 {"period", c.codistillationPeriod},
+                                 {"burn_in", c.codistillationBurnIn}};
+  }
   j["algorithm"] = alg;
   if (c.codec != C::Codec::kIdentity) {
     json co{{"kind", codecName(c.codec)}};

@@ -13,6 +13,7 @@
 
 #include "api/external_oracle.h"
 #include "compression/compressor.h"
+#include "optim/codistillation_gossip.h"
 #include "optim/gossip.h"
 #include "optim/local_optimizer.h"
 #include "runtime/engine.h"
@@ -59,6 +60,8 @@ struct PeerState {
     if (localOptimizer) return *localOptimizer;
     return oracle;
   }
+  // Codistillation: the neighbours' copies the step algorithm refreshes (neighbourModels()).
+  std::unique_ptr<optim::NeighborModels<T>> neighbors;
   std::unique_ptr<compression::Compressor<T>> stepCodec;
   std::unique_ptr<runtime::Node<T>> stepNode;
   // mix(): gossip only.
@@ -119,6 +122,12 @@ class Peer::Impl {
   Status close();
   uint64_t rounds() const;
   Status setLayout(std::vector<size_t> sizes);
+  template <typename T>
+  Status neighbourModels(std::vector<std::span<const T>>& out) const;
+  // The step algorithm for `params` (codistillation or the scenario's kind).
+  template <typename T>
+  std::unique_ptr<optim::Algorithm<T>> makeStepAlgorithm(PeerState<T>& st,
+                                                         std::span<const T> x0);
 
  private:
   template <typename T>

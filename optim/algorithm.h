@@ -23,6 +23,7 @@
 #include "core/within.h"
 #include "optim/adascale.h"
 #include "optim/leader.h"
+#include "optim/codistillation.h"
 #include "optim/local_optimizer_spec.h"
 #include "optim/regularizer.h"
 #include "optim/step_size.h"
@@ -105,6 +106,10 @@ struct AlgorithmSpec {
   // diameter its global elections take (filled by the runtime from the topology).
   std::optional<LeaderSpec> leader;
   uint64_t diameter = 0;
+  // dsgd only: the peers codistil instead of averaging models (docs/algorithms.md §25,
+  // optim/codistillation_gossip.h). Built by createCodistillationGossip, not createAlgorithm,
+  // because the node's gradient oracle must see the neighbours' copies too.
+  std::optional<CodistillationConfig> codistillation;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and
@@ -128,6 +133,11 @@ class Algorithm {
 
   // Elements in the message sent to each neighbour every round.
   virtual size_t messageSize() const = 0;
+  // False for a round in which the algorithm exchanges nothing (codistillation between its
+  // refreshes): the engine then sends and awaits no message, calls prepare() with an empty
+  // `outgoing` and absorb() with an empty `own` and no neighbours. A pure function of the round,
+  // so that every peer agrees. Not for algorithms that absorbsCombined().
+  virtual bool exchangesIn(uint64_t /*round*/) const { return true; }
   // Local work before communication; writes this round's outgoing message.
   virtual void prepare(const RoundInfo& info, std::span<T> outgoing) = 0;
   // True when prepare() only writes each element of the message from state it does not change

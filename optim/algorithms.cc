@@ -2,6 +2,7 @@
 // from docs/algorithms.md §3-§5. The vector arithmetic goes through Eigen maps.
 #include <Eigen/Core>
 #include <algorithm>
+#include <cassert>
 
 #include "optim/algorithm.h"
 #include "optim/adascale_gossip.h"
@@ -250,6 +251,8 @@ const char* algorithmKindName(AlgorithmKind kind) {
 template <typename T>
 std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::span<const T> x0,
                                               GradientOracle<T>& oracle) {
+  // Codistillation shares the neighbours' copies with the oracle: createCodistillationGossip.
+  assert(!spec.codistillation.has_value());
   switch (spec.kind) {
     case AlgorithmKind::kDsgd:
       if (spec.combine == AlgorithmSpec::Combine::kAdasum) return createAdasumGossip<T>(spec, x0, oracle);

@@ -39,6 +39,26 @@ struct CodistillationSpec {
 
 core::Status checkCodistillationSpec(const CodistillationSpec& spec);
 
+// How a run codistils (the scenario's `algorithm.codistillation`, docs/algorithms.md §25): the
+// term, how often the neighbours' models are refreshed, and when the term is switched on.
+struct CodistillationConfig {
+  CodistillationSpec loss;
+  // tau >= 1: a peer sends its model in round r (0-based) when r % tau == 0, and nothing in the
+  // other rounds, so one model per tau rounds travels instead of one message every round.
+  uint64_t period = 1;
+  // The term is off in rounds r < burnIn (each peer trains alone, as in Anil et al.'s burn-in).
+  // No model is sent for copies that would be replaced before they are used: the exchange of
+  // round r happens only when r + period >= burnIn.
+  uint64_t burnIn = 0;
+
+  // True when round r exchanges models (a pure function of the round: every peer agrees).
+  bool exchangesIn(uint64_t round) const {
+    return round % period == 0 && round + period >= burnIn;
+  }
+  // True when round r's gradient carries the term (given copies of the neighbours exist).
+  bool activeIn(uint64_t round) const { return round >= burnIn; }
+};
+
 // alpha D(z, softmax(neighborLogits)); adds alpha (p - q) / m into `grad` unless it is empty.
 // ownLogits, neighborLogits and grad (when given) hold m * classes values, m >= 1, classes >= 1.
 template <typename T>

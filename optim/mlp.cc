@@ -92,17 +92,44 @@ double softmaxInPlace(Mat<T>& z, std::span<const uint8_t> labels) {
   return loss;
 }
 
-// out += c * grad (sum of the batch's losses) by backpropagation; returns the summed loss.
+// The codistillation term of a batch: the teachers' models and the term's spec.
+template <typename T>
+struct Distillation {
+  std::span<const std::span<const T>> teachers;
+  const CodistillationSpec* spec = nullptr;
+};
+
+// out += c * grad (sum of the batch's losses) by backpropagation; returns the summed loss. With
+// teachers, the output delta gets c * alpha (p - qbar) too (docs/algorithms.md §25).
 template <typename T>
 double backprop(const Layout& lay, const T* x, T* out, const ImageDataset& data,
-                std::span<const size_t> idx, T c, std::vector<Mat<T>>& acts) {
+                std::span<const size_t> idx, T c, std::vector<Mat<T>>& acts,
+                const Distillation<T>& distill = {}) {
   acts.resize(lay.layers());
   gather(data, idx, acts[0]);
   Mat<T> dz = forward(lay, x, acts);
+  Mat<T> extra;  // alpha (p - qbar) / B, sample-major like the logits
+  if (!distill.teachers.empty()) {
+    std::vector<Mat<T>> teacherActs(lay.layers());
+    std::vector<Mat<T>> teacherLogits;
+    std::vector<std::span<const T>> views;
+    teacherLogits.reserve(distill.teachers.size());
+    for (const auto& t : distill.teachers) {
+      teacherActs[0] = acts[0];
+      teacherLogits.push_back(forward(lay, t.data(), teacherActs));
+      views.emplace_back(teacherLogits.back().data(), static_cast<size_t>(dz.size()));
+    }
+    extra = Mat<T>::Zero(dz.rows(), dz.cols());
+    const auto n = static_cast<size_t>(dz.size());
+    codistillationLossAveraged<T>(*distill.spec, static_cast<size_t>(dz.rows()),
+                                  std::span<const T>(dz.data(), n), views,
+                                  std::span<T>(extra.data(), n));
+  }
   std::vector<uint8_t> labels(idx.size());
   for (size_t k = 0; k < idx.size(); ++k) labels[k] = data.labels[idx[k]];
   const double loss = softmaxInPlace(dz, labels);
   for (size_t k = 0; k < idx.size(); ++k) dz(labels[k], static_cast<Eigen::Index>(k)) -= T(1);
+  if (extra.size() != 0) dz += static_cast<T>(idx.size()) * extra;
   dz *= c;
   for (size_t l = lay.layers(); l-- > 0;) {
     Eigen::Map<RowMat<T>> gw(out + lay.w[l], lay.out(l), lay.in(l));
@@ -233,6 +260,24 @@ double MlpObjective<T>::stochasticGradientWithLoss(std::span<const T> x, std::sp
   std::vector<Mat<T>> acts;
   return backprop<T>(p.layout, x.data(), out.data(), p.data, idx, weight, acts) /
          static_cast<double>(batch);
+}
+
+template <typename T>
+void MlpObjective<T>::stochasticGradientWithDistillation(
+    std::span<const T> x, std::span<const std::span<const T>> teachers,
+    const CodistillationSpec& spec, std::span<T> out, size_t batch, core::Rng& rng) const {
+  const Impl& p = *impl_;
+  assert(batch > 0 && x.size() == p.layout.total && out.size() == x.size());
+  for ([[maybe_unused]] const auto& t : teachers) assert(t.size() == p.layout.total);
+  for (size_t k = 0; k < x.size(); ++k) out[k] = p.l2 * x[k];
+  const uint64_t rows = samples();
+  if (rows == 0) return;
+  std::vector<size_t> idx(batch);
+  for (size_t& j : idx) j = static_cast<size_t>(rng.below(rows));
+  const T weight = p.scale * static_cast<T>(static_cast<double>(rows) / static_cast<double>(batch));
+  std::vector<Mat<T>> acts;
+  backprop<T>(p.layout, x.data(), out.data(), p.data, idx, weight, acts,
+              Distillation<T>{teachers, &spec});
 }
 
 template <typename T>

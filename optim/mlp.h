@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "optim/codistillation.h"
 #include "optim/image_dataset.h"
 #include "optim/objective.h"
 #include "core/status.h"
@@ -60,6 +61,18 @@ class MlpObjective final : public Objective<T> {
   double stochasticGradientWithLoss(std::span<const T> x, std::span<T> out, size_t batch,
                                     core::Rng& rng) const override;
   double value(std::span<const T> x) const override;
+
+  // stochasticGradient plus the codistillation term's gradient on the same batch
+  // (docs/algorithms.md §25): each teacher (a neighbour's model, dim() values) runs forward on
+  // the drawn samples, and alpha (p - qbar) joins the output layer's delta p - onehot before
+  // back-propagation, with the task's per-sample weight (n/m)(m_i/B). So the node's objective is
+  // f_i + alpha (n/m) m_i D_i, D_i the mean distance over its samples (with equal shards
+  // (n/m) m_i = 1: mean cross-entropy + alpha D). Draws the batch from `rng` exactly as
+  // stochasticGradient does; with no teachers it is stochasticGradient.
+  void stochasticGradientWithDistillation(std::span<const T> x,
+                                          std::span<const std::span<const T>> teachers,
+                                          const CodistillationSpec& spec, std::span<T> out,
+                                          size_t batch, core::Rng& rng) const;
 
  private:
   struct Impl;

@@ -1,6 +1,7 @@
 #include "runtime/node.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -184,6 +185,17 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   inRound_ = true;
   const topology::MixingRow& row = topology.weights.rows[rank_];
   info_ = optim::RoundInfo{round, stepSize, row.self, rank_};
+  if (!algorithm_->exchangesIn(round)) {
+    // A round without messages (Algorithm::exchangesIn): the local work alone; finishRound
+    // absorbs it with no neighbours.
+    assert(!accumulator_);
+    algorithm_->prepare(info_, {});
+    own_ = {};
+    slots_.clear();
+    pending_ = 0;
+    sendStatus_ = core::Status::ok();
+    return core::Status::ok();
+  }
 
   // One frame, in memory the transport sends without copying (shared memory its neighbours map)
   // when it lends some, in a pooled buffer otherwise; the codec writes it there directly.

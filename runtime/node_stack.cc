@@ -33,8 +33,15 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
   const auto& ada = s.algorithm.adascale;
   // AdaScale: the node's batch B as k micro-batches of B/k (the parser checked k divides B).
   if (ada) estimator.batch /= ada->microBatches;
-  stack.estimator = optim::createOracle<T>(estimator, *stack.objective,
-                                           gradientSeed(s, rank));
+  if (s.algorithm.codistillation) {
+    // The scenario parser allows it only with the mlp problem and the sgd estimator.
+    stack.neighbors = std::make_unique<optim::NeighborModels<T>>();
+    stack.estimator = std::make_unique<optim::MlpDistillationOracle<T>>(
+        static_cast<const optim::MlpObjective<T>&>(*stack.objective), s.problem.estimator.batch,
+        gradientSeed(s, rank), s.algorithm.codistillation->loss, *stack.neighbors);
+  } else {
+    stack.estimator = optim::createOracle<T>(estimator, *stack.objective, gradientSeed(s, rank));
+  }
   if (ada) {
     const double micro = static_cast<double>(estimator.batch);
     stack.microBatches = std::make_unique<optim::AdaScaleOracle<T>>(
@@ -66,7 +73,11 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
   const std::vector<double> start = initialModel(e);
   const std::vector<T> x0(start.begin(), start.end());
   stack.node = std::make_unique<Node<T>>(
-      rank, optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle), transport,
+      rank,
+      s.algorithm.codistillation
+          ? optim::createCodistillationGossip<T>(s.algorithm, x0, *stack.oracle, *stack.neighbors)
+          : optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle),
+      transport,
       typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
       core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->setSupport(&e.schedule->support());

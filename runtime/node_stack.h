@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "compression/compressor.h"
+#include "optim/codistillation_gossip.h"
 #include "optim/oracle.h"
 #include "optim/problem.h"
 #include "runtime/experiment.h"
@@ -24,6 +25,9 @@ struct NodeStack {
   // which a local optimizer (or nothing) then wraps.
   std::unique_ptr<optim::GradientOracle<T>> microBatches;
   std::unique_ptr<optim::GradientOracle<T>> oracle;
+  // algorithm.codistillation: the neighbours' stale models, written by the algorithm and read
+  // by the estimator (optim/codistillation_gossip.h). Null otherwise.
+  std::unique_ptr<optim::NeighborModels<T>> neighbors;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<Node<T>> node;
 };

@@ -114,6 +114,15 @@ void parseCompression(Obj& o, Scenario& s) {
                             "same error twice"};
   }
   if (c.kind == Kind::kIdentity || differences) return;
+  if (s.algorithm.codistillation) {
+    // Each exchange replaces a neighbour's copy whole, so a codec's error never accumulates; a
+    // residual carried into the next model (error feedback) would only add noise to it.
+    if (!c.errorFeedback && c.kind != Kind::kAdaComp) return;
+    throw ScenarioError{c.errorFeedback ? o.at("error_feedback") : std::string("/compression/kind"),
+                        "codistillation sends whole models, each replacing the last copy: a "
+                        "codec's error does not accumulate, and error feedback (or adacomp's "
+                        "residue) would carry one model's error into the next; leave it out"};
+  }
   if (s.algorithm.kind == optim::AlgorithmKind::kDsgd &&
       (c.errorFeedback || c.kind == Kind::kAdaComp)) {
     return;
@@ -333,6 +342,13 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     }
   }
   parseTrainingMethodsOf(alg, s);
+  parseCodistillationOf(alg, s);
+  if (s.algorithm.codistillation && (s.algorithm.adascale || s.algorithm.leader)) {
+    throw ScenarioError{alg.at("codistillation"),
+                        std::string("codistillation exchanges models every period; \"") +
+                            (s.algorithm.adascale ? "adascale" : "leader") +
+                            "\" needs a message every round; use one of them"};
+  }
   s.algorithm.regularizer = s.problem.spec.regularizer;
   if (!s.algorithm.regularizer.none() && !optim::handlesRegularizer(kind)) {
     throw ScenarioError{"/problem/regularizer",
@@ -379,6 +395,11 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     parseFaults(fa, s);
   } else {
     o.get("faults");
+  }
+  if (s.algorithm.codistillation && s.faults.onPeerLoss == OnPeerLoss::kContinue) {
+    throw ScenarioError{"/faults/on_peer_loss",
+                        "codistillation does not restart at a membership change yet; use "
+                        "\"stop\""};
   }
   if (o.has("security")) {
     Obj se = o.object("security");

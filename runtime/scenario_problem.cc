@@ -107,6 +107,52 @@ void parseLocalOptimizerOf(Obj& alg, Scenario& s) {
   }
 }
 
+void parseCodistillationOf(Obj& alg, Scenario& s) {
+  using AK = optim::AlgorithmKind;
+  if (!alg.has("codistillation")) {
+    alg.get("codistillation");
+    return;
+  }
+  if (s.algorithm.kind != AK::kDsgd) {
+    throw ScenarioError{alg.at("codistillation"),
+                        std::string("codistillation replaces dsgd's averaging of models; it goes "
+                                    "with \"kind\": \"dsgd\", not \"") +
+                            optim::algorithmKindName(s.algorithm.kind) + "\""};
+  }
+  Obj co = alg.object("codistillation");
+  optim::CodistillationConfig c;
+  c.loss.alpha = co.number("alpha", 0.0, 1e6, 1.0);
+  const size_t distance =
+      co.choice("distance", "codistillation distance", {"cross_entropy", "kl"}, 0);
+  c.loss.distance = distance == 1 ? optim::CodistillationSpec::Distance::kKl
+                                  : optim::CodistillationSpec::Distance::kCrossEntropy;
+  c.period = co.integer<uint64_t>("period", 1, kMaxRounds, uint64_t{1});
+  c.burnIn = co.integer<uint64_t>("burn_in", 0, kMaxRounds, uint64_t{0});
+  co.finish();
+  // The term needs the network's logits on the node's batch: the built-in mlp, or a trainer's
+  // own model (a scenario without a problem, run through starling::Peer).
+  if (s.hasProblem && !s.problem.isMlp()) {
+    throw ScenarioError{"/problem/kind",
+                        "codistillation compares a classifier's predictions: it needs the "
+                        "\"mlp\" problem (or a trainer's own model through starling::Peer)"};
+  }
+  if (s.hasProblem && s.problem.estimator.kind != optim::EstimatorSpec::Kind::kSgd) {
+    throw ScenarioError{s.problem.batchPath,
+                        "codistillation compares predictions on the node's minibatch; give a "
+                        "batch size (the sgd estimator)"};
+  }
+  if (alg.has("combine")) {
+    throw ScenarioError{alg.at("combine"),
+                        "codistillation never combines models or updates; leave \"combine\" out"};
+  }
+  if (alg.has("gamma")) {
+    throw ScenarioError{alg.at("gamma"),
+                        "codistillation never averages models, so there is no consensus step; "
+                        "leave \"gamma\" out"};
+  }
+  s.algorithm.codistillation = c;
+}
+
 // The non-smooth term r: {"l1": c}, {"box": {"lower": a, "upper": b}}, {"nonneg": true}, or l1
 // together with one of box / nonneg.
 namespace {

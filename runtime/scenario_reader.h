@@ -201,6 +201,8 @@ void parseLocalOptimizerOf(Obj& alg, Scenario& s);
 // local optimizer, combine and the problem are known; the compression check once it is parsed.
 void parseTrainingMethodsOf(Obj& alg, Scenario& s);
 void checkTrainingMethodsCompression(const Scenario& s);
+// /algorithm/codistillation into s.algorithm (after its kind and the problem are known).
+void parseCodistillationOf(Obj& alg, Scenario& s);
 // /faults (scenario_faults.cc); after nodes and rounds are known.
 void parseFaults(Obj& o, Scenario& s);
 void parseSecurity(Obj& o, Scenario& s, const std::filesystem::path& baseDir);

@@ -226,6 +226,17 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
                        {"global_period", l->globalPeriod},
                        {"loss_window", l->lossWindow}};
   }
+  if (a.codistillation) {
+    const optim::CodistillationConfig& c = *a.codistillation;
+    json co;
+    co["alpha"] = c.loss.alpha;
+    co["distance"] =
+        c.loss.distance == optim::CodistillationSpec::Distance::kKl ? "kl" : "cross_entropy";
+    co["period"] = c.period;
+    co["burn_in"] = c.burnIn;
+    j["codistillation"] = co;
+    j.erase("gamma");
+  }
   return j;
 }
 

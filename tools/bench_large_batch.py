@@ -3,7 +3,8 @@
 per-peer batches that make the network's batch 1x, 8x and 32x a base batch, trained for a fixed
 number of epochs by each method that is wired into scenarios. Every run is a real
 `node-launcher simulate`; the table gives the test accuracy of the average model at the end and
-the first logged round at which it reached the target accuracy.
+the first logged round at which it reached the target accuracy, with each peer's own accuracy (mean
+and min; the number to read for `codistil`, whose models are never averaged) and the bytes sent.
 
 Usage: tools/bench_large_batch.py [--build DIR] [--epochs E] [--target A] [--out DIR]
            [--scales 1,8,32] [--only label,...]
@@ -22,6 +23,8 @@ TRAIN = 60000          # Fashion-MNIST's training set
 NODES = 8
 BASE_PER_PEER = 8      # the base batch: 8 per peer, 64 for the network
 BASE_LR = 0.05         # tuned at the base batch for plain SGD
+CODISTIL_ALPHA = 1.0
+CODISTIL_PERIOD = 10
 
 # label -> (description, algorithm section for scale k)
 def methods(k):
@@ -47,6 +50,14 @@ def methods(k):
                    {"kind": "dsgd", "step_size": BASE_LR * 0.1 * k,
                     "local_optimizer": {"kind": "momentum", "momentum": 0.9},
                     "leader": {"local_period": 4, "global_period": 16}}),
+        "dsgd": ("plain DSGD, the base step (no scaling): the reference for codistil",
+                 {"kind": "dsgd", "step_size": BASE_LR}),
+        "codistil": (f"codistillation (docs/algorithms.md §25): alpha {CODISTIL_ALPHA}, models "
+                     f"exchanged every {CODISTIL_PERIOD} rounds, term on after 0.1 epoch, the "
+                     f"base step; never averaged (read the per-peer accuracy)",
+                     {"kind": "dsgd", "step_size": BASE_LR,
+                      "codistillation": {"alpha": CODISTIL_ALPHA, "period": CODISTIL_PERIOD,
+                                         "burn_in": round(0.1 * TRAIN / total)}}),
     }, total
 
 
@@ -94,7 +105,7 @@ def main():
             r = subprocess.run([launcher, "simulate", file, "--out", run_dir],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             wall = time.monotonic() - t0
-            acc, reached = None, None
+            acc, reached, peers, mb = None, None, None, None
             if r.returncode == 0:
                 for line in open(os.path.join(run_dir, "metrics.jsonl")):
                     j = json.loads(line)
@@ -102,20 +113,26 @@ def main():
                         acc = j["test_accuracy"]
                         if reached is None and acc >= a.target:
                             reached = j["round"]
+                        peers = (j.get("test_accuracy_peers_mean"),
+                                 j.get("test_accuracy_peers_min"))
+                        mb = j.get("bytes_sent", 0) / 1e6
             note = "" if r.returncode == 0 else r.stdout.strip().splitlines()[-1][:120]
-            rows.append((k, total, label, what, s["rounds"], acc, reached, wall, note))
+            rows.append((k, total, label, what, s["rounds"], acc, reached, wall, note, peers, mb))
             print(f"{k}x {label}: {s['rounds']} rounds, accuracy "
                   f"{'-' if acc is None else f'{acc:.4f}'}, target at round {reached}, "
-                  f"{wall:.1f} s {note}", flush=True)
+                  f"per-peer mean/min {peers}, {mb} MB, {wall:.1f} s {note}", flush=True)
     print(f"\n{a.epochs:g} epochs of Fashion-MNIST, MLP [784, 64, 10], {NODES} peers on a ring, "
           f"float32; test accuracy of the average model; rounds to {a.target:.0%} (first logged "
           f"round at or above it)\n")
-    print("| batch (network) | method | rounds | test accuracy | rounds to target | simulate s |")
-    print("|---|---|---:|---:|---:|---:|")
-    for k, total, label, what, rounds, acc, reached, wall, note in rows:
+    print("| batch (network) | method | rounds | test accuracy | rounds to target | "
+          "per-peer accuracy mean / min | MB sent | simulate s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for k, total, label, what, rounds, acc, reached, wall, note, peers, mb in rows:
+        per_peer = "-" if not peers or peers[0] is None else f"{peers[0]:.1%} / {peers[1]:.1%}"
         print(f"| {k}x ({total}) | {label} | {rounds} | "
               f"{'failed: ' + note if acc is None else f'{acc:.1%}'} | "
-              f"{'-' if reached is None else reached} | {wall:.1f} |")
+              f"{'-' if reached is None else reached} | {per_peer} | "
+              f"{'-' if mb is None else f'{mb:.1f}'} | {wall:.1f} |")
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
     return 0 if all(r[5] is not None for r in rows) else 1

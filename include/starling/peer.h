@@ -44,6 +44,16 @@
 // no checkpoints) and start at zero in a restarted trainer. mix() never applies it (a trainer
 // that mixes steps with its own optimizer).
 //
+// Codistillation (the scenario's algorithm.codistillation, or PeerConfig::codistillation;
+// docs/algorithms.md §25): step() never averages models. It applies the trainer's gradient
+// (params <- params - lr u) and, every `period` steps (rounds r with r % period == 0, from
+// `period` rounds before burn_in), sends the parameters to the neighbours and keeps theirs;
+// the other steps send nothing. The trainer adds alpha D(its predictions, its neighbours'
+// predictions) on its own batch to its loss before computing the gradient: neighbourModels()
+// gives the neighbours' models to run (stale by up to `period` steps). mix() is refused
+// (kFailedPrecondition). Lower the explicit weight decay when codistilling (the term
+// regularises).
+//
 // Errors are Statuses carrying Starling's messages; a failed round (a neighbour gone or timed
 // out, a dimension mismatch, divergence) leaves the Peer failed: later calls return the same
 // error. Thread-safety: one Peer is driven by one thread; several Peers may live in one process
@@ -107,6 +117,13 @@ struct PeerConfig {
   // The model's tensors in the flat parameter buffer: their sizes, in order (they must sum to
   // the buffer's size; checked at the first step()). Empty: one tensor.
   std::vector<size_t> layout;
+
+  // Codistillation (kDsgd only; see above): algorithm.codistillation with these keys.
+  bool codistillation = false;
+  double codistillationAlpha = 1.0;      // alpha >= 0
+  bool codistillationKl = false;         // distance "kl" (else "cross_entropy")
+  uint64_t codistillationPeriod = 1;     // tau >= 1
+  uint64_t codistillationBurnIn = 0;     // rounds before the term is on
 
   Codec codec = Codec::kIdentity;
   uint64_t k = 0;           // topk, randk: elements kept (or ratio)
@@ -207,6 +224,22 @@ class Peer {
   Status setLayout(std::vector<size_t> sizes);
   // The layout given (empty: none, one tensor).
   const std::vector<size_t>& layout() const;
+
+  // The scenario's codistillation (docs/algorithms.md §25), if it has one.
+  struct Codistillation {
+    double alpha = 1.0;
+    bool kl = false;  // distance "kl" (else "cross_entropy"); both have the same gradient
+    uint64_t period = 1;
+    uint64_t burnIn = 0;
+  };
+  std::optional<Codistillation> codistillation() const;
+  // The neighbours' models the next step()'s loss should distil from, sorted by rank: copies
+  // from the last exchange, each of the parameter buffer's size. Empty while the term is off
+  // (the rounds before burn_in, before the first exchange, before the first step()). The spans
+  // stay valid until the next step(). kFailedPrecondition without codistillation or when `out`'s
+  // element type is not the one the steps use.
+  Status neighbourModels(std::vector<std::span<const float>>& out) const;
+  Status neighbourModels(std::vector<std::span<const double>>& out) const;
 
   // Moves what the transport can move now, without waiting: the exchange of a mixStart in
   // flight progresses while the trainer computes. Returns the peer's failure, if it has one;

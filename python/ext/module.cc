@@ -174,6 +174,39 @@ class PyPeer {
     check(s);
   }
 
+  // Copies (array.array of the steps' dtype): the Peer's own copies change at the next exchange.
+  py::list neighbourModels() {
+    Peer& peer = use("neighbour_models");
+    py::list out;
+    const py::object array = py::module_::import("array").attr("array");
+    std::vector<std::span<const float>> f;
+    Status s = peer.neighbourModels(f);
+    if (s.isOk()) {
+      for (const auto& m : f) {
+        out.append(array("f", py::bytes(reinterpret_cast<const char*>(m.data()), m.size_bytes())));
+      }
+      if (!f.empty()) return out;
+    }
+    std::vector<std::span<const double>> d;
+    Status sd = peer.neighbourModels(d);
+    if (!sd.isOk() && !s.isOk()) check(s);
+    for (const auto& m : d) {
+      out.append(array("d", py::bytes(reinterpret_cast<const char*>(m.data()), m.size_bytes())));
+    }
+    return out;
+  }
+
+  py::object codistillation() {
+    const auto c = alive("codistillation").codistillation();
+    if (!c) return py::none();
+    py::dict d;
+    d["alpha"] = c->alpha;
+    d["distance"] = c->kl ? "kl" : "cross_entropy";
+    d["period"] = c->period;
+    d["burn_in"] = c->burnIn;
+    return d;
+  }
+
   // Fixed for the Peer's life, so readable while another thread is in a call.
   int rank() { return alive("rank").rank(); }
   int nodes() { return alive("nodes").nodes(); }
@@ -289,6 +322,14 @@ starling::StepStats and docs/algorithms.md §22).)doc")
            "Moves what the network can move now, without waiting, so that a mix_start() in "
            "flight progresses while the program computes (DecentralizedOptimizer(overlap=True) "
            "calls it from gradient hooks). Raises the peer's failure, if it has one.")
+      .def("neighbour_models", &PyPeer::neighbourModels,
+           R"doc(Codistillation: the neighbours' models the next step()'s loss should distil
+from (copies, each an array.array of the params' dtype and size, sorted by rank); an empty list
+while the term is off (before burn_in, before the first exchange). starling.torch's
+codistillation_loss turns them into the term. Raises starling.Error without codistillation.)doc")
+      .def_property_readonly("codistillation", &PyPeer::codistillation,
+                             "The scenario's codistillation as a dict (alpha, distance, period, "
+                             "burn_in), or None.")
       .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")
       .def("close", &PyPeer::close,
            "Flushes this peer's last messages and leaves the run. Closing twice is harmless.")

@@ -14,11 +14,13 @@ No libtorch is linked: tensors reach Starling through DLPack, so any torch with 
 and later) works with the same build of Starling.
 """
 
+import copy
+
 import torch
 
 from . import Peer
 
-__all__ = ["DecentralizedOptimizer"]
+__all__ = ["DecentralizedOptimizer", "Codistillation"]
 
 _MODES = ("mix", "step")
 
@@ -101,6 +103,10 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 raise ValueError(f"the peer was given the layout {list(peer.layout)}, but the "
                                  f"model's parameters have the sizes {self._layout}")
             peer.set_layout(self._layout)
+        if mode == "mix" and peer.codistillation is not None:
+            raise ValueError('the scenario codistils (algorithm.codistillation): models are not '
+                             'averaged, so use mode="step" and add Codistillation.loss to the '
+                             'loss')
         self.peer = peer
         self.overlap = bool(overlap)
         self._in_flight = False
@@ -310,3 +316,63 @@ def _flatten(params, with_grads):
                 p.grad = grad[offset:offset + n].view_as(p)
             offset += n
     return flat, grad
+
+
+class Codistillation:
+    """The codistillation term of a scenario's `algorithm.codistillation` (docs/algorithms.md
+    §25) for a trainer's own classifier:
+
+        opt = DecentralizedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model,
+                                     peer, mode="step")
+        codistil = Codistillation(peer, model)
+        for x, y in loader:
+            opt.zero_grad()
+            logits = model(x)
+            loss = F.cross_entropy(logits, y) + codistil.loss(logits, x)
+            loss.backward()
+            opt.step()          # peer.step: every `period` steps the models are exchanged
+
+    `loss(logits, inputs)` is alpha * D(softmax(logits), the neighbours' predictions on
+    `inputs`): their models are `peer.neighbour_models()` (flat vectors in the order of
+    `model.parameters()`, the DecentralizedOptimizer's buffer), loaded into one copy of `model`
+    (torch.nn.utils.vector_to_parameters) that runs in eval mode without gradients. With K
+    neighbours, cross_entropy is -sum_c qbar_c log p_c averaged over the batch (qbar the mean of
+    their softmax outputs), kl adds their mean negative entropy (same gradient,
+    alpha (p - qbar) / batch per logit); a zero tensor while the term is off (burn-in, before the
+    first exchange). Lower your weight decay when codistilling: the term regularises.
+    """
+
+    def __init__(self, peer, model):
+        config = peer.codistillation
+        if config is None:
+            raise ValueError("the scenario has no algorithm.codistillation")
+        self.peer = peer
+        self.alpha = float(config["alpha"])
+        self.distance = config["distance"]
+        self._teacher = copy.deepcopy(model)
+        self._teacher.eval()
+        for p in self._teacher.parameters():
+            p.requires_grad_(False)
+
+    def loss(self, logits, inputs):
+        models = self.peer.neighbour_models()
+        if not models:
+            return logits.new_zeros(())
+        params = list(self._teacher.parameters())
+        with torch.no_grad():
+            qbar = None
+            negentropy = logits.new_zeros(())
+            for m in models:
+                flat = torch.frombuffer(m, dtype=params[0].dtype)
+                torch.nn.utils.vector_to_parameters(flat, params)
+                logq = torch.log_softmax(self._teacher(inputs), dim=1)
+                q = logq.exp()
+                qbar = q if qbar is None else qbar + q
+                if self.distance == "kl":
+                    negentropy = negentropy + torch.xlogy(q, q).sum(dim=1).mean()
+            qbar = qbar / len(models)
+            negentropy = negentropy / len(models)
+        d = -(qbar * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
+        if self.distance == "kl":
+            d = d + negentropy
+        return self.alpha * d

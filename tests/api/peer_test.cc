@@ -453,3 +453,85 @@ TEST_CASE("Peer::fromConfig is the scenario it stands for", "[api][unit]") {
     for (int r = 0; r < 4; ++r) CHECK(models[r] == sim->models[r]);
   }
 }
+
+TEST_CASE("codistillation: step() exchanges every period steps and neighbourModels() gives the "
+          "copies", "[api][unit][codistillation]") {
+  // Ring of 4, every trainer's gradient 1 everywhere: rank i's parameters after t steps are
+  // i - 0.1 t. period 3, burn-in 4: exchanges in rounds 3, 6, 9 (round 0's copies would be
+  // replaced unused), so before round 4 there is nothing to distil from and then the copies are
+  // the neighbours' parameters after steps 4 and 7.
+  PeerConfig c;
+  c.nodes = 4;
+  c.stepSize = 0.1;
+  c.transport = PeerConfig::Transport::kInProcess;
+  c.codistillation = true;
+  c.codistillationAlpha = 0.25;
+  c.codistillationKl = true;
+  c.codistillationPeriod = 3;
+  c.codistillationBurnIn = 4;
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    PeerConfig mine = c;
+    mine.rank = rank;
+    auto made = Peer::fromConfig(mine);
+    if (!made) return made.status();
+    Peer& peer = **made;
+    const auto info = peer.codistillation();
+    if (!info || info->alpha != 0.25 || !info->kl || info->period != 3 || info->burnIn != 4) {
+      return Status(StatusCode::kInternal, "codistillation() is not the config's");
+    }
+    std::vector<double> x(3, static_cast<double>(rank));
+    const std::vector<double> g(3, 1.0);
+    const int left = (rank + 3) % 4, right = (rank + 1) % 4;
+    for (int t = 0; t < 9; ++t) {
+      std::vector<std::span<const double>> teachers;
+      STARLING_RETURN_IF_ERROR(peer.neighbourModels(teachers));
+      const int taken = t < 4 ? -1 : (t <= 6 ? 4 : 7);  // steps the copies' owners had made
+      if ((taken < 0) != teachers.empty()) {
+        return Status(StatusCode::kInternal, "round " + std::to_string(t) + ": " +
+                                                 std::to_string(teachers.size()) + " copies");
+      }
+      if (taken > 0) {
+        // What `taken` steps of x <- x - 0.1 * 1 leave, in the same order of operations.
+        const auto after = [taken](int start) {
+          double v = start;
+          for (int k = 0; k < taken; ++k) v -= 0.1;
+          return v;
+        };
+        const int lo = std::min(left, right), hi = std::max(left, right);
+        if (teachers.size() != 2 || teachers[0][0] != after(lo) || teachers[1][2] != after(hi)) {
+          return Status(StatusCode::kInternal, "round " + std::to_string(t) + ": wrong copies");
+        }
+      }
+      STARLING_RETURN_IF_ERROR(peer.step(std::span<double>(x), std::span<const double>(g)));
+    }
+    // Never averaged: the trainer's own steps alone.
+    double own = rank;
+    for (int k = 0; k < 9; ++k) own -= 0.1;
+    if (x[0] != own) {
+      return Status(StatusCode::kInternal, "the model was averaged");
+    }
+    std::vector<double> copy = x;
+    if (peer.mix(std::span<double>(copy)).code() != StatusCode::kFailedPrecondition) {
+      return Status(StatusCode::kInternal, "mix() averaged a codistilling run");
+    }
+    std::vector<std::span<const float>> wrongType;
+    const Status typed = peer.neighbourModels(wrongType);
+    if (typed.code() != StatusCode::kFailedPrecondition) {
+      return Status(StatusCode::kInternal, "float copies of double steps: " + typed.toString());
+    }
+    return peer.close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    CHECK(st.isOk());
+  }
+  // Without codistillation there are no copies to ask for.
+  PeerConfig plain;
+  plain.nodes = 1;
+  plain.transport = PeerConfig::Transport::kInProcess;
+  auto peer = Peer::fromConfig(plain);
+  REQUIRE(peer);
+  CHECK_FALSE((*peer)->codistillation().has_value());
+  std::vector<std::span<const double>> none;
+  CHECK((*peer)->neighbourModels(none).code() == StatusCode::kFailedPrecondition);
+}

@@ -7,6 +7,8 @@
 // one checkpoint older, labelled as the newer round, ends elsewhere.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -29,15 +31,16 @@ bool contains(const std::string& text, const std::string& what) {
 
 // A scenario of 4 peers on a ring whose link 0-1 is held back 12 ms a round (so that the run
 // lasts long enough to be killed in the middle; a delay changes no number, peer_loss_test shows
-// it), with `extra` keys and, when `every` > 0, checkpoints.
+// it), with `extra` keys and, when `every` > 0, checkpoints. `problem` (without its closing brace)
+// replaces the logistic one.
 std::string scenario(const std::string& name, const std::string& problemExtra,
                      const std::string& algorithm, const std::string& extra, uint64_t every,
-                     const std::string& faults = "") {
+                     const std::string& faults = "", const std::string& problem = "") {
   std::string s = R"({"schema_version": 1, "name": ")" + name + R"(", "nodes": 4, "seed": 9,
     "rounds": )" + std::to_string(kRounds) + R"(, "log_every": 10, "topology": {"kind": "ring"},
-    "problem": {"kind": "logistic", "l2": 0.05, "partition": "random",
-                "data": {"synthetic": {"samples": 400, "features": 10, "heterogeneity": 1.0}})" +
-                  problemExtra + R"(},
+    "problem": )" + (problem.empty() ? R"({"kind": "logistic", "l2": 0.05, "partition": "random",
+                "data": {"synthetic": {"samples": 400, "features": 10, "heterogeneity": 1.0}})" :
+                  problem) + problemExtra + R"(},
     "algorithm": )" + algorithm + extra + R"(,
     "faults": {"script": [{"delay_ms": 12, "link": [0, 1]})" + faults + "]}";
   if (every > 0) s += R"(, "checkpoint": {"every": )" + std::to_string(every) + R"(, "keep": 3})";
@@ -122,12 +125,13 @@ void relabel(const fs::path& out, int rank, uint64_t round, uint64_t stateRound)
 // The whole check for one scenario.
 void checkKillAndResume(const std::string& name, const std::string& problemExtra,
                         const std::string& algorithm, const std::string& extra,
-                        const std::string& faults, bool killPeersToo) {
+                        const std::string& faults, bool killPeersToo,
+                        const std::string& problem = "") {
   const auto dir = tempDir("checkpoint-" + name);
   const auto plain = dir / "plain.json";
   const auto ckpt = dir / "ckpt.json";
-  writeFile(plain, scenario(name, problemExtra, algorithm, extra, 0, faults));
-  writeFile(ckpt, scenario(name, problemExtra, algorithm, extra, 20, faults));
+  writeFile(plain, scenario(name, problemExtra, algorithm, extra, 0, faults, problem));
+  writeFile(ckpt, scenario(name, problemExtra, algorithm, extra, 20, faults, problem));
 
   // The uninterrupted run (no checkpoint section: checkpoints change no number).
   const auto ref = runLauncher({kLauncher, "run", plain.string(), "--out", (dir / "ref").string()},
@@ -218,6 +222,24 @@ TEST_CASE("CHOCO with QSGD, minibatches and corrupted links, every process kille
       R"({"kind": "choco", "step_size": 0.3, "gamma": 0.5})",
       R"(, "compression": {"kind": "qsgd", "bits": 3, "bucket": 4})",
       R"(, {"corrupt": 0.05})", /*killPeersToo=*/true);
+}
+
+TEST_CASE("codistillation (the neighbours' copies are state) resumes bit for bit",
+          "[integration][peers][checkpoint][codistillation]") {
+  if (::access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
+    WARN("dataset-fashion-mnist is not installed: skipped");
+    return;
+  }
+  // Exchanges every 7 rounds, so a checkpoint (every 20) falls between two: the copies it holds
+  // are up to 6 rounds old and must come back for the rounds after the resume.
+  checkKillAndResume(
+      "codistil", "",
+      R"({"kind": "dsgd", "step_size": 0.1,
+          "codistillation": {"alpha": 0.5, "period": 7, "burn_in": 10}})",
+      "", "", false,
+      R"({"kind": "mlp", "layers": [784, 8, 10], "partition": "iid",
+          "estimator": {"kind": "sgd", "batch": 8},
+          "data": {"dataset": "fashion-mnist", "train_samples": 800, "test_samples": 200})");
 }
 
 TEST_CASE("with on_peer_loss \"continue\" a run resumed after a loss goes on without the lost "

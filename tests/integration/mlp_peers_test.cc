@@ -100,3 +100,50 @@ TEST_CASE("mlp: node-launcher run equals simulate; merge estimates consensus fro
     }
   }
 }
+
+TEST_CASE("mlp codistillation: node-launcher run equals simulate, models sent every tau rounds "
+          "only", "[integration][mlp][codistillation]") {
+  const auto dir = tempDir("mlp-codistil");
+  writeImages(dir / "train-images", dir / "train-labels", 2000, 1);
+  writeImages(dir / "test-images", dir / "test-labels", 500, 2);
+  const auto file = dir / "codistil.json";
+  // Exchanges at rounds 4, 8, ..., 36 (burn-in 8: the one at 0 would be replaced unused).
+  writeFile(file, R"({"schema_version": 1, "name": "codistil", "nodes": 4, "seed": 9,
+    "rounds": 40, "log_every": 10, "precision": "float32", "topology": {"kind": "ring"},
+    "problem": {"kind": "mlp", "layers": [64, 80, 10], "l2": 0.0001,
+                "partition": {"kind": "dirichlet", "alpha": 0.5},
+                "estimator": {"kind": "sgd", "batch": 16},
+                "data": {"format": "idx", "images": "train-images", "labels": "train-labels",
+                         "test_images": "test-images", "test_labels": "test-labels"}},
+    "algorithm": {"kind": "dsgd", "step_size": 0.2,
+                  "codistillation": {"alpha": 0.5, "period": 4, "burn_in": 8}}})");
+  const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
+                               dir / "run.log");
+  INFO(run.output);
+  REQUIRE(run.exit == 0);
+  const auto sim = runLauncher(
+      {kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()}, dir / "sim.log");
+  INFO(sim.output);
+  REQUIRE(sim.exit == 0);
+  const auto a = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  const auto b = metricsWithoutWall(dir / "sim" / "metrics.jsonl");
+  REQUIRE(a.size() == 5);
+  REQUIRE(b.size() == 5);
+  CHECK(a.front() == b.front());
+  CHECK(a.back() == b.back());
+  for (size_t k = 1; k < a.size(); ++k) {
+    INFO("logged round " << k);
+    CHECK(a[k]["bytes_sent"] == b[k]["bytes_sent"]);
+    CHECK(a[k]["test_accuracy_peers_mean"] == b[k]["test_accuracy_peers_mean"]);
+    CHECK(a[k]["test_accuracy_peers_min"] == b[k]["test_accuracy_peers_min"]);
+  }
+  // 9 exchanges of 4 peers x 2 neighbours, one model frame each.
+  const uint64_t bytes = b.back()["bytes_sent"].get<uint64_t>();
+  CHECK(bytes % (9 * 8) == 0);
+  CHECK(bytes / (9 * 8) >= 4u * (64 * 80 + 80 + 80 * 10 + 10));
+  CHECK(bytes / (9 * 8) < 4u * (64 * 80 + 80 + 80 * 10 + 10) + 256);
+  CHECK(b.back()["test_accuracy_peers_mean"].get<double>() > 0.5);
+  const auto rs = nlohmann::json::parse(readFile(dir / "run" / "summary.json"));
+  const auto ss = nlohmann::json::parse(readFile(dir / "sim" / "summary.json"));
+  CHECK(rs["x_mean"] == ss["x_mean"]);
+}

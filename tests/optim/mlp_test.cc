@@ -226,5 +226,119 @@ TEST_CASE("evaluateMlp: loss and accuracy against the loop implementation", "[op
   CHECK(ev.accuracy < 1.0);
 }
 
+// The codistillation term of one sample against K teachers, from the loop implementation's
+// logits: (1/K) sum_t D(z, softmax(z_t)) (docs/algorithms.md §25).
+double referenceDistance(const std::vector<double>& z, const std::vector<std::vector<double>>& zt,
+                         bool kl) {
+  const auto logSoftmax = [](std::vector<double> v) {
+    const double top = *std::max_element(v.begin(), v.end());
+    double sum = 0;
+    for (double a : v) sum += std::exp(a - top);
+    for (double& a : v) a -= top + std::log(sum);
+    return v;
+  };
+  const auto logp = logSoftmax(z);
+  double total = 0;
+  for (const auto& t : zt) {
+    const auto logq = logSoftmax(t);
+    for (size_t c = 0; c < z.size(); ++c) {
+      total += std::exp(logq[c]) * ((kl ? logq[c] : 0.0) - logp[c]);
+    }
+  }
+  return total / static_cast<double>(zt.size());
+}
+
+// scale sum_j (loss_j + alpha D_j) + (l2/2)||x||^2 over the samples of `data`.
+double referenceDistilledValue(const std::vector<int>& layers, const std::vector<double>& x,
+                               const std::vector<std::vector<double>>& teachers,
+                               const ImageDataset& data, double scale, double l2, double alpha,
+                               bool kl) {
+  double total = 0;
+  for (size_t j = 0; j < data.samples(); ++j) {
+    std::vector<double> z;
+    total += referenceLoss(layers, x, data, j, &z);
+    std::vector<std::vector<double>> zt(teachers.size());
+    for (size_t t = 0; t < teachers.size(); ++t) {
+      referenceLoss(layers, teachers[t], data, j, &zt[t]);
+    }
+    total += alpha * referenceDistance(z, zt, kl);
+  }
+  double sq = 0;
+  for (double v : x) sq += v * v;
+  return scale * total + 0.5 * l2 * sq;
+}
+
+TEST_CASE("MLP gradient with the codistillation term matches finite differences of the loop "
+          "implementation", "[optim][mlp][codistillation]") {
+  const std::vector<int> layers{5, 6, 3};
+  const ImageDataset data = randomImages(40, 5, 3, 41);
+  const double l2 = 0.05, alpha = 0.7;
+  const size_t total = 160, batch = 7;
+  const int nodes = 4;
+  const auto f = MlpObjective<double>::create({layers, l2}, data, total, nodes);
+  const auto x = mlpInitialModel(layers, 1);
+  // Two neighbours whose models differ from x (other starts): their predictions differ.
+  const std::vector<std::vector<double>> teachers{mlpInitialModel(layers, 2),
+                                                  mlpInitialModel(layers, 3)};
+  const std::vector<std::span<const double>> views(teachers.begin(), teachers.end());
+  for (const bool kl : {false, true}) {
+    INFO((kl ? "kl" : "cross_entropy"));
+    const CodistillationSpec spec{alpha, kl ? CodistillationSpec::Distance::kKl
+                                            : CodistillationSpec::Distance::kCrossEntropy};
+    std::vector<double> g(x.size());
+    core::Rng rng(99);
+    f->stochasticGradientWithDistillation(x, views, spec, g, batch, rng);
+
+    core::Rng replay(99);
+    std::vector<size_t> drawn(batch);
+    for (size_t& j : drawn) j = replay.below(data.samples());
+    const ImageDataset picked = data.subset(drawn);
+    const double scale = static_cast<double>(nodes) / total * data.samples() / batch;
+    const double h = 1e-6;
+    std::vector<double> fd(x.size()), xh = x;
+    for (size_t k = 0; k < x.size(); ++k) {
+      xh[k] = x[k] + h;
+      const double up = referenceDistilledValue(layers, xh, teachers, picked, scale, l2, alpha, kl);
+      xh[k] = x[k] - h;
+      const double down =
+          referenceDistilledValue(layers, xh, teachers, picked, scale, l2, alpha, kl);
+      xh[k] = x[k];
+      fd[k] = (up - down) / (2 * h);
+    }
+    CHECK(maxAbsDiff(g, fd) < 1e-7);
+    // The term changes the gradient: it is not the task's alone.
+    std::vector<double> plain(x.size());
+    core::Rng again(99);
+    f->stochasticGradient(x, plain, batch, again);
+    CHECK(maxAbsDiff(g, plain) > 1e-3);
+  }
+}
+
+TEST_CASE("MLP gradient with codistillation at alpha 0 is the plain minibatch gradient, bit for "
+          "bit, from the same stream", "[optim][mlp][codistillation]") {
+  const std::vector<int> layers{6, 5, 4};
+  const ImageDataset data = randomImages(50, 6, 4, 43);
+  const auto f = MlpObjective<float>::create({layers, 0.01}, data, 200, 4);
+  const auto x0 = mlpInitialModel(layers, 5);
+  const std::vector<float> x(x0.begin(), x0.end());
+  const auto t0 = mlpInitialModel(layers, 6);
+  const std::vector<float> teacher(t0.begin(), t0.end());
+  const std::span<const float> views[1] = {teacher};
+  std::vector<float> a(x.size()), b(x.size());
+  core::Rng ra(7), rb(7);
+  for (int call = 0; call < 3; ++call) {
+    f->stochasticGradientWithDistillation(x, views, {0.0, CodistillationSpec::Distance::kKl}, a,
+                                          8, ra);
+    f->stochasticGradient(x, b, 8, rb);
+    CHECK(a == b);
+    // No teachers: the plain gradient too.
+    f->stochasticGradientWithDistillation(x, {}, {1.0, CodistillationSpec::Distance::kKl}, a, 8,
+                                          ra);
+    f->stochasticGradient(x, b, 8, rb);
+    CHECK(a == b);
+  }
+  CHECK(ra.below(1000000) == rb.below(1000000));  // both streams drew the same
+}
+
 }  // namespace
 }  // namespace starling::optim

@@ -498,3 +498,81 @@ TEST_CASE("faults: drop, duplicate and reorder events", "[runtime][unit]") {
 
 }  // namespace
 }  // namespace starling::runtime
+
+namespace starling::runtime {
+namespace {
+
+// An mlp scenario with `algorithm` (the data are not read while parsing).
+std::string mlpScenario(const std::string& algorithm, const std::string& extra = "",
+                        const std::string& estimator = R"({"kind": "sgd", "batch": 8})") {
+  return R"({"schema_version": 1, "name": "codistil", "nodes": 4, "seed": 1, "rounds": 40,
+    "topology": {"kind": "ring"},
+    "problem": {"kind": "mlp", "layers": [784, 16, 10], "estimator": )" + estimator + R"(,
+                "data": {"dataset": "fashion-mnist"}},
+    "algorithm": )" + algorithm + extra + "}";
+}
+
+// {"kind": KIND, "step_size": 0.1, MORE "codistillation": {KEYS}}
+std::string codistilling(const std::string& keys, const std::string& more = "",
+                         const std::string& kind = "dsgd") {
+  return R"({"kind": ")" + kind + R"(", "step_size": 0.1, )" + more + R"("codistillation": {)" +
+         keys + "}}";
+}
+
+TEST_CASE("codistillation: the keys, their defaults and their refusals", "[runtime][unit]") {
+  const auto defaults = parseScenario(mlpScenario(codistilling("")), "s.json", ".");
+  INFO(defaults.status().toString());
+  REQUIRE(defaults.isOk());
+  REQUIRE(defaults->algorithm.codistillation.has_value());
+  const optim::CodistillationConfig& d = *defaults->algorithm.codistillation;
+  CHECK(d.loss.alpha == 1.0);
+  CHECK(d.loss.distance == optim::CodistillationSpec::Distance::kCrossEntropy);
+  CHECK(d.period == 1);
+  CHECK(d.burnIn == 0);
+  const auto given = parseScenario(
+      mlpScenario(codistilling(R"("alpha": 0.5, "distance": "kl", "period": 10, "burn_in": 100)"),
+                  R"(, "compression": {"kind": "fp16"})"),
+      "s.json", ".");
+  INFO(given.status().toString());
+  REQUIRE(given.isOk());
+  const optim::CodistillationConfig& g = *given->algorithm.codistillation;
+  CHECK(g.loss.alpha == 0.5);
+  CHECK(g.loss.distance == optim::CodistillationSpec::Distance::kKl);
+  CHECK(g.period == 10);
+  CHECK(g.burnIn == 100);
+  const auto plain =
+      parseScenario(mlpScenario(R"({"kind": "dsgd", "step_size": 0.1})"), "s.json", ".");
+  REQUIRE(plain.isOk());
+  CHECK_FALSE(plain->algorithm.codistillation.has_value());
+
+  const std::string co = R"("period": 4)";
+  CHECK_THAT(refusal(mlpScenario(codistilling(R"("period": 0)"))),
+             Contains("/algorithm/codistillation/period: must be between 1"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(R"("alpha": -1)"))),
+             Contains("/algorithm/codistillation/alpha"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(R"("distance": "mse")"))),
+             Contains("/algorithm/codistillation/distance"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(R"("tau": 3)"))),
+             Contains("/algorithm/codistillation"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(co, "", "choco"))),
+             Contains("s.json: /algorithm/codistillation: codistillation replaces dsgd's "
+                      "averaging"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(co, R"("combine": "adasum", )"))),
+             Contains("/algorithm/combine: codistillation never combines"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(co, R"("gamma": 0.5, )"))),
+             Contains("/algorithm/gamma: codistillation never averages models"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(co), "", R"({"kind": "full"})")),
+             Contains("/problem/estimator/batch: codistillation compares predictions on the "
+                      "node's minibatch"));
+  CHECK_THAT(refusal(with("\"kind\": \"exact_diffusion\", \"step_size\": 0.3",
+                          "\"kind\": \"dsgd\", \"step_size\": 0.3, \"codistillation\": {}")),
+             Contains("/problem/kind: codistillation compares a classifier's predictions"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(co), R"(, "compression": {"kind": "topk",
+                                     "ratio": 0.1, "error_feedback": true})")),
+             Contains("/compression/error_feedback: codistillation sends whole models"));
+  CHECK_THAT(refusal(mlpScenario(codistilling(co), R"(, "faults": {"on_peer_loss": "continue"})")),
+             Contains("/faults/on_peer_loss: codistillation does not restart"));
+}
+
+}  // namespace
+}  // namespace starling::runtime

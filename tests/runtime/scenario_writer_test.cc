@@ -105,6 +105,13 @@ void requireSameRun(const Scenario& a, const Scenario& b) {
   CHECK(x.timeVarying == y.timeVarying);
   CHECK(same(x.regularizer.l1, y.regularizer.l1));
   CHECK(same(x.regularizer.lower, y.regularizer.lower));
+  REQUIRE(x.codistillation.has_value() == y.codistillation.has_value());
+  if (x.codistillation) {
+    CHECK(same(x.codistillation->loss.alpha, y.codistillation->loss.alpha));
+    CHECK(x.codistillation->loss.distance == y.codistillation->loss.distance);
+    CHECK(x.codistillation->period == y.codistillation->period);
+    CHECK(x.codistillation->burnIn == y.codistillation->burnIn);
+  }
   // Compression.
   const auto& c = a.compression;
   const auto& d = b.compression;
@@ -335,6 +342,20 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
   for (const auto& text : canonical) {
     INFO(text);
     requireKeysKept(text, requireFixpoint(parse(text)));
+  }
+
+  // Codistillation (docs/algorithms.md §25) needs the mlp problem and minibatches.
+  const std::string mlp = R"({"kind": "mlp", "layers": [784, 16, 10], "partition": "iid",
+      "estimator": {"kind": "sgd", "batch": 8}, "data": {"dataset": "fashion-mnist"}})";
+  for (const std::string a : {
+           R"({"kind": "dsgd", "step_size": 0.1, "codistillation": {"alpha": 0.5, "distance": "kl", "period": 10, "burn_in": 30}})",
+           R"({"kind": "dsgd", "step_size": 0.1, "codistillation": {"alpha": 1.0, "distance": "cross_entropy", "period": 1, "burn_in": 0}, "local_optimizer": {"kind": "momentum", "weight_decay": 0.0, "momentum": 0.9, "nesterov": false}})",
+       }) {
+    const std::string text = scenario(ring, a, "", mlp);
+    INFO(text);
+    const std::string written = requireFixpoint(parse(text));
+    requireKeysKept(text, written);
+    CHECK_FALSE(json::parse(written)["algorithm"].contains("gamma"));
   }
 
   // Other spellings of the same thing come back in the writer's spelling.
