@@ -13,6 +13,8 @@
 #include <random>
 #include <map>
 #include <set>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -27,6 +29,7 @@
 #include <memory>
 
 #include "runtime/merge.h"
+#include "runtime/peer.h"
 #include "runtime/progress.h"
 #include "runtime/trainer_merge.h"
 
@@ -496,6 +499,31 @@ core::Result<std::vector<std::string>> prepareRun(const Scenario& s, const Launc
   return addresses;
 }
 
+// Asynchronous gossip's account from the peer logs (runtime/peer.cc writes "staleness_max" on
+// each round line): the largest staleness, and each peer's wall_s at its last round.
+AsyncReport asyncReport(const Scenario& s, const std::filesystem::path& outDir) {
+  AsyncReport report;
+  report.finishUnit = "s";
+  report.finish.assign(static_cast<size_t>(s.nodes), 0.0);
+  for (int rank = 0; rank < s.nodes; ++rank) {
+    std::ifstream in(peerLogPath(outDir, rank));
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned()) continue;
+      if (j.contains("staleness_max") && j["staleness_max"].is_number_unsigned()) {
+        report.maxStalenessSeen =
+            std::max(report.maxStalenessSeen, j["staleness_max"].get<uint64_t>());
+      }
+      if (j["round"].get<uint64_t>() == s.rounds && j.contains("wall_s") &&
+          j["wall_s"].is_number()) {
+        report.finish[static_cast<size_t>(rank)] = j["wall_s"].get<double>();
+      }
+    }
+  }
+  return report;
+}
+
 }  // namespace
 
 core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& opt) {
@@ -531,7 +559,10 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
                                merger.shortLogs());
   }
   LaunchResult result{*merger.last(), merger.xMean()};
-  STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run"));
+  std::optional<AsyncReport> async;
+  if (e.scenario.asynchronous.enabled) async = asyncReport(e.scenario, opt.outDir);
+  STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run",
+                                                async ? &*async : nullptr));
   return result;
 }
 

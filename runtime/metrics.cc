@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <limits>
@@ -230,7 +231,8 @@ core::Status MetricsLog::append(const RoundMetrics& m) {
 }
 
 core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& last,
-                                      std::span<const double> xMean, const std::string& mode) {
+                                      std::span<const double> xMean, const std::string& mode,
+                                      const AsyncReport* async) {
   json j{{"scenario", s.name},
          {"scenario_file", s.file},
          {"mode", mode},
@@ -247,6 +249,15 @@ core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& las
   const json final = j["final"];  // a copy: inserting into j would invalidate a reference
   for (const auto& [k, v] : final.items()) {
     if (k != "round") j[k] = v;
+  }
+  if (async) {
+    double last = 0;
+    for (double f : async->finish) last = std::max(last, f);
+    j["asynchronous"] = {{"max_staleness", s.asynchronous.maxStaleness},
+                         {"max_staleness_seen", async->maxStalenessSeen},
+                         {"finish_unit", async->finishUnit},
+                         {"finish", async->finish},
+                         {"finish_last", last}};
   }
   return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
 }

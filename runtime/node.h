@@ -88,6 +88,24 @@ class Node {
   // keeps about the lost nodes cannot be corrected locally), codec state included.
   void restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm);
 
+  // Asynchronous gossip (docs/algorithms.md §26): no round barrier. Each neighbour j keeps one
+  // receive outstanding, for its next round l_j + 1 while that is <= the round in flight; a
+  // message that comes becomes the newest held from j (l_j advances). Round r is complete once
+  // every neighbour has l_j >= max(r - maxStaleness, 0); finishRound mixes the newest message
+  // held from each (sorted by peer id as always) and keeps them for later rounds. Only the
+  // wait for a neighbour beyond the bound has the round's deadline: a receive that times out
+  // while its neighbour is within the bound is asked for again. For DSGD on a static graph,
+  // uncompressed or not, without peer loss (runtime/scenario_async.cc refuses the rest). Set
+  // before the first round. maxStaleness 0 mixes exactly the round's messages: synchronous.
+  void setAsynchronous(uint64_t maxStaleness);
+  bool asynchronous() const { return async_; }
+  // r - l_j of the round last finished, largest over the neighbours, and largest over all rounds
+  // so far (0 before any, and always 0 when synchronous).
+  uint64_t lastStaleness() const { return lastStaleness_; }
+  uint64_t maxStalenessSeen() const { return maxStalenessSeen_; }
+  // The round of the newest message held from `peer` (asynchronous mode), -1 before any.
+  int64_t newestRound(int peer) const;
+
   // Messages travel on `channel` (kModelChannel unless set): two nodes of one peer that share a
   // transport (the public Peer's step() and mix() states) keep theirs apart.
   void setChannel(uint32_t channel) { channel_ = channel; }
@@ -135,12 +153,28 @@ class Node {
     std::string mismatch;
     bool standIn = false;  // a lost neighbour: this node's own message stands in
     transport::Clock::time_point extendedUntil{};
+    // Asynchronous mode: the round of the newest message held (-1: none yet), and whether a
+    // receive (for round newest + 1) is outstanding.
+    int64_t newest = -1;
+    bool posted = false;
   };
 
   void postReceive(size_t slot);
   void postReceive(size_t slot, transport::Clock::time_point deadline);
   void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
   core::Result<std::span<const T>> decodeMessage(size_t slot, const transport::SharedBytes& bytes);
+  // Asynchronous mode: the oldest round each neighbour's newest message may be from this round,
+  // the receive of `slot`'s next message, and its completion.
+  int64_t neededRound() const;
+  void postAsyncReceive(size_t slot, transport::Clock::time_point deadline);
+  void onAsyncMessage(size_t slot, uint64_t round, const core::Status& st,
+                      transport::SharedBytes bytes);
+  void postNextAsyncReceive(size_t slot);
+  core::Status finishAsyncRound();
+  // Says in slot.mismatch when `bytes` is a whole frame of another size or element type.
+  void noteMismatch(Slot& slot, const transport::SharedBytes& bytes);
+  // The absorb shared by both modes, over messages_ (or the accumulator): checks the new model.
+  core::Status absorbMessages();
   // kDiverged unless every |values[k]| <= maxAbs (NaN never is).
   core::Status checkFinite(std::span<const T> values, const char* what, double maxAbs) const;
   // checkFinite(payload, "its message", inf) and the frame's CRC32C seal in one pass; with
@@ -196,6 +230,17 @@ class Node {
   std::vector<int> newlyLost_;
   std::map<int, std::string> lostWhy_;
   std::vector<int> losing_;
+
+  bool async_ = false;
+  uint64_t maxStaleness_ = 0;
+  uint64_t lastStaleness_ = 0;
+  uint64_t maxStalenessSeen_ = 0;
+  bool startedOnce_ = false;                // a round has started (async slots are built)
+  transport::Clock::duration receiveWait_{};  // a round's deadline minus its start
+  std::vector<T> spare_;  // async decodes land here first: a rejected frame never overwrites
+  // Expires with the node: async receives outlive rounds (and may outlive the node), and their
+  // callbacks do nothing once it is gone.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
 
 }  // namespace starling::runtime
