@@ -226,14 +226,13 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
       const int peer = slot.peer;
       bytesSent_ += message->size();
       ++sendsInFlight_;
+      // A failed send does not fail the round: without a barrier a neighbour that has finished
+      // its rounds may have left while this node still sends it its last ones, which it no
+      // longer needs. A neighbour that is really gone fails the round where its message is
+      // needed and does not come (the receive's deadline).
       transport_.send(peer, tag_, message,
-                      [this, peer, alive = std::weak_ptr<int>(alive_)](const core::Status& st) {
-                        if (alive.expired()) return;
-                        --sendsInFlight_;
-                        if (!st.isOk() && sendStatus_.isOk()) {
-                          sendStatus_ = st.withContext("send to rank " + std::to_string(peer));
-                          lostNeighbour_ = peer;
-                        }
+                      [this, alive = std::weak_ptr<int>(alive_)](const core::Status&) {
+                        if (!alive.expired()) --sendsInFlight_;
                       });
     }
     // Counted before any receive is posted: a message already in the transport may complete
@@ -334,9 +333,11 @@ int64_t Node<T>::neededRound() const {
 template <typename T>
 void Node<T>::postNextAsyncReceive(size_t s) {
   Slot& slot = slots_[s];
-  // Never a message from beyond the round in flight: round r mixes rounds <= r only, so that
-  // max_staleness 0 is exactly the synchronous round (and later ones wait in the transport).
-  if (slot.posted || !slot.status.isOk() || slot.newest + 1 > static_cast<int64_t>(tag_.round)) {
+  // With max_staleness 0 never a message from beyond the round in flight, so that round r mixes
+  // exactly the round-r messages, as the synchronous round does (later ones wait in the
+  // transport). Otherwise the newest that has come, also from a neighbour ahead of this node.
+  if (slot.posted || !slot.status.isOk() ||
+      (maxStaleness_ == 0 && slot.newest + 1 > static_cast<int64_t>(tag_.round))) {
     return;
   }
   const bool needed = inRound_ && slot.newest < neededRound();
@@ -425,10 +426,12 @@ core::Status Node<T>::finishAsyncRound() {
                             where + ": " + slot.mismatch + " (" + slot.status.message() + ")");
       }
       const core::Status st =
-          slot.status.isOk() ? core::internalError("the round completed without it") : slot.status;
+          slot.status.isOk() ? core::timeout("no message by the round's deadline") : slot.status;
       return st.withContext(where + ", message from rank " + std::to_string(slot.peer));
     }
-    stalest = std::max<uint64_t>(stalest, info_.round - static_cast<uint64_t>(slot.newest));
+    if (slot.newest < static_cast<int64_t>(info_.round)) {
+      stalest = std::max<uint64_t>(stalest, info_.round - static_cast<uint64_t>(slot.newest));
+    }
     messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, slot.values});
   }
   lastStaleness_ = stalest;

@@ -89,18 +89,20 @@ class Node {
   void restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm);
 
   // Asynchronous gossip (docs/algorithms.md §26): no round barrier. Each neighbour j keeps one
-  // receive outstanding, for its next round l_j + 1 while that is <= the round in flight; a
-  // message that comes becomes the newest held from j (l_j advances). Round r is complete once
-  // every neighbour has l_j >= max(r - maxStaleness, 0); finishRound mixes the newest message
-  // held from each (sorted by peer id as always) and keeps them for later rounds. Only the
-  // wait for a neighbour beyond the bound has the round's deadline: a receive that times out
-  // while its neighbour is within the bound is asked for again. For DSGD on a static graph,
-  // uncompressed or not, without peer loss (runtime/scenario_async.cc refuses the rest). Set
-  // before the first round. maxStaleness 0 mixes exactly the round's messages: synchronous.
+  // receive outstanding, for its next round l_j + 1; a message that comes becomes the newest
+  // held from j (l_j advances), whatever this node's own round. Round r is complete once every
+  // neighbour has l_j >= max(r - maxStaleness, 0); finishRound mixes the newest message held from
+  // each (sorted by peer id as always) and keeps them for later rounds. maxStaleness 0 is the
+  // synchronous round exactly: its receives stop at the round in flight (l_j <= r), so round r
+  // mixes the round-r messages and newer ones wait in the transport. Only the wait for a
+  // neighbour beyond the bound has the round's deadline: a receive that times out while its
+  // neighbour is within the bound is asked for again. A failed send does not fail a round (a
+  // neighbour that finished its rounds may have left). For DSGD on a static graph, uncompressed,
+  // without peer loss (runtime/scenario_async.cc refuses the rest). Set before the first round.
   void setAsynchronous(uint64_t maxStaleness);
   bool asynchronous() const { return async_; }
-  // r - l_j of the round last finished, largest over the neighbours, and largest over all rounds
-  // so far (0 before any, and always 0 when synchronous).
+  // max(r - l_j, 0) of the round last finished, largest over the neighbours, and largest over
+  // all rounds so far (0 before any, and always 0 when synchronous).
   uint64_t lastStaleness() const { return lastStaleness_; }
   uint64_t maxStalenessSeen() const { return maxStalenessSeen_; }
   // The round of the newest message held from `peer` (asynchronous mode), -1 before any.
@@ -119,7 +121,11 @@ class Node {
                           transport::Clock::time_point deadline);
   // True once every neighbour's message is in, or as soon as a send has failed (the round cannot
   // succeed then, and waiting for the receives' deadlines would only delay the error).
-  bool roundComplete() const { return pending_ == 0 || !sendStatus_.isOk(); }
+  // Asynchronous mode: also once the round's deadline has passed (a receive posted in an earlier
+  // round may have a later deadline of its own).
+  bool roundComplete() const {
+    return pending_ == 0 || !sendStatus_.isOk() || (async_ && transport::Clock::now() >= deadline_);
+  }
   core::Status finishRound();
 
   int rank() const { return rank_; }

@@ -4,6 +4,7 @@
 // their rounds sooner, no peer mixes a message more than s rounds old, and the average model is
 // as accurate.
 #include <catch2/catch.hpp>
+#include <cstdio>
 
 #include "process_helpers.h"
 
@@ -14,7 +15,7 @@ namespace {
 const std::string kLauncher = NODE_LAUNCHER;
 constexpr int kRounds = 60;
 constexpr int kStaleness = 15;
-constexpr double kComputeMs = 20;  // a speed-1 round sleeps 20 ms, rank 3's 80 ms
+constexpr double kComputeMs = 30;  // a speed-1 round sleeps 30 ms, rank 3's 120 ms
 
 std::string scenario(const std::string& name, int staleness) {
   return R"({"schema_version": 1, "name": ")" + name + R"(", "nodes": 4, "seed": 3, "rounds": )" +
@@ -50,12 +51,19 @@ TEST_CASE("real peers: with one peer 4x slower, asynchronous gossip lets the oth
   const auto& af = async["asynchronous"]["finish"];
   REQUIRE(sf.size() == 4);
   REQUIRE(af.size() == 4);
+  std::printf("4 peers, rank 3 4x slower, %d rounds: finish (s) synchronous %s, asynchronous "
+              "(s = %d) %s; rel_error %.6g vs %.6g; max staleness %s\n",
+              kRounds, sf.dump().c_str(), kStaleness, af.dump().c_str(),
+              sync["rel_error"].get<double>(), async["rel_error"].get<double>(),
+              async["asynchronous"]["max_staleness_seen"].dump().c_str());
   INFO("finish (s): synchronous " << sf.dump() << ", asynchronous " << af.dump());
-  // Synchronous: rank 3 sleeps 60 x 80 ms = 4.8 s and paces everyone. With s = 15 its neighbours
-  // (ranks 0 and 2) end when it has done 45 rounds (3.6 s of sleep), rank 1 when it has done 30
-  // (2.4 s; rank 1's own 60 x 20 ms is 1.2 s). Start-up, connection and compute times add the
-  // same to both runs; the margin asked for (15% of the synchronous time, 0.7 s) is half of the
-  // smallest sleep saved (1.2 s), so a loaded machine that stretches every round alike keeps it.
+  // Synchronous: rank 3 sleeps 60 x 120 ms = 7.2 s and paces everyone. With s = 15 its
+  // neighbours (ranks 0 and 2) end when it has done 45 rounds (5.4 s of its sleep), rank 1 when it
+  // has done 30 (3.6 s; rank 1's own 60 x 30 ms is 1.8 s). Measured (20 ms rounds, 2/3 of these
+  // times): synchronous 4.80-4.88 s for every peer, asynchronous 3.66, 2.38, 3.64 and 4.85 s.
+  // Start-up, connection and compute add about the same time d to both runs; the fast peers'
+  // ratio (5.4 + d) / (7.2 + d) stays below the 0.85 asked for while d < 4 s, and a loaded
+  // machine that stretches every round alike keeps the ratio.
   double syncFastMin = 1e9, asyncFastMax = 0;
   for (int r = 0; r < 3; ++r) {
     syncFastMin = std::min(syncFastMin, sf[r].get<double>());
@@ -76,13 +84,15 @@ TEST_CASE("real peers: with one peer 4x slower, asynchronous gossip lets the oth
     }
   }
   // The average model: the synchronous run's is the same at every try (s = 0 mixes exactly each
-  // round's messages); the asynchronous one's depends on timing. DSGD with a constant step ends
-  // in a neighbourhood of x* set by the step and the heterogeneity, which delayed messages move
-  // by O(eta s) (§26). In `simulate` the same scenario with these speeds has rel_error ... (sync)
-  // and ... (s = 15); the tolerance is 1.5x the synchronous error.
+  // round's messages: rel_error 0.0129964, as `simulate` has it); the asynchronous one's depends
+  // on timing. Both head for the same fixed point (§26: at rest a stale message equals the
+  // current one). The peer furthest ahead ends when the slow one has done 30 rounds, having mixed
+  // models from rounds 30 to 60; the synchronous run is within 3.5% of the fixed point from round
+  // 30 on (0.01345) and within 0.4% from round 40. Measured: 0.01304 (`simulate`: 0.01303); 10%
+  // is 3x the worst gap that reasoning allows.
   const double syncErr = sync["rel_error"].get<double>();
   const double asyncErr = async["rel_error"].get<double>();
   INFO("rel_error synchronous " << syncErr << ", asynchronous " << asyncErr);
-  CHECK(asyncErr <= 1.5 * syncErr);
+  CHECK(asyncErr <= 1.1 * syncErr);
   fs::remove_all(dir);
 }

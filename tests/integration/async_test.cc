@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "run_helpers.h"
@@ -87,14 +91,15 @@ TEST_CASE("one node 4x slower: with staleness the others finish sooner in virtua
   }
   CHECK(async.maxStalenessSeen <= static_cast<uint64_t>(kS));
   CHECK(async.maxStalenessSeen >= 1);  // the bound was used
-  // The average model: DSGD with a constant step stops in a neighbourhood of x* set by the step
-  // and the heterogeneity; delayed messages move that fixed point by O(eta s) (§26). Measured:
-  // rel_error 0.0124 synchronous and 0.0128 with s = 10; the objective differs by far less. The
-  // tolerance (10% of the synchronous error, and 1e-3 of the objective) is 3x what was measured.
+  // The average model. DSGD with a constant step stops at a fixed point near x* set by the step
+  // and the heterogeneity (rel_error 0.024 here). A fixed point of the delayed iteration is one of
+  // the synchronous one (at rest, a stale message equals the current one, §26), and by round 300
+  // both have long reached it (from round ~125 on, measured: rel_error equal to 1e-11): what
+  // differs is the way there, not where it ends.
   INFO("rel_error sync " << paced.last.relError << ", async " << async.last.relError);
-  CHECK(async.last.relError <= 1.1 * paced.last.relError);
-  CHECK(async.last.objective <= paced.last.objective * (1 + 1e-3));
-  CHECK(async.last.consensusDistance < 1e-3);
+  CHECK(async.last.relError == Approx(paced.last.relError).epsilon(1e-6));
+  CHECK(async.last.objective == Approx(paced.last.objective).epsilon(1e-6));
+  CHECK(async.last.consensusDistance == Approx(paced.last.consensusDistance).epsilon(1e-6));
 }
 
 TEST_CASE("asynchronous simulation is deterministic: two runs write the same files",
@@ -158,7 +163,9 @@ TEST_CASE("Fashion-MNIST MLP, 8 peers: asynchronous DSGD trains and stays determ
   CHECK(a1.models == a2.models);
   CHECK(a1.last.testAccuracy == a2.last.testAccuracy);
   CHECK(a1.maxStalenessSeen <= 4);
-  // It trains (10 classes: chance is 0.1) and stays near the synchronous run; measured below.
+  // It trains (10 classes: chance is 0.1) and stays near the synchronous run. Measured (seeds
+  // 1, 2, 3): synchronous 0.764, 0.774, 0.765; asynchronous 0.781, 0.776, 0.763. On 1,000 test
+  // images one accuracy has a standard error of about 0.013; 0.03 is over 2 of them.
   CHECK(a1.last.testAccuracy >= 0.6);
   CHECK(a1.last.testAccuracy >= sync.last.testAccuracy - 0.03);
 }

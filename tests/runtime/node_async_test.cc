@@ -98,8 +98,8 @@ struct AsyncCluster {
   std::vector<std::unique_ptr<Node<double>>> nodes;
 };
 
-TEST_CASE("an asynchronous node mixes each neighbour's newest message of rounds <= its own and "
-          "waits only beyond the staleness bound", "[runtime][unit]") {
+TEST_CASE("an asynchronous node mixes each neighbour's newest message and waits only beyond the "
+          "staleness bound", "[runtime][unit]") {
   // A ring of 3 (everyone neighbours everyone), s = 2. Node 2 stalls after round 0.
   std::vector<FakeAlgorithm*> fakes;
   AsyncCluster c(3, 2, [&](int r) {
@@ -136,7 +136,7 @@ TEST_CASE("an asynchronous node mixes each neighbour's newest message of rounds 
   c.drain();
   CHECK_FALSE(c.nodes[0]->roundComplete());
   CHECK_FALSE(c.nodes[1]->roundComplete());
-  // Node 2's round 1 mixes the others' round-1 messages, not their newer ones (rounds <= 1).
+  // Node 2's round 1 mixes the newest the others sent (round 3): they are ahead, not stale.
   c.start(2, 1, *topo);
   c.drain();
   c.finish(2);
@@ -161,7 +161,8 @@ TEST_CASE("an asynchronous node mixes each neighbour's newest message of rounds 
     CHECK(fakes[0]->absorbed[r].values == node0[r]);
   }
   REQUIRE(fakes[2]->absorbed.size() == 2);
-  CHECK(fakes[2]->absorbed[1].values == std::vector<double>{sentValue(0, 1), sentValue(1, 1)});
+  CHECK(fakes[2]->absorbed[1].values == std::vector<double>{sentValue(0, 3), sentValue(1, 3)});
+  CHECK(c.nodes[2]->newestRound(0) == 3);
 }
 
 TEST_CASE("max_staleness 0 mixes exactly each round's messages, as the synchronous round",
@@ -241,11 +242,13 @@ TEST_CASE("asynchronous DSGD mixes stale models as a hand computation does", "[r
   CHECK_FALSE(cl.nodes[0]->roundComplete());
   cl.start(2, 1, *topo, 0.5);
   cl.drain();
-  // Node 2's round 1 mixes the round-1 messages: x_2^2 = (3 + 4.5 + 6) / 3 = 4.5.
+  // Node 2's round 1 mixes the newest it holds: psi_0^2 = 4 - 0.5 (4 - 3) = 3.5 (node 0 is a
+  // round ahead) and psi_1^1 = 4.5: x_2^2 = (6 + 3.5 + 4.5) / 3 = 14 / 3.
   cl.finish(2);
-  CHECK(cl.nodes[2]->model()[0] == Approx(4.5).epsilon(1e-14));
-  // Node 0's round 2: psi_0^2 = 4 - 0.5 (4 - 3) = 3.5, node 1's newest is psi_1^1 = 4.5 (node 1
-  // has not started round 2), node 2's is psi_2^1 = 6: x_0^3 = (3.5 + 4.5 + 6) / 3 = 14 / 3.
+  CHECK(cl.nodes[2]->model()[0] == Approx(14.0 / 3.0).epsilon(1e-14));
+  CHECK(cl.nodes[2]->lastStaleness() == 0);
+  // Node 0's round 2: psi_0^2 = 3.5, node 1's newest is psi_1^1 = 4.5 (node 1 has not started
+  // round 2), node 2's is psi_2^1 = 6: x_0^3 = (3.5 + 4.5 + 6) / 3 = 14 / 3.
   cl.finish(0);
   CHECK(cl.nodes[0]->model()[0] == Approx(14.0 / 3.0).epsilon(1e-14));
   CHECK(cl.nodes[0]->maxStalenessSeen() == 1);
