@@ -221,7 +221,11 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
     sendStatus_ = core::Status::ok();
     tag_ = transport::Tag{round, channel_};
     deadline_ = deadline;
-    receiveWait_ = std::max(transport::Clock::duration::zero(), deadline - transport::Clock::now());
+    // How long a receive for a neighbour within the bound waits before it is asked for again; at
+    // least 100 ms, so that a deadline already past cannot make a timeout and its new receive
+    // chase each other inside one progress() call.
+    receiveWait_ = std::max<transport::Clock::duration>(std::chrono::milliseconds(100),
+                                                        deadline - transport::Clock::now());
     for (const Slot& slot : slots_) {
       const int peer = slot.peer;
       bytesSent_ += message->size();

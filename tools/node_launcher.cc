@@ -13,6 +13,7 @@
 //
 // Exit status: 0 success, 2 bad scenario or usage, 1 a run that failed.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <limits>
@@ -563,6 +564,15 @@ int launcherMain(int argc, char** argv) {
   auto result = runtime::simulate(*e, opt);
   if (!result) return runFailed(result.status());
   printResult(*e, result->last, opt.outDir, "simulated nodes");
+  if (e->scenario.asynchronous.enabled && !result->asyncFinish.empty()) {
+    const auto [first, last] =
+        std::minmax_element(result->asyncFinish.begin(), result->asyncFinish.end());
+    std::printf("  asynchronous: staleness mixed at most %llu (bound %llu); nodes finished at "
+                "virtual time %.6g to %.6g\n",
+                static_cast<unsigned long long>(result->maxStalenessSeen),
+                static_cast<unsigned long long>(e->scenario.asynchronous.maxStaleness), *first,
+                *last);
+  }
   return 0;
 }
 
