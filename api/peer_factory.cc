@@ -56,7 +56,8 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
   STARLING_RETURN_IF_ERROR(checkLayoutSizes(options.layout));
   if (s.asynchronous.enabled) {
     // The trainer's step() and mix() are synchronous rounds (docs/algorithms.md §26).
-    return core::invalidArgument(s.file + ": /algorithm/asynchronous: a trainer's starling::Peer "
+    return core::invalidArgument(s.file +
+                                 ": /algorithm/asynchronous: a trainer's starling::Peer "
                                  "runs synchronous rounds; asynchronous gossip is for "
                                  "node-launcher simulate and run");
   }

@@ -9,24 +9,23 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <random>
-#include <map>
-#include <set>
-#include <nlohmann/json.hpp>
-#include <optional>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <set>
 
 #include "runtime/merge.h"
 #include "runtime/peer.h"

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "core/rng.h"
 #include "optim/algorithm.h"
 #include "optim/mlp.h"
-#include "core/rng.h"
 #include "runtime/scenario_writer.h"
 #include "topology/spec.h"
 

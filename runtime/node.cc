@@ -375,9 +375,9 @@ void Node<T>::onAsyncMessage(size_t s, uint64_t round, const core::Status& st,
       valid = accumulator_->check(*bytes);
     } else {
       // Decoded into spare_ first: a rejected frame must not overwrite the newest message held.
-      auto decoded = codec_->decodeView(*bytes, messageSize_, spare_,
-                                        bytes.intact() ? compression::Checksum::kSkip
-                                                       : compression::Checksum::kVerify);
+      auto decoded = codec_->decodeView(
+          *bytes, messageSize_, spare_,
+          bytes.intact() ? compression::Checksum::kSkip : compression::Checksum::kVerify);
       if (decoded) {
         values = *decoded;
         if (!spare_.empty() && values.data() == spare_.data()) spare_.swap(scratch_[s]);
@@ -420,11 +420,10 @@ core::Status Node<T>::finishAsyncRound() {
   for (const Slot& slot : slots_) {
     if (slot.newest < need) {
       lostNeighbour_ = slot.peer;
-      const std::string where = "round " + std::to_string(info_.round) + " (asynchronous, " +
-                                "needs round " + std::to_string(need) + " or later; has " +
-                                (slot.newest < 0 ? std::string("none")
-                                                 : "round " + std::to_string(slot.newest)) +
-                                ")";
+      const std::string where =
+          "round " + std::to_string(info_.round) + " (asynchronous, " + "needs round " +
+          std::to_string(need) + " or later; has " +
+          (slot.newest < 0 ? std::string("none") : "round " + std::to_string(slot.newest)) + ")";
       if (!slot.mismatch.empty()) {
         return core::Status(slot.status.code(),
                             where + ": " + slot.mismatch + " (" + slot.status.message() + ")");
@@ -474,14 +473,13 @@ void Node<T>::noteMismatch(Slot& slot, const transport::SharedBytes& bytes) {
   if (auto view = compression::parseFrame(*bytes);
       view && (view->elementCount != messageSize_ ||
                (inPlace_ && view->elementType != compression::elementTypeOf<T>()))) {
-    slot.mismatch = "rank " + std::to_string(slot.peer) + " sent " +
-                    std::to_string(view->elementCount) + " values" +
-                    (view->elementType == compression::ElementType::kFloat32 ? " (float32)"
-                                                                             : " (float64)") +
-                    " where rank " + std::to_string(rank_) + " expects " +
-                    std::to_string(messageSize_) +
-                    (std::is_same_v<T, float> ? " (float32)" : " (float64)") +
-                    ": the peers' models differ in size or type";
+    slot.mismatch =
+        "rank " + std::to_string(slot.peer) + " sent " + std::to_string(view->elementCount) +
+        " values" +
+        (view->elementType == compression::ElementType::kFloat32 ? " (float32)" : " (float64)") +
+        " where rank " + std::to_string(rank_) + " expects " + std::to_string(messageSize_) +
+        (std::is_same_v<T, float> ? " (float32)" : " (float64)") +
+        ": the peers' models differ in size or type";
   }
 }
 

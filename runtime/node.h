@@ -241,7 +241,7 @@ class Node {
   uint64_t maxStaleness_ = 0;
   uint64_t lastStaleness_ = 0;
   uint64_t maxStalenessSeen_ = 0;
-  bool startedOnce_ = false;                // a round has started (async slots are built)
+  bool startedOnce_ = false;                  // a round has started (async slots are built)
   transport::Clock::duration receiveWait_{};  // a round's deadline minus its start
   std::vector<T> spare_;  // async decodes land here first: a rejected frame never overwrites
   // Expires with the node: async receives outlive rounds (and may outlive the node), and their

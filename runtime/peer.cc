@@ -249,16 +249,16 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     if (s.asynchronous.enabled && s.asynchronous.computeMs > 0) {
       // A peer of relative speed v computes compute_ms / v longer per round (§26), here before
       // its message is sent; the transport keeps taking in the neighbours' messages meanwhile.
-      const auto until =
-          transport::Clock::now() +
-          std::chrono::duration_cast<transport::Clock::duration>(std::chrono::duration<double, std::milli>(
-              s.asynchronous.computeMs / s.asynchronous.speeds[opt.rank]));
+      const auto until = transport::Clock::now() +
+                         std::chrono::duration_cast<transport::Clock::duration>(
+                             std::chrono::duration<double, std::milli>(
+                                 s.asynchronous.computeMs / s.asynchronous.speeds[opt.rank]));
       while (transport::Clock::now() < until) {
         if (opt.stop && opt.stop->load()) {
           return engine.fail(core::cancelled("stopped by a signal"), nullptr);
         }
-        auto ran = net.progress(std::min(until, transport::Clock::now() +
-                                                    std::chrono::milliseconds(200)));
+        auto ran =
+            net.progress(std::min(until, transport::Clock::now() + std::chrono::milliseconds(200)));
         if (!ran) return engine.fail(ran.status(), &node);
       }
     }

@@ -16,10 +16,10 @@ void parseAsynchronous(Obj& alg, Scenario& s) {
   if (const json* v = o.get("speeds")) {
     const std::string at = o.at("speeds");
     if (!v->is_array() || v->size() != static_cast<size_t>(s.nodes)) {
-      throw ScenarioError{at, "expected an array of " + std::to_string(s.nodes) +
-                                  " positive numbers (one relative speed per node), got " +
-                                  (v->is_array() ? std::to_string(v->size()) + " values"
-                                                 : typeName(*v))};
+      throw ScenarioError{
+          at, "expected an array of " + std::to_string(s.nodes) +
+                  " positive numbers (one relative speed per node), got " +
+                  (v->is_array() ? std::to_string(v->size()) + " values" : typeName(*v))};
     }
     for (size_t i = 0; i < v->size(); ++i) {
       const json& x = (*v)[i];
@@ -52,17 +52,20 @@ void checkAsynchronous(const Scenario& s) {
   if (s.topology.schedule.kind != topology::ScheduleKind::kStatic) {
     throw ScenarioError{"/topology/schedule/kind",
                         "needs a static topology: a neighbour's newest message may be from a "
-                        "round whose graph differs" + why};
+                        "round whose graph differs" +
+                            why};
   }
   if (s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
     throw ScenarioError{"/compression/kind",
                         "sends uncompressed models: codec frames are summed or decoded per round"
-                        " (Count-Sketch's shared hashes, error feedback's reference)" + why};
+                        " (Count-Sketch's shared hashes, error feedback's reference)" +
+                            why};
   }
   if (s.faults.onPeerLoss == OnPeerLoss::kContinue) {
     throw ScenarioError{"/faults/on_peer_loss",
                         "\"continue\" agrees on membership changes at a common round, which "
-                        "peers without a barrier do not share; use \"stop\"" + why};
+                        "peers without a barrier do not share; use \"stop\"" +
+                            why};
   }
   if (!s.faults.script.empty()) {
     throw ScenarioError{"/faults/script", "fault scripts are not supported yet" + why};
@@ -70,12 +73,14 @@ void checkAsynchronous(const Scenario& s) {
   if (s.checkpoint.every > 0) {
     throw ScenarioError{"/checkpoint",
                         "a checkpoint would also have to hold the neighbours' newest messages; "
-                        "not supported yet" + why};
+                        "not supported yet" +
+                            why};
   }
   if (!s.hasProblem) {
     throw ScenarioError{"/algorithm/asynchronous",
                         "only the scenario's own problem (node-launcher simulate/run); a "
-                        "trainer's starling::Peer runs synchronous rounds" + why};
+                        "trainer's starling::Peer runs synchronous rounds" +
+                            why};
   }
 }
 

@@ -1,15 +1,14 @@
 #include "runtime/simulator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <limits>
 #include <map>
 
 #include "runtime/fault_injection.h"
 #include "runtime/line_file.h"
 #include "runtime/membership.h"
-
 #include "runtime/node_stack.h"
 #include "runtime/progress.h"
 #include "runtime/transport/inproc/inproc_transport.h"

@@ -16,11 +16,11 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
-#include <limits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -567,11 +567,11 @@ int launcherMain(int argc, char** argv) {
   if (e->scenario.asynchronous.enabled && !result->asyncFinish.empty()) {
     const auto [first, last] =
         std::minmax_element(result->asyncFinish.begin(), result->asyncFinish.end());
-    std::printf("  asynchronous: staleness mixed at most %llu (bound %llu); nodes finished at "
-                "virtual time %.6g to %.6g\n",
-                static_cast<unsigned long long>(result->maxStalenessSeen),
-                static_cast<unsigned long long>(e->scenario.asynchronous.maxStaleness), *first,
-                *last);
+    std::printf(
+        "  asynchronous: staleness mixed at most %llu (bound %llu); nodes finished at "
+        "virtual time %.6g to %.6g\n",
+        static_cast<unsigned long long>(result->maxStalenessSeen),
+        static_cast<unsigned long long>(e->scenario.asynchronous.maxStaleness), *first, *last);
   }
   return 0;
 }

@@ -32,8 +32,8 @@ nlohmann::json runScenario(const fs::path& dir, const std::string& name, int sta
   const auto file = dir / (name + ".json");
   writeFile(file, scenario(name, staleness));
   const auto out = dir / name;
-  const auto run = runLauncher({kLauncher, "run", file.string(), "--out", out.string()},
-                               dir / (name + ".log"));
+  const auto run =
+      runLauncher({kLauncher, "run", file.string(), "--out", out.string()}, dir / (name + ".log"));
   INFO(run.output);
   REQUIRE(run.exit == 0);
   return nlohmann::json::parse(readFile(out / "summary.json"));
@@ -41,9 +41,10 @@ nlohmann::json runScenario(const fs::path& dir, const std::string& name, int sta
 
 }  // namespace
 
-TEST_CASE("real peers: with one peer 4x slower, asynchronous gossip lets the others finish "
-          "sooner than synchronous, within the staleness bound, as accurately",
-          "[integration][async]") {
+TEST_CASE(
+    "real peers: with one peer 4x slower, asynchronous gossip lets the others finish "
+    "sooner than synchronous, within the staleness bound, as accurately",
+    "[integration][async]") {
   const auto dir = tempDir("async-peers");
   const auto sync = runScenario(dir, "sync", 0);
   const auto async = runScenario(dir, "async", kStaleness);
@@ -51,11 +52,11 @@ TEST_CASE("real peers: with one peer 4x slower, asynchronous gossip lets the oth
   const auto& af = async["asynchronous"]["finish"];
   REQUIRE(sf.size() == 4);
   REQUIRE(af.size() == 4);
-  std::printf("4 peers, rank 3 4x slower, %d rounds: finish (s) synchronous %s, asynchronous "
-              "(s = %d) %s; rel_error %.6g vs %.6g; max staleness %s\n",
-              kRounds, sf.dump().c_str(), kStaleness, af.dump().c_str(),
-              sync["rel_error"].get<double>(), async["rel_error"].get<double>(),
-              async["asynchronous"]["max_staleness_seen"].dump().c_str());
+  std::printf(
+      "4 peers, rank 3 4x slower, %d rounds: finish (s) synchronous %s, asynchronous "
+      "(s = %d) %s; rel_error %.6g vs %.6g; max staleness %s\n",
+      kRounds, sf.dump().c_str(), kStaleness, af.dump().c_str(), sync["rel_error"].get<double>(),
+      async["rel_error"].get<double>(), async["asynchronous"]["max_staleness_seen"].dump().c_str());
   INFO("finish (s): synchronous " << sf.dump() << ", asynchronous " << af.dump());
   // Synchronous: rank 3 sleeps 60 x 120 ms = 7.2 s and paces everyone. With s = 15 its
   // neighbours (ranks 0 and 2) end when it has done 45 rounds (5.4 s of its sleep), rank 1 when it
@@ -77,7 +78,8 @@ TEST_CASE("real peers: with one peer 4x slower, asynchronous gossip lets the oth
   CHECK(seen >= 1);
   // Every peer log's round lines say the same of each round.
   for (int r = 0; r < 4; ++r) {
-    std::istringstream in(readFile(dir / "async" / "peers" / ("rank-" + std::to_string(r) + ".jsonl")));
+    std::istringstream in(
+        readFile(dir / "async" / "peers" / ("rank-" + std::to_string(r) + ".jsonl")));
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line);
       if (j.contains("staleness")) CHECK(j["staleness"].get<uint64_t>() <= kStaleness);

@@ -27,7 +27,8 @@ std::string ring8(const std::string& async, uint64_t rounds = 300, double step =
          std::to_string(rounds) + R"(, "log_every": 50, "topology": {"kind": "ring"},
     "problem": {"kind": "least_squares", "l2": 0.05,
                 "data": {"synthetic": {"samples": 800, "features": 10, "heterogeneity": 1.0}}},
-    "algorithm": {"kind": "dsgd", "step_size": )" + std::to_string(step) + async + "}}";
+    "algorithm": {"kind": "dsgd", "step_size": )" +
+         std::to_string(step) + async + "}}";
 }
 
 const std::string kSlow = R"("speeds": [1, 1, 1, 0.25, 1, 1, 1, 1])";
@@ -61,14 +62,16 @@ TEST_CASE("asynchronous gossip with max_staleness 0 is the synchronous run, bit 
   CHECK(async.models == sync.models);
   CHECK(async.maxStalenessSeen == 0);
   // Equal speeds: every round's messages are all sent before anyone finishes it, whatever s.
-  const auto equal = run(experimentFrom(ring8(asyncKey(5, R"("speeds": [2, 2, 2, 2, 2, 2, 2, 2])"))));
+  const auto equal =
+      run(experimentFrom(ring8(asyncKey(5, R"("speeds": [2, 2, 2, 2, 2, 2, 2, 2])"))));
   CHECK(equal.models == sync.models);
   CHECK(equal.asyncFinish == std::vector<double>(8, 150.0));  // 300 rounds of 1/2 unit
 }
 
-TEST_CASE("one node 4x slower: with staleness the others finish sooner in virtual time, the "
-          "staleness stays within s, and the average model is as accurate",
-          "[integration][async]") {
+TEST_CASE(
+    "one node 4x slower: with staleness the others finish sooner in virtual time, the "
+    "staleness stays within s, and the average model is as accurate",
+    "[integration][async]") {
   constexpr uint64_t kRounds = 300;
   constexpr int kS = 10;
   const auto paced = run(experimentFrom(ring8(asyncKey(0), kRounds)));
@@ -104,8 +107,8 @@ TEST_CASE("one node 4x slower: with staleness the others finish sooner in virtua
 
 TEST_CASE("asynchronous simulation is deterministic: two runs write the same files",
           "[integration][async]") {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("starling-async-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("starling-async-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const auto e = experimentFrom(ring8(asyncKey(3), 120));
   runtime::SimulateOptions a, b;
@@ -150,16 +153,18 @@ TEST_CASE("Fashion-MNIST MLP, 8 peers: asynchronous DSGD trains and stays determ
                   "estimator": {"kind": "sgd", "batch": 16},
                   "data": {"dataset": "fashion-mnist", "train_samples": 8000,
                            "test_samples": 1000}},
-      "algorithm": {"kind": "dsgd", "step_size": 0.2)" + async + "}}";
+      "algorithm": {"kind": "dsgd", "step_size": 0.2)" +
+           async + "}}";
   };
   const auto sync = run(experimentFrom(scenario("")));
   const auto e = experimentFrom(scenario(asyncKey(4)));
   const auto a1 = run(e);
   const auto a2 = run(e);
-  std::printf("fashion-mnist [784, 16, 10], 8 peers, 200 rounds: synchronous %.4f, asynchronous "
-              "s = 4 with rank 3 4x slower %.4f (max staleness %llu)\n",
-              sync.last.testAccuracy, a1.last.testAccuracy,
-              static_cast<unsigned long long>(a1.maxStalenessSeen));
+  std::printf(
+      "fashion-mnist [784, 16, 10], 8 peers, 200 rounds: synchronous %.4f, asynchronous "
+      "s = 4 with rank 3 4x slower %.4f (max staleness %llu)\n",
+      sync.last.testAccuracy, a1.last.testAccuracy,
+      static_cast<unsigned long long>(a1.maxStalenessSeen));
   CHECK(a1.models == a2.models);
   CHECK(a1.last.testAccuracy == a2.last.testAccuracy);
   CHECK(a1.maxStalenessSeen <= 4);
@@ -187,8 +192,7 @@ TEST_CASE("the asynchronous keys round-trip through the writer and leave other h
   CHECK(d.asynchronous.computeMs == 0.0);
   CHECK(runtime::scenarioHash(d) != runtime::scenarioHash(parsed(ring8(""))));
   // A synchronous scenario's resolved form has no trace of the key (its hash is unchanged).
-  CHECK(runtime::resolvedScenarioJson(parsed(ring8(""))).find("asynchronous") ==
-        std::string::npos);
+  CHECK(runtime::resolvedScenarioJson(parsed(ring8(""))).find("asynchronous") == std::string::npos);
 }
 
 TEST_CASE("asynchronous gossip refuses what it cannot run, naming the JSON path",
@@ -199,17 +203,18 @@ TEST_CASE("asynchronous gossip refuses what it cannot run, naming the JSON path"
                   const std::string& topology = R"({"kind": "ring"})") {
     return R"({"schema_version": 1, "nodes": 4, "rounds": 10, "topology": )" + topology +
            R"(, "problem": {"kind": "least_squares",
-           "data": {"synthetic": {"samples": 40, "features": 3}}}, "algorithm": )" + algorithm +
-           extra + "}";
+           "data": {"synthetic": {"samples": 40, "features": 3}}}, "algorithm": )" +
+           algorithm + extra + "}";
   };
   CHECK_THAT(parseError(with(R"({"kind": "exact_diffusion", "step_size": 0.1, )" + key + "}")),
              Contains("/algorithm/asynchronous") && Contains("dsgd"));
-  CHECK_THAT(parseError(with(R"({"kind": "dsgd", "step_size": 0.1, "combine": "adasum", )" + key +
-                             "}")),
-             Contains("/algorithm/combine"));
-  CHECK_THAT(parseError(with(R"({"kind": "dsgd", "step_size": 0.1, )" + key + "}", "",
-                             R"({"kind": "ring", "schedule": {"kind": "edge_dropout", "p": 0.2}})")),
-             Contains("/topology/schedule/kind"));
+  CHECK_THAT(
+      parseError(with(R"({"kind": "dsgd", "step_size": 0.1, "combine": "adasum", )" + key + "}")),
+      Contains("/algorithm/combine"));
+  CHECK_THAT(
+      parseError(with(R"({"kind": "dsgd", "step_size": 0.1, )" + key + "}", "",
+                      R"({"kind": "ring", "schedule": {"kind": "edge_dropout", "p": 0.2}})")),
+      Contains("/topology/schedule/kind"));
   CHECK_THAT(parseError(with(R"({"kind": "dsgd", "step_size": 0.1, )" + key + "}",
                              R"(, "compression": {"kind": "topk", "ratio": 0.5,
                                  "error_feedback": true})")),
@@ -239,5 +244,6 @@ TEST_CASE("asynchronous gossip refuses what it cannot run, naming the JSON path"
              Contains("/algorithm/asynchronous/lag"));
   // DSGD with a local optimizer is fine.
   parsed(with(R"({"kind": "dsgd", "step_size": 0.1, "local_optimizer": {"kind": "momentum",
-              "momentum": 0.9}, )" + key + "}"));
+              "momentum": 0.9}, )" +
+              key + "}"));
 }

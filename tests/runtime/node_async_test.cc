@@ -98,8 +98,10 @@ struct AsyncCluster {
   std::vector<std::unique_ptr<Node<double>>> nodes;
 };
 
-TEST_CASE("an asynchronous node mixes each neighbour's newest message and waits only beyond the "
-          "staleness bound", "[runtime][unit]") {
+TEST_CASE(
+    "an asynchronous node mixes each neighbour's newest message and waits only beyond the "
+    "staleness bound",
+    "[runtime][unit]") {
   // A ring of 3 (everyone neighbours everyone), s = 2. Node 2 stalls after round 0.
   std::vector<FakeAlgorithm*> fakes;
   AsyncCluster c(3, 2, [&](int r) {
@@ -192,7 +194,8 @@ TEST_CASE("max_staleness 0 mixes exactly each round's messages, as the synchrono
   for (int i = 0; i < 4; ++i) {
     CHECK(c.nodes[i]->maxStalenessSeen() == 0);
     for (const Absorbed& a : fakes[i]->absorbed) {
-      for (size_t k = 0; k < a.peers.size(); ++k) CHECK(a.values[k] == sentValue(a.peers[k], a.round));
+      for (size_t k = 0; k < a.peers.size(); ++k)
+        CHECK(a.values[k] == sentValue(a.peers[k], a.round));
     }
   }
 }
