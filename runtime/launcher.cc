@@ -498,31 +498,6 @@ core::Result<std::vector<std::string>> prepareRun(const Scenario& s, const Launc
   return addresses;
 }
 
-// Asynchronous gossip's account from the peer logs (runtime/peer.cc writes "staleness_max" on
-// each round line): the largest staleness, and each peer's wall_s at its last round.
-AsyncReport asyncReport(const Scenario& s, const std::filesystem::path& outDir) {
-  AsyncReport report;
-  report.finishUnit = "s";
-  report.finish.assign(static_cast<size_t>(s.nodes), 0.0);
-  for (int rank = 0; rank < s.nodes; ++rank) {
-    std::ifstream in(peerLogPath(outDir, rank));
-    std::string line;
-    while (std::getline(in, line)) {
-      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned()) continue;
-      if (j.contains("staleness_max") && j["staleness_max"].is_number_unsigned()) {
-        report.maxStalenessSeen =
-            std::max(report.maxStalenessSeen, j["staleness_max"].get<uint64_t>());
-      }
-      if (j["round"].get<uint64_t>() == s.rounds && j.contains("wall_s") &&
-          j["wall_s"].is_number()) {
-        report.finish[static_cast<size_t>(rank)] = j["wall_s"].get<double>();
-      }
-    }
-  }
-  return report;
-}
-
 }  // namespace
 
 core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& opt) {
@@ -559,7 +534,7 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
   }
   LaunchResult result{*merger.last(), merger.xMean()};
   std::optional<AsyncReport> async;
-  if (e.scenario.asynchronous.enabled) async = asyncReport(e.scenario, opt.outDir);
+  if (e.scenario.asynchronous.enabled) async = asyncReportFromPeerLogs(e.scenario, opt.outDir);
   STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run",
                                                 async ? &*async : nullptr));
   return result;
@@ -584,6 +559,29 @@ core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOpt
   result.lost = merger.lost();
   if (result.rounds) STARLING_RETURN_IF_ERROR(merger.writeSummary());
   return result;
+}
+
+AsyncReport asyncReportFromPeerLogs(const Scenario& s, const std::filesystem::path& outDir) {
+  AsyncReport report;
+  report.finishUnit = "s";
+  report.finish.assign(static_cast<size_t>(s.nodes), 0.0);
+  for (int rank = 0; rank < s.nodes; ++rank) {
+    std::ifstream in(peerLogPath(outDir, rank));
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned()) continue;
+      if (j.contains("staleness_max") && j["staleness_max"].is_number_unsigned()) {
+        report.maxStalenessSeen =
+            std::max(report.maxStalenessSeen, j["staleness_max"].get<uint64_t>());
+      }
+      if (j["round"].get<uint64_t>() == s.rounds && j.contains("wall_s") &&
+          j["wall_s"].is_number()) {
+        report.finish[static_cast<size_t>(rank)] = j["wall_s"].get<double>();
+      }
+    }
+  }
+  return report;
 }
 
 }  // namespace starling::runtime

@@ -251,7 +251,12 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
     if (root) std::fprintf(stderr, "  root cause: %s\n", root->describe().c_str());
     return kExitFailure;
   }
-  if (auto st = (*log)->writeSummary(e->scenario, *merger.last(), merger.xMean(), "run");
+  std::optional<runtime::AsyncReport> async;
+  if (e->scenario.asynchronous.enabled) {
+    async = runtime::asyncReportFromPeerLogs(e->scenario, outDir);
+  }
+  if (auto st = (*log)->writeSummary(e->scenario, *merger.last(), merger.xMean(), "run",
+                                     async ? &*async : nullptr);
       !st.isOk()) {
     return runFailed(st);
   }

@@ -92,6 +92,13 @@ TEST_CASE(
   // models from rounds 30 to 60; the synchronous run is within 3.5% of the fixed point from round
   // 30 on (0.01345) and within 0.4% from round 40. Measured: 0.01304 (`simulate`: 0.01303); 10%
   // is 3x the worst gap that reasoning allows.
+  // `merge` of the same peer logs writes the same account.
+  const auto merged = runLauncher(
+      {kLauncher, "merge", (dir / "async.json").string(), "--out", (dir / "async").string()},
+      dir / "merge.log");
+  REQUIRE(merged.exit == 0);
+  CHECK(nlohmann::json::parse(readFile(dir / "async" / "summary.json"))["asynchronous"] ==
+        async["asynchronous"]);
   const double syncErr = sync["rel_error"].get<double>();
   const double asyncErr = async["rel_error"].get<double>();
   INFO("rel_error synchronous " << syncErr << ", asynchronous " << asyncErr);
