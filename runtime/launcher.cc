@@ -9,24 +9,26 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <random>
-#include <map>
-#include <set>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <set>
 
 #include "runtime/merge.h"
+#include "runtime/peer.h"
 #include "runtime/progress.h"
 #include "runtime/trainer_merge.h"
 
@@ -531,7 +533,10 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
                                merger.shortLogs());
   }
   LaunchResult result{*merger.last(), merger.xMean()};
-  STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run"));
+  std::optional<AsyncReport> async;
+  if (e.scenario.asynchronous.enabled) async = asyncReportFromPeerLogs(e.scenario, opt.outDir);
+  STARLING_RETURN_IF_ERROR((*log)->writeSummary(e.scenario, result.last, result.xMean, "run",
+                                                async ? &*async : nullptr));
   return result;
 }
 
@@ -554,6 +559,29 @@ core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOpt
   result.lost = merger.lost();
   if (result.rounds) STARLING_RETURN_IF_ERROR(merger.writeSummary());
   return result;
+}
+
+AsyncReport asyncReportFromPeerLogs(const Scenario& s, const std::filesystem::path& outDir) {
+  AsyncReport report;
+  report.finishUnit = "s";
+  report.finish.assign(static_cast<size_t>(s.nodes), 0.0);
+  for (int rank = 0; rank < s.nodes; ++rank) {
+    std::ifstream in(peerLogPath(outDir, rank));
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned()) continue;
+      if (j.contains("staleness_max") && j["staleness_max"].is_number_unsigned()) {
+        report.maxStalenessSeen =
+            std::max(report.maxStalenessSeen, j["staleness_max"].get<uint64_t>());
+      }
+      if (j["round"].get<uint64_t>() == s.rounds && j.contains("wall_s") &&
+          j["wall_s"].is_number()) {
+        report.finish[static_cast<size_t>(rank)] = j["wall_s"].get<double>();
+      }
+    }
+  }
+  return report;
 }
 
 }  // namespace starling::runtime

@@ -51,6 +51,11 @@ struct LaunchResult {
 // kCancelled after SIGINT/SIGTERM, kIoError when a process could not be started.
 core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& options);
 
+// Asynchronous gossip's account of a run from its peer logs in outDir/peers (runtime/peer.h):
+// the largest "staleness_max" and each peer's wall_s at the scenario's last round (0 where its
+// log stops short). What `run` and `merge` write as summary.json's "asynchronous".
+AsyncReport asyncReportFromPeerLogs(const Scenario& s, const std::filesystem::path& outDir);
+
 struct TrainerRunResult {
   std::optional<uint64_t> rounds;  // the last round every trainer logged (none: no round)
   std::string detail;              // consensus distance and the trainers' metrics, in words

@@ -2,15 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "core/rng.h"
 #include "optim/algorithm.h"
 #include "optim/mlp.h"
-#include "core/rng.h"
 #include "runtime/scenario_writer.h"
 #include "topology/spec.h"
 
@@ -251,7 +252,8 @@ core::Status MetricsLog::append(const RoundMetrics& m) {
 }
 
 core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& last,
-                                      std::span<const double> xMean, const std::string& mode) {
+                                      std::span<const double> xMean, const std::string& mode,
+                                      const AsyncReport* async) {
   json j{{"scenario", s.name},
          {"scenario_file", s.file},
          {"mode", mode},
@@ -268,6 +270,15 @@ core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& las
   const json final = j["final"];  // a copy: inserting into j would invalidate a reference
   for (const auto& [k, v] : final.items()) {
     if (k != "round") j[k] = v;
+  }
+  if (async) {
+    double last = 0;
+    for (double f : async->finish) last = std::max(last, f);
+    j["asynchronous"] = {{"max_staleness", s.asynchronous.maxStaleness},
+                         {"max_staleness_seen", async->maxStalenessSeen},
+                         {"finish_unit", async->finishUnit},
+                         {"finish", async->finish},
+                         {"finish_last", last}};
   }
   return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
 }

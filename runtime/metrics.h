@@ -113,6 +113,15 @@ RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<cons
                            std::vector<double>& xMean,
                            const SurvivorProblem* survivors = nullptr);
 
+// Asynchronous gossip's account of a run (docs/algorithms.md §26), in summary.json's
+// "asynchronous": the largest staleness any node mixed with, and when each node finished its
+// last round: virtual time units in `simulate` (a speed-1 round is one unit), seconds in `run`.
+struct AsyncReport {
+  uint64_t maxStalenessSeen = 0;
+  std::vector<double> finish;
+  std::string finishUnit;  // "virtual" or "s"
+};
+
 class MetricsLog {
  public:
   // Creates `dir` (and parents) and truncates dir/metrics.jsonl.
@@ -123,8 +132,10 @@ class MetricsLog {
   core::Status append(const RoundMetrics& m);
 
   // Writes dir/summary.json (through a temporary file and a rename, so it is never half written).
+  // With `async`, also its "asynchronous" section.
   core::Status writeSummary(const Scenario& s, const RoundMetrics& last,
-                            std::span<const double> xMean, const std::string& mode);
+                            std::span<const double> xMean, const std::string& mode,
+                            const AsyncReport* async = nullptr);
 
   const std::filesystem::path& dir() const { return dir_; }
 

@@ -224,6 +224,45 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
   }
   ownFrame_ = message;
 
+  if (async_) {
+    if (!startedOnce_) {
+      for (const auto& e : row.peers) slots_.push_back(Slot{e.peer, e.weight, nullptr, {}, {}, {}});
+      scratch_.resize(slots_.size());
+      startedOnce_ = true;
+    }
+    sendStatus_ = core::Status::ok();
+    tag_ = transport::Tag{round, channel_};
+    deadline_ = deadline;
+    // How long a receive for a neighbour within the bound waits before it is asked for again; at
+    // least 100 ms, so that a deadline already past cannot make a timeout and its new receive
+    // chase each other inside one progress() call.
+    receiveWait_ = std::max<transport::Clock::duration>(std::chrono::milliseconds(100),
+                                                        deadline - transport::Clock::now());
+    for (const Slot& slot : slots_) {
+      const int peer = slot.peer;
+      bytesSent_ += message->size();
+      ++sendsInFlight_;
+      // A failed send does not fail the round: without a barrier a neighbour that has finished
+      // its rounds may have left while this node still sends it its last ones, which it no
+      // longer needs. A neighbour that is really gone fails the round where its message is
+      // needed and does not come (the receive's deadline).
+      transport_.send(peer, tag_, message,
+                      [this, alive = std::weak_ptr<int>(alive_)](const core::Status&) {
+                        if (!alive.expired()) --sendsInFlight_;
+                      });
+    }
+    // Counted before any receive is posted: a message already in the transport may complete
+    // its receive at once, and it must find the count it decrements.
+    pending_ = 0;
+    const int64_t need = neededRound();
+    for (const Slot& slot : slots_) {
+      // A neighbour whose receive already failed (it went away) fails the round at once.
+      if (slot.newest < need && slot.status.isOk()) ++pending_;
+    }
+    for (size_t s = 0; s < slots_.size(); ++s) postNextAsyncReceive(s);
+    return core::Status::ok();
+  }
+
   slots_.clear();
   if (support_ != nullptr && algorithm_->tracksNeighbors()) {
     for (int peer : support_->neighbors(rank_)) {
@@ -287,6 +326,137 @@ void Node<T>::extend(int peer, transport::Clock::time_point until) {
 }
 
 template <typename T>
+void Node<T>::setAsynchronous(uint64_t maxStaleness) {
+  async_ = true;
+  maxStaleness_ = maxStaleness;
+}
+
+template <typename T>
+int64_t Node<T>::newestRound(int peer) const {
+  for (const Slot& slot : slots_) {
+    if (slot.peer == peer) return slot.newest;
+  }
+  return -1;
+}
+
+template <typename T>
+int64_t Node<T>::neededRound() const {
+  // Round 0's messages are always awaited: before them a neighbour has nothing to mix.
+  const uint64_t r = tag_.round;
+  return r > maxStaleness_ ? static_cast<int64_t>(r - maxStaleness_) : 0;
+}
+
+template <typename T>
+void Node<T>::postNextAsyncReceive(size_t s) {
+  Slot& slot = slots_[s];
+  // With max_staleness 0 never a message from beyond the round in flight, so that round r mixes
+  // exactly the round-r messages, as the synchronous round does (later ones wait in the
+  // transport). Otherwise the newest that has come, also from a neighbour ahead of this node.
+  if (slot.posted || !slot.status.isOk() ||
+      (maxStaleness_ == 0 && slot.newest + 1 > static_cast<int64_t>(tag_.round))) {
+    return;
+  }
+  const bool needed = inRound_ && slot.newest < neededRound();
+  postAsyncReceive(s, needed ? deadline_ : transport::Clock::now() + receiveWait_);
+}
+
+template <typename T>
+void Node<T>::postAsyncReceive(size_t s, transport::Clock::time_point deadline) {
+  Slot& slot = slots_[s];
+  slot.posted = true;
+  const uint64_t round = static_cast<uint64_t>(slot.newest + 1);
+  transport_.recv(slot.peer, transport::Tag{round, channel_}, deadline,
+                  [this, s, round, alive = std::weak_ptr<int>(alive_)](
+                      const core::Status& st, transport::SharedBytes bytes) {
+                    if (alive.expired()) return;
+                    onAsyncMessage(s, round, st, std::move(bytes));
+                  });
+}
+
+template <typename T>
+void Node<T>::onAsyncMessage(size_t s, uint64_t round, const core::Status& st,
+                             transport::SharedBytes bytes) {
+  Slot& slot = slots_[s];
+  slot.posted = false;
+  const bool needed = inRound_ && slot.newest < neededRound();
+  const auto now = transport::Clock::now();
+  if (st.isOk()) {
+    core::Status valid = core::Status::ok();
+    std::span<const T> values;
+    if (accumulator_) {
+      valid = accumulator_->check(*bytes);
+    } else {
+      // Decoded into spare_ first: a rejected frame must not overwrite the newest message held.
+      auto decoded = codec_->decodeView(
+          *bytes, messageSize_, spare_,
+          bytes.intact() ? compression::Checksum::kSkip : compression::Checksum::kVerify);
+      if (decoded) {
+        values = *decoded;
+        if (!spare_.empty() && values.data() == spare_.data()) spare_.swap(scratch_[s]);
+      }
+      valid = decoded.status();
+    }
+    if (!valid.isOk()) {
+      ++corruptMessages_;
+      noteMismatch(slot, bytes);
+      if (log_) {
+        log_("rank " + std::to_string(rank_) + ": rejected a message claiming to be from rank " +
+             std::to_string(slot.peer) + " for round " + std::to_string(round) + ": " +
+             valid.message());
+      }
+      postAsyncReceive(s, needed ? deadline_ : now + receiveWait_);  // the genuine one may come
+      return;
+    }
+    slot.bytes = std::move(bytes);
+    slot.values = values;
+    slot.newest = static_cast<int64_t>(round);
+    slot.mismatch.clear();
+    if (needed && slot.newest >= neededRound()) --pending_;
+    postNextAsyncReceive(s);
+    return;
+  }
+  if (st.code() == core::StatusCode::kTimeout) {
+    // Within the bound a neighbour is never waited for, so its silence is no error (yet).
+    if (!needed) return postAsyncReceive(s, now + receiveWait_);
+    if (now < deadline_) return postAsyncReceive(s, deadline_);
+  }
+  slot.status = st;
+  if (needed) --pending_;
+}
+
+template <typename T>
+core::Status Node<T>::finishAsyncRound() {
+  messages_.clear();
+  const int64_t need = neededRound();
+  uint64_t stalest = 0;
+  for (const Slot& slot : slots_) {
+    if (slot.newest < need) {
+      lostNeighbour_ = slot.peer;
+      const std::string where =
+          "round " + std::to_string(info_.round) + " (asynchronous, " + "needs round " +
+          std::to_string(need) + " or later; has " +
+          (slot.newest < 0 ? std::string("none") : "round " + std::to_string(slot.newest)) + ")";
+      if (!slot.mismatch.empty()) {
+        return core::Status(slot.status.code(),
+                            where + ": " + slot.mismatch + " (" + slot.status.message() + ")");
+      }
+      const core::Status st =
+          slot.status.isOk() ? core::timeout("no message by the round's deadline") : slot.status;
+      return st.withContext(where + ", message from rank " + std::to_string(slot.peer));
+    }
+    if (slot.newest < static_cast<int64_t>(info_.round)) {
+      stalest = std::max<uint64_t>(stalest, info_.round - static_cast<uint64_t>(slot.newest));
+    }
+    messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, slot.values});
+  }
+  lastStaleness_ = stalest;
+  maxStalenessSeen_ = std::max(maxStalenessSeen_, stalest);
+  STARLING_RETURN_IF_ERROR(absorbMessages());
+  ownFrame_.reset();  // the neighbours' newest messages stay: later rounds may mix them again
+  return core::Status::ok();
+}
+
+template <typename T>
 void Node<T>::postReceive(size_t s) {
   postReceive(s, deadline_);
 }
@@ -308,6 +478,21 @@ core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s,
   return codec_->decodeView(*bytes, messageSize_, scratch_[s],
                             bytes.intact() ? compression::Checksum::kSkip
                                            : compression::Checksum::kVerify);
+}
+
+template <typename T>
+void Node<T>::noteMismatch(Slot& slot, const transport::SharedBytes& bytes) {
+  if (auto view = compression::parseFrame(*bytes);
+      view && (view->elementCount != messageSize_ ||
+               (inPlace_ && view->elementType != compression::elementTypeOf<T>()))) {
+    slot.mismatch =
+        "rank " + std::to_string(slot.peer) + " sent " + std::to_string(view->elementCount) +
+        " values" +
+        (view->elementType == compression::ElementType::kFloat32 ? " (float32)" : " (float64)") +
+        " where rank " + std::to_string(rank_) + " expects " + std::to_string(messageSize_) +
+        (std::is_same_v<T, float> ? " (float32)" : " (float64)") +
+        ": the peers' models differ in size or type";
+  }
 }
 
 template <typename T>
@@ -333,18 +518,7 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
       // A frame that is whole but of another size or type is most likely the neighbour's own
       // (its parameter buffer differs from ours: a trainer bug), but it could also be a forgery,
       // so it never fails the round by itself; it only explains the timeout if nothing else comes.
-      if (auto view = compression::parseFrame(*bytes);
-          view && (view->elementCount != messageSize_ ||
-                   (inPlace_ && view->elementType != compression::elementTypeOf<T>()))) {
-        slot.mismatch = "rank " + std::to_string(slot.peer) + " sent " +
-                        std::to_string(view->elementCount) + " values" +
-                        (view->elementType == compression::ElementType::kFloat32 ? " (float32)"
-                                                                                 : " (float64)") +
-                        " where rank " + std::to_string(rank_) + " expects " +
-                        std::to_string(messageSize_) +
-                        (std::is_same_v<T, float> ? " (float32)" : " (float64)") +
-                        ": the peers' models differ in size or type";
-      }
+      noteMismatch(slot, bytes);
       if (log_) {
         log_("rank " + std::to_string(rank_) + ": rejected a message claiming to be from rank " +
              std::to_string(slot.peer) + " for round " + std::to_string(tag_.round) + ": " +
@@ -365,6 +539,7 @@ core::Status Node<T>::finishRound() {
   if (!roundComplete()) return core::failedPrecondition("finishRound before the round completed");
   inRound_ = false;
   STARLING_RETURN_IF_ERROR(sendStatus_);
+  if (async_) return finishAsyncRound();
   messages_.clear();
   for (int peer : losing_) setLost(peer);
   losing_.clear();
@@ -401,6 +576,14 @@ core::Status Node<T>::finishRound() {
     }
     messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, slot.values});
   }
+  STARLING_RETURN_IF_ERROR(absorbMessages());
+  for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
+  ownFrame_.reset();
+  return core::Status::ok();
+}
+
+template <typename T>
+core::Status Node<T>::absorbMessages() {
   if (accumulator_) {
     for (const Slot& slot : slots_) {
       STARLING_RETURN_IF_ERROR(accumulator_->add(*slot.bytes, slot.weight)
@@ -419,8 +602,6 @@ core::Status Node<T>::finishRound() {
   if (!within) {
     STARLING_RETURN_IF_ERROR(checkFinite(algorithm_->model(), "its model", divergenceLimit_));
   }
-  for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
-  ownFrame_.reset();
   return core::Status::ok();
 }
 

@@ -88,6 +88,26 @@ class Node {
   // keeps about the lost nodes cannot be corrected locally), codec state included.
   void restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm);
 
+  // Asynchronous gossip (docs/algorithms.md §26): no round barrier. Each neighbour j keeps one
+  // receive outstanding, for its next round l_j + 1; a message that comes becomes the newest
+  // held from j (l_j advances), whatever this node's own round. Round r is complete once every
+  // neighbour has l_j >= max(r - maxStaleness, 0); finishRound mixes the newest message held from
+  // each (sorted by peer id as always) and keeps them for later rounds. maxStaleness 0 is the
+  // synchronous round exactly: its receives stop at the round in flight (l_j <= r), so round r
+  // mixes the round-r messages and newer ones wait in the transport. Only the wait for a
+  // neighbour beyond the bound has the round's deadline: a receive that times out while its
+  // neighbour is within the bound is asked for again. A failed send does not fail a round (a
+  // neighbour that finished its rounds may have left). For DSGD on a static graph, uncompressed,
+  // without peer loss (runtime/scenario_async.cc refuses the rest). Set before the first round.
+  void setAsynchronous(uint64_t maxStaleness);
+  bool asynchronous() const { return async_; }
+  // max(r - l_j, 0) of the round last finished, largest over the neighbours, and largest over
+  // all rounds so far (0 before any, and always 0 when synchronous).
+  uint64_t lastStaleness() const { return lastStaleness_; }
+  uint64_t maxStalenessSeen() const { return maxStalenessSeen_; }
+  // The round of the newest message held from `peer` (asynchronous mode), -1 before any.
+  int64_t newestRound(int peer) const;
+
   // Messages travel on `channel` (kModelChannel unless set): two nodes of one peer that share a
   // transport (the public Peer's step() and mix() states) keep theirs apart.
   void setChannel(uint32_t channel) { channel_ = channel; }
@@ -101,7 +121,11 @@ class Node {
                           transport::Clock::time_point deadline);
   // True once every neighbour's message is in, or as soon as a send has failed (the round cannot
   // succeed then, and waiting for the receives' deadlines would only delay the error).
-  bool roundComplete() const { return pending_ == 0 || !sendStatus_.isOk(); }
+  // Asynchronous mode: also once the round's deadline has passed (a receive posted in an earlier
+  // round may have a later deadline of its own).
+  bool roundComplete() const {
+    return pending_ == 0 || !sendStatus_.isOk() || (async_ && transport::Clock::now() >= deadline_);
+  }
   core::Status finishRound();
 
   int rank() const { return rank_; }
@@ -135,12 +159,28 @@ class Node {
     std::string mismatch;
     bool standIn = false;  // a lost neighbour: this node's own message stands in
     transport::Clock::time_point extendedUntil{};
+    // Asynchronous mode: the round of the newest message held (-1: none yet), and whether a
+    // receive (for round newest + 1) is outstanding.
+    int64_t newest = -1;
+    bool posted = false;
   };
 
   void postReceive(size_t slot);
   void postReceive(size_t slot, transport::Clock::time_point deadline);
   void onMessage(size_t slot, const core::Status& st, transport::SharedBytes bytes);
   core::Result<std::span<const T>> decodeMessage(size_t slot, const transport::SharedBytes& bytes);
+  // Asynchronous mode: the oldest round each neighbour's newest message may be from this round,
+  // the receive of `slot`'s next message, and its completion.
+  int64_t neededRound() const;
+  void postAsyncReceive(size_t slot, transport::Clock::time_point deadline);
+  void onAsyncMessage(size_t slot, uint64_t round, const core::Status& st,
+                      transport::SharedBytes bytes);
+  void postNextAsyncReceive(size_t slot);
+  core::Status finishAsyncRound();
+  // Says in slot.mismatch when `bytes` is a whole frame of another size or element type.
+  void noteMismatch(Slot& slot, const transport::SharedBytes& bytes);
+  // The absorb shared by both modes, over messages_ (or the accumulator): checks the new model.
+  core::Status absorbMessages();
   // kDiverged unless every |values[k]| <= maxAbs (NaN never is).
   core::Status checkFinite(std::span<const T> values, const char* what, double maxAbs) const;
   // checkFinite(payload, "its message", inf) and the frame's CRC32C seal in one pass; with
@@ -196,6 +236,17 @@ class Node {
   std::vector<int> newlyLost_;
   std::map<int, std::string> lostWhy_;
   std::vector<int> losing_;
+
+  bool async_ = false;
+  uint64_t maxStaleness_ = 0;
+  uint64_t lastStaleness_ = 0;
+  uint64_t maxStalenessSeen_ = 0;
+  bool startedOnce_ = false;                  // a round has started (async slots are built)
+  transport::Clock::duration receiveWait_{};  // a round's deadline minus its start
+  std::vector<T> spare_;  // async decodes land here first: a rejected frame never overwrites
+  // Expires with the node: async receives outlive rounds (and may outlive the node), and their
+  // callbacks do nothing once it is gone.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
 };
 
 }  // namespace starling::runtime

@@ -82,6 +82,7 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
       core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->setSupport(&e.schedule->support());
   stack.node->setDivergenceLimit(s.divergenceMaxAbs);
+  if (s.asynchronous.enabled) stack.node->setAsynchronous(s.asynchronous.maxStaleness);
   return stack;
 }
 

@@ -194,6 +194,11 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       for (const auto& mm : methods) mj[mm.name] = mm.value;
       j["methods"] = std::move(mj);
     }
+    if (s.asynchronous.enabled) {
+      // The staleness this peer mixed with in its last round, and the largest so far (§26).
+      j["staleness"] = node.lastStaleness();
+      j["staleness_max"] = node.maxStalenessSeen();
+    }
     const auto x = node.model();
     // Large models: a sketch every logged round, the model itself at the first and the last
     // (metrics.h).
@@ -246,6 +251,22 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
         engine.say("node-launcher peer " + std::to_string(opt.rank) +
                    ": killed by the fault script before round " + std::to_string(r));
         ::raise(SIGKILL);
+      }
+    }
+    if (s.asynchronous.enabled && s.asynchronous.computeMs > 0) {
+      // A peer of relative speed v computes compute_ms / v longer per round (§26), here before
+      // its message is sent; the transport keeps taking in the neighbours' messages meanwhile.
+      const auto until = transport::Clock::now() +
+                         std::chrono::duration_cast<transport::Clock::duration>(
+                             std::chrono::duration<double, std::milli>(
+                                 s.asynchronous.computeMs / s.asynchronous.speeds[opt.rank]));
+      while (transport::Clock::now() < until) {
+        if (opt.stop && opt.stop->load()) {
+          return engine.fail(core::cancelled("stopped by a signal"), nullptr);
+        }
+        auto ran =
+            net.progress(std::min(until, transport::Clock::now() + std::chrono::milliseconds(200)));
+        if (!ran) return engine.fail(ran.status(), &node);
       }
     }
     if (!continueOnLoss) {

@@ -9,7 +9,8 @@
 //               (a model of more than kFullModelLogMaxDim elements: "sketch", its consensus
 //               sketch (metrics.h), in place of "x" except at the last round, and, for the
 //               mlp problem, "test_accuracy_own": its own model's accuracy on the first
-//               1,000 test images);
+//               1,000 test images); with asynchronous gossip also "staleness" (the
+//               largest of its last round) and "staleness_max" (over all its rounds);
 //   on failure {"failed": {"round", "code", "lost_rank" (the neighbour it lost, if any),
 //               "message"}}: so that the launcher and `merge` can name the root cause.
 // The launcher (or `node-launcher merge`) turns the n peer logs into metrics.jsonl and

@@ -357,6 +357,11 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
                             "\"prox_lead\" or \"nids\""};
   }
   s.algorithm.timeVarying = s.topology.schedule.kind != topology::ScheduleKind::kStatic;
+  if (alg.has("asynchronous")) {
+    parseAsynchronous(alg, s);
+  } else {
+    alg.get("asynchronous");
+  }
   alg.finish();
   if (o.has("compression")) {
     Obj co = o.object("compression");
@@ -421,6 +426,7 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     o.get("checkpoint");
   }
   o.finish();
+  checkAsynchronous(s);
   return s;
 }
 

@@ -156,6 +156,20 @@ struct CheckpointConfig {
   uint64_t keep = kDefaultCheckpointKeep;
 };
 
+// `algorithm.asynchronous` (docs/algorithms.md §26): no round barrier. Node i mixes, at round r,
+// the newest message it holds from each neighbour and waits only while one's newest is older than
+// r - maxStaleness (its round-0 message is always awaited); maxStaleness 0 mixes exactly the
+// round-r messages, the synchronous round. `speeds[i]` is node i's
+// relative compute speed: in `simulate` its round takes 1/speeds[i] units of virtual time; in
+// `run` it sleeps computeMs / speeds[i] ms per round (no sleep when computeMs is 0). Only DSGD
+// on a static topology, uncompressed, without peer-loss recovery, fault scripts or checkpoints.
+struct AsyncConfig {
+  bool enabled = false;
+  uint64_t maxStaleness = 0;
+  std::vector<double> speeds;  // n values, all 1 unless the scenario gives them
+  double computeMs = 0;
+};
+
 struct Scenario {
   std::string file;  // the path as given, for messages
   std::string name;
@@ -172,6 +186,7 @@ struct Scenario {
   bool hasProblem = true;
   ProblemConfig problem;
   optim::AlgorithmSpec algorithm;
+  AsyncConfig asynchronous;                 // algorithm.asynchronous
   compression::CompressorSpec compression;  // identity unless the scenario says otherwise
   TransportConfig transport;
   PeersConfig peers;

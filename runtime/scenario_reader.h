@@ -206,5 +206,9 @@ void parseCodistillationOf(Obj& alg, Scenario& s);
 // /faults (scenario_faults.cc); after nodes and rounds are known.
 void parseFaults(Obj& o, Scenario& s);
 void parseSecurity(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
+// /algorithm/asynchronous (scenario_async.cc) into s.asynchronous, and once the whole scenario is
+// read, the refusal of everything asynchronous gossip does not support.
+void parseAsynchronous(Obj& alg, Scenario& s);
+void checkAsynchronous(const Scenario& s);
 
 }  // namespace starling::runtime::scenario_detail

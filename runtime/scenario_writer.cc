@@ -338,6 +338,12 @@ json resolved(const Scenario& s) {
   j["topology"] = topologyJson(s.topology);
   if (s.hasProblem) j["problem"] = problemJson(s.problem);
   j["algorithm"] = algorithmJson(s.algorithm, s);
+  // Only when asked for, so that the hash of every synchronous scenario stays what it was.
+  if (s.asynchronous.enabled) {
+    j["algorithm"]["asynchronous"] = {{"max_staleness", s.asynchronous.maxStaleness},
+                                      {"speeds", s.asynchronous.speeds},
+                                      {"compute_ms", s.asynchronous.computeMs}};
+  }
   j["compression"] = compressionJson(s.compression);
   j["transport"] = transportJson(s.transport);
   // Written only when the scenario had one: without it, `run` picks free loopback ports and

@@ -1,14 +1,14 @@
 #include "runtime/simulator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
+#include <limits>
 #include <map>
 
 #include "runtime/fault_injection.h"
 #include "runtime/line_file.h"
 #include "runtime/membership.h"
-
 #include "runtime/node_stack.h"
 #include "runtime/progress.h"
 #include "runtime/transport/inproc/inproc_transport.h"
@@ -81,7 +81,14 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   std::vector<Counters> lastLogged(n);
   std::vector<std::span<const T>> models;
   CompressionErrorMean compressionError;
-  auto measure = [&](uint64_t round) -> core::Status {
+  // `snapshot` (asynchronous gossip): every node's model and counters as it finished `round`,
+  // taken when it did; the nodes' current ones otherwise.
+  struct Snapshot {
+    std::vector<std::vector<T>> models;
+    std::vector<Counters> counters;
+    int taken = 0;
+  };
+  auto measure = [&](uint64_t round, const Snapshot* snapshot = nullptr) -> core::Status {
     const bool anyOut = std::find(running.begin(), running.end(), false) != running.end();
     if (anyOut && survivorsOf != running) {
       auto problem = survivorProblem(e, running);
@@ -94,7 +101,11 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     models.clear();
     for (int i = 0; i < n; ++i) {
-      if (running[i]) models.push_back(nodes[i]->model());
+      if (snapshot) {
+        models.push_back(snapshot->models[i]);
+      } else if (running[i]) {
+        models.push_back(nodes[i]->model());
+      }
     }
     RoundMetrics m = measureModels<T>(e, models, result.xMean, anyOut ? survivors.get() : nullptr);
     {
@@ -112,7 +123,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     for (int i = 0; i < n; ++i) {
       // A killed node counts with what it had sent at its last logged round (what its peer log
       // says in `run`).
-      if (running[i]) {
+      if (snapshot) {
+        lastLogged[i] = snapshot->counters[i];
+      } else if (running[i]) {
         lastLogged[i] = {nodes[i]->bytesSent(), nodes[i]->corruptMessages(),
                          nodes[i]->compressionErrorSum(), nodes[i]->compressionErrorCount()};
       }
@@ -179,8 +192,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     return core::Status::ok();
   };
   ProgressLine progress(s.name, s.rounds, opt.progress);
-  auto logRound = [&](uint64_t done) -> core::Status {
-    STARLING_RETURN_IF_ERROR(measure(done));
+  auto logRound = [&](uint64_t done, const Snapshot* snapshot = nullptr) -> core::Status {
+    STARLING_RETURN_IF_ERROR(measure(done, snapshot));
     char detail[96];
     if (result.last.classification) {
       std::snprintf(detail, sizeof detail, "test_accuracy %.4f", result.last.testAccuracy);
@@ -249,11 +262,85 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     return failed;
   };
 
+  // Asynchronous gossip (docs/algorithms.md §26) in virtual time: a discrete-event loop, exactly
+  // reproducible. Node i's round takes 1/speeds[i] units: it computes from the moment its last
+  // round finished and sends when done (startRound at that time); from then on it waits until
+  // every neighbour's newest message is recent enough (Node::roundComplete) and finishes the
+  // round at the time of the send that made it so. Events are taken in (time, rank) order: at
+  // each time, first every send due then, then every waiting node in rank order drains its
+  // transport and finishes if it can. Messages take no time; a node mixes what was sent by the
+  // moment it finishes, rounds <= its own only (Node).
+  auto asyncRun = [&]() -> core::Status {
+    constexpr double kNever = std::numeric_limits<double>::infinity();
+    const auto topo = e.schedule->at(0);  // static (scenario_async.cc)
+    const auto deadline = transport::Clock::now() + std::chrono::hours(24);  // never expires
+    std::vector<uint64_t> round(n, 0);
+    std::vector<double> sendAt(n), took(n);
+    std::vector<bool> waiting(n, false);
+    for (int i = 0; i < n; ++i) {
+      took[i] = 1.0 / s.asynchronous.speeds[i];
+      sendAt[i] = took[i];
+    }
+    result.asyncFinish.assign(n, 0.0);
+    std::map<uint64_t, Snapshot> snapshots;  // logged round -> models as each node finished it
+    int finished = 0;
+    while (finished < n) {
+      const double t = *std::min_element(sendAt.begin(), sendAt.end());
+      if (t == kNever) return core::internalError("asynchronous simulation: every node waits");
+      for (int i = 0; i < n; ++i) {
+        if (sendAt[i] != t) continue;
+        const uint64_t r = round[i];
+        const auto st = nodes[i]->startRound(r, *topo, s.algorithm.stepSize.at(r), deadline);
+        if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
+        waiting[i] = true;
+        sendAt[i] = kNever;
+      }
+      for (int i = 0; i < n; ++i) {
+        if (!waiting[i]) continue;
+        for (;;) {
+          auto ran = transports[i]->progress(transport::Clock::now());
+          if (!ran) return ran.status();
+          if (*ran == 0) break;
+        }
+        if (!nodes[i]->roundComplete()) continue;
+        const auto st = nodes[i]->finishRound();
+        if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
+        waiting[i] = false;
+        result.maxStalenessSeen = std::max(result.maxStalenessSeen, nodes[i]->lastStaleness());
+        const uint64_t done = ++round[i];
+        if (done % s.logEvery == 0 || done == s.rounds) {
+          Snapshot& snap = snapshots[done];
+          if (snap.models.empty()) {
+            snap.models.resize(n);
+            snap.counters.resize(n);
+          }
+          const auto x = nodes[i]->model();
+          snap.models[i].assign(x.begin(), x.end());
+          snap.counters[i] = {nodes[i]->bytesSent(), nodes[i]->corruptMessages(),
+                              nodes[i]->compressionErrorSum(), nodes[i]->compressionErrorCount()};
+          // Every node finishes round r before r + 1, so logged rounds complete in order.
+          if (++snap.taken == n) {
+            STARLING_RETURN_IF_ERROR(logRound(done, &snap));
+            snapshots.erase(done);
+          }
+        }
+        if (done == s.rounds) {
+          result.asyncFinish[i] = t;
+          ++finished;
+        } else {
+          sendAt[i] = t + took[i];
+        }
+      }
+    }
+    return core::Status::ok();
+  };
+
   STARLING_RETURN_IF_ERROR(measure(0));
   // In process every message is deposited before anyone waits, so a generous deadline is only a
   // guard against a bug leaving a receive unmatched.
   const auto kRoundDeadline = std::chrono::seconds(60);
-  for (uint64_t r = 0; r < s.rounds; ++r) {
+  if (s.asynchronous.enabled) STARLING_RETURN_IF_ERROR(asyncRun());
+  for (uint64_t r = 0; r < s.rounds && !s.asynchronous.enabled; ++r) {
     std::vector<int> killedNow;
     for (const FaultEvent& ev : s.faults.script) {
       // (A rank that already left, after a dropped message, has no process left to kill.)
@@ -345,7 +432,11 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   for (int i = 0; i < n; ++i) {
     if (running[i]) result.models.emplace_back(nodes[i]->model().begin(), nodes[i]->model().end());
   }
-  if (log) STARLING_RETURN_IF_ERROR(log->writeSummary(s, result.last, result.xMean, "simulate"));
+  if (log) {
+    AsyncReport report{result.maxStalenessSeen, result.asyncFinish, "virtual"};
+    STARLING_RETURN_IF_ERROR(log->writeSummary(s, result.last, result.xMean, "simulate",
+                                               s.asynchronous.enabled ? &report : nullptr));
+  }
   return result;
 }
 

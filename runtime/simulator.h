@@ -1,5 +1,8 @@
 // The simulator: all n nodes of a scenario in one process, on one thread, round by round.
 //
+// Asynchronous gossip (scenario algorithm.asynchronous) runs instead as a discrete-event loop in
+// virtual time, each node at its own modelled speed (simulator.cc has the order of events).
+//
 // Each round every node starts (prepares and sends over the in-process transport), then every
 // node completes (receives, decodes, absorbs): the same Node code and wire frames as a real peer,
 // without a thread per node, so thousands of nodes fit. Deterministic: the same scenario and seed
@@ -32,6 +35,10 @@ struct SimulateResult {
   std::vector<double> xMean;
   std::vector<std::vector<double>> models;  // final x_i of every node still running
   std::vector<MembershipChange> changes;    // peers lost (faults.on_peer_loss "continue")
+  // Asynchronous gossip (docs/algorithms.md §26): the largest staleness any node mixed with, and
+  // the virtual time at which each node finished its last round (a speed-1 round is one unit).
+  uint64_t maxStalenessSeen = 0;
+  std::vector<double> asyncFinish;
 };
 
 core::Result<SimulateResult> simulate(const Experiment& experiment, const SimulateOptions& options);

@@ -13,13 +13,14 @@
 //
 // Exit status: 0 success, 2 bad scenario or usage, 1 a run that failed.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <charconv>
-#include <limits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -250,7 +251,12 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
     if (root) std::fprintf(stderr, "  root cause: %s\n", root->describe().c_str());
     return kExitFailure;
   }
-  if (auto st = (*log)->writeSummary(e->scenario, *merger.last(), merger.xMean(), "run");
+  std::optional<runtime::AsyncReport> async;
+  if (e->scenario.asynchronous.enabled) {
+    async = runtime::asyncReportFromPeerLogs(e->scenario, outDir);
+  }
+  if (auto st = (*log)->writeSummary(e->scenario, *merger.last(), merger.xMean(), "run",
+                                     async ? &*async : nullptr);
       !st.isOk()) {
     return runFailed(st);
   }
@@ -563,6 +569,15 @@ int launcherMain(int argc, char** argv) {
   auto result = runtime::simulate(*e, opt);
   if (!result) return runFailed(result.status());
   printResult(*e, result->last, opt.outDir, "simulated nodes");
+  if (e->scenario.asynchronous.enabled && !result->asyncFinish.empty()) {
+    const auto [first, last] =
+        std::minmax_element(result->asyncFinish.begin(), result->asyncFinish.end());
+    std::printf(
+        "  asynchronous: staleness mixed at most %llu (bound %llu); nodes finished at "
+        "virtual time %.6g to %.6g\n",
+        static_cast<unsigned long long>(result->maxStalenessSeen),
+        static_cast<unsigned long long>(e->scenario.asynchronous.maxStaleness), *first, *last);
+  }
   return 0;
 }
 

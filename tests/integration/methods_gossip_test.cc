@@ -353,6 +353,11 @@ TEST_CASE("AdaScale and Leader SGD refuse what they cannot do, naming the JSON p
   std::string compressed = lineScenario(3, 5, "4", alg("dsgd", leader));
   compressed.insert(compressed.rfind('}'), R"(, "compression": {"kind": "qsgd"})");
   CHECK_THAT(errorOf(compressed), Catch::Contains("/compression/kind"));
+  // Neither survives messages mixed out of their round.
+  CHECK_THAT(errorOf(lineScenario(3, 5, "4", alg("dsgd", leader + R"(, "asynchronous": {"max_staleness": 2})"))),
+             Catch::Contains("/algorithm/leader") && Catch::Contains("asynchronous"));
+  CHECK_THAT(errorOf(lineScenario(3, 5, "4", alg("dsgd", ada + R"(, "asynchronous": {"max_staleness": 2})"))),
+             Catch::Contains("/algorithm/adascale") && Catch::Contains("asynchronous"));
   CHECK(errorOf(lineScenario(3, 5, "4", alg("dsgd", leader))) == "accepted");
   CHECK(errorOf(lineScenario(3, 5, "4", alg("dsgd", ada))) == "accepted");
 }
