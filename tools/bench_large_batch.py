@@ -8,7 +8,8 @@ and min; the number to read for `codistil`, whose models are never averaged) and
 
 Usage: tools/bench_large_batch.py [--build DIR] [--epochs E] [--target A] [--out DIR]
            [--scales 1,8,32] [--only label,...]
-Standard library only (any python3).
+Standard library only (any python3); the plot needs matplotlib (/usr/bin/python3 with Debian's
+python3-matplotlib) and is skipped without it.
 """
 
 import argparse
@@ -50,6 +51,12 @@ def methods(k):
                    {"kind": "dsgd", "step_size": BASE_LR * 0.1 * k,
                     "local_optimizer": {"kind": "momentum", "momentum": 0.9},
                     "leader": {"local_period": 4, "global_period": 16}}),
+        "async": ("momentum SGD with linear scaling, asynchronous gossip (max_staleness 4) with "
+                  "rank 3 four times slower",
+                  {"kind": "dsgd", "step_size": BASE_LR * 0.1 * k,
+                   "local_optimizer": {"kind": "momentum", "momentum": 0.9},
+                   "asynchronous": {"max_staleness": 4,
+                                    "speeds": [0.25 if r == 3 else 1.0 for r in range(NODES)]}}),
         "dsgd": ("plain DSGD, the base step (no scaling): the reference for codistil",
                  {"kind": "dsgd", "step_size": BASE_LR}),
         "codistil": (f"codistillation (docs/algorithms.md §25): alpha {CODISTIL_ALPHA}, models "
@@ -117,6 +124,14 @@ def main():
                                  j.get("test_accuracy_peers_min"))
                         mb = j.get("bytes_sent", 0) / 1e6
             note = "" if r.returncode == 0 else r.stdout.strip().splitlines()[-1][:120]
+            if r.returncode == 0 and "asynchronous" in alg:
+                # Virtual time (a speed-1 round is 1 unit): when the fast peers and the straggler
+                # finished; synchronous rounds would all end at rounds / 0.25.
+                with open(os.path.join(run_dir, "summary.json")) as f:
+                    fin = json.load(f)["asynchronous"]["finish"]
+                fast = [t for i, t in enumerate(fin) if i != 3]
+                note = (f"virtual finish: fast peers {sum(fast) / len(fast):.0f}, straggler "
+                        f"{fin[3]:.0f} (synchronous: {4 * s['rounds']})")
             rows.append((k, total, label, what, s["rounds"], acc, reached, wall, note, peers, mb))
             print(f"{k}x {label}: {s['rounds']} rounds, accuracy "
                   f"{'-' if acc is None else f'{acc:.4f}'}, target at round {reached}, "
@@ -133,9 +148,50 @@ def main():
               f"{'failed: ' + note if acc is None else f'{acc:.1%}'} | "
               f"{'-' if reached is None else reached} | {per_peer} | "
               f"{'-' if mb is None else f'{mb:.1f}'} | {wall:.1f} |")
+    for row in rows:
+        if row[8] and row[5] is not None:
+            print(f"{row[0]}x {row[2]}: {row[8]}")
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
+    plot(out, rows, a.epochs)
     return 0 if all(r[5] is not None for r in rows) else 1
+
+
+def plot(out, rows, epochs):
+    """large_batch.png in `out`: test accuracy of the average model against epochs, one panel
+    per scale, one line per method (skipped, with a line saying so, without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is missing (apt-get install python3-matplotlib; run with "
+              "/usr/bin/python3): no plot")
+        return
+    scales = sorted({r[0] for r in rows})
+    fig, axes = plt.subplots(1, len(scales), figsize=(5 * len(scales), 4), squeeze=False)
+    for ax, k in zip(axes[0], scales):
+        for row in rows:
+            if row[0] != k or row[5] is None:
+                continue
+            name = f"lb-{row[2]}-{k}x"
+            xs, ys = [], []
+            for line in open(os.path.join(out, name, "metrics.jsonl")):
+                j = json.loads(line)
+                if j.get("test_accuracy") is not None:
+                    xs.append(epochs * j["round"] / row[4])
+                    ys.append(j["test_accuracy"])
+            ax.plot(xs, ys, label=row[2])
+        ax.set_title(f"{k}x the base batch ({NODES * BASE_PER_PEER * k})")
+        ax.set_xlabel("epochs")
+        ax.set_ylabel("test accuracy (average model)")
+        ax.set_ylim(0.5, 0.9)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path = os.path.join(out, "large_batch.png")
+    fig.savefig(path, dpi=90)
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":
