@@ -351,6 +351,10 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     st.stepNode->setChannel(kStepChannel);
     st.stepNode->setSupport(&schedule->support());
     st.stepNode->setDivergenceLimit(scenario.divergenceMaxAbs);
+    // A trainer's own speed is its speed: speeds and compute_ms are simulate's and run's (§26).
+    if (scenario.asynchronous.enabled) {
+      st.stepNode->setAsynchronous(scenario.asynchronous.maxStaleness);
+    }
     // A membership change: the algorithm starts afresh from the current model, with the
     // trainer's gradients (through the same local optimizer, whose moments carry on).
     STARLING_RETURN_IF_ERROR(st.survival.add(*st.stepNode, [this, &st](runtime::Node<T>& n) {
@@ -451,6 +455,9 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     st.mixNode->setChannel(kMixChannel);
     st.mixNode->setSupport(&schedule->support());
     st.mixNode->setDivergenceLimit(scenario.divergenceMaxAbs);
+    if (scenario.asynchronous.enabled) {
+      st.mixNode->setAsynchronous(scenario.asynchronous.maxStaleness);
+    }
     // A membership change: gossip starts afresh from the current parameters.
     STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](runtime::Node<T>& n) {
       const auto x = n.model();

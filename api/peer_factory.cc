@@ -55,13 +55,6 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
                                  std::to_string(s.nodes) + " nodes)");
   }
   STARLING_RETURN_IF_ERROR(checkLayoutSizes(options.layout));
-  if (s.asynchronous.enabled) {
-    // The trainer's step() and mix() are synchronous rounds (docs/algorithms.md §26).
-    return core::invalidArgument(s.file +
-                                 ": /algorithm/asynchronous: a trainer's starling::Peer "
-                                 "runs synchronous rounds; asynchronous gossip is for "
-                                 "node-launcher simulate and run");
-  }
   auto impl = std::make_unique<Peer::Impl>();
   auto schedule = topology::Schedule::create(s.topology);
   if (!schedule) return schedule.status().withContext(s.file + ": /topology");

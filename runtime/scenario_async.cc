@@ -89,12 +89,6 @@ void checkAsynchronous(const Scenario& s) {
                         "not supported yet" +
                             why};
   }
-  if (!s.hasProblem) {
-    throw ScenarioError{"/algorithm/asynchronous",
-                        "only the scenario's own problem (node-launcher simulate/run); a "
-                        "trainer's starling::Peer runs synchronous rounds" +
-                            why};
-  }
 }
 
 }  // namespace starling::runtime::scenario_detail
