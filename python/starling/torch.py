@@ -186,11 +186,14 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         """mode="step": the one buffer gradients are gathered into; None in mode "mix"."""
         return self._grad
 
-    def step(self, closure=None, loss=None):
+    def step(self, closure=None, loss=None, grad_variance=None, grad_squared_mean=None):
         """One training step: the wrapped optimizer's step then `mix` (mode "mix"), or
         Starling's algorithm on the flat gradient (mode "step"). Returns closure's loss.
         Mode "step" hands the batch's loss (closure's, else `loss`: a number or a 0-d tensor)
-        to the peer, for the scenario's `leader` method."""
+        to the peer, for the scenario's `leader` method, and `grad_variance` and
+        `grad_squared_mean` (AdaScale's estimates for the gradient in the parameters' .grad,
+        both or neither; docs/algorithms.md §22) for its `adascale` method, whose schedule is
+        then the scenario's step_size rather than the optimizer's lr."""
         self._check_layout()
         if self.mode == "mix" and self.overlap:
             if closure is not None:
@@ -210,8 +213,12 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._gather_grads()
-        self.peer.step(self._flat, self._grad, lr=self._lr(),
-                       loss=None if loss is None else float(loss))
+        # With AdaScale's estimates the scenario's step_size, evaluated at AdaScale's counter,
+        # is the schedule: the optimizer's lr is not passed (the peer refuses one then).
+        self.peer.step(self._flat, self._grad,
+                       lr=self._lr() if grad_variance is None else None,
+                       loss=None if loss is None else float(loss),
+                       grad_variance=grad_variance, grad_squared_mean=grad_squared_mean)
         return loss
 
     def close(self):
