@@ -28,6 +28,7 @@ constexpr CompressorKindInfo kKinds[] = {
     {Kind::kCountSketch, "countsketch", CodecId::kCountSketch},
     {Kind::kAdaComp, "adacomp", CodecId::kAdaComp},
     {Kind::kDqsgd, "dqsgd", CodecId::kDqsgd},
+    {Kind::kLgc, "lgc", CodecId::kLgc},
 };
 
 constexpr bool inKindOrder() {
@@ -151,6 +152,15 @@ core::Result<std::unique_ptr<Compressor<T>>> createInner(const CompressorSpec& s
       STARLING_RETURN_IF_ERROR(checkBucket(spec));
       return codecs::makeDqsgd<T>(spec.minBits, spec.maxBits, spec.target,
                                   static_cast<uint32_t>(spec.bucket));
+    case CompressorSpec::Kind::kLgc:
+      STARLING_RETURN_IF_ERROR(checkSparse(spec));
+      STARLING_RETURN_IF_ERROR(checkRange("lgc: chunk", spec.chunk, 2, 4096));
+      STARLING_RETURN_IF_ERROR(checkRange("lgc: hidden", spec.hidden, 1, 4096));
+      STARLING_RETURN_IF_ERROR(checkRange("lgc: latent", spec.latent, 1, spec.chunk - 1));
+      if (!(spec.learningRate > 0.0) || !std::isfinite(spec.learningRate)) {
+        return core::invalidArgument("lgc: learning_rate must be a finite number > 0");
+      }
+      return codecs::makeLgc<T>(spec);
   }
   return core::invalidArgument("unknown compressor kind " +
                                std::to_string(static_cast<int>(spec.kind)));

@@ -54,6 +54,7 @@ struct CompressorSpec {
     kCountSketch,
     kAdaComp,
     kDqsgd,
+    kLgc,
   };
   Kind kind = Kind::kIdentity;
   // topk / randk: keep k elements, or ratio * d (rounded up, at least 1) when k == 0.
@@ -84,6 +85,17 @@ struct CompressorSpec {
   int minBits = 2;
   int maxBits = 8;
   double target = 1.0;
+  // lgc (docs/compression.md "LGC"): keeps k (or ratio * d) values like topk; for `warmup`
+  // rounds sends them as they are while an autoencoder over chunks of `chunk` values (hidden
+  // layer `hidden`, `latent` numbers per chunk) learns from them with Adam (`learning_rate`),
+  // its parameters averaged with the neighbours' through the frames; then sends each chunk's
+  // latent code. Every `refresh` rounds after the warm-up (0: never) a new decoder version.
+  uint32_t chunk = 32;
+  uint32_t hidden = 64;
+  uint32_t latent = 4;
+  uint64_t warmup = 100;
+  uint64_t refresh = 0;
+  double learningRate = 1e-3;
   // Wraps the codec: p = C(e + v), e <- e + v - p (docs/algorithms.md §13).
   bool errorFeedback = false;
 };
@@ -283,6 +295,25 @@ class Compressor {
   virtual std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t /*d*/) const {
     return nullptr;
   }
+
+  // Receiver state. Every codec but one decodes a frame from the frame alone. LGC's frames name
+  // a decoder version that the sender shipped in an earlier frame, so a receiver keeps, per
+  // sender, what that sender's frames taught it. newReceiverState is non-null for such a codec;
+  // the engine then keeps one per neighbour and decodes that neighbour's frames with
+  // decodeFrom, never with decodeView. A frame is checked whole before the state changes, so a
+  // rejected frame teaches nothing.
+  virtual std::unique_ptr<CodecState> newReceiverState(size_t /*d*/) const { return nullptr; }
+  virtual core::Result<std::span<const T>> decodeFrom(std::span<const std::byte> frame,
+                                                      size_t count, std::vector<T>& scratch,
+                                                      Checksum checksum,
+                                                      CodecState* /*sender*/) const {
+    return decodeView(frame, count, scratch, checksum);
+  }
+  // Called once a round, after the round's frames were decoded, with this node's stream state
+  // and the receiver states of the neighbours whose frames it decoded this round, in peer
+  // order (LGC averages its autoencoder with the ones they shipped). Nothing for other codecs.
+  virtual void endRound(const StreamContext& /*ctx*/,
+                        std::span<CodecState* const> /*heard*/) const {}
 };
 
 // kInvalidArgument for parameters out of range (k = 0 and ratio <= 0, bits outside 2..8, ...).

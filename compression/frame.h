@@ -36,6 +36,8 @@ enum class CodecId : uint8_t {
   kCountSketch = 11,
   kAdaComp = 12,
   kDqsgd = 13,
+  // 14: the per-tensor (layered) frame.
+  kLgc = 15,
 };
 
 // Element types of the model state.

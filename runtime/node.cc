@@ -40,6 +40,7 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
     ownDecoded_.resize(messageSize_);
   }
   codecState_ = codec_->newState(messageSize_);
+  receiverStateful_ = codec_->newReceiverState(messageSize_) != nullptr;
   if (algorithm_->absorbsCombined()) {
     accumulator_ = codec_->newAccumulator(messageSize_);
     if (accumulator_) combined_.resize(messageSize_);
@@ -344,9 +345,14 @@ core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s,
   // A frame the transport vouches for (read out of the sender's shared memory, or under a
   // verified MAC) need not be read a second time for its CRC (identity then reads it in place);
   // everything else about it is checked.
-  return codec_->decodeView(*bytes, messageSize_, scratch_[s],
-                            bytes.intact() ? compression::Checksum::kSkip
-                                           : compression::Checksum::kVerify);
+  const auto checksum =
+      bytes.intact() ? compression::Checksum::kSkip : compression::Checksum::kVerify;
+  if (receiverStateful_) {
+    auto& state = receiverStates_[slots_[s].peer];
+    if (!state) state = codec_->newReceiverState(messageSize_);
+    return codec_->decodeFrom(*bytes, messageSize_, scratch_[s], checksum, state.get());
+  }
+  return codec_->decodeView(*bytes, messageSize_, scratch_[s], checksum);
 }
 
 template <typename T>
@@ -446,6 +452,18 @@ core::Status Node<T>::finishRound() {
     messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, slot.values});
   }
   STARLING_RETURN_IF_ERROR(absorbMessages());
+  if (receiverStateful_) {
+    // The codec's end of round (Compressor::endRound), with the states of the neighbours heard
+    // from, in peer order.
+    std::vector<compression::CodecState*> heard;
+    for (const Slot& slot : slots_) {
+      if (slot.standIn) continue;
+      auto it = receiverStates_.find(slot.peer);
+      if (it != receiverStates_.end()) heard.push_back(it->second.get());
+    }
+    const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get()};
+    codec_->endRound(ctx, heard);
+  }
   for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
   ownFrame_.reset();
   return core::Status::ok();

@@ -218,6 +218,10 @@ class Node {
   std::vector<T> ownDecoded_;  // lossy codecs: this node's frame as its neighbours decode it
   std::unique_ptr<compression::CodecState> codecState_;
   uint64_t codecSharedSeed_ = 0;
+  // A codec whose receivers remember each sender's earlier frames (Compressor::newReceiverState,
+  // LGC's decoder versions): one state per neighbour, by peer id.
+  bool receiverStateful_ = false;
+  std::map<int, std::unique_ptr<compression::CodecState>> receiverStates_;
   // Linear codec and an algorithm that only needs the weighted sum: frames are summed in the
   // codec's domain (own frame first, then neighbours in peer order) and decoded once.
   std::unique_ptr<compression::LinearAccumulator<T>> accumulator_;

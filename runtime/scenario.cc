@@ -93,6 +93,15 @@ void parseCompression(Obj& o, Scenario& s) {
       c.target = o.number("target", 0.0, 1e6, 1.0, /*openLo=*/true);
       c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
       break;
+    case Kind::kLgc:
+      parseKeep(o, c);
+      c.chunk = o.integer<uint32_t>("chunk", 2, 4096, 32u);
+      c.hidden = o.integer<uint32_t>("hidden", 1, 4096, 64u);
+      c.latent = o.integer<uint32_t>("latent", 1, c.chunk - 1, std::min<uint32_t>(4u, c.chunk - 1));
+      c.warmup = o.integer<uint64_t>("warmup", 0, kMaxRounds, uint64_t{100});
+      c.refresh = o.integer<uint64_t>("refresh", 0, kMaxRounds, uint64_t{0});
+      c.learningRate = o.number("learning_rate", 0.0, 1.0, 1e-3, /*openLo=*/true);
+      break;
     default:
       break;
   }
@@ -427,6 +436,21 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   }
   o.finish();
   checkAsynchronous(s);
+  if (s.compression.kind == compression::CompressorSpec::Kind::kLgc) {
+    // Receivers hold each sender's decoders (docs/compression.md "LGC"); neither a checkpoint
+    // nor a restarted or repaired membership carries them yet.
+    if (s.checkpoint.every > 0) {
+      throw ScenarioError{"/checkpoint", "lgc's receivers keep their neighbours' decoder versions, "
+                                         "which checkpoints do not save yet; leave \"checkpoint\" "
+                                         "out or use another codec"};
+    }
+    if (s.faults.onPeerLoss == OnPeerLoss::kContinue || s.faults.restart) {
+      throw ScenarioError{s.faults.restart ? "/faults/restart" : "/faults/on_peer_loss",
+                          "lgc's decoder versions do not survive a membership change yet: a "
+                          "restarted or new neighbour holds none; use \"on_peer_loss\": "
+                          "\"stop\" without restarts, or another codec"};
+    }
+  }
   return s;
 }
 

@@ -297,6 +297,15 @@ json compressionJson(const compression::CompressorSpec& c) {
       j["target"] = c.target;
       j["bucket"] = c.bucket;
       break;
+    case CKind::kLgc:
+      keepJson(c, j);
+      j["chunk"] = c.chunk;
+      j["hidden"] = c.hidden;
+      j["latent"] = c.latent;
+      j["warmup"] = c.warmup;
+      j["refresh"] = c.refresh;
+      j["learning_rate"] = c.learningRate;
+      break;
     default:
       break;
   }

@@ -50,6 +50,9 @@ std::unique_ptr<Compressor<T>> makeAdaComp(uint64_t bin);
 template <typename T>
 std::unique_ptr<Compressor<T>> makeDqsgd(int minBits, int maxBits, double target,
                                          uint32_t bucket);
+// Parameters validated by createCompressor (docs/compression.md "LGC").
+template <typename T>
+std::unique_ptr<Compressor<T>> makeLgc(const CompressorSpec& spec);
 // Wraps `inner` with error feedback.
 template <typename T>
 std::unique_ptr<Compressor<T>> makeErrorFeedback(std::unique_ptr<Compressor<T>> inner);

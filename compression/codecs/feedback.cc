@@ -107,6 +107,22 @@ class ErrorFeedback final : public Compressor<T> {
     return inner_->newAccumulator(d);
   }
 
+  // Receivers decode the inner codec's frames, with its receiver state.
+  std::unique_ptr<CodecState> newReceiverState(size_t d) const override {
+    return inner_->newReceiverState(d);
+  }
+  core::Result<std::span<const T>> decodeFrom(std::span<const std::byte> frame, size_t count,
+                                              std::vector<T>& scratch, Checksum checksum,
+                                              CodecState* sender) const override {
+    return inner_->decodeFrom(frame, count, scratch, checksum, sender);
+  }
+  void endRound(const StreamContext& ctx, std::span<CodecState* const> heard) const override {
+    auto* s = dynamic_cast<FeedbackState<T>*>(ctx.state);
+    if (s == nullptr) return;
+    const StreamContext innerCtx{ctx.round, ctx.sharedSeed, s->inner.get()};
+    inner_->endRound(innerCtx, heard);
+  }
+
  private:
   std::unique_ptr<Compressor<T>> inner_;
 };

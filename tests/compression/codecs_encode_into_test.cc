@@ -45,6 +45,16 @@ std::vector<CompressorSpec> everyKind() {
       case Kind::kDqsgd:
         s.bucket = 64;
         break;
+      case Kind::kLgc:
+        // Round 0 a warm-up frame, rounds 1 and 2 each a new decoder version (mode 2, which a
+        // decode without the sender's state can read).
+        s.ratio = 0.2;
+        s.chunk = 4;
+        s.hidden = 8;
+        s.latent = 2;
+        s.warmup = 1;
+        s.refresh = 1;
+        break;
       default:
         break;
     }
@@ -72,6 +82,7 @@ bool fixedSize(Kind kind) {
     case Kind::kTopKDithering:
     case Kind::kAdaComp:
     case Kind::kDqsgd:
+    case Kind::kLgc:
       return false;
     default:
       return true;
