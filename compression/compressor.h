@@ -88,13 +88,14 @@ struct CompressorSpec {
   // lgc (docs/compression.md "LGC"): keeps k (or ratio * d) values like topk; for `warmup`
   // rounds sends them as they are while an autoencoder over chunks of `chunk` values (hidden
   // layer `hidden`, `latent` numbers per chunk) learns from them with Adam (`learning_rate`),
-  // its parameters averaged with the neighbours' through the frames; then sends each chunk's
-  // latent code. Every `refresh` rounds after the warm-up (0: never) a new decoder version.
+  // its parameters averaged with the neighbours' through the frames (every `share_every`
+  // rounds); then sends each chunk's latent code. Every `refresh` rounds after the warm-up (0: never) a new decoder version.
   uint32_t chunk = 32;
   uint32_t hidden = 64;
   uint32_t latent = 4;
   uint64_t warmup = 100;
   uint64_t refresh = 0;
+  uint64_t shareEvery = 10;  // warm-up frames carry the network every shareEvery rounds
   double learningRate = 1e-3;
   // Wraps the codec: p = C(e + v), e <- e + v - p (docs/algorithms.md §13).
   bool errorFeedback = false;

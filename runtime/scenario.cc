@@ -100,6 +100,7 @@ void parseCompression(Obj& o, Scenario& s) {
       c.latent = o.integer<uint32_t>("latent", 1, c.chunk - 1, std::min<uint32_t>(4u, c.chunk - 1));
       c.warmup = o.integer<uint64_t>("warmup", 0, kMaxRounds, uint64_t{100});
       c.refresh = o.integer<uint64_t>("refresh", 0, kMaxRounds, uint64_t{0});
+      c.shareEvery = o.integer<uint64_t>("share_every", 1, kMaxRounds, uint64_t{10});
       c.learningRate = o.number("learning_rate", 0.0, 1.0, 1e-3, /*openLo=*/true);
       break;
     default:

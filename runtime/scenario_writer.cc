@@ -304,6 +304,7 @@ json compressionJson(const compression::CompressorSpec& c) {
       j["latent"] = c.latent;
       j["warmup"] = c.warmup;
       j["refresh"] = c.refresh;
+      j["share_every"] = c.shareEvery;
       j["learning_rate"] = c.learningRate;
       break;
     default:

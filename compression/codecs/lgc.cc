@@ -115,7 +115,7 @@ class LgcCompressor final : public Compressor<T> {
  public:
   explicit LgcCompressor(const CompressorSpec& spec)
       : k_(spec.k), ratio_(spec.ratio), warmup_(spec.warmup), refresh_(spec.refresh),
-        lr_(spec.learningRate) {
+        shareEvery_(std::max<uint64_t>(1, spec.shareEvery)), lr_(spec.learningRate) {
     shape_.chunk = spec.chunk;
     shape_.hidden = spec.hidden;
     shape_.latent = spec.latent;
@@ -130,7 +130,7 @@ class LgcCompressor final : public Compressor<T> {
     const uint64_t k = kept(d);
     const uint64_t chunks = (k + shape_.chunk - 1) / shape_.chunk;
     const size_t values = std::max<size_t>(k * sizeof(T), chunks * (4 + 2 * shape_.latent));
-    const size_t indices = k * varintBytes(d == 0 ? 0 : d - 1);
+    const size_t indices = k == d ? 0 : k * varintBytes(d == 0 ? 0 : d - 1);
     return frameBytesFor(kParamsBytes, network_ * 4 + indices + values);
   }
 
@@ -249,12 +249,15 @@ class LgcCompressor final : public Compressor<T> {
     std::vector<float> u(chunks * C, 0.0f);
     for (size_t c = 0; c < chunks; ++c) {
       const size_t first = c * C, last = std::min<size_t>(k, first + C);
-      double top = 0.0;
+      // The chunk's root mean square: the network sees every chunk at unit energy, so its loss
+      // is the relative error the receivers will see, whatever the message's scale.
+      double sumSq = 0.0;
       for (size_t j = first; j < last; ++j) {
         const double v = static_cast<double>(x[indices[j]]);
         finite &= std::isfinite(v);
-        top = std::max(top, std::abs(v));
+        sumSq += v * v;
       }
+      const double top = std::sqrt(sumSq / static_cast<double>(last - first));
       if (top > 0.0 && std::isfinite(top)) {
         for (size_t j = first; j < last; ++j) {
           u[j] = static_cast<float>(static_cast<double>(x[indices[j]]) / top);
@@ -272,7 +275,8 @@ class LgcCompressor final : public Compressor<T> {
     if (version == 0 || !finite) {
       p.mode = kValues;  // warm-up (or a non-finite input, which no receiver accepts anyway)
       p.version = 0;
-      p.networkCount = static_cast<uint32_t>(network_);
+      // The network for the gossip average, every share_every rounds of the warm-up.
+      p.networkCount = ctx.round % shareEvery_ == 0 ? static_cast<uint32_t>(network_) : 0;
     } else if (s.version != version) {
       s.frozen = s.theta;
       s.version = version;
@@ -314,8 +318,10 @@ class LgcCompressor final : public Compressor<T> {
       }
     }
 
+    // Every element kept (ratio 1): the index list is implied and not sent.
+    const bool allKept = k == d;
     size_t indexBytes = 0;
-    for (size_t j = 0; j < k; ++j) {
+    for (size_t j = 0; j < k && !allKept; ++j) {
       indexBytes += varintBytes(j == 0 ? indices[0] : indices[j] - indices[j - 1]);
     }
     const size_t valueBytes = p.mode == kValues ? k * sizeof(T) : chunks * (4 + 2 * size_t{L});
@@ -325,7 +331,7 @@ class LgcCompressor final : public Compressor<T> {
                                  size_t{p.networkCount} * 4 + indexBytes + valueBytes);
     if (out == nullptr) return frame.status();
     for (uint32_t i = 0; i < p.networkCount; ++i, out += 4) storeValue<float>(out, network[i]);
-    for (size_t j = 0; j < k; ++j) {
+    for (size_t j = 0; j < k && !allKept; ++j) {
       out = putVarint(out, j == 0 ? indices[0] : indices[j] - indices[j - 1]);
     }
     if (p.mode == kValues) {
@@ -414,7 +420,12 @@ class LgcCompressor final : public Compressor<T> {
       if (!std::isfinite(v)) return core::corruption("lgc network parameter not finite");
     }
     std::vector<uint32_t> indices;
-    if (p.k > 0) STARLING_RETURN_IF_ERROR(readIndexGaps(r, p.k, d, indices));
+    if (p.k == d) {
+      indices.resize(d);  // every element kept: no index list
+      for (size_t i = 0; i < d; ++i) indices[i] = static_cast<uint32_t>(i);
+    } else if (p.k > 0) {
+      STARLING_RETURN_IF_ERROR(readIndexGaps(r, p.k, d, indices));
+    }
     const uint32_t C = shape_.chunk, L = shape_.latent;
     const size_t chunks = (p.k + C - 1) / C;
     std::vector<T> values(p.k);
@@ -504,7 +515,7 @@ class LgcCompressor final : public Compressor<T> {
   size_t network_ = 0, encoderSize_ = 0;
   uint64_t k_;
   double ratio_;
-  uint64_t warmup_, refresh_;
+  uint64_t warmup_, refresh_, shareEvery_;
   double lr_;
 };
 

@@ -384,7 +384,9 @@ TEST_CASE("lgc: a hand-written frame decodes to the hand-computed network output
 
 TEST_CASE("lgc: warm-up frames carry the network, and endRound averages it with the neighbours'",
           "[compression][lgc][unit]") {
-  auto codec = make<float>(lgcSpec(10, 4, 4, 1, 5, 0));
+  CompressorSpec spec = lgcSpec(10, 4, 4, 1, 5, 0);
+  spec.shareEvery = 1;
+  auto codec = make<float>(spec);
   const size_t d = 50;
   const size_t P = lgc::parameterCount(lgc::Shape{4, 4, 1});
   // a and twin see the same vectors; only a hears b.
@@ -431,6 +433,64 @@ TEST_CASE("lgc: warm-up frames carry the network, and endRound averages it with 
   REQUIRE(codec->encodeSeen(x2, rng, {3, 8, a.get()}, fa, seen).isOk());
   REQUIRE(codec->encodeSeen(x2, rng, {3, 8, twin.get()}, ft, seen).isOk());
   CHECK(networkOf(fa) != networkOf(ft));  // still the averaged trajectory, not pulled again
+
+  // With share_every 3 (the default is 10) only rounds 0 and 3 of the warm-up ship the network:
+  // the other frames are top-k's bytes plus the params.
+  spec.shareEvery = 3;
+  auto sparse = make<float>(spec);
+  auto st = sparse->newState(d);
+  auto topk = make<float>(topkSpec(10));
+  for (uint64_t round = 0; round < 4; ++round) {
+    Frame f, plain;
+    const auto x = normalVector<float>(d, 40 + round);
+    REQUIRE(sparse->encodeSeen(x, rng, {round, 8, st.get()}, f, seen).isOk());
+    topk->encode(x, rng, plain);
+    const size_t network = round % 3 == 0 ? P * 4 : 0;
+    // lgc: 32 params, no u32 count; top-k: no params, a u32 count.
+    CHECK(f.size() == plain.size() + 32 - 4 + network);
+  }
+}
+
+}  // namespace
+}  // namespace starling::compression
+
+namespace starling::compression {
+namespace {
+
+TEST_CASE("lgc: with every element kept, frames carry no indices, and decode in place of them",
+          "[compression][lgc][unit]") {
+  // ratio 1: chunks are consecutive stretches of the message. d = 50, C = 8: 7 chunks.
+  CompressorSpec spec = lgcSpec(0, 8, 6, 2, 1, 0);
+  spec.ratio = 1.0;
+  auto codec = make<double>(spec);
+  const size_t d = 50, P = lgc::parameterCount(lgc::Shape{8, 6, 2});
+  auto sender = codec->newState(d);
+  auto receiver = codec->newReceiverState(d);
+  core::Rng rng(5);
+  for (uint64_t round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    const auto x = normalVector<double>(d, 60 + round);
+    Frame f;
+    std::vector<double> seen(d);
+    REQUIRE(codec->encodeSeen(x, rng, {round, 3, sender.get()}, f, seen).isOk());
+    // Header 32 + params 32 + [network] + values or 7 x (scale + 2 codes) + CRC 4.
+    const size_t expected = round == 0   ? 68 + 4 * P + 8 * d   // warm-up, network shipped
+                            : round == 1 ? 68 + 4 * P + 7 * 8  // version 1 starts
+                                         : 68 + 7 * 8;
+    CHECK(f.size() == expected);
+    CHECK(codec->maxEncodedBytes(d) >= f.size());
+    std::vector<double> scratch;
+    auto got = codec->decodeFrom(f, d, scratch, Checksum::kVerify, receiver.get());
+    REQUIRE(got.isOk());
+    CHECK(std::memcmp(got->data(), seen.data(), d * sizeof(double)) == 0);
+    if (round == 0) CHECK(seen == x);  // the warm-up sends the values themselves
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < d; ++i) {
+      err += (seen[i] - x[i]) * (seen[i] - x[i]);
+      norm += x[i] * x[i];
+    }
+    CHECK(err <= norm);
+  }
 }
 
 }  // namespace

@@ -96,6 +96,15 @@ CompressorSpec specFor(Kind kind, bool variant) {
       if (variant) s.maxBits = 3;
       if (variant) s.bucket = 7;
       break;
+    case Kind::kLgc:
+      // Seeds of every mode: the typical set ships a new decoder every round (mode 2); the
+      // corner has a warm-up round (mode 0), then one version kept (mode 2, then mode 1).
+      s.chunk = variant ? 4 : 8;
+      s.hidden = variant ? 3 : 8;
+      s.latent = variant ? 1 : 2;
+      s.warmup = variant ? 1 : 0;
+      s.refresh = variant ? 0 : 1;
+      break;
     default:
       break;
   }
@@ -183,11 +192,35 @@ void checkAccumulator(const Compressor<T>& codec, std::span<const std::byte> fra
   for (T v : sum) require(v == T{0}, "a rejected frame changed the accumulator's sum");
 }
 
+// A codec with receiver state (LGC): decodeFrom with a fresh state accepts exactly what decode()
+// accepts, with the same bits; with a state that has seen every earlier input (so it may hold
+// decoder versions a later frame names) it returns ok or kCorruption.
+template <typename T>
+void checkReceiver(const Compressor<T>& codec, std::span<const std::byte> frame, size_t d,
+                   const core::Status& decoded, const std::vector<T>& out) {
+  auto fresh = codec.newReceiverState(d);
+  if (!fresh) return;
+  std::vector<T> scratch;
+  auto got = codec.decodeFrom(frame, d, scratch, compression::Checksum::kVerify, fresh.get());
+  require(got.isOk() == decoded.isOk(), "decodeFrom with a fresh state and decode() disagree");
+  if (got.isOk()) {
+    require(d == 0 || std::memcmp(got->data(), out.data(), d * sizeof(T)) == 0,
+            "decodeFrom and decode() decode a frame differently");
+  } else {
+    require(got.status().code() == core::StatusCode::kCorruption, "decodeFrom: not kCorruption");
+  }
+  static std::unique_ptr<compression::CodecState> seasoned = codec.newReceiverState(d);
+  auto again = codec.decodeFrom(frame, d, scratch, compression::Checksum::kVerify, seasoned.get());
+  require(again.isOk() || again.status().code() == core::StatusCode::kCorruption,
+          "decodeFrom with a used state: not ok and not kCorruption");
+}
+
 template <typename T, typename Other>
 void check(const Compressor<T>& codec, const Compressor<Other>& other,
            std::span<const std::byte> frame, size_t d) {
   std::vector<T> out = filled<T>(d, kSentinel);
   const core::Status st = codec.decode(frame, out);
+  checkReceiver(codec, frame, d, st, out);
   if (!st.isOk()) {
     require(st.code() == core::StatusCode::kCorruption, "decode() failed but not with kCorruption");
     require(allBytes(out, kSentinel), "a failed decode() wrote into its output");

@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""Bytes to accuracy on a neural network (issue 16): Fashion-MNIST, an MLP of at least 500,000
+parameters ([784, 640, 10] by default: 508,810), 8 peers on a ring, iid and Dirichlet(0.1) label
+skew, each algorithm x codec trained for a fixed number of epochs. Every run is a real
+`node-launcher simulate`; nothing is modelled.
+
+The table gives, per run: the test accuracy of the average model at the end, the total bytes all
+peers sent to reach the target accuracy (the uncompressed reference run's final accuracy minus
+`--slack` points; first logged round at or above it) and in the whole run, both as a factor of
+fewer bytes than the reference, and the codec's mean compression error. A second table gives
+each codec's compute per message, measured in the same program (one encode and one decode of a
+real message of the model's size), next to the bytes it sends.
+
+Usage: tools/bench_compression.py [--build DIR] [--epochs E] [--layers JSON] [--slack P]
+           [--partitions iid,dirichlet] [--only label,...] [--out DIR] [--jobs N]
+Standard library only (any python3); the plot needs matplotlib (/usr/bin/python3 with Debian's
+python3-matplotlib) and is skipped without it.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN = 60000
+NODES = 8
+BATCH = 32          # per peer
+STEP = 0.1
+
+
+def runs():
+    """label -> (description, algorithm, compression or None)."""
+    dsgd = {"kind": "dsgd", "step_size": STEP}
+    choco = {"kind": "choco", "step_size": STEP, "gamma": 0.05}
+    lead = {"kind": "lead", "step_size": STEP, "gamma": 1.0, "alpha": 0.2}
+    return {
+        "dsgd": ("DSGD, uncompressed (the reference)", dsgd, None),
+        "dsgd-topk1-ef": ("DSGD, top-1% with error feedback (gamma 0.2)",
+                          dict(dsgd, gamma=0.2),
+                          {"kind": "topk", "ratio": 0.01, "error_feedback": True}),
+        "choco-topk1": ("CHOCO, top-1%", choco, {"kind": "topk", "ratio": 0.01}),
+        "choco-topk0.1": ("CHOCO, top-0.1%", dict(choco, gamma=0.02),
+                          {"kind": "topk", "ratio": 0.001}),
+        "choco-qsgd4-linf": ("CHOCO, QSGD 4-bit (linf, bucket 16)", choco,
+                             {"kind": "qsgd", "bits": 4, "norm": "linf", "bucket": 16}),
+        "lead-qsgd2": ("LEAD, QSGD 2-bit (linf, bucket 16)", lead,
+                       {"kind": "qsgd", "bits": 2, "norm": "linf", "bucket": 16}),
+        "lead-natural-dithering": ("LEAD, natural dithering (s = 2, linf)", lead,
+                                   {"kind": "natural_dithering", "levels": 2, "norm": "linf"}),
+        "choco-countsketch": ("CHOCO, Count-Sketch 5 x d/100, top-1% of the median estimate",
+                              choco, {"kind": "countsketch", "rows": 5, "cols": 5088,
+                                      "ratio": 0.01}),
+        "choco-lgc1": ("CHOCO, LGC on top-1% (chunk 32, latent 4, warm-up 100 rounds)", choco,
+                       {"kind": "lgc", "ratio": 0.01, "warmup": 100}),
+        "lead-lgc1": ("LEAD, LGC on top-1% (chunk 32, latent 4, warm-up 100 rounds)", lead,
+                      {"kind": "lgc", "ratio": 0.01, "warmup": 100}),
+    }
+
+
+def scenario(label, partition, epochs, layers, algorithm, compression):
+    rounds = max(1, round(epochs * TRAIN / (NODES * BATCH)))
+    s = {
+        "schema_version": 1, "name": f"bc-{label}-{partition}", "nodes": NODES, "seed": 1,
+        "rounds": rounds, "log_every": max(1, rounds // 24), "precision": "float32",
+        "topology": {"kind": "ring"},
+        "problem": {"kind": "mlp", "layers": layers, "l2": 0.0001,
+                    "partition": "iid" if partition == "iid"
+                    else {"kind": "dirichlet", "alpha": 0.1},
+                    "estimator": {"kind": "sgd", "batch": BATCH},
+                    "data": {"dataset": "fashion-mnist"}},
+        "algorithm": algorithm,
+    }
+    if compression is not None:
+        s["compression"] = compression
+    return s
+
+
+def simulate(launcher, out, s):
+    file = os.path.join(out, s["name"] + ".json")
+    with open(file, "w") as f:
+        json.dump(s, f, indent=1)
+    run_dir = os.path.join(out, s["name"])
+    t0 = time.monotonic()
+    r = subprocess.run([launcher, "simulate", file, "--out", run_dir],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.monotonic() - t0
+    curve = []
+    if r.returncode == 0:
+        for line in open(os.path.join(run_dir, "metrics.jsonl")):
+            j = json.loads(line)
+            if j.get("test_accuracy") is not None:
+                curve.append((j["round"], j["test_accuracy"], j.get("bytes_sent", 0),
+                              j.get("compression_error")))
+    note = "" if r.returncode == 0 else (r.stdout.strip().splitlines() or ["failed"])[-1][:160]
+    return curve, wall, note
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--layers", default="[784, 640, 10]")
+    ap.add_argument("--slack", type=float, default=1.0, help="points below the reference")
+    ap.add_argument("--partitions", default="iid,dirichlet")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--jobs", type=int, default=1)
+    a = ap.parse_args()
+    layers = json.loads(a.layers)
+    params = sum(layers[i + 1] * (layers[i] + 1) for i in range(len(layers) - 1))
+    launcher = os.path.join(ROOT, a.build, "tools", "node-launcher")
+    out = a.out or os.path.join(ROOT, a.build, "bench-compression")
+    os.makedirs(out, exist_ok=True)
+    only = set(a.only.split(",")) if a.only else None
+    table = runs()
+    jobs = []
+    for partition in a.partitions.split(","):
+        for label, (what, alg, comp) in table.items():
+            if only and label not in only and label != "dsgd":
+                continue
+            jobs.append((partition, label, scenario(label, partition, a.epochs, layers, alg,
+                                                    comp)))
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        futures = {pool.submit(simulate, launcher, out, s): (p, l) for p, l, s in jobs}
+        for fut in concurrent.futures.as_completed(futures):
+            p, l = futures[fut]
+            results[(p, l)] = fut.result()
+            curve, wall, note = results[(p, l)]
+            last = curve[-1] if curve else None
+            print(f"{p} {l}: accuracy {last[1] if last else '-'}, "
+                  f"{(last[2] / 1e6) if last else '-'} MB, {wall:.0f} s {note}", flush=True)
+
+    print(f"\n{a.epochs:g} epochs of Fashion-MNIST, MLP {layers} ({params:,} parameters), "
+          f"{NODES} peers on a ring, batch {BATCH} per peer, step {STEP}, float32. Target: the "
+          f"reference's final accuracy minus {a.slack:g} point(s).\n")
+    rows = []
+    for partition in a.partitions.split(","):
+        ref = results.get((partition, "dsgd"))
+        if not ref or not ref[0]:
+            print(f"{partition}: the reference run failed: {ref[2] if ref else 'not run'}")
+            continue
+        ref_acc = ref[0][-1][1]
+        target = ref_acc - a.slack / 100
+        ref_bytes_to_target = next((b for r, acc, b, e in ref[0] if acc >= target), None)
+        ref_total = ref[0][-1][2]
+        print(f"### {partition} (reference accuracy {ref_acc:.2%}, target {target:.2%})\n")
+        print("| run | what | accuracy | MB to target | fewer bytes to target | MB in all | "
+              "fewer bytes in all | compression error | simulate s |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for label, (what, alg, comp) in table.items():
+            if (partition, label) not in results:
+                continue
+            curve, wall, note = results[(partition, label)]
+            if not curve:
+                print(f"| {label} | {what} | failed: {note} | | | | | | {wall:.0f} |")
+                continue
+            acc = curve[-1][1]
+            total = curve[-1][2]
+            reach = next((b for r, ac, b, e in curve if ac >= target), None)
+            errs = [e for r, ac, b, e in curve if e is not None]
+            err = sum(errs) / len(errs) if errs else 0.0
+            rows.append((partition, label, acc, reach, total, err, wall))
+            to_target = "-" if reach is None else f"{reach / 1e6:,.1f}"
+            fewer = "-" if reach is None or ref_bytes_to_target is None else \
+                f"{ref_bytes_to_target / reach:,.0f}x"
+            print(f"| {label} | {what} | {acc:.2%} | {to_target} | {fewer} | "
+                  f"{total / 1e6:,.1f} | {ref_total / total:,.0f}x | {err:.3f} | {wall:.0f} |")
+        print()
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({f"{p}/{l}": v for (p, l), v in results.items()}, f, indent=1)
+    plot(out, results, a.partitions.split(","))
+    return 0 if all(v[0] for v in results.values()) else 1
+
+
+def plot(out, results, partitions):
+    """compression.png in `out`: test accuracy against MB sent (log scale), one panel per
+    partition (skipped, with a line saying so, without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is missing (apt-get install python3-matplotlib; run with "
+              "/usr/bin/python3): no plot")
+        return
+    fig, axes = plt.subplots(1, len(partitions), figsize=(6.5 * len(partitions), 4.5),
+                             squeeze=False)
+    for ax, p in zip(axes[0], partitions):
+        for (part, label), (curve, wall, note) in sorted(results.items()):
+            if part != p or not curve:
+                continue
+            ax.plot([max(b, 1) / 1e6 for r, acc, b, e in curve], [acc for r, acc, b, e in curve],
+                    label=label, marker=".")
+        ax.set_xscale("log")
+        ax.set_title(f"{p}")
+        ax.set_xlabel("MB sent by all peers")
+        ax.set_ylabel("test accuracy (average model)")
+        ax.set_ylim(0.3, 0.9)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path = os.path.join(out, "compression.png")
+    fig.savefig(path, dpi=90)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
