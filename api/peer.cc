@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
+#include "optim/sketch_gossip.h"
 #include "runtime/metrics.h"
 #include "runtime/peer.h"
 #include "runtime/transport/transport.h"
@@ -331,6 +332,13 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     return core::invalidArgument("step: AdaScale evaluates the scenario's step_size at its own "
                                  "counter tau (docs/algorithms.md §22); leave lr out");
   }
+  if (const auto& sk = scenario.algorithm.sketch) {
+    if (const auto bad = optim::sketchMisfit(*sk, params.size())) {
+      return core::invalidArgument("step: algorithm.sketch" +
+                                   (bad->key.empty() ? std::string() : "." + bad->key) + ": " +
+                                   bad->why);
+    }
+  }
   auto got = stateFor<T>(params.size(), "step");
   if (!got) return got.status();
   PeerState<T>& st = **got;
@@ -431,6 +439,11 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     return core::failedPrecondition(
         "mix: the scenario codistils (algorithm.codistillation), so models are never averaged; "
         "train with step() and add the term from neighbourModels() to the loss");
+  }
+  if (scenario.algorithm.sketch) {
+    return core::failedPrecondition(
+        "mix: algorithm.sketch sketches the gradients step() is given (docs/algorithms.md §27); "
+        "mix() has none, so train with step()");
   }
   auto got = stateFor<T>(params.size(), "mix");
   if (!got) return got.status();

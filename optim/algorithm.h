@@ -26,6 +26,7 @@
 #include "optim/codistillation.h"
 #include "optim/local_optimizer_spec.h"
 #include "optim/regularizer.h"
+#include "optim/sketch_spec.h"
 #include "optim/step_size.h"
 
 namespace starling::optim {
@@ -110,6 +111,9 @@ struct AlgorithmSpec {
   // optim/codistillation_gossip.h). Built by createCodistillationGossip, not createAlgorithm,
   // because the node's gradient oracle must see the neighbours' copies too.
   std::optional<CodistillationConfig> codistillation;
+  // dsgd only: the sketch of the model travels, and momentum and error feedback live in sketch
+  // space (docs/algorithms.md §27, optim/sketch_gossip.h).
+  std::optional<SketchGossipSpec> sketch;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and

@@ -10,6 +10,7 @@
 #include "optim/choco.h"
 #include "optim/lead.h"
 #include "optim/leader_gossip.h"
+#include "optim/sketch_gossip.h"
 
 namespace starling::optim {
 namespace {
@@ -258,6 +259,7 @@ std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::sp
       if (spec.combine == AlgorithmSpec::Combine::kAdasum) return createAdasumGossip<T>(spec, x0, oracle);
       if (spec.adascale) return createAdaScaleGossip<T>(spec, x0, oracle);
       if (spec.leader) return createLeaderGossip<T>(spec, x0, oracle);
+      if (spec.sketch) return createSketchGossip<T>(spec, x0, oracle);
       return std::make_unique<Dsgd<T>>(spec.gamma, x0, oracle);
     case AlgorithmKind::kExactDiffusion: return std::make_unique<ExactDiffusion<T>>(x0, oracle);
     case AlgorithmKind::kGradientTracking: return std::make_unique<GradientTracking<T>>(x0, oracle);

@@ -4,6 +4,7 @@
 
 #include "optim/local_optimizer.h"
 #include "optim/mlp.h"
+#include "optim/sketch_gossip.h"
 #include "runtime/idx.h"
 #include "runtime/partition.h"
 #include "runtime/scenario_limits.h"
@@ -88,6 +89,12 @@ core::Result<Experiment> prepareExperiment(const Scenario& s, const ExperimentOp
   if (s.problem.usesBatch() && s.problem.estimator.batch > m) {
     return fail(s.problem.batchPath, core::invalidArgument("larger than the number of samples (" +
                                                            std::to_string(m) + ")"));
+  }
+  if (const auto& sk = s.algorithm.sketch) {
+    if (const auto bad = optim::sketchMisfit(*sk, e.modelDim())) {
+      return fail(bad->key.empty() ? "/algorithm/sketch" : "/algorithm/sketch/" + bad->key,
+                  core::invalidArgument(bad->why));
+    }
   }
   // The model's tensors (Adasum's coefficients are per tensor): each layer's W and b for the MLP.
   if (s.problem.isMlp()) e.scenario.algorithm.layout = optim::mlpLayout(s.problem.layers).sizes;

@@ -127,9 +127,11 @@ void parseTrainingMethodsOf(Obj& alg, Scenario& s) {
   } else {
     alg.get("leader");
   }
+  parseSketchOf(alg, s);
 }
 
 void checkTrainingMethodsCompression(const Scenario& s) {
+  checkSketch(s);
   if ((s.algorithm.adascale || s.algorithm.leader) &&
       s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
     throw ScenarioError{"/compression/kind",

@@ -201,6 +201,10 @@ void parseLocalOptimizerOf(Obj& alg, Scenario& s);
 // local optimizer, combine and the problem are known; the compression check once it is parsed.
 void parseTrainingMethodsOf(Obj& alg, Scenario& s);
 void checkTrainingMethodsCompression(const Scenario& s);
+// /algorithm/sketch (scenario_sketch.cc), called from the two above: the key once the others are
+// read, and what it cannot go with once compression and asynchronous are.
+void parseSketchOf(Obj& alg, Scenario& s);
+void checkSketch(const Scenario& s);
 // /algorithm/codistillation into s.algorithm (after its kind and the problem are known).
 void parseCodistillationOf(Obj& alg, Scenario& s);
 // /faults (scenario_faults.cc); after nodes and rounds are known.

@@ -226,6 +226,16 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
                        {"global_period", l->globalPeriod},
                        {"loss_window", l->lossWindow}};
   }
+  if (const auto& sk = a.sketch) {
+    json sj{{"rows", sk->rows}, {"cols", sk->cols}};
+    if (sk->k > 0) {
+      sj["k"] = sk->k;
+    } else {
+      sj["ratio"] = sk->ratio;
+    }
+    sj["momentum"] = sk->momentum;  // the seed is derived from /seed again
+    j["sketch"] = sj;
+  }
   if (a.codistillation) {
     const optim::CodistillationConfig& c = *a.codistillation;
     json co;

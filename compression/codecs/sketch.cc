@@ -30,13 +30,14 @@
 #include "compression/codecs/bits.h"
 #include "compression/codecs/codecs.h"
 #include "compression/codecs/wire.h"
+#include "compression/sketch_hash.h"
 
 namespace starling::compression::codecs {
 namespace {
 
-constexpr uint64_t kSketchSalt = 0x534b4554;  // "SKET"
+constexpr uint64_t kSketchSalt = kSketchHashSalt;  // "SKET" (compression/sketch_hash.h)
 constexpr size_t kParamsBytes = 34;
-constexpr uint64_t kMaxRows = 64;
+constexpr uint64_t kMaxRows = kSketchMaxRows;
 constexpr uint64_t kMaxCols = uint64_t{1} << 31;
 constexpr size_t kBlock = 512;
 
@@ -96,23 +97,7 @@ core::Result<SketchParams> loadParams(std::span<const std::byte> in, uint64_t d)
   return p;
 }
 
-// Per-row hash parameters drawn from one seed.
-class SketchHashes {
- public:
-  SketchHashes(uint64_t seed, uint32_t rows, uint32_t cols) : cols_(cols), rows_(rows) {
-    for (uint32_t j = 0; j < rows; ++j) {
-      for (uint64_t w = 0; w < 4; ++w) coef_[j][w] = core::deriveSeed(seed, kSketchSalt, j, w);
-    }
-  }
-  uint32_t rows() const { return rows_; }
-  uint32_t cols() const { return cols_; }
-  const uint64_t* coef(uint32_t j) const { return coef_[j]; }
-
- private:
-  uint32_t cols_;
-  uint32_t rows_;
-  uint64_t coef_[kMaxRows][4];
-};
+using compression::SketchHashes;  // compression/sketch_hash.h
 
 // ---------------------------------------------------------------------------------------------
 // Kernels over a block of coordinates (STARLING_SIMD_CLONES, wire.h). Only exact steps: 64-bit
@@ -573,3 +558,27 @@ template std::unique_ptr<Compressor<float>> makeCountSketch<float>(const Compres
 template std::unique_ptr<Compressor<double>> makeCountSketch<double>(const CompressorSpec&);
 
 }  // namespace starling::compression::codecs
+
+namespace starling::compression {
+
+// The passes of compression/sketch_hash.h, for optim's sketched gossip.
+template <typename T>
+void sketchAdd(std::span<const T> x, const SketchHashes& h, std::span<T> table) {
+  assert(table.size() == static_cast<size_t>(h.rows()) * h.cols());
+  codecs::sketchInto<T>(x, h, table.data());
+}
+
+template <typename T>
+void sketchEstimate(std::span<const T> table, const SketchHashes& h, bool mean, std::span<T> est) {
+  assert(table.size() == static_cast<size_t>(h.rows()) * h.cols());
+  codecs::estimate<T>(table.data(), h, mean, est);
+}
+
+template void sketchAdd<float>(std::span<const float>, const SketchHashes&, std::span<float>);
+template void sketchAdd<double>(std::span<const double>, const SketchHashes&, std::span<double>);
+template void sketchEstimate<float>(std::span<const float>, const SketchHashes&, bool,
+                                    std::span<float>);
+template void sketchEstimate<double>(std::span<const double>, const SketchHashes&, bool,
+                                     std::span<double>);
+
+}  // namespace starling::compression

@@ -94,7 +94,7 @@ TEST_CASE("node-launcher run gives the same metrics as simulate", "[integration]
 }
 
 TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LEGW, Adasum, "
-          "AdaScale, Leader SGD",
+          "AdaScale, Leader SGD, sketched gossip",
           "[integration][peers]") {
   const auto dir = tempDir("peers-methods");
   const auto problemWith = [](const std::string& batch) {
@@ -116,6 +116,9 @@ TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LE
                                "local_optimizer": {"kind": "momentum"}})"},
       {"leader", R"({"kind": "dsgd", "step_size": 0.1,
                     "leader": {"local_period": 2, "global_period": 4, "pull_global": 0.3}})"},
+      // The model's sketch on the wire, momentum and error in sketch space (§27).
+      {"sketch", R"({"kind": "dsgd", "step_size": 0.1, "gamma": 0.3,
+                    "sketch": {"rows": 3, "cols": 4, "k": 2, "momentum": 0.5}})"},
   };
   for (const auto& [name, algorithm] : cases) {
     DYNAMIC_SECTION(name) {
@@ -138,6 +141,7 @@ TEST_CASE("the seeds' methods on real peers equal simulate: local optimizers, LE
       CHECK(a == metricsWithoutWall(dir / (name + "-sim") / "metrics.jsonl"));
       if (name == "adascale-momentum") CHECK(a.back().contains("adascale_gain"));
       if (name == "leader") CHECK(a.back().contains("leader_global"));
+      if (name == "sketch") CHECK(a.back().contains("sketch_scale"));
     }
   }
 }
