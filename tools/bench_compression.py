@@ -32,8 +32,8 @@ BATCH = 32          # per peer
 STEP = 0.1
 
 
-def runs():
-    """label -> (description, algorithm, compression or None)."""
+def runs(d):
+    """label -> (description, algorithm, compression or None), for a model of d parameters."""
     dsgd = {"kind": "dsgd", "step_size": STEP}
     choco = {"kind": "choco", "step_size": STEP, "gamma": 0.05}
     lead = {"kind": "lead", "step_size": STEP, "gamma": 1.0, "alpha": 0.2}
@@ -45,15 +45,17 @@ def runs():
         "choco-topk1": ("CHOCO, top-1%", choco, {"kind": "topk", "ratio": 0.01}),
         "choco-topk0.1": ("CHOCO, top-0.1%", dict(choco, gamma=0.02),
                           {"kind": "topk", "ratio": 0.001}),
-        "choco-qsgd4-linf": ("CHOCO, QSGD 4-bit (linf, bucket 16)", choco,
-                             {"kind": "qsgd", "bits": 4, "norm": "linf", "bucket": 16}),
         "lead-qsgd2": ("LEAD, QSGD 2-bit (linf, bucket 16)", lead,
                        {"kind": "qsgd", "bits": 2, "norm": "linf", "bucket": 16}),
         "lead-natural-dithering": ("LEAD, natural dithering (s = 2, linf)", lead,
                                    {"kind": "natural_dithering", "levels": 2, "norm": "linf"}),
         "choco-countsketch": ("CHOCO, Count-Sketch 5 x d/100, top-1% of the median estimate",
-                              choco, {"kind": "countsketch", "rows": 5, "cols": 5088,
+                              choco, {"kind": "countsketch", "rows": 5, "cols": d // 100,
                                       "ratio": 0.01}),
+        "dsgd-sketch": ("DSGD with sketched momentum and error (5 x d/20, top d/200, gamma 0.1)",
+                        dict(dsgd, gamma=0.1,
+                             sketch={"rows": 5, "cols": d // 20, "k": d // 200, "momentum": 0.0}),
+                        None),
         "choco-lgc1": ("CHOCO, LGC on top-1% (chunk 32, latent 4, warm-up 100 rounds)", choco,
                        {"kind": "lgc", "ratio": 0.01, "warmup": 100}),
         "lead-lgc1": ("LEAD, LGC on top-1% (chunk 32, latent 4, warm-up 100 rounds)", lead,
@@ -61,17 +63,17 @@ def runs():
     }
 
 
-def scenario(label, partition, epochs, layers, algorithm, compression):
+def scenario(label, partition, epochs, layers, algorithm, compression, test_samples):
     rounds = max(1, round(epochs * TRAIN / (NODES * BATCH)))
     s = {
         "schema_version": 1, "name": f"bc-{label}-{partition}", "nodes": NODES, "seed": 1,
-        "rounds": rounds, "log_every": max(1, rounds // 24), "precision": "float32",
+        "rounds": rounds, "log_every": max(1, rounds // 12), "precision": "float32",
         "topology": {"kind": "ring"},
         "problem": {"kind": "mlp", "layers": layers, "l2": 0.0001,
                     "partition": "iid" if partition == "iid"
                     else {"kind": "dirichlet", "alpha": 0.1},
                     "estimator": {"kind": "sgd", "batch": BATCH},
-                    "data": {"dataset": "fashion-mnist"}},
+                    "data": {"dataset": "fashion-mnist", "test_samples": test_samples}},
         "algorithm": algorithm,
     }
     if compression is not None:
@@ -109,21 +111,23 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default="")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--launcher", default="", help="default: BUILD/tools/node-launcher")
+    ap.add_argument("--test-samples", type=int, default=2000)
     a = ap.parse_args()
     layers = json.loads(a.layers)
     params = sum(layers[i + 1] * (layers[i] + 1) for i in range(len(layers) - 1))
-    launcher = os.path.join(ROOT, a.build, "tools", "node-launcher")
+    launcher = a.launcher or os.path.join(ROOT, a.build, "tools", "node-launcher")
     out = a.out or os.path.join(ROOT, a.build, "bench-compression")
     os.makedirs(out, exist_ok=True)
     only = set(a.only.split(",")) if a.only else None
-    table = runs()
+    table = runs(params)
     jobs = []
     for partition in a.partitions.split(","):
         for label, (what, alg, comp) in table.items():
             if only and label not in only and label != "dsgd":
                 continue
             jobs.append((partition, label, scenario(label, partition, a.epochs, layers, alg,
-                                                    comp)))
+                                                    comp, a.test_samples)))
     results = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         futures = {pool.submit(simulate, launcher, out, s): (p, l) for p, l, s in jobs}
