@@ -94,7 +94,7 @@ struct CompressorSpec {
   uint32_t hidden = 64;
   uint32_t latent = 4;
   uint64_t warmup = 100;
-  uint64_t refresh = 0;
+  uint64_t refresh = 50;
   uint64_t shareEvery = 10;  // warm-up frames carry the network every shareEvery rounds
   double learningRate = 1e-3;
   // Wraps the codec: p = C(e + v), e <- e + v - p (docs/algorithms.md §13).

@@ -99,7 +99,7 @@ void parseCompression(Obj& o, Scenario& s) {
       c.hidden = o.integer<uint32_t>("hidden", 1, 4096, 64u);
       c.latent = o.integer<uint32_t>("latent", 1, c.chunk - 1, std::min<uint32_t>(4u, c.chunk - 1));
       c.warmup = o.integer<uint64_t>("warmup", 0, kMaxRounds, uint64_t{100});
-      c.refresh = o.integer<uint64_t>("refresh", 0, kMaxRounds, uint64_t{0});
+      c.refresh = o.integer<uint64_t>("refresh", 0, kMaxRounds, uint64_t{50});
       c.shareEvery = o.integer<uint64_t>("share_every", 1, kMaxRounds, uint64_t{10});
       c.learningRate = o.number("learning_rate", 0.0, 1.0, 1e-3, /*openLo=*/true);
       break;

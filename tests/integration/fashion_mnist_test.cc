@@ -164,9 +164,9 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO with the learned codec (LGC) trains w
           "[fast]") {
   REQUIRE(kHaveData);
   // docs/algorithms.md §28: top-5% of CHOCO's differences, sent as they are for 100 rounds while
-  // the autoencoder learns, then as 4 fp16 codes and a scale per 32 values. Measured
-  // 2026-11-25: DSGD 0.848, CHOCO + LGC 0.833 (2,000 test images), 34x fewer bytes, mean
-  // compression error 0.91 (top-k's alone, at 5%, is about 0.64).
+  // the autoencoder learns, then as 4 fp16 codes and a scale per 32 values, a new decoder
+  // version every 50 rounds. Measured 2026-11-25: DSGD 0.848, CHOCO + LGC 0.838 (2,000 test
+  // images), 31x fewer bytes, mean compression error 0.90 (top-k's alone, at 5%, is 0.64).
   const Setup s{"[784, 32, 10]", 20000, 2000, 600, 32};
   const auto dsgd = run(experimentFrom(scenario(s, 8, s.batch, R"({"kind": "dsgd", "step_size": 0.2})")));
   const auto lgc = run(experimentFrom(
@@ -178,7 +178,7 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO with the learned codec (LGC) trains w
               lgc.last.testAccuracy, lgc.last.bytesSent / 1e6, lgc.last.compressionError);
   INFO("dsgd " << dsgd.last.testAccuracy << ", lgc " << lgc.last.testAccuracy);
   CHECK(lgc.last.testAccuracy >= dsgd.last.testAccuracy - 0.02);
-  CHECK(lgc.last.bytesSent * 30 <= dsgd.last.bytesSent);
+  CHECK(lgc.last.bytesSent * 25 <= dsgd.last.bytesSent);
   // Every frame decoded with the version it named: none rejected.
   CHECK(lgc.last.corruptMessages == 0);
   // The codes carry part of each chunk (an untrained decoder's error would be about 1).
