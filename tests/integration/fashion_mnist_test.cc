@@ -216,18 +216,21 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO top-5% with the first and last layers
   // [784, 32, 32, 10]: tensors W_1 (25,088), b_1 (32), W_2 (1,024), b_2 (32), W_3 (320),
   // b_3 (10). "uncompressed": ["first", "last"] sends W_1, b_1, W_3, b_3 (25,450 values) with
   // identity and the top 5% of W_2, b_2 (k = 53 of 1,056).
-  const Setup s{"[784, 32, 32, 10]", 20000, 2000, 300, 32};
+  const Setup s{"[784, 32, 32, 10]", 20000, 2000, 600, 32};
   const std::string choco = R"({"kind": "choco", "step_size": 0.2, "gamma": 0.05})";
   const Outcome plain = train(scenario(s, 8, s.batch, choco));
   const Outcome layered = train(scenario(
       s, 8, s.batch, choco,
       R"(, "compression": {"kind": "topk", "ratio": 0.05, "uncompressed": ["first", "last"]})"));
-  std::printf("fashion-mnist %s, ring of 8, %llu rounds, choco: uncompressed %.4f (%.1f MB), "
-              "first and last layers uncompressed + top-5%% %.4f (%.1f MB)\n",
+  std::printf("fashion-mnist %s, ring of 8, %llu rounds, choco: uncompressed %.4f (%llu bytes), "
+              "first and last layers uncompressed + top-5%% %.4f (%llu bytes)\n",
               s.layers.c_str(), static_cast<unsigned long long>(s.rounds), plain.accuracy,
-              plain.bytes / 1e6, layered.accuracy, layered.bytes / 1e6);
-  // Measured: uncompressed MEASURED_PLAIN, layered MEASURED_LAYERED (2,000 test images).
-  CHECK(plain.accuracy >= 0.80);
+              static_cast<unsigned long long>(plain.bytes), layered.accuracy,
+              static_cast<unsigned long long>(layered.bytes));
+  // Measured 2026-11-25: uncompressed 0.8345 (1,018.2 MB), layered 0.8295 (981.4 MB) on 2,000
+  // test images; the bounds are 2 points below.
+  CHECK(plain.accuracy >= 0.81);
+  CHECK(layered.accuracy >= 0.81);
   CHECK(layered.accuracy >= plain.accuracy - 0.02);
 
   // Every round each of the 8 nodes sends one frame to each of its 2 ring neighbours.
@@ -253,5 +256,7 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO top-5% with the first and last layers
       R"(, "compression": {"kind": "identity", "layers": [{"tensors": [3], "kind": "topk", "k": 4}]})"));
   const std::vector<std::pair<uint64_t, uint64_t>> exactMap = {{26144, 0}, {32, 1}, {330, 0}};
   const size_t frame = layeredFrameBytes(exactMap, {36 + 4 * (d - 32), 36 + 4 + 4 + 4 * 4});
+  std::printf("top-4 of b_2 alone, 20 rounds: %llu bytes, %zu per frame\n",
+              static_cast<unsigned long long>(exact.bytes), frame);
   CHECK(exact.bytes == few.rounds * 8 * 2 * frame);
 }
