@@ -254,18 +254,21 @@ Status checkLayoutSizes(const std::vector<size_t>& sizes) {
 
 Status Peer::Impl::setLayout(std::vector<size_t> sizes) {
   if (closed) return core::failedPrecondition("setLayout after close()");
+  // The compression's layers rules index the layout too: mix()'s codec is built at its first call.
+  const bool layered = !scenario.compression.layers.empty();
   const bool stepped = std::visit(
-      [](const auto& st) {
+      [layered](const auto& st) {
         if constexpr (std::is_same_v<std::decay_t<decltype(st)>, std::monostate>) {
           return false;
         } else {
-          return st.stepNode != nullptr;
+          return st.stepNode != nullptr || (layered && st.mixNode != nullptr);
         }
       },
       state);
   if (stepped) {
     return core::failedPrecondition(
-        "setLayout: step() has run; the local optimizer was built over the layout then");
+        "setLayout: step() has run (or mix(), with compression layers rules); the local "
+        "optimizer and the codec were built over the layout then");
   }
   STARLING_RETURN_IF_ERROR(checkLayoutSizes(sizes));
   layout = std::move(sizes);
