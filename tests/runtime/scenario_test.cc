@@ -694,6 +694,13 @@ TEST_CASE("compression layers: every refusal names its JSON path", "[runtime][un
                                        "uncompressed": ["last"]})")),
              Contains("s.json: /compression/uncompressed: \"first\" is tensors 0 and 1 (W_1, "
                       "b_1), \"last\" tensors -2 and -1: compression layers rule 1: tensor -1 "));
+  // lgc: in one group at most, and its refusals hold in a rule too.
+  CHECK_THAT(refusal(layers(R"([{"tensors": [0], "kind": "lgc", "k": 8},
+                                {"tensors": [1], "kind": "lgc", "k": 8}])")),
+             Contains("s.json: /compression/layers/1/kind: at most one group may use lgc"));
+  CHECK_THAT(refusal(chocoMlp(top + R"("layers": [{"tensors": [2], "kind": "lgc", "k": 8}]},
+                                       "checkpoint": {"every": 5})")),
+             Contains("s.json: /checkpoint: lgc's receivers keep their neighbours' decoder"));
   // A trainer's scenario: what holds for every layout.
   const std::string trainer = R"({"schema_version": 1, "nodes": 4, "topology": {"kind": "ring"},
       "algorithm": {"kind": "choco", "step_size": 0.1},
