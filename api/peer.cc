@@ -47,12 +47,28 @@ bool reservedMetricName(const std::string& name) {
   return false;
 }
 
+// `layout`: the trainer's tensor sizes (empty: one tensor), which the compression's layers
+// rules index.
 template <typename T>
-Result<std::unique_ptr<compression::Compressor<T>>> makeCodec(const runtime::Scenario& s) {
-  if (s.compression.kind == compression::CompressorSpec::Kind::kIdentity) {
+Result<std::unique_ptr<compression::Compressor<T>>> makeCodec(const runtime::Scenario& s,
+                                                              std::span<const size_t> layout,
+                                                              size_t dim, const char* call) {
+  if (compression::sendsIdentityOnly(s.compression)) {
     return std::unique_ptr<compression::Compressor<T>>();
   }
-  return compression::createCompressor<T>(s.compression);
+  if (!s.compression.layers.empty() && !layout.empty()) {
+    size_t sum = 0;
+    for (size_t n : layout) sum += n;
+    if (sum != dim) {
+      return core::invalidArgument(std::string(call) + ": the layout's tensors hold " +
+                                   std::to_string(sum) + " parameters, but the parameter "
+                                   "buffer has " + std::to_string(dim) +
+                                   " (compression layers index the layout)");
+    }
+  }
+  auto codec = compression::createCompressor<T>(s.compression, layout);
+  if (!codec) return codec.status().withContext(call);
+  return codec;
 }
 
 }  // namespace
@@ -238,18 +254,21 @@ Status checkLayoutSizes(const std::vector<size_t>& sizes) {
 
 Status Peer::Impl::setLayout(std::vector<size_t> sizes) {
   if (closed) return core::failedPrecondition("setLayout after close()");
+  // The compression's layers rules index the layout too: mix()'s codec is built at its first call.
+  const bool layered = !scenario.compression.layers.empty();
   const bool stepped = std::visit(
-      [](const auto& st) {
+      [layered](const auto& st) {
         if constexpr (std::is_same_v<std::decay_t<decltype(st)>, std::monostate>) {
           return false;
         } else {
-          return st.stepNode != nullptr;
+          return st.stepNode != nullptr || (layered && st.mixNode != nullptr);
         }
       },
       state);
   if (stepped) {
     return core::failedPrecondition(
-        "setLayout: step() has run; the local optimizer was built over the layout then");
+        "setLayout: step() has run (or mix(), with compression layers rules); the local "
+        "optimizer and the codec were built over the layout then");
   }
   STARLING_RETURN_IF_ERROR(checkLayoutSizes(sizes));
   layout = std::move(sizes);
@@ -347,7 +366,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     STARLING_RETURN_IF_ERROR(makeLocalOptimizer(st, params.size()));
     // The model's tensors also give Adasum (combine "adasum") its per-tensor coefficients.
     if (!layout.empty()) scenario.algorithm.layout = layout;
-    auto codec = makeCodec<T>(scenario);
+    auto codec = makeCodec<T>(scenario, layout, params.size(), "step");
     if (!codec) return codec.status();
     st.stepCodec = std::move(*codec);
     takeRejoinModel(params);
@@ -451,7 +470,7 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("mix: a mix is in flight");
   const bool loadOnly = std::exchange(firstAfterRejoin, false) && rejoinChannel != kMixChannel;
   if (!st.mixNode) {
-    auto codec = makeCodec<T>(scenario);
+    auto codec = makeCodec<T>(scenario, layout, params.size(), "mix");
     if (!codec) return codec.status();
     st.mixCodec = std::move(*codec);
     // A rejoined trainer mixes from a neighbour's model (unless restore() took it already); if

@@ -1,5 +1,6 @@
 #include "compression/compressor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -166,10 +167,9 @@ core::Result<std::unique_ptr<Compressor<T>>> createInner(const CompressorSpec& s
                                std::to_string(static_cast<int>(spec.kind)));
 }
 
-}  // namespace
-
+// One codec as the spec's own keys select it (its `layers` aside).
 template <typename T>
-core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSpec& spec) {
+core::Result<std::unique_ptr<Compressor<T>>> createOne(const CompressorSpec& spec) {
   auto inner = createInner<T>(spec);
   if (!inner || !spec.errorFeedback) return inner;
   if (spec.kind == CompressorSpec::Kind::kAdaComp) {
@@ -178,9 +178,122 @@ core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSp
   return codecs::makeErrorFeedback<T>(std::move(*inner));
 }
 
+std::string ruleFault(size_t rule, const std::string& what) {
+  return "compression layers rule " + std::to_string(rule) + ": " + what;
+}
+
+}  // namespace
+
+bool sendsIdentityOnly(const CompressorSpec& spec) {
+  if (spec.kind != Kind::kIdentity) return false;
+  for (const LayerRule& r : spec.layers) {
+    if (r.codec.kind != Kind::kIdentity) return false;
+  }
+  return true;
+}
+
+core::Result<std::vector<int>> layerGroups(const CompressorSpec& spec, size_t tensorCount,
+                                           LayerRuleFault* fault) {
+  std::vector<int> group(tensorCount, -1);
+  const auto n = static_cast<int64_t>(tensorCount);
+  auto failAt = [&](size_t rule, size_t position, const std::string& what) {
+    if (fault != nullptr) *fault = LayerRuleFault{rule, position};
+    return core::invalidArgument(ruleFault(rule, what));
+  };
+  for (size_t r = 0; r < spec.layers.size(); ++r) {
+    const LayerRule& rule = spec.layers[r];
+    if (rule.tensors.empty()) {
+      return failAt(r, LayerRuleFault::npos, "names no tensors");
+    }
+    if (!rule.codec.layers.empty()) {
+      return failAt(r, LayerRuleFault::npos, "rules do not nest (a rule has no \"layers\")");
+    }
+    for (size_t p = 0; p < rule.tensors.size(); ++p) {
+      const int64_t i = rule.tensors[p];
+      if (i < -n || i >= n) {
+        return failAt(r, p,
+                      "tensor " + std::to_string(i) + " is outside the model's layout of " +
+                          std::to_string(tensorCount) + (tensorCount == 1 ? " tensor" : " tensors") +
+                          " (valid: " + std::to_string(-n) + ".." + std::to_string(n - 1) + ")");
+      }
+      for (size_t q = 0; q < p; ++q) {
+        if (rule.tensors[q] == i) {
+          return failAt(r, p, "tensor " + std::to_string(i) + " is named twice");
+        }
+      }
+      const auto t = static_cast<size_t>(i < 0 ? i + n : i);
+      if (group[t] >= 0 && group[t] != static_cast<int>(r)) {
+        return failAt(r, p,
+                      "tensor " + std::to_string(i) + " (tensor " + std::to_string(t) +
+                          " of the layout) is named by rule " + std::to_string(group[t]) +
+                          " as well");
+      }
+      group[t] = static_cast<int>(r);
+    }
+  }
+  return group;
+}
+
+template <typename T>
+core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSpec& spec,
+                                                              std::span<const size_t> layout) {
+  if (spec.layers.empty()) return createOne<T>(spec);
+  const size_t tensors = layout.empty() ? 1 : layout.size();
+  auto assigned = layerGroups(spec, tensors);
+  if (!assigned) return assigned.status();
+  // Groups in the order of their first tensor; -1 (the spec's own codec) is a group like any.
+  std::vector<int> order;            // the group's rule (-1: the spec's own codec)
+  std::vector<uint32_t> groupOf(tensors);
+  for (size_t t = 0; t < tensors; ++t) {
+    const int rule = (*assigned)[t];
+    auto it = std::find(order.begin(), order.end(), rule);
+    groupOf[t] = static_cast<uint32_t>(it - order.begin());
+    if (it == order.end()) order.push_back(rule);
+  }
+  auto specOf = [&](int rule) -> const CompressorSpec& {
+    return rule < 0 ? spec : spec.layers[static_cast<size_t>(rule)].codec;
+  };
+  std::vector<std::unique_ptr<Compressor<T>>> inner;
+  bool identityOnly = true;
+  size_t receivers = 0;
+  for (size_t g = 0; g < order.size(); ++g) {
+    CompressorSpec one = specOf(order[g]);
+    one.layers.clear();
+    // A receiver decodes a frame with one receiver state per sender, and must check the frame
+    // whole before that state changes; the layered codec can promise that for one such group.
+    if (one.kind == Kind::kLgc && ++receivers > 1) {
+      return core::invalidArgument("compression layers: at most one group may use lgc");
+    }
+    auto codec = createOne<T>(one);
+    if (!codec) {
+      return order[g] < 0 ? codec.status()
+                          : core::invalidArgument(ruleFault(static_cast<size_t>(order[g]),
+                                                            codec.status().message()));
+    }
+    identityOnly = identityOnly && one.kind == Kind::kIdentity;
+    inner.push_back(std::move(*codec));
+  }
+  // One codec for the whole model: its own frame, and identity keeps its zero-copy path.
+  if (inner.size() == 1) return std::move(inner[0]);
+  if (identityOnly) return codecs::makeIdentity<T>();
+  std::vector<codecs::LayeredSegment> segments;
+  for (size_t t = 0; t < tensors; ++t) {
+    if (layout[t] == 0) {
+      return core::invalidArgument("compression layers: tensor " + std::to_string(t) +
+                                   " of the layout is empty");
+    }
+    if (!segments.empty() && segments.back().group == groupOf[t]) {
+      segments.back().length += layout[t];
+    } else {
+      segments.push_back({layout[t], groupOf[t]});
+    }
+  }
+  return codecs::makeLayered<T>(std::move(inner), std::move(segments));
+}
+
 template core::Result<std::unique_ptr<Compressor<float>>> createCompressor<float>(
-    const CompressorSpec&);
+    const CompressorSpec&, std::span<const size_t>);
 template core::Result<std::unique_ptr<Compressor<double>>> createCompressor<double>(
-    const CompressorSpec&);
+    const CompressorSpec&, std::span<const size_t>);
 
 }  // namespace starling::compression

@@ -37,6 +37,8 @@
 
 namespace starling::compression {
 
+struct LayerRule;
+
 // What a scenario's "compression" object selects. Unused fields keep their defaults.
 struct CompressorSpec {
   enum class Kind {
@@ -99,7 +101,38 @@ struct CompressorSpec {
   double learningRate = 1e-3;
   // Wraps the codec: p = C(e + v), e <- e + v - p (docs/algorithms.md §13).
   bool errorFeedback = false;
+  // Layer-aware compression (docs/compression.md): each rule's codec for the tensors it names,
+  // the codec above for every tensor no rule names. Rules do not nest (a rule's own `layers` is
+  // empty).
+  std::vector<LayerRule> layers;
 };
+
+// One group of a layered codec: the tensors of the model's layout it covers (indices into the
+// layout, negative counting from the end: -1 is the last tensor) and their codec.
+struct LayerRule {
+  std::vector<int64_t> tensors;
+  CompressorSpec codec;
+};
+
+// True when nothing the spec selects is lossy: its codec and every rule's are identity (the
+// engine then sends plain identity frames, without a codec object).
+bool sendsIdentityOnly(const CompressorSpec& spec);
+
+// Where layerGroups found a rule at fault: spec.layers[rule], and the position of the index in
+// its `tensors` (npos: the rule as a whole, i.e. an empty one).
+struct LayerRuleFault {
+  static constexpr size_t npos = static_cast<size_t>(-1);
+  size_t rule = 0;
+  size_t position = npos;
+};
+
+// The codec of each tensor of a model of `tensorCount` tensors: -1 for the spec's own codec, r
+// for spec.layers[r]. kInvalidArgument for a rule without tensors, an index outside
+// [-tensorCount, tensorCount), an index written twice in one rule, and a tensor two rules name (a
+// rule that reaches one tensor through both a positive and a negative index names it once);
+// `fault` then says where. Rules with a non-empty `layers` of their own are kInvalidArgument.
+core::Result<std::vector<int>> layerGroups(const CompressorSpec& spec, size_t tensorCount,
+                                           LayerRuleFault* fault = nullptr);
 
 const char* compressorKindName(CompressorSpec::Kind kind);
 
@@ -318,7 +351,13 @@ class Compressor {
 };
 
 // kInvalidArgument for parameters out of range (k = 0 and ratio <= 0, bits outside 2..8, ...).
+// `layout` is the model's tensor sizes in the flat vector (empty: one tensor, of any size); it
+// matters only with spec.layers, whose rules index it (layerGroups' errors). With rules the codec
+// is built for vectors of exactly sum(layout) elements (empty layout: any): the layered codec
+// (docs/wire_format.md, codec 14) when two or more groups result and not all of them identity;
+// the one group's own codec when a single group covers the model.
 template <typename T>
-core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSpec& spec);
+core::Result<std::unique_ptr<Compressor<T>>> createCompressor(const CompressorSpec& spec,
+                                                              std::span<const size_t> layout = {});
 
 }  // namespace starling::compression

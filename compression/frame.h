@@ -36,7 +36,9 @@ enum class CodecId : uint8_t {
   kCountSketch = 11,
   kAdaComp = 12,
   kDqsgd = 13,
-  // 14: the per-tensor (layered) frame.
+  // Layer-aware compression: inner frames per group of tensors (docs/wire_format.md). Selected by
+  // a "compression" object's "layers", not by a kind of its own.
+  kLayered = 14,
   kLgc = 15,
 };
 

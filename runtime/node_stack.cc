@@ -65,8 +65,9 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
     stack.oracle = std::move(stack.estimator);
     stack.estimator = nullptr;
   }
-  if (s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
-    auto codec = compression::createCompressor<T>(s.compression);
+  if (!compression::sendsIdentityOnly(s.compression)) {
+    // The mlp problem's layout (experiment.cc) for the compression's layers rules.
+    auto codec = compression::createCompressor<T>(s.compression, s.algorithm.layout);
     if (!codec) return codec.status();
     stack.codec = std::move(*codec);
   }

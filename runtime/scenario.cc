@@ -1,5 +1,6 @@
 #include "runtime/scenario.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -36,9 +37,9 @@ void parseKeep(Obj& o, compression::CompressorSpec& c) {
   if (o.has("ratio")) c.ratio = o.number("ratio", 0.0, 1.0, std::nullopt, /*openLo=*/true);
 }
 
-void parseCompression(Obj& o, Scenario& s) {
+// One codec's keys (kind, its parameters, error_feedback) into c; the caller finishes o.
+void parseCodecKeys(Obj& o, compression::CompressorSpec& c) {
   using Kind = compression::CompressorSpec::Kind;
-  auto& c = s.compression;
   static const std::vector<std::string> kCodecs = codecNames();
   c.kind = compression::compressorKinds()[o.choice("kind", "codec", kCodecs)].kind;
   switch (c.kind) {
@@ -113,11 +114,17 @@ void parseCompression(Obj& o, Scenario& s) {
                         "adacomp keeps its own residue (its error feedback); leave "
                         "\"error_feedback\" out"};
   }
-  o.finish();
+}
+
+// Whether the algorithm takes codec c (docs/compression.md, "Which algorithm takes which
+// codec"); the same rules for the top-level codec and for each layers rule's.
+void checkCodecForAlgorithm(const Obj& o, const compression::CompressorSpec& c,
+                            const Scenario& s) {
+  using Kind = compression::CompressorSpec::Kind;
   const bool differences = optim::sendsCompressedDifferences(s.algorithm.kind);
   const char* alg = optim::algorithmKindName(s.algorithm.kind);
   if (differences && (c.errorFeedback || c.kind == Kind::kAdaComp)) {
-    throw ScenarioError{c.errorFeedback ? o.at("error_feedback") : std::string("/compression/kind"),
+    throw ScenarioError{c.errorFeedback ? o.at("error_feedback") : o.at("kind"),
                         std::string(alg) +
                             " already sends compressed differences against reference points it "
                             "tracks; error feedback (or adacomp's residue) on top would count the "
@@ -128,7 +135,7 @@ void parseCompression(Obj& o, Scenario& s) {
     // Each exchange replaces a neighbour's copy whole, so a codec's error never accumulates; a
     // residual carried into the next model (error feedback) would only add noise to it.
     if (!c.errorFeedback && c.kind != Kind::kAdaComp) return;
-    throw ScenarioError{c.errorFeedback ? o.at("error_feedback") : std::string("/compression/kind"),
+    throw ScenarioError{c.errorFeedback ? o.at("error_feedback") : o.at("kind"),
                         "codistillation sends whole models, each replacing the last copy: a "
                         "codec's error does not accumulate, and error feedback (or adacomp's "
                         "residue) would carry one model's error into the next; leave it out"};
@@ -137,11 +144,143 @@ void parseCompression(Obj& o, Scenario& s) {
       (c.errorFeedback || c.kind == Kind::kAdaComp)) {
     return;
   }
-  throw ScenarioError{"/compression/kind",
+  throw ScenarioError{o.at("kind"),
                       std::string(alg) +
                           " sends raw vectors, so a lossy codec's error would accumulate; use "
                           "\"choco\" (which sends compressed differences), \"dsgd\" with "
                           "\"error_feedback\": true, or \"identity\""};
+}
+
+// /compression/layers/i/tensors: a non-empty array of integers.
+std::vector<int64_t> parseTensorList(const json& v, const std::string& at) {
+  if (!v.is_array() || v.empty()) {
+    throw ScenarioError{at, "expected a non-empty array of tensor indices (0 is the first tensor "
+                            "of the model's layout, -1 the last), got " +
+                                (v.is_array() ? std::string("an empty array") : typeName(v))};
+  }
+  std::vector<int64_t> tensors;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& e = v[i];
+    if (!e.is_number_integer() ||
+        (e.is_number_unsigned() && e.get<uint64_t>() > (uint64_t{1} << 32))) {
+      throw ScenarioError{at + "/" + std::to_string(i),
+                          "expected a tensor index (an integer), got " + e.dump()};
+    }
+    const auto t = e.get<int64_t>();
+    if (t < -(int64_t{1} << 32)) {
+      throw ScenarioError{at + "/" + std::to_string(i),
+                          "expected a tensor index (an integer), got " + e.dump()};
+    }
+    tensors.push_back(t);
+  }
+  return tensors;
+}
+
+// "uncompressed": ["first", "last"]: the first layer is tensors 0 and 1 (W_1, b_1), the last is
+// tensors -2 and -1 (W_L, b_L), sent with identity (docs/compression.md).
+compression::LayerRule parseUncompressed(const json& v, const std::string& at) {
+  if (!v.is_array() || v.empty()) {
+    throw ScenarioError{at, "expected a non-empty array of \"first\" and \"last\", got " +
+                                typeName(v)};
+  }
+  bool first = false, last = false;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string where = at + "/" + std::to_string(i);
+    if (!v[i].is_string()) throw ScenarioError{where, "expected \"first\" or \"last\""};
+    const auto name = v[i].get<std::string>();
+    bool& flag = name == "first" ? first : last;
+    if (name != "first" && name != "last") {
+      throw ScenarioError{where, "unknown layer \"" + name + "\"; expected first, last"};
+    }
+    if (flag) throw ScenarioError{where, "\"" + name + "\" is named twice"};
+    flag = true;
+  }
+  compression::LayerRule rule;
+  if (first) rule.tensors = {0, 1};
+  if (last) rule.tensors.insert(rule.tensors.end(), {-2, -1});
+  return rule;  // identity, the spec's default
+}
+
+// The rules against the model's layout, where the scenario knows it: the mlp problem's tensors
+// (W_1, b_1, ..., W_L, b_L), a linear model's one tensor. A trainer's layout arrives with its
+// first step, and createCompressor checks the rules then.
+void checkLayerRules(const compression::CompressorSpec& c, const Scenario& s,
+                     const std::vector<std::string>& rulePaths) {
+  if (c.layers.empty()) return;
+  // A trainer: only what holds for every layout (no positive index meets a negative one).
+  int64_t widest = 0;
+  for (const auto& rule : c.layers) {
+    for (int64_t t : rule.tensors) widest = std::max(widest, t < 0 ? -t : t + 1);
+  }
+  size_t tensors = 2 * static_cast<size_t>(widest) + 2;
+  std::string model;
+  if (s.hasProblem && s.problem.isMlp()) {
+    tensors = 2 * (s.problem.layers.size() - 1);
+    model = " (the mlp problem's layout: W_1, b_1, ..., W_L, b_L)";
+  } else if (s.hasProblem) {
+    tensors = 1;
+    model = " (this problem's model has no layers: it is one tensor, 0 or -1)";
+  }
+  compression::LayerRuleFault fault;
+  auto groups = compression::layerGroups(c, tensors, &fault);
+  if (groups) return;
+  std::string at = rulePaths[fault.rule];
+  const bool shorthand = at.ends_with("/uncompressed");
+  if (fault.position == compression::LayerRuleFault::npos) {
+    if (!shorthand) at += "/tensors";
+  } else if (!shorthand) {
+    at += "/tensors/" + std::to_string(fault.position);
+  }
+  std::string message = groups.status().message();
+  if (shorthand) {
+    message = "\"first\" is tensors 0 and 1 (W_1, b_1), \"last\" tensors -2 and -1: " + message;
+  }
+  throw ScenarioError{at, message + model};
+}
+
+// lgc as the top-level codec or in a layers rule.
+bool usesLgc(const compression::CompressorSpec& c) {
+  using Kind = compression::CompressorSpec::Kind;
+  if (c.kind == Kind::kLgc) return true;
+  return std::any_of(c.layers.begin(), c.layers.end(),
+                     [](const compression::LayerRule& r) { return r.codec.kind == Kind::kLgc; });
+}
+
+void parseCompression(Obj& o, Scenario& s) {
+  auto& c = s.compression;
+  parseCodecKeys(o, c);
+  std::vector<std::string> rulePaths;
+  if (const json* layers = o.get("layers")) {
+    if (!layers->is_array() || layers->empty()) {
+      throw ScenarioError{o.at("layers"), "expected a non-empty array of rules {\"tensors\": "
+                                          "[...], \"kind\": ...}, got " +
+                                              typeName(*layers)};
+    }
+    for (size_t i = 0; i < layers->size(); ++i) {
+      Obj r((*layers)[i], o.at("layers") + "/" + std::to_string(i));
+      compression::LayerRule rule;
+      rule.tensors = parseTensorList(r.require("tensors"), r.at("tensors"));
+      parseCodecKeys(r, rule.codec);
+      r.finish();
+      checkCodecForAlgorithm(r, rule.codec, s);
+      c.layers.push_back(std::move(rule));
+      rulePaths.push_back(r.path());
+    }
+  }
+  if (const json* un = o.get("uncompressed")) {
+    c.layers.push_back(parseUncompressed(*un, o.at("uncompressed")));
+    rulePaths.push_back(o.at("uncompressed"));
+  }
+  o.finish();
+  checkCodecForAlgorithm(o, c, s);
+  checkLayerRules(c, s, rulePaths);
+  // The layered codec hands receiver state to one group only (compression/codecs/layered.cc).
+  bool lgc = c.kind == compression::CompressorSpec::Kind::kLgc;
+  for (size_t r = 0; r < c.layers.size(); ++r) {
+    if (c.layers[r].codec.kind != compression::CompressorSpec::Kind::kLgc) continue;
+    if (lgc) throw ScenarioError{rulePaths[r] + "/kind", "at most one group may use lgc"};
+    lgc = true;
+  }
 }
 
 topology::GraphSpec parseGraph(Obj& o, topology::WeightRule defaultWeights, int nodes) {
@@ -387,7 +526,7 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   }
   checkTrainingMethodsCompression(s);
   if (s.algorithm.combine == optim::AlgorithmSpec::Combine::kAdasum &&
-      s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
+      !compression::sendsIdentityOnly(s.compression)) {
     throw ScenarioError{"/compression/kind", "\"combine\": \"adasum\" sends models and updates "
                                              "uncompressed; leave compression out"};
   }
@@ -437,7 +576,7 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   }
   o.finish();
   checkAsynchronous(s);
-  if (s.compression.kind == compression::CompressorSpec::Kind::kLgc) {
+  if (usesLgc(s.compression)) {
     // Receivers hold each sender's decoders (docs/compression.md "LGC"); neither a checkpoint
     // nor a restarted or repaired membership carries them yet.
     if (s.checkpoint.every > 0) {

@@ -68,7 +68,7 @@ void checkAsynchronous(const Scenario& s) {
                         "round whose graph differs" +
                             why};
   }
-  if (s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
+  if (!compression::sendsIdentityOnly(s.compression)) {
     throw ScenarioError{"/compression/kind",
                         "sends uncompressed models: codec frames are summed or decoded per round"
                         " (Count-Sketch's shared hashes, error feedback's reference)" +

@@ -118,7 +118,7 @@ double stateVectors(optim::AlgorithmKind kind) {
 }
 
 bool lossyCodec(const Scenario& s) {
-  return s.compression.kind != compression::CompressorSpec::Kind::kIdentity;
+  return !compression::sendsIdentityOnly(s.compression);
 }
 
 // Algorithms that keep a vector per neighbour of the support graph (time-varying CHOCO / LEAD).
@@ -235,10 +235,14 @@ MemoryEstimate estimateMemory(const Scenario& s, const DataShape& data) {
   const Edges edges = topologyEdges(s.topology);
   const double perNeighbour = (lossyCodec(s) ? 1.0 : 0.0) + (tracksNeighbours(s) ? 1.0 : 0.0);
   e.models = elem * d * (vectorsPerNode(s) * n + perNeighbour * 2 * edges.support);
-  if (s.compression.kind == compression::CompressorSpec::Kind::kCountSketch) {
-    e.sketch = n * kSketchTablesPerNode * elem * static_cast<double>(s.compression.rows) *
-               static_cast<double>(s.compression.cols);
-  }
+  // The top-level codec's table, and the tables of the layers rules that sketch their group.
+  auto sketch = [&](const compression::CompressorSpec& c) {
+    if (c.kind != compression::CompressorSpec::Kind::kCountSketch) return;
+    e.sketch += n * kSketchTablesPerNode * elem * static_cast<double>(c.rows) *
+                static_cast<double>(c.cols);
+  };
+  sketch(s.compression);
+  for (const compression::LayerRule& r : s.compression.layers) sketch(r.codec);
   e.topology = kBytesPerEdge * (edges.support + edges.stored) + kBytesPerNode * n;
   return e;
 }

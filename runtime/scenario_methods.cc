@@ -133,7 +133,7 @@ void parseTrainingMethodsOf(Obj& alg, Scenario& s) {
 void checkTrainingMethodsCompression(const Scenario& s) {
   checkSketch(s);
   if ((s.algorithm.adascale || s.algorithm.leader) &&
-      s.compression.kind != compression::CompressorSpec::Kind::kIdentity) {
+      !compression::sendsIdentityOnly(s.compression)) {
     throw ScenarioError{"/compression/kind",
                         std::string(s.algorithm.adascale ? "AdaScale" : "Leader SGD") +
                             " sends its statistics in the message, which a codec would distort; "

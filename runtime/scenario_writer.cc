@@ -321,6 +321,17 @@ json compressionJson(const compression::CompressorSpec& c) {
       break;
   }
   j["error_feedback"] = c.errorFeedback;
+  // Only when given, so that the scenarios without layers keep their hashes. The "uncompressed"
+  // shorthand was turned into the identity rule it stands for.
+  if (!c.layers.empty()) {
+    json rules = json::array();
+    for (const compression::LayerRule& r : c.layers) {
+      json rule = compressionJson(r.codec);
+      rule["tensors"] = r.tensors;
+      rules.push_back(std::move(rule));
+    }
+    j["layers"] = std::move(rules);
+  }
   return j;
 }
 

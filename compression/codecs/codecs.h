@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "compression/compressor.h"
 #include "compression/frame.h"
@@ -56,6 +57,18 @@ std::unique_ptr<Compressor<T>> makeLgc(const CompressorSpec& spec);
 // Wraps `inner` with error feedback.
 template <typename T>
 std::unique_ptr<Compressor<T>> makeErrorFeedback(std::unique_ptr<Compressor<T>> inner);
+
+// One run of consecutive elements of a layered codec's vector, all in one group.
+struct LayeredSegment {
+  uint64_t length = 0;  // >= 1
+  uint32_t group = 0;
+};
+// The layered codec (codec 14): group g's elements (its segments, in order) go through inner[g].
+// The segments cover the vector in order; adjacent ones differ in group; groups are numbered in
+// the order of their first segment, and each has at least one; inner.size() >= 2.
+template <typename T>
+std::unique_ptr<Compressor<T>> makeLayered(std::vector<std::unique_ptr<Compressor<T>>> inner,
+                                           std::vector<LayeredSegment> segments);
 
 // parseFrame plus the checks every decoder shares: the codec id, the element type of T, the
 // element count and the exact params length.

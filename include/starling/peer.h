@@ -152,9 +152,10 @@ struct PeerOptions {
   // round() is that round; restore() does it before the first call. Loop on round() < N rather
   // than counting calls. Needs faults.on_peer_loss "continue".
   bool rejoin = false;
-  // The model's tensors in the flat parameter buffer, for the scenario's local optimizer: their
-  // sizes, in order (they must sum to the buffer's size; checked at the first step()). Empty:
-  // one tensor.
+  // The model's tensors in the flat parameter buffer, for the scenario's local optimizer and its
+  // compression "layers" rules (docs/compression.md): their sizes, in order (they must sum to the
+  // buffer's size; checked at the first step(), and at the first mix() with layers rules).
+  // Empty: one tensor.
   std::vector<size_t> layout;
 };
 
@@ -218,9 +219,10 @@ class Peer {
   Status mixStart(std::span<float> params);
   Status mixStart(std::span<double> params);
   Status mixWait();
-  // The model's layout for the local optimizer (see PeerOptions::layout), for a Peer made by
-  // fromEnv() or one made without it: replaces the one given. kInvalidArgument for a tensor of
-  // size 0; kFailedPrecondition once step() has run (the optimizer is built at the first step).
+  // The model's layout for the local optimizer and the compression's layers rules (see
+  // PeerOptions::layout), for a Peer made by fromEnv() or one made without it: replaces the one
+  // given. kInvalidArgument for a tensor of size 0; kFailedPrecondition once step() has run (the
+  // optimizer is built at the first step), or mix() with layers rules (its codec, likewise).
   Status setLayout(std::vector<size_t> sizes);
   // The layout given (empty: none, one tensor).
   const std::vector<size_t>& layout() const;

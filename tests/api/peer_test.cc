@@ -535,3 +535,91 @@ TEST_CASE("codistillation: step() exchanges every period steps and neighbourMode
   std::vector<std::span<const double>> none;
   CHECK((*peer)->neighbourModels(none).code() == StatusCode::kFailedPrecondition);
 }
+
+namespace {
+
+// A trainer's scenario (no problem): ring of 4, CHOCO-gossip, top-20% with the first and the
+// last tensor of the trainer's layout sent with identity (docs/compression.md, "Layer-aware
+// compression").
+std::string layeredTrainer() {
+  return R"({"schema_version": 1, "name": "peer-layers", "nodes": 4, "seed": 3,
+     "topology": {"kind": "ring"}, "algorithm": {"kind": "choco", "step_size": 0.1, "gamma": 0.5},
+     "transport": {"kind": "inproc"},
+     "compression": {"kind": "topk", "ratio": 0.2,
+                     "layers": [{"tensors": [0, -1], "kind": "identity"}]}})";
+}
+
+}  // namespace
+
+TEST_CASE("mix with compression layers over the trainer's layout keeps the average and reaches it",
+          "[api][unit]") {
+  const auto path = writeScenario("mixlayers", layeredTrainer());
+  const size_t d = 50;
+  auto start = [&](int rank) {
+    std::vector<double> x(d);
+    for (size_t k = 0; k < d; ++k) x[k] = std::cos(2.0 + rank * 5.0 + k) * (rank + 1);
+    return x;
+  };
+  std::vector<double> mean(d, 0.0);
+  for (int r = 0; r < 4; ++r) {
+    const auto x = start(r);
+    for (size_t k = 0; k < d; ++k) mean[k] += x[k] / 4;
+  }
+  std::vector<std::vector<double>> final(4);
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    PeerOptions po;
+    po.layout = {10, 30, 10};  // identity on [0, 10) and [40, 50), top-6 of [10, 40)
+    auto peer = Peer::fromScenario(path.string(), rank, po);
+    if (!peer) return peer.status();
+    auto x = start(rank);
+    for (int t = 0; t < 300; ++t) STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<double>(x)));
+    final[rank] = x;
+    const Status late = (*peer)->setLayout({50});
+    if (late.code() != StatusCode::kFailedPrecondition) {
+      return Status(StatusCode::kInternal, "setLayout after mix() was not refused: " +
+                                               late.toString());
+    }
+    return (*peer)->close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  double worst = 0;
+  for (int r = 0; r < 4; ++r) {
+    REQUIRE(final[r].size() == d);
+    for (size_t k = 0; k < d; ++k) worst = std::max(worst, std::abs(final[r][k] - mean[k]));
+  }
+  CHECK(worst < 1e-6);
+}
+
+TEST_CASE("compression layers are checked against the trainer's layout at the first mix",
+          "[api][unit]") {
+  const auto path = writeScenario("layersbad", layeredTrainer());
+  std::vector<float> x(50, 1.0f);
+  PeerOptions po;
+  SECTION("a layout that does not add up to the buffer") {
+    po.layout = {10, 30};
+    auto peer = Peer::fromScenario(path.string(), 0, po);
+    REQUIRE(peer);
+    const Status st = (*peer)->mix(std::span<float>(x));
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Contains("mix: the layout's tensors hold 40 parameters, but the "
+                                      "parameter buffer has 50"));
+  }
+  SECTION("a rule naming a tensor the layout does not have") {
+    const auto other = writeScenario(
+        "layersrange", R"({"schema_version": 1, "name": "peer-layers", "nodes": 4,
+         "topology": {"kind": "ring"}, "algorithm": {"kind": "choco", "step_size": 0.1},
+         "transport": {"kind": "inproc"},
+         "compression": {"kind": "topk", "ratio": 0.2,
+                         "layers": [{"tensors": [2], "kind": "identity"}]}})");
+    po.layout = {25, 25};
+    auto peer = Peer::fromScenario(other.string(), 0, po);
+    REQUIRE(peer);
+    const Status st = (*peer)->mix(std::span<float>(x));
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Contains("compression layers rule 0: tensor 2 is outside the "
+                                      "model's layout of 2 tensors"));
+  }
+}

@@ -96,11 +96,16 @@ bool sameBits(std::span<const T> a, std::span<const T> b) {
 }
 
 // Three rounds of one stream, encoded both ways from the same rng and state history.
+// With a layout, the spec's layers rules make it the layered codec (codec 14) over it.
 template <typename T>
-void checkSpec(const CompressorSpec& spec, size_t d) {
-  const auto codec = make<T>(spec);
+void checkSpec(const CompressorSpec& spec, size_t d, std::vector<size_t> layout = {}) {
+  auto made = createCompressor<T>(spec, layout);
+  INFO(made.status().toString());
+  REQUIRE(made.isOk());
+  const auto codec = std::move(*made);
   const std::string name = std::string(compressorKindName(spec.kind)) +
-                           (spec.errorFeedback ? "+ef" : "") + " d=" + std::to_string(d);
+                           (spec.errorFeedback ? "+ef" : "") + " d=" + std::to_string(d) +
+                           (layout.empty() ? "" : " layered");
   INFO(name);
   auto stateA = codec->newState(d);
   auto stateB = codec->newState(d);
@@ -117,6 +122,7 @@ void checkSpec(const CompressorSpec& spec, size_t d) {
     const size_t bound = codec->maxEncodedBytes(d);
     REQUIRE(expected.size() <= bound);
     if (fixedSize(spec.kind)) REQUIRE(expected.size() == bound);
+    if (!layout.empty()) REQUIRE(codec->id() == CodecId::kLayered);
 
     // The span sits inside a larger buffer whose tail must stay untouched.
     constexpr size_t kGuard = 64;
@@ -134,8 +140,9 @@ void checkSpec(const CompressorSpec& spec, size_t d) {
     const std::vector<T> decoded = decodeOk<T>(*codec, expected, d);
     REQUIRE(sameBits<T>(seen, decoded));
     // A codec that measured the compression error as it went got the bits of one pass over x and
-    // seen afterwards (which is what the engine makes otherwise). The 16-bit casts and sign do.
-    const bool measures = !spec.errorFeedback && (spec.kind == Kind::kFp16 ||
+    // seen afterwards (which is what the engine makes otherwise). The 16-bit casts and sign do;
+    // the layered codec leaves it to the engine.
+    const bool measures = !spec.errorFeedback && layout.empty() && (spec.kind == Kind::kFp16 ||
                                                   spec.kind == Kind::kBf16 ||
                                                   spec.kind == Kind::kSign);
     REQUIRE(error.measured == measures);
@@ -186,6 +193,36 @@ TEMPLATE_TEST_CASE("encodeInto writes encodeStream's bytes and decode's values f
       spec.errorFeedback = feedback;
       for (size_t d : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{4099}, size_t{9001}}) {
         checkSpec<TestType>(spec, d);
+      }
+    }
+  }
+}
+
+// Every codec as the layered codec's rest, next to an identity group of the first and last
+// tensors (a scattered group) and a qsgd group (a codec with its own frame length bound).
+CompressorSpec layeredOver(CompressorSpec rest) {
+  LayerRule ends{{0, -1}, makeSpec(Kind::kIdentity)};
+  LayerRule middle{{2}, qsgdSpec(3, 16, false)};
+  middle.codec.errorFeedback = rest.errorFeedback;
+  rest.layers = {ends, middle};
+  return rest;
+}
+
+// Five tensors holding d elements (d >= 5).
+std::vector<size_t> fiveTensors(size_t d) {
+  const size_t q = d / 5;
+  return {q, q + 1, q > 1 ? q - 1 : 1, q, d - (q + q + 1 + (q > 1 ? q - 1 : 1) + q)};
+}
+
+TEMPLATE_TEST_CASE("encodeInto writes encodeStream's bytes for the layered codec over every codec",
+                   "[compression][unit]", float, double) {
+  for (CompressorSpec spec : everyKind()) {
+    for (bool feedback : {false, true}) {
+      if (feedback && spec.kind == Kind::kAdaComp) continue;
+      spec.errorFeedback = feedback;
+      const CompressorSpec layered = layeredOver(spec);
+      for (size_t d : {size_t{7}, size_t{64}, size_t{1000}, size_t{9001}}) {
+        checkSpec<TestType>(layered, d, fiveTensors(d));
       }
     }
   }

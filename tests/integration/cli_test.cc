@@ -93,6 +93,15 @@ TEST_CASE("malformed scenarios exit 2 naming the file and the JSON path", "[inte
   };
   const std::vector<Case> cases = {
       {"syntax", "{\"schema_version\": 1,\n \"nodes\": }", "syntax.json:2:"},
+      // Layer-aware compression: a linear model is one tensor; exact diffusion takes identity.
+      {"layers_tensor",
+       replace("\"algorithm\"", "\"compression\": {\"kind\": \"identity\", \"layers\": "
+                                "[{\"tensors\": [1], \"kind\": \"identity\"}]}, \"algorithm\""),
+       "/compression/layers/0/tensors/0: compression layers rule 0: tensor 1 is outside"},
+      {"layers_lossy",
+       replace("\"algorithm\"", "\"compression\": {\"kind\": \"identity\", \"layers\": "
+                                "[{\"tensors\": [0], \"kind\": \"fp16\"}]}, \"algorithm\""),
+       "/compression/layers/0/kind: exact_diffusion sends raw vectors"},
       {"not_object", "[1, 2]", ": /: expected an object"},
       {"typo_topology", replace("\"ring\"", "\"rign\""),
        "/topology/kind: unknown topology \"rign\"; expected one of ring, line"},

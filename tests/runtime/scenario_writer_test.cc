@@ -132,6 +132,17 @@ void requireSameRun(const Scenario& a, const Scenario& b) {
   CHECK(c.maxBits == d.maxBits);
   CHECK(same(c.target, d.target));
   CHECK(c.errorFeedback == d.errorFeedback);
+  REQUIRE(c.layers.size() == d.layers.size());
+  for (size_t r = 0; r < c.layers.size(); ++r) {
+    CHECK(c.layers[r].tensors == d.layers[r].tensors);
+    CHECK(c.layers[r].codec.kind == d.layers[r].codec.kind);
+    CHECK(c.layers[r].codec.k == d.layers[r].codec.k);
+    CHECK(same(c.layers[r].codec.ratio, d.layers[r].codec.ratio));
+    CHECK(c.layers[r].codec.bits == d.layers[r].codec.bits);
+    CHECK(c.layers[r].codec.bucket == d.layers[r].codec.bucket);
+    CHECK(c.layers[r].codec.linf == d.layers[r].codec.linf);
+    CHECK(c.layers[r].codec.errorFeedback == d.layers[r].codec.errorFeedback);
+  }
   // Transport and peers.
   const auto& t = a.transport;
   const auto& u = b.transport;
@@ -163,7 +174,8 @@ std::string requireFixpoint(const Scenario& s) {
 // Every key and value of `input` is in the written-back JSON, unchanged, but for the data path
 // (made absolute) and the other spellings the writer replaces: the "batch" shorthand (an
 // estimator), "hosts" and "base_port" (addresses), "nonneg" (a box), a constant step-size object
-// (a number). A key the parser learns and the writer does not fails here.
+// (a number), compression's "uncompressed" (a layers rule). A key the parser learns and the
+// writer does not fails here.
 void requireKeysKept(const std::string& input, const std::string& written) {
   const json in = json::parse(input).flatten();
   const json out = json::parse(written).flatten();
@@ -171,6 +183,7 @@ void requireKeysKept(const std::string& input, const std::string& written) {
     const std::string& key = it.key();
     INFO(key);
     if (key == "/problem/batch" || key.rfind("/peers/hosts/", 0) == 0 ||
+        key.rfind("/compression/uncompressed/", 0) == 0 ||
         key == "/peers/base_port" || key == "/problem/regularizer/nonneg" ||
         (key.rfind("/algorithm/step_size/", 0) == 0 && in.value("/algorithm/step_size/kind", "") == "constant")) {
       continue;
@@ -357,6 +370,24 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
     requireKeysKept(text, written);
     CHECK_FALSE(json::parse(written)["algorithm"].contains("gamma"));
   }
+  // Layer-aware compression: rules with their codecs' keys, on the mlp's four tensors.
+  for (const std::string c : {
+           R"({"kind": "topk", "ratio": 0.05, "error_feedback": false, "layers": [{"tensors": [0, 1, -2, -1], "kind": "identity", "error_feedback": false}]})",
+           R"({"kind": "identity", "error_feedback": false, "layers": [{"tensors": [2], "kind": "qsgd", "bits": 3, "norm": "linf", "bucket": 16, "error_feedback": false}, {"tensors": [-1, 0], "kind": "fp16", "error_feedback": false}]})",
+       }) {
+    const std::string text = scenario(ring, R"({"kind": "choco", "step_size": 0.1})",
+                                      R"(, "compression": )" + c, mlp);
+    INFO(text);
+    requireKeysKept(text, requireFixpoint(parse(text)));
+  }
+  // The "uncompressed" shorthand comes back as the identity rule it stands for.
+  const std::string uncompressed = scenario(
+      ring, R"({"kind": "choco", "step_size": 0.1})",
+      R"(, "compression": {"kind": "topk", "k": 5, "uncompressed": ["first", "last"]})", mlp);
+  const auto uj = json::parse(requireFixpoint(parse(uncompressed)));
+  CHECK(uj["compression"]["layers"] ==
+        json::parse(R"([{"tensors": [0, 1, -2, -1], "kind": "identity", "error_feedback": false}])"));
+  CHECK_FALSE(uj["compression"].contains("uncompressed"));
 
   // Other spellings of the same thing come back in the writer's spelling.
   const std::string shorthand = scenario(ring, R"({"kind": "nids", "step_size": 0.1})", "",
@@ -491,6 +522,9 @@ TEST_CASE("the scenario hash ignores spelling and labels and sees every change",
   CHECK(changed([](Scenario& s) { s.compression.bucket = 256; }));
   CHECK(changed([](Scenario& s) { s.compression.linf = true; }));
   CHECK(changed([](Scenario& s) { s.compression.errorFeedback = true; }));
+  CHECK(changed([](Scenario& s) {
+    s.compression.layers.push_back({{0}, starling::compression::CompressorSpec{}});
+  }));
   CHECK(changed([](Scenario& s) { s.problem.spec.l2 = 0.2; }));
   CHECK(changed([](Scenario& s) { s.problem.data.synthetic.samples = 81; }));
   CHECK(changed([](Scenario& s) { s.problem.partition = PartitionKind::kRandom; }));
