@@ -222,11 +222,14 @@ def plot(out, results, partitions):
     fig, axes = plt.subplots(1, len(partitions), figsize=(6.5 * len(partitions), 4.5),
                              squeeze=False)
     for ax, p in zip(axes[0], partitions):
-        for (part, label), (curve, wall, note) in sorted(results.items()):
-            if part != p or not curve:
+        for n, ((part, label), (curve, wall, note)) in enumerate(
+                sorted(kv for kv in results.items() if kv[0][0] == p)):
+            if not curve:
                 continue
-            ax.plot([max(b, 1) / 1e6 for r, acc, b, e, *_ in curve], [acc for r, acc, b, e, *_ in curve],
-                    label=label, marker=".")
+            pts = [(b / 1e6, acc) for r, acc, b, e, *_ in curve if b > 0]  # round 0: no bytes yet
+            style = "-" if n < 10 else "--"
+            ax.plot([x for x, y in pts], [y for x, y in pts], label=label, marker=".",
+                    linestyle=style)
         ax.set_xscale("log")
         ax.set_title(f"{p}")
         ax.set_xlabel("MB sent by all peers")
