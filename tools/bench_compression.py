@@ -198,7 +198,8 @@ def main():
             rows.append((partition, label, acc, reach, total, err, wall))
             to_target = "-" if reach is None else f"{reach / 1e6:,.1f}"
             fewer = "-" if reach is None or ref_bytes_to_target is None else \
-                f"{ref_bytes_to_target / reach:,.0f}x"
+                (f"{ref_bytes_to_target / reach:,.1f}x" if ref_bytes_to_target < 10 * reach
+                 else f"{ref_bytes_to_target / reach:,.0f}x")
             print(f"| {label} | {what} | {acc:.2%} | {to_target} | {fewer} | "
                   f"{total / 1e6:,.1f} | {ref_total / total:,.0f}x | {err:.3f} | {wall:.0f} |")
         print()
