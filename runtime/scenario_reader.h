@@ -203,6 +203,10 @@ void parseTrainingMethodsOf(Obj& alg, Scenario& s);
 void checkTrainingMethodsCompression(const Scenario& s);
 // /algorithm/sketch (scenario_sketch.cc), called from the two above: the key once the others are
 // read, and what it cannot go with once compression and asynchronous are.
+// /compression (scenario_compression.cc), once the algorithm is parsed; checkLgc once faults and
+// checkpoints are (LGC's receivers keep state that neither carries yet).
+void parseCompression(Obj& o, Scenario& s);
+void checkLgc(const Scenario& s);
 void parseSketchOf(Obj& alg, Scenario& s);
 void checkSketch(const Scenario& s);
 // /algorithm/codistillation into s.algorithm (after its kind and the problem are known).

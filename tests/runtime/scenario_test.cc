@@ -17,33 +17,15 @@
 #include "runtime/fault_injection.h"
 #include "runtime/read_file.h"
 #include "runtime/scenario_limits.h"
+#include "tests/runtime/scenario_testing.h"
 
 namespace starling::runtime {
 namespace {
 
+using namespace scenario_testing;
+
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
-
-const std::string kGood = R"({"schema_version": 1, "name": "good", "nodes": 4, "seed": 1,
-  "rounds": 40, "topology": {"kind": "ring"},
-  "problem": {"kind": "least_squares", "l2": 0.1,
-              "data": {"synthetic": {"samples": 40, "features": 3}}},
-  "algorithm": {"kind": "exact_diffusion", "step_size": 0.3}})";
-
-// kGood with the first `from` replaced by `to`.
-std::string with(const std::string& from, const std::string& to, std::string base = kGood) {
-  const auto pos = base.find(from);
-  REQUIRE(pos != std::string::npos);
-  return base.replace(pos, from.size(), to);
-}
-
-// The message of a scenario that must be refused (kInvalidArgument).
-std::string refusal(const std::string& json, const std::string& file = "s.json") {
-  const auto s = parseScenario(json, file, ".");
-  REQUIRE_FALSE(s.isOk());
-  CHECK(s.status().code() == core::StatusCode::kInvalidArgument);
-  return s.status().message();
-}
 
 struct TempDir {
   fs::path path;
@@ -354,6 +336,8 @@ TEST_CASE("adacomp with error_feedback is refused while validating, not when the
 namespace starling::runtime {
 namespace {
 
+using namespace scenario_testing;
+
 TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit]") {
   const auto plain = parseScenario(kGood, "s.json", ".");
   REQUIRE(plain.isOk());
@@ -502,15 +486,7 @@ TEST_CASE("faults: drop, duplicate and reorder events", "[runtime][unit]") {
 namespace starling::runtime {
 namespace {
 
-// An mlp scenario with `algorithm` (the data are not read while parsing).
-std::string mlpScenario(const std::string& algorithm, const std::string& extra = "",
-                        const std::string& estimator = R"({"kind": "sgd", "batch": 8})") {
-  return R"({"schema_version": 1, "name": "codistil", "nodes": 4, "seed": 1, "rounds": 40,
-    "topology": {"kind": "ring"},
-    "problem": {"kind": "mlp", "layers": [784, 16, 10], "estimator": )" + estimator + R"(,
-                "data": {"dataset": "fashion-mnist"}},
-    "algorithm": )" + algorithm + extra + "}";
-}
+using namespace scenario_testing;
 
 // {"kind": KIND, "step_size": 0.1, MORE "codistillation": {KEYS}}
 std::string codistilling(const std::string& keys, const std::string& more = "",
@@ -572,146 +548,6 @@ TEST_CASE("codistillation: the keys, their defaults and their refusals", "[runti
              Contains("/compression/error_feedback: codistillation sends whole models"));
   CHECK_THAT(refusal(mlpScenario(codistilling(co), R"(, "faults": {"on_peer_loss": "continue"})")),
              Contains("/faults/on_peer_loss: codistillation does not restart"));
-}
-
-}  // namespace
-}  // namespace starling::runtime
-
-namespace starling::runtime {
-namespace {
-
-// CHOCO on the mlp problem [784, 16, 10]: four tensors W_1, b_1, W_2, b_2.
-std::string chocoMlp(const std::string& compression) {
-  return mlpScenario(R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5})",
-                     R"(, "compression": )" + compression);
-}
-
-TEST_CASE("compression layers: the rules and the uncompressed shorthand", "[runtime][unit]") {
-  using Kind = compression::CompressorSpec::Kind;
-  // Three layers: six tensors.
-  const auto s = parseScenario(with(R"("layers": [784, 16, 10])", R"("layers": [784, 16, 16, 10])",
-                                    chocoMlp(R"({"kind": "topk", "ratio": 0.05,
-      "layers": [{"tensors": [2], "kind": "qsgd", "bits": 3},
-                 {"tensors": [3], "kind": "fp16"}],
-      "uncompressed": ["last", "first"]})")),
-                               "s.json", ".");
-  INFO(s.status().toString());
-  REQUIRE(s.isOk());
-  const auto& c = s->compression;
-  CHECK(c.kind == Kind::kTopK);
-  REQUIRE(c.layers.size() == 3);
-  CHECK(c.layers[0].tensors == std::vector<int64_t>{2});
-  CHECK(c.layers[0].codec.kind == Kind::kQsgd);
-  CHECK(c.layers[0].codec.bits == 3);
-  CHECK(c.layers[1].codec.kind == Kind::kFp16);
-  // The shorthand is the identity rule for the first and the last layer (W, b each).
-  CHECK(c.layers[2].tensors == std::vector<int64_t>{0, 1, -2, -1});
-  CHECK(c.layers[2].codec.kind == Kind::kIdentity);
-  // A one-layer mlp: first and last are the same two tensors, named once.
-  CHECK(parseScenario(with(R"("layers": [784, 16, 10])", R"("layers": [784, 10])",
-                           chocoMlp(R"({"kind": "topk", "ratio": 0.1,
-                                        "uncompressed": ["first", "last"]})")),
-                      "s.json", ".")
-            .isOk());
-  // A linear model is one tensor: 0 and -1 name it, and its rule is then the whole codec.
-  CHECK(parseScenario(with("\"kind\": \"exact_diffusion\", \"step_size\": 0.3",
-                           "\"kind\": \"choco\", \"step_size\": 0.3",
-                           with("}}}", R"(}}}, "compression": {"kind": "topk", "k": 1,
-                                 "layers": [{"tensors": [-1], "kind": "fp16"}]})")),
-                      "s.json", ".")
-            .isOk());
-  // A trainer's layout is not known while validating: indices are checked at its first step.
-  const std::string trainer = R"({"schema_version": 1, "nodes": 4, "topology": {"kind": "ring"},
-      "algorithm": {"kind": "choco", "step_size": 0.1},
-      "compression": {"kind": "topk", "ratio": 0.1, "layers": [{"tensors": [7, -9], "kind": "identity"}]}})";
-  CHECK(parseScenario(trainer, "s.json", ".").isOk());
-}
-
-TEST_CASE("compression layers: every refusal names its JSON path", "[runtime][unit]") {
-  const std::string top = R"({"kind": "topk", "ratio": 0.05, )";
-  auto layers = [&](const std::string& rules) { return chocoMlp(top + R"("layers": )" + rules + "}"); };
-  CHECK_THAT(refusal(layers(R"([{"tensors": [4], "kind": "identity"}])")),
-             Contains("s.json: /compression/layers/0/tensors/0: compression layers rule 0: "
-                      "tensor 4 is outside the model's layout of 4 tensors"));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0, -5], "kind": "identity"}])")),
-             Contains("s.json: /compression/layers/0/tensors/1: "));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0], "kind": "identity"},
-                                {"tensors": [2, -4], "kind": "fp16"}])")),
-             Contains("s.json: /compression/layers/1/tensors/1: compression layers rule 1: "
-                      "tensor -4 (tensor 0 of the layout) is named by rule 0 as well"));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [1, 1], "kind": "identity"}])")),
-             Contains("s.json: /compression/layers/0/tensors/1: compression layers rule 0: "
-                      "tensor 1 is named twice"));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [], "kind": "identity"}])")),
-             Contains("s.json: /compression/layers/0/tensors: expected a non-empty array"));
-  CHECK_THAT(refusal(layers(R"([{"kind": "identity"}])")),
-             Contains("s.json: /compression/layers/0: missing required key \"tensors\""));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0.5], "kind": "identity"}])")),
-             Contains("s.json: /compression/layers/0/tensors/0: expected a tensor index"));
-  CHECK_THAT(refusal(layers(R"([])")), Contains("s.json: /compression/layers: expected a non-empty"));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0]}])")),
-             Contains("s.json: /compression/layers/0: missing required key \"kind\""));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0], "kind": "identity", "layers": []}])")),
-             Contains("s.json: /compression/layers/0/layers: unknown key"));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0], "kind": "qsgd", "bits": 9}])")),
-             Contains("s.json: /compression/layers/0/bits: must be between 2 and 8"));
-  // An inner codec the algorithm does not take, by the top-level codec's rules.
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0], "kind": "topk", "k": 3, "error_feedback": true}])")),
-             Contains("s.json: /compression/layers/0/error_feedback: choco already sends "
-                      "compressed differences"));
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0], "kind": "adacomp"}])")),
-             Contains("s.json: /compression/layers/0/kind: choco already sends compressed"));
-  const std::string dsgd = R"({"kind": "dsgd", "step_size": 0.1})";
-  CHECK_THAT(refusal(mlpScenario(dsgd, R"(, "compression": {"kind": "topk", "ratio": 0.1,
-      "error_feedback": true, "layers": [{"tensors": [0], "kind": "sign"}]})")),
-             Contains("s.json: /compression/layers/0/kind: dsgd sends raw vectors"));
-  CHECK(parseScenario(mlpScenario(dsgd, R"(, "compression": {"kind": "topk", "ratio": 0.1,
-      "error_feedback": true, "layers": [{"tensors": [0], "kind": "sign", "error_feedback": true}],
-      "uncompressed": ["last"]})"),
-                      "s.json", ".")
-            .isOk());
-  // exact diffusion takes identity only, in a rule too.
-  CHECK_THAT(refusal(with("}}}", R"(}}}, "compression": {"kind": "identity",
-                          "layers": [{"tensors": [0], "kind": "fp16"}]})")),
-             Contains("s.json: /compression/layers/0/kind: exact_diffusion sends raw vectors"));
-  // A problem without a layout: one tensor, 0 or -1.
-  CHECK_THAT(refusal(with("}}}", R"(}}}, "compression": {"kind": "identity",
-                          "layers": [{"tensors": [1], "kind": "identity"}]})")),
-             Contains("s.json: /compression/layers/0/tensors/0: compression layers rule 0: tensor 1 "
-                      "is outside the model's layout of 1 tensor (valid: -1..0) (this problem's "
-                      "model has no layers: it is one tensor, 0 or -1)"));
-  CHECK_THAT(refusal(with("}}}", R"(}}}, "compression": {"kind": "identity",
-                          "uncompressed": ["first"]})")),
-             Contains("s.json: /compression/uncompressed: \"first\" is tensors 0 and 1"));
-  // The shorthand: its values, and a tensor a rule names as well.
-  CHECK_THAT(refusal(chocoMlp(top + R"("uncompressed": ["middle"]})")),
-             Contains("s.json: /compression/uncompressed/0: unknown layer \"middle\""));
-  CHECK_THAT(refusal(chocoMlp(top + R"("uncompressed": ["last", "last"]})")),
-             Contains("s.json: /compression/uncompressed/1: \"last\" is named twice"));
-  CHECK_THAT(refusal(chocoMlp(top + R"("uncompressed": []})")),
-             Contains("s.json: /compression/uncompressed: expected a non-empty array"));
-  CHECK_THAT(refusal(chocoMlp(top + R"("layers": [{"tensors": [-1], "kind": "fp16"}],
-                                       "uncompressed": ["last"]})")),
-             Contains("s.json: /compression/uncompressed: \"first\" is tensors 0 and 1 (W_1, "
-                      "b_1), \"last\" tensors -2 and -1: compression layers rule 1: tensor -1 "));
-  // lgc: in one group at most, and its refusals hold in a rule too.
-  CHECK_THAT(refusal(layers(R"([{"tensors": [0], "kind": "lgc", "k": 8},
-                                {"tensors": [1], "kind": "lgc", "k": 8}])")),
-             Contains("s.json: /compression/layers/1/kind: at most one group may use lgc"));
-  CHECK_THAT(refusal(chocoMlp(top + R"("layers": [{"tensors": [2], "kind": "lgc", "k": 8}]},
-                                       "checkpoint": {"every": 5})")),
-             Contains("s.json: /checkpoint: lgc's receivers keep their neighbours' decoder"));
-  // A trainer's scenario: what holds for every layout.
-  const std::string trainer = R"({"schema_version": 1, "nodes": 4, "topology": {"kind": "ring"},
-      "algorithm": {"kind": "choco", "step_size": 0.1},
-      "compression": {"kind": "topk", "ratio": 0.1, "layers": [{"tensors": [3, 3], "kind": "identity"}]}})";
-  CHECK_THAT(refusal(trainer), Contains("s.json: /compression/layers/0/tensors/1: "));
-  // Methods that send their statistics uncompressed count a lossy rule as compression.
-  CHECK_THAT(refusal(mlpScenario(R"({"kind": "dsgd", "step_size": 0.1, "combine": "adasum"})",
-                                 R"(, "compression": {"kind": "identity", "error_feedback": true,
-                                     "layers": [{"tensors": [0], "kind": "fp16", "error_feedback": true}]})")),
-             Contains("/compression/kind: \"combine\": \"adasum\" sends models and updates "
-                      "uncompressed"));
 }
 
 }  // namespace
