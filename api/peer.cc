@@ -502,18 +502,28 @@ Status Peer::Impl::mixStart(std::span<T> params) {
       return Status::ok();
     }));
   }
-  st.gossip->setModel(params);
   if (!st.last) st.last = st.mixNode.get();  // round 0's line: the model the trainer starts from
   if (loadOnly) {
+    st.gossip->setModel(params);
     st.mixParams = params;
     st.mixSkipped = true;
     return Status::ok();
   }
-  STARLING_RETURN_IF_ERROR(writePending(st));
-  killIfScripted(st.engine.rounds());
-  STARLING_RETURN_IF_ERROR(st.survival.prepare(kMixChannel));  // a change due now restarts gossip
-  STARLING_RETURN_IF_ERROR(st.survival.begin(*st.mixNode, std::nullopt, takeDrops()));
-  STARLING_RETURN_IF_ERROR(stopOnDrop(st, *st.mixNode));
+  // The trainer's buffer is the model for this round (GossipAlgorithm::lend): the message is
+  // written from it and the mixed model into it, without copies. Every way out of the round ends
+  // the loan, so the gossip never keeps a span the trainer may free.
+  st.gossip->lend(params);
+  Status s = writePending(st);
+  if (s.isOk()) {
+    killIfScripted(st.engine.rounds());
+    s = st.survival.prepare(kMixChannel);  // a change due now restarts gossip
+  }
+  if (s.isOk()) s = st.survival.begin(*st.mixNode, std::nullopt, takeDrops());
+  if (s.isOk()) s = stopOnDrop(st, *st.mixNode);
+  if (!s.isOk()) {
+    st.gossip->release();
+    return s;
+  }
   st.mixParams = params;
   return Status::ok();
 }
@@ -527,9 +537,15 @@ Status Peer::Impl::mixWait() {
       st.mixSkipped = false;
       return Status::ok();
     }
-    STARLING_RETURN_IF_ERROR(st.survival.complete(*st.mixNode));
-    const auto model = st.mixNode->model();
-    std::copy(model.begin(), model.end(), params.begin());
+    const Status s = st.survival.complete(*st.mixNode);
+    // A membership change during the round replaced the gossip (survival.add): the new one was
+    // never lent `params`, and its release() says so.
+    const bool mixedInPlace = st.gossip->release();
+    STARLING_RETURN_IF_ERROR(s);
+    if (!mixedInPlace) {
+      const auto model = st.mixNode->model();
+      std::copy(model.begin(), model.end(), params.begin());
+    }
     st.last = st.mixNode.get();
     pendingRecord = st.engine.rounds();
     return Status::ok();

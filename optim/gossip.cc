@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "core/within.h"
@@ -15,13 +16,25 @@ class PlainGossip final : public GossipAlgorithm<T> {
   PlainGossip(double gamma, size_t dim) : gamma_(static_cast<T>(gamma)), x_(dim, T(0)) {}
 
   void setModel(std::span<const T> x) override { std::copy(x.begin(), x.end(), x_.begin()); }
+  void lend(std::span<T> user) override {
+    user_ = user;
+    combined_ = mixed_ = false;
+  }
+  bool release() override {
+    if (user_.data() == nullptr) return false;
+    if (!combined_) std::copy(user_.begin(), user_.end(), x_.begin());  // as setModel(user) would
+    user_ = {};
+    combined_ = false;
+    return std::exchange(mixed_, false);
+  }
   size_t messageSize() const override { return x_.size(); }
   void prepare(const RoundInfo&, std::span<T> out) override {
-    std::copy(x_.begin(), x_.end(), out.begin());
+    const std::span<const T> x = current();
+    std::copy(x.begin(), x.end(), out.begin());
   }
   bool preparesInBlocks() const override { return true; }
   void prepareBlock(const RoundInfo&, size_t offset, std::span<T> out) override {
-    std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(offset), out.size(), out.begin());
+    std::copy_n(current().begin() + static_cast<std::ptrdiff_t>(offset), out.size(), out.begin());
   }
   void absorb(const RoundInfo& info, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
@@ -32,19 +45,27 @@ class PlainGossip final : public GossipAlgorithm<T> {
                     std::span<const NeighborMessage<T>> nbrs, T limit) override {
     return combine(info, own, nbrs, &limit);
   }
-  std::span<const T> model() const override { return x_; }
+  std::span<const T> model() const override { return current(); }
 
  private:
+  // The model: the lent buffer until this round's combine has written x_, x_ otherwise.
+  std::span<const T> current() const {
+    if (user_.data() != nullptr && !combined_) return user_;
+    return x_;
+  }
+
   bool combine(const RoundInfo&, std::span<const T> own, std::span<const NeighborMessage<T>> nbrs,
                const T* limit) {
     // x = own + sum_j gamma w_ij (m_j - own), walked in blocks that stay in L1 while every
     // neighbour's block is added: each input is read from memory once and x written once. Each
     // element sees the same operations in the same order as a pass per neighbour would, so the
-    // result is the same to the bit.
+    // result is the same to the bit. `own` is this round's message, i.e. the model itself (the
+    // identity codec), read from the frame; a lent buffer gets each block while it is in L1.
     constexpr size_t kBlock = 1024;
     bool within = true;
     const size_t d = x_.size();
     T* x = x_.data();
+    T* user = user_.data();
     const T* self = own.data();
     for (size_t b = 0; b < d; b += kBlock) {
       const size_t e = std::min(d, b + kBlock);
@@ -54,13 +75,24 @@ class PlainGossip final : public GossipAlgorithm<T> {
         const T* __restrict m = n.message.data();
         for (size_t k = b; k < e; ++k) x[k] += w * (m[k] - self[k]);
       }
+      if (user != nullptr) std::copy(x + b, x + e, user + b);
       if (limit != nullptr) within &= core::allWithin(std::span<const T>(x + b, e - b), *limit);
+    }
+    if (user != nullptr) {
+      // A model that left the limit is an error, and the trainer keeps the parameters it lent
+      // (its message holds them exactly); x_ keeps the result for the error to name.
+      if (!within) std::copy(own.begin(), own.end(), user_.begin());
+      combined_ = true;
+      mixed_ = within;
     }
     return within;
   }
 
   const T gamma_;
   std::vector<T> x_;
+  std::span<T> user_;      // the trainer's buffer, lent for one round (lend/release)
+  bool combined_ = false;  // this loan's combine has written x_
+  bool mixed_ = false;     // ... and user_ holds the mixed model
 };
 
 template <typename T>

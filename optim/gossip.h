@@ -25,6 +25,16 @@ class GossipAlgorithm : public Algorithm<T> {
  public:
   // The point the next round starts from (x.size() == messageSize()).
   virtual void setModel(std::span<const T> x) = 0;
+
+  // Peer::mix without copies: for the round that follows, the trainer's buffer `user` is the
+  // model. The message is read straight from it, and the combine writes the mixed model into it
+  // as well as into the algorithm's own copy (which model() reads between rounds, when the
+  // trainer may have freed `user`). release() ends the loan, whatever became of the round, and
+  // returns whether `user` holds the mixed model; where it does not (the round did not reach
+  // its combine, or the algorithm copies), model() is what setModel(user) would have left and
+  // the caller copies it out. The default is that copying path.
+  virtual void lend(std::span<T> user) { setModel(user); }
+  virtual bool release() { return false; }
 };
 
 // `compressed`: the messages go through a lossy codec (CHOCO-gossip); `timeVarying`: the mixing

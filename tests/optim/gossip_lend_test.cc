@@ -1,0 +1,144 @@
+// GossipAlgorithm::lend/release: Peer::mix lends the trainer's buffer to plain gossip for one
+// round, so the message is read from it and the mixed model written into it without copies. The
+// round must be the one the copying path (setModel, then model() copied out) makes, value for
+// value; a round that fails its divergence check must leave the buffer as the trainer lent it;
+// and after release() nothing may read the buffer again.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "optim/gossip.h"
+
+namespace starling::optim {
+namespace {
+
+// Three partial blocks of the combine (1,024 values), odd, so no loop ends on a block boundary.
+constexpr size_t kDim = 2 * 1024 + 517;
+
+template <typename T>
+std::vector<T> values(double base, double slope) {
+  std::vector<T> v(kDim);
+  for (size_t k = 0; k < kDim; ++k) {
+    v[k] = static_cast<T>(base + slope * static_cast<double>(k % 89));
+  }
+  return v;
+}
+
+// The round written out by hand: x_k + sum_j (gamma w_j) (m_jk - x_k), neighbours in order.
+template <typename T>
+std::vector<T> expected(const std::vector<T>& x, const std::vector<std::vector<T>>& m,
+                        const std::vector<double>& w, double gamma) {
+  std::vector<T> out(x.size());
+  for (size_t k = 0; k < x.size(); ++k) {
+    T acc = x[k];
+    for (size_t j = 0; j < m.size(); ++j) {
+      acc += static_cast<T>(gamma) * static_cast<T>(w[j]) * (m[j][k] - x[k]);
+    }
+    out[k] = acc;
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<NeighborMessage<T>> messages(const std::vector<std::vector<T>>& m,
+                                         const std::vector<double>& w) {
+  std::vector<NeighborMessage<T>> out;
+  for (size_t j = 0; j < m.size(); ++j) {
+    out.push_back(NeighborMessage<T>{static_cast<int>(j + 1), w[j], m[j]});
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T> prepared(GossipAlgorithm<T>& g, const RoundInfo& info) {
+  std::vector<T> frame(kDim, T(-9));
+  for (size_t b = 0; b < kDim; b += 4096) {  // the node's block walk
+    const size_t n = std::min<size_t>(4096, kDim - b);
+    g.prepareBlock(info, b, std::span<T>(frame).subspan(b, n));
+  }
+  return frame;
+}
+
+TEMPLATE_TEST_CASE("plain gossip on a lent buffer mixes into it, as the copying path does",
+                   "[optim][unit]", float, double) {
+  const double gamma = 0.8;
+  const std::vector<double> w = {0.3, 0.25};
+  const RoundInfo info{0, 0.0, 0.45};
+  auto lent = createGossip<TestType>(gamma, kDim, /*compressed=*/false, /*timeVarying=*/false);
+  auto copying = createGossip<TestType>(gamma, kDim, false, false);
+  std::vector<TestType> user = values<TestType>(0.5, 0.01);
+  for (int round = 0; round < 3; ++round) {
+    // The trainer moves its parameters between rounds; each round lends them anew.
+    for (size_t k = 0; k < kDim; ++k) user[k] += static_cast<TestType>(0.001 * (k % 7) - 0.003);
+    const std::vector<TestType> x = user;
+    const std::vector<std::vector<TestType>> m = {values<TestType>(1.0 + round, 0.02),
+                                                  values<TestType>(-2.0, 0.005 * round)};
+    lent->lend(user);
+    copying->setModel(x);
+    // Before the combine the model is the lent buffer, and so is the message.
+    CHECK(std::vector<TestType>(lent->model().begin(), lent->model().end()) == x);
+    const auto frame = prepared(*lent, info);
+    CHECK(frame == x);
+    const auto nbrs = messages(m, w);
+    CHECK(lent->absorbWithin(info, frame, nbrs, std::numeric_limits<TestType>::max()));
+    copying->absorb(info, prepared(*copying, info), nbrs);
+    const auto want = expected(x, m, w, gamma);
+    CHECK(user == want);
+    CHECK(lent->release());
+    CHECK(std::vector<TestType>(copying->model().begin(), copying->model().end()) == want);
+    // After release the gossip keeps its own copy: a trainer that reuses (or frees) the
+    // buffer changes nothing the engine reads between rounds (logs, a rejoining neighbour).
+    std::vector<TestType> scribble = user;
+    user.assign(kDim, TestType(123));
+    CHECK(std::vector<TestType>(lent->model().begin(), lent->model().end()) == want);
+    user = scribble;
+  }
+  CHECK_FALSE(lent->release());  // nothing lent
+}
+
+TEMPLATE_TEST_CASE("a lent round that diverges leaves the trainer's buffer as it was lent",
+                   "[optim][unit]", float, double) {
+  auto g = createGossip<TestType>(1.0, kDim, false, false);
+  const RoundInfo info{0, 0.0, 0.5};
+  std::vector<TestType> user = values<TestType>(0.25, 0.01);
+  const std::vector<TestType> x = user;
+  for (const size_t at : {size_t{3}, size_t{1500}, kDim - 1}) {  // first, middle and last block
+    std::vector<std::vector<TestType>> m = {values<TestType>(1.0, 0.0)};
+    m[0][at] = std::numeric_limits<TestType>::infinity();
+    g->lend(user);
+    const auto frame = prepared(*g, info);
+    CHECK_FALSE(g->absorbWithin(info, frame, messages(m, {0.5}), TestType(1e6)));
+    CHECK(user == x);
+    // The model the node's error names is the diverged one, coordinate `at` included.
+    CHECK(std::isinf(g->model()[at]));
+    CHECK_FALSE(g->release());
+    CHECK(std::isinf(g->model()[at]));
+    CHECK(user == x);
+  }
+}
+
+TEMPLATE_TEST_CASE("a loan that ends before its combine leaves what setModel would have",
+                   "[optim][unit]", float, double) {
+  auto g = createGossip<TestType>(1.0, kDim, false, false);
+  std::vector<TestType> user = values<TestType>(2.0, -0.01);
+  const std::vector<TestType> x = user;
+  g->lend(user);
+  CHECK_FALSE(g->release());  // the round failed before its messages were combined
+  user.assign(kDim, TestType(0));
+  CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == x);
+}
+
+TEMPLATE_TEST_CASE("compressed gossip keeps the copying path when lent a buffer",
+                   "[optim][unit]", float, double) {
+  auto g = createGossip<TestType>(1.0, kDim, /*compressed=*/true, false);
+  std::vector<TestType> user = values<TestType>(1.0, 0.01);
+  const std::vector<TestType> x = user;
+  g->lend(user);
+  user.assign(kDim, TestType(7));
+  CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == x);
+  CHECK_FALSE(g->release());
+}
+
+}  // namespace
+}  // namespace starling::optim
