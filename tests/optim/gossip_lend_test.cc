@@ -97,6 +97,37 @@ TEMPLATE_TEST_CASE("plain gossip on a lent buffer mixes into it, as the copying 
   CHECK_FALSE(lent->release());  // nothing lent
 }
 
+TEMPLATE_TEST_CASE("plain gossip's combine matches the hand-written round for 0 to 6 neighbours",
+                   "[optim][unit]", float, double) {
+  // 0-4 neighbours take the fused loops, more the pass-per-neighbour one; lent or not.
+  const RoundInfo info{0, 0.0, 0.2};
+  for (size_t count = 0; count <= 6; ++count) {
+    for (const bool lend : {false, true}) {
+      std::vector<std::vector<TestType>> m;
+      std::vector<double> w;
+      for (size_t j = 0; j < count; ++j) {
+        m.push_back(values<TestType>(0.3 * static_cast<double>(j) - 1.0, 0.003 * (j + 1)));
+        w.push_back(0.1 + 0.03 * static_cast<double>(j));
+      }
+      auto g = createGossip<TestType>(0.9, kDim, false, false);
+      std::vector<TestType> user = values<TestType>(0.7, -0.002);
+      const std::vector<TestType> x = user;
+      if (lend) {
+        g->lend(user);
+      } else {
+        g->setModel(user);
+      }
+      const auto frame = prepared(*g, info);
+      CHECK(g->absorbWithin(info, frame, messages(m, w), std::numeric_limits<TestType>::max()));
+      const auto want = expected(x, m, w, 0.9);
+      INFO("neighbours " << count << (lend ? ", lent" : ""));
+      CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == want);
+      CHECK(g->release() == lend);
+      CHECK(user == (lend ? want : x));
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("a lent round that diverges leaves the trainer's buffer as it was lent",
                    "[optim][unit]", float, double) {
   auto g = createGossip<TestType>(1.0, kDim, false, false);
