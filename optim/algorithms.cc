@@ -8,6 +8,7 @@
 #include "optim/adascale_gossip.h"
 #include "optim/adasum_gossip.h"
 #include "optim/choco.h"
+#include "optim/combine.h"
 #include "optim/lead.h"
 #include "optim/leader_gossip.h"
 #include "optim/sketch_gossip.h"
@@ -27,13 +28,12 @@ CMap<T> cmap(std::span<const T> s) { return CMap<T>(s.data(), static_cast<Eigen:
 template <typename T>
 Map<T> map(std::span<T> s) { return Map<T>(s.data(), static_cast<Eigen::Index>(s.size())); }
 
-// out = own + sum_j scale * w_ij * (m_j - own), the combine in difference form. It equals
-// (1 - scale * sum_j w_ij) own + sum_j scale * w_ij m_j, but never uses the self weight, so the
-// combine weights sum to exactly one whatever the rounding of w_ij in T. With the self weight
-// written out, its rounding error (about 3e-8 in float32) biases the average of every round, and
-// exact diffusion's invariant sum_i (w_i - psi_i) = 0 drifts linearly with the round count.
-// The vector is walked in blocks that stay in L1 while every neighbour's block is added, so each
-// input byte is read from memory once and `out` is written once.
+// out = own + sum_j scale * w_ij * (m_j - own), the combine in difference form (optim/combine.h,
+// which also says how it is walked). It equals (1 - scale * sum_j w_ij) own + sum_j scale * w_ij
+// m_j, but never uses the self weight, so the combine weights sum to exactly one whatever the
+// rounding of w_ij in T. With the self weight written out, its rounding error (about 3e-8 in
+// float32) biases the average of every round, and exact diffusion's invariant
+// sum_i (w_i - psi_i) = 0 drifts linearly with the round count.
 // With `base` (DSGD under a lossy codec) the sum starts from base instead of own:
 // out = base + sum_j scale * w_ij * (m_j - own), so the compression error of the node's own
 // message never replaces its exact state (DeepSqueeze's form, Tang et al. 2019).
@@ -46,25 +46,10 @@ template <typename T>
 bool combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, T scale,
              Eigen::Index offset, Eigen::Index len, const T* base = nullptr,
              const T* limit = nullptr) {
-  constexpr Eigen::Index kBlock = 1024;
-  bool within = true;
-  for (Eigen::Index b = 0; b < len; b += kBlock) {
-    const Eigen::Index m = std::min(kBlock, len - b);
-    const auto self = own.segment(offset + b, m);
-    auto dst = out.segment(b, m);
-    if (base != nullptr) {
-      dst = CMap<T>(base + offset + b, m);
-    } else {
-      dst = self;
-    }
-    for (const auto& n : nbrs) {
-      dst += (static_cast<T>(n.weight) * scale) * (cmap(n.message).segment(offset + b, m) - self);
-    }
-    if (limit != nullptr) {
-      within &= core::allWithin(std::span<const T>(dst.data(), static_cast<size_t>(m)), *limit);
-    }
-  }
-  return within;
+  const T* self = own.data() + offset;
+  return detail::combine<T>(out.data(), nullptr, base != nullptr ? base + offset : self, self,
+                            nbrs, scale, static_cast<size_t>(offset), static_cast<size_t>(len),
+                            limit);
 }
 
 // Adapt-then-combine diffusion (docs/algorithms.md §3):

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/within.h"
+#include "optim/combine.h"
 
 namespace starling::optim {
 namespace {
@@ -56,46 +56,12 @@ class PlainGossip final : public GossipAlgorithm<T> {
 
   bool combine(const RoundInfo&, std::span<const T> own, std::span<const NeighborMessage<T>> nbrs,
                const T* limit) {
-    // x = own + sum_j gamma w_ij (m_j - own), each element's terms added in neighbour order, so
-    // that every way of walking it below gives the same bits. `own` is this round's message,
+    // x = own + sum_j gamma w_ij (m_j - own) (optim/combine.h). `own` is this round's message,
     // i.e. the model itself (the identity codec), read from the frame; a lent buffer is written
-    // next to x_. The model is checked a block at a time while the block is in L1.
-    constexpr size_t kBlock = 1024;
-    bool within = true;
-    const size_t d = x_.size();
-    T* x = x_.data();
+    // next to x_, each value once.
     T* user = user_.data();
-    const T* self = own.data();
-    const size_t count = nbrs.size();
-    const T* m[kFused];
-    T w[kFused];
-    for (size_t j = 0; j < std::min(count, kFused); ++j) {
-      m[j] = nbrs[j].message.data();
-      w[j] = gamma_ * static_cast<T>(nbrs[j].weight);
-    }
-    for (size_t b = 0; b < d; b += kBlock) {
-      const size_t e = std::min(d, b + kBlock);
-      switch (count) {
-        // Up to kFused neighbours (a ring, a torus, most graphs): one loop reading every input
-        // as a steady stream, which the hardware prefetchers keep ahead of, and writing each
-        // output once.
-        case 0: fused<0>(x, user, self, m, w, b, e); break;
-        case 1: fused<1>(x, user, self, m, w, b, e); break;
-        case 2: fused<2>(x, user, self, m, w, b, e); break;
-        case 3: fused<3>(x, user, self, m, w, b, e); break;
-        case 4: fused<4>(x, user, self, m, w, b, e); break;
-        default:
-          // More: a pass per neighbour over a block that stays in L1.
-          for (size_t k = b; k < e; ++k) x[k] = self[k];
-          for (const auto& n : nbrs) {
-            const T wn = gamma_ * static_cast<T>(n.weight);
-            const T* __restrict mn = n.message.data();
-            for (size_t k = b; k < e; ++k) x[k] += wn * (mn[k] - self[k]);
-          }
-          if (user != nullptr) std::copy(x + b, x + e, user + b);
-      }
-      if (limit != nullptr) within &= core::allWithin(std::span<const T>(x + b, e - b), *limit);
-    }
+    const bool within = detail::combine<T>(x_.data(), user, own.data(), own.data(), nbrs, gamma_,
+                                           0, x_.size(), limit);
     if (user != nullptr) {
       // A model that left the limit is an error, and the trainer keeps the parameters it lent
       // (its message holds them exactly); x_ keeps the result for the error to name.
@@ -104,35 +70,6 @@ class PlainGossip final : public GossipAlgorithm<T> {
       mixed_ = within;
     }
     return within;
-  }
-
-  static constexpr size_t kFused = 4;
-
-  template <size_t N>
-  static void fused(T* __restrict x, T* __restrict user, const T* __restrict self,
-                    const T* const* m, const T* w, size_t b, size_t e) {
-    const T* __restrict mj[N > 0 ? N : 1];
-    T wj[N > 0 ? N : 1];
-    for (size_t j = 0; j < N; ++j) {
-      mj[j] = m[j];
-      wj[j] = w[j];
-    }
-    if (user == nullptr) {
-      for (size_t k = b; k < e; ++k) {
-        const T s = self[k];
-        T acc = s;
-        for (size_t j = 0; j < N; ++j) acc += wj[j] * (mj[j][k] - s);
-        x[k] = acc;
-      }
-      return;
-    }
-    for (size_t k = b; k < e; ++k) {
-      const T s = self[k];
-      T acc = s;
-      for (size_t j = 0; j < N; ++j) acc += wj[j] * (mj[j][k] - s);
-      x[k] = acc;
-      user[k] = acc;
-    }
   }
 
   const T gamma_;
