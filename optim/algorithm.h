@@ -144,11 +144,14 @@ class Algorithm {
   virtual bool exchangesIn(uint64_t /*round*/) const { return true; }
   // Local work before communication; writes this round's outgoing message.
   virtual void prepare(const RoundInfo& info, std::span<T> outgoing) = 0;
-  // True when prepare() only writes each element of the message from state it does not change
-  // (plain gossip copies its model): the engine may then write the message a block at a time
-  // with prepareBlock, and check and checksum each block while it is still in cache, instead of
-  // a pass to write the message and another to read it back. prepare() stays the reference:
-  // prepareBlock over every block in order writes the same values.
+  // True when the algorithm can write its message a block at a time (plain gossip copies its
+  // model; exact diffusion's fused update is elementwise once the gradient is taken): the engine
+  // then calls prepareBlock instead of prepare, once for every block of the message, in order
+  // from offset 0 to the end, and checks and checksums each block while it is still in cache,
+  // instead of a pass to write the message and another to read it back. So an algorithm may do
+  // its whole-vector work at offset 0 and finish its state at the last block. prepare() stays
+  // the reference: prepareBlock over every block in order writes the same values and leaves
+  // the same state.
   virtual bool preparesInBlocks() const { return false; }
   // Writes elements [offset, offset + out.size()) of this round's message.
   virtual void prepareBlock(const RoundInfo& /*info*/, size_t /*offset*/, std::span<T> /*out*/) {}

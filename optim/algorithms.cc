@@ -113,20 +113,26 @@ class ExactDiffusion final : public Algorithm<T> {
 
   size_t messageSize() const override { return w_.size(); }
 
-  void prepare(const RoundInfo& info, std::span<T> out) override {
-    oracle_.gradient(w_, grad_);
+  void prepare(const RoundInfo& info, std::span<T> out) override { prepareBlock(info, 0, out); }
+
+  // The message a block at a time, so that the engine checks and seals each block while it is
+  // in cache (Algorithm::preparesInBlocks): the gradient at the first block, psi_prev's swap
+  // after the last.
+  bool preparesInBlocks() const override { return true; }
+  void prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) override {
+    if (offset == 0) oracle_.gradient(w_, grad_);
     // psi = w - mu g (kept in grad_'s storage), phi = psi + w - psi_prev: one fused pass.
     const T mu = static_cast<T>(info.stepSize);
-    const T* w = w_.data();
-    const T* prev = psiPrev_.data();
-    T* g = grad_.data();
+    const T* w = w_.data() + offset;
+    const T* prev = psiPrev_.data() + offset;
+    T* g = grad_.data() + offset;
     T* phi = out.data();
-    for (size_t k = 0, d = w_.size(); k < d; ++k) {
+    for (size_t k = 0, n = out.size(); k < n; ++k) {
       const T psi = w[k] - mu * g[k];
       phi[k] = psi + w[k] - prev[k];
       g[k] = psi;
     }
-    psiPrev_.swap(grad_);
+    if (offset + out.size() == w_.size()) psiPrev_.swap(grad_);
   }
 
   void absorb(const RoundInfo&, std::span<const T> own,
