@@ -212,6 +212,42 @@ TEST_CASE("mix names the first non-finite coordinate of the trainer's parameters
   }
 }
 
+// mix() combines straight into the trainer's buffer (GossipAlgorithm::lend): a round whose mixed
+// model leaves divergence.max_abs fails, and the trainer keeps the parameters it passed.
+TEST_CASE("a mix that diverges leaves the trainer's parameters as they were", "[api][unit]") {
+  const auto path = writeScenario(
+      "mix-diverge", ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc,
+                           R"(, "divergence": {"max_abs": 100})"));
+  const size_t d = 9001;
+  auto start = [&](int rank) {
+    std::vector<float> x(d, 1.0f + static_cast<float>(rank));
+    // Finite, so rank 1 sends it; the model of rank 1 and of its neighbours 0 and 2 then holds
+    // (1000 + 2 + 1) / 3 or more there, above the limit. Rank 3 does not hear from rank 1.
+    if (rank == 1) x[6000] = 1000.0f;
+    return x;
+  };
+  std::vector<std::vector<float>> after(4);
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    auto peer = Peer::fromScenario(path.string(), rank);
+    if (!peer) return peer.status();
+    auto x = start(rank);
+    const Status s = (*peer)->mix(std::span<float>(x));
+    after[rank] = x;
+    return s;
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank << ": " << statuses[rank].toString());
+    CHECK(statuses[rank].code() == StatusCode::kDiverged);
+    CHECK_THAT(statuses[rank].message(), Catch::Matchers::Contains("its model coordinate 6000"));
+    CHECK(after[rank] == start(rank));
+  }
+  INFO(statuses[3].toString());
+  REQUIRE(statuses[3].isOk());
+  for (size_t k = 0; k < d; ++k) {  // (3 + 4 + 1) / 3: its neighbours 2 and 0, and itself
+    CHECK(std::abs(after[3][k] - 8.0f / 3.0f) <= 1e-6f);
+  }
+}
+
 TEST_CASE("mix with a quantizer (CHOCO-gossip) keeps the average and reaches it",
           "[api][unit]") {
   const auto path = writeScenario(
