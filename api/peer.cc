@@ -521,7 +521,8 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   if (s.isOk()) s = st.survival.begin(*st.mixNode, std::nullopt, takeDrops());
   if (s.isOk()) s = stopOnDrop(st, *st.mixNode);
   if (!s.isOk()) {
-    st.gossip->release();
+    // The round never started: the gossip's model is the trainer's, as before a loan.
+    if (!st.gossip->release()) st.gossip->setModel(params);
     return s;
   }
   st.mixParams = params;

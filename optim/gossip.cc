@@ -21,8 +21,9 @@ class PlainGossip final : public GossipAlgorithm<T> {
     combined_ = mixed_ = false;
   }
   bool release() override {
+    // Never reads the buffer: release() also runs where the trainer may already have freed it
+    // (a Peer destroyed with a mix in flight, after its round failed).
     if (user_.data() == nullptr) return false;
-    if (!combined_) std::copy(user_.begin(), user_.end(), x_.begin());  // as setModel(user) would
     user_ = {};
     combined_ = false;
     return std::exchange(mixed_, false);

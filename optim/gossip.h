@@ -29,10 +29,11 @@ class GossipAlgorithm : public Algorithm<T> {
   // Peer::mix without copies: for the round that follows, the trainer's buffer `user` is the
   // model. The message is read straight from it, and the combine writes the mixed model into it
   // as well as into the algorithm's own copy (which model() reads between rounds, when the
-  // trainer may have freed `user`). release() ends the loan, whatever became of the round, and
-  // returns whether `user` holds the mixed model; where it does not (the round did not reach
-  // its combine, or the algorithm copies), model() is what setModel(user) would have left and
-  // the caller copies it out. The default is that copying path.
+  // trainer may have freed `user`). release() ends the loan, whatever became of the round,
+  // without reading `user`, and returns whether `user` holds the mixed model. Where it does not:
+  // an algorithm that copies (the default: lend is setModel) has model() to copy out; plain
+  // gossip whose round ended before its combine keeps the model it had before the loan (the
+  // caller calls setModel(user) where the buffer is still the trainer's).
   virtual void lend(std::span<T> user) { setModel(user); }
   virtual bool release() { return false; }
 };

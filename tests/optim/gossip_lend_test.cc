@@ -149,15 +149,19 @@ TEMPLATE_TEST_CASE("a lent round that diverges leaves the trainer's buffer as it
   }
 }
 
-TEMPLATE_TEST_CASE("a loan that ends before its combine leaves what setModel would have",
+TEMPLATE_TEST_CASE("a loan that ends before its combine never reads the buffer again",
                    "[optim][unit]", float, double) {
+  // release() also runs where the trainer has freed the buffer (a Peer destroyed with a failed
+  // mix in flight): it must not read it, and the model stays what it was before the loan.
   auto g = createGossip<TestType>(1.0, kDim, false, false);
+  const std::vector<TestType> before = values<TestType>(-1.0, 0.02);
+  g->setModel(before);
   std::vector<TestType> user = values<TestType>(2.0, -0.01);
-  const std::vector<TestType> x = user;
   g->lend(user);
-  CHECK_FALSE(g->release());  // the round failed before its messages were combined
+  CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == user);  // lent: the buffer
   user.assign(kDim, TestType(0));
-  CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == x);
+  CHECK_FALSE(g->release());  // the round failed before its messages were combined
+  CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == before);
 }
 
 TEMPLATE_TEST_CASE("compressed gossip keeps the copying path when lent a buffer",
