@@ -97,6 +97,7 @@ def worker_mix(dim, rounds, warmup, out):
 class _NoPeer:
     """A peer that does nothing: what is left of a wrapped step is the wrapper's own Python."""
     rank, nodes = 0, 1
+    codistillation = None  # what DecentralizedOptimizer asks of a peer in mode "mix"
 
     def mix(self, params):
         pass
