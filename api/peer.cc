@@ -543,7 +543,7 @@ Status Peer::Impl::mixWait() {
     // never lent `params`, and its release() says so.
     const bool mixedInPlace = st.gossip->release();
     STARLING_RETURN_IF_ERROR(s);
-    if (!mixedInPlace) {
+    if (!mixedInPlace && !st.mixAbandoned) {
       const auto model = st.mixNode->model();
       std::copy(model.begin(), model.end(), params.begin());
     }
@@ -584,13 +584,20 @@ uint64_t Peer::Impl::rounds() const {
   return 0;
 }
 
-Status Peer::Impl::close() {
+Status Peer::Impl::close(bool fromDestructor) {
   if (closed) return Status::ok();
   closed = true;
   Status result = writePendingAny();
   const auto drain = [&](auto& st) {
     // A mix still in flight is finished first: its neighbours wait for this round's message.
+    // From ~Peer the trainer's buffer may be gone (an exception unwinding the trainer's stack):
+    // the loan ends first, so the combine writes only the gossip's own model (its `own` is the
+    // frame already sent), and nothing is copied out.
     if (st.mixParams.data() != nullptr) {
+      if (fromDestructor) {
+        if (st.gossip != nullptr) st.gossip->release();
+        st.mixAbandoned = true;
+      }
       if (Status s = mixWait(); !s.isOk() && result.isOk()) result = s;
     }
     if (st.engine.failure().isOk()) {

@@ -12,7 +12,7 @@ namespace starling {
 
 // The public door: every call forwards to Impl.
 Peer::Peer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Peer::~Peer() { (void)impl_->close(); }
+Peer::~Peer() { (void)impl_->close(/*fromDestructor=*/true); }
 
 Status Peer::step(std::span<float> params, std::span<const float> grads, std::optional<double> lr) {
   return impl_->step(params, grads, lr);

@@ -70,6 +70,7 @@ struct PeerState {
   std::unique_ptr<runtime::Node<T>> mixNode;
   std::span<T> mixParams;  // between mixStart and mixWait
   bool mixSkipped = false;  // a rejoined trainer's first mix() that only loaded the model
+  bool mixAbandoned = false;  // ~Peer finishes the round without touching mixParams
   const runtime::Node<T>* last = nullptr;  // the node of the last round (its model is logged)
 
   std::vector<const runtime::Node<T>*> nodes() const {
@@ -119,7 +120,9 @@ class Peer::Impl {
   Status mixWait();
   Status poll();
   Status log(const std::map<std::string, double>& m);
-  Status close();
+  // `fromDestructor`: a mix in flight is finished for the neighbours' sake, but its result is
+  // not written into the trainer's buffer, which may be gone (stack unwinding).
+  Status close(bool fromDestructor = false);
   uint64_t rounds() const;
   Status setLayout(std::vector<size_t> sizes);
   template <typename T>

@@ -193,7 +193,10 @@ class Peer {
   static Result<std::unique_ptr<Peer>> fromEnv();
   static Result<std::unique_ptr<Peer>> fromConfig(const PeerConfig& config);
 
-  ~Peer();  // closes (errors are dropped: call close() to see them)
+  // Closes (errors are dropped: call close() to see them). A mix in flight is finished for the
+  // neighbours, but its result is not written into the trainer's buffer, which may already be
+  // gone; close() first to get it.
+  ~Peer();
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
 

@@ -234,3 +234,42 @@ TEST_CASE("compression layers are checked against the trainer's layout at the fi
                                       "model's layout of 2 tensors"));
   }
 }
+
+// A mix in flight when the Peer goes: close() finishes it and writes the mixed model into the
+// trainer's buffer; ~Peer finishes it for the neighbours but leaves the buffer alone, since it may
+// already be gone (an exception unwinding the trainer's stack frees it before the Peer).
+TEST_CASE("a mix in flight is finished by close() into the buffer, by ~Peer without it",
+          "[api][unit]") {
+  const bool explicitClose = GENERATE(true, false);
+  CAPTURE(explicitClose);
+  const auto path = writeScenario(explicitClose ? "mix-close" : "mix-destroy",
+                                  ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
+  const size_t d = 5000;
+  auto start = [&](int rank) { return std::vector<float>(d, 3.0f * static_cast<float>(rank)); };
+  std::vector<std::vector<float>> after(4);
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    auto x = start(rank);
+    {
+      auto peer = Peer::fromScenario(path.string(), rank);
+      if (!peer) return peer.status();
+      STARLING_RETURN_IF_ERROR((*peer)->mixStart(std::span<float>(x)));
+      if (explicitClose) STARLING_RETURN_IF_ERROR((*peer)->close());
+    }  // ~Peer
+    after[rank] = x;
+    return Status::ok();
+  });
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank << ": " << statuses[rank].toString());
+    REQUIRE(statuses[rank].isOk());
+    // Ring of 4, every weight 1/3: (3(r-1) + 3r + 3(r+1)) / 3 with ranks mod 4.
+    const float mixed =
+        static_cast<float>((3 * ((rank + 3) % 4) + 3 * rank + 3 * ((rank + 1) % 4)) / 3.0);
+    const auto want = explicitClose ? std::vector<float>(d, mixed) : start(rank);
+    for (size_t k = 0; k < d; ++k) {
+      if (std::abs(after[rank][k] - want[k]) > 1e-5f) {
+        FAIL("rank " << rank << " coordinate " << k << ": " << after[rank][k] << ", want "
+                     << want[k]);
+      }
+    }
+  }
+}
