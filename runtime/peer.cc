@@ -359,6 +359,9 @@ core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int ra
   no.sharedMemoryFrames = s.transport.shmFrames;
   no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
   no.spin = std::chrono::microseconds(s.transport.spinUs);
+  no.busyPoll = s.transport.busyPoll == TransportConfig::BusyPoll::kAuto
+                    ? transport::coreForEachLocalRank(no.addresses, rank)
+                    : s.transport.busyPoll == TransportConfig::BusyPoll::kOn;
   no.failReceivesOfLostPeers = s.faults.onPeerLoss == OnPeerLoss::kContinue;
   // The cluster's key: the scenario's key_file, or the file STARLING_KEY_FILE names.
   std::string keyFile = s.security.keyFile;

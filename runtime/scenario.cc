@@ -106,6 +106,8 @@ void parseTransport(Obj& o, Scenario& s) {
     t.shmThresholdBytes =
         o.integer<uint64_t>("shm_threshold_bytes", 0, uint64_t{1} << 40, uint64_t{16384});
     t.spinUs = o.integer<uint64_t>("spin_us", 0, 1000000, uint64_t{50});
+    t.busyPoll = static_cast<TransportConfig::BusyPoll>(
+        o.choice("busy_poll", "busy polling", {"auto", "on", "off"}, 0));
   }
   o.finish();
 }

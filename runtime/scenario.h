@@ -82,6 +82,10 @@ struct TransportConfig {
   bool shmFrames = true;            // same-host frames through shared memory (tls "shm" only)
   uint64_t shmThresholdBytes = 16384;
   uint64_t spinUs = 50;             // poll this long before sleeping on the event fd
+  // Whether a waiting rank polls until its message comes instead of sleeping after spinUs:
+  // kAuto polls on a host with a core for each of this run's ranks on it (at least 4 cores).
+  enum class BusyPoll { kAuto, kOn, kOff };
+  BusyPoll busyPoll = BusyPoll::kAuto;
 };
 
 // Where each rank listens: "host:port" per rank, from `addresses` or `hosts` + `base_port`.

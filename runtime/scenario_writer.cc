@@ -350,6 +350,9 @@ json transportJson(const TransportConfig& t) {
   j["shm_frames"] = t.shmFrames;
   j["shm_threshold_bytes"] = t.shmThresholdBytes;
   j["spin_us"] = t.spinUs;
+  j["busy_poll"] = t.busyPoll == TransportConfig::BusyPoll::kOn    ? "on"
+                   : t.busyPoll == TransportConfig::BusyPoll::kOff ? "off"
+                                                                   : "auto";
   return j;
 }
 

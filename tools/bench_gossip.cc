@@ -11,6 +11,7 @@
 //
 //   bench-gossip [--peers 4,8] [--dims 1e3,1e5,1e6,1e7] [--tls shm,tcp] [--rounds-max 200]
 //                [--min-seconds 1] [--repeat 3] [--no-mpi] [--keep] [--spin] [--spin-us 50]
+//                [--busy-poll auto|on|off] [--warmup 8] [--settle 16]
 //                [--no-shm-frames] [--ucx-tls TLS]
 //   bench-gossip --worker --rank R --peers host:port,... --dim D --tls shm --out FILE
 //
@@ -182,6 +183,13 @@ struct DriverOptions {
   std::vector<std::string> tls;
   std::vector<std::string> security;  // beyond "none": more Starling columns (auth, encrypt)
   int warmup = 8;
+  // Untimed rounds after the ranks agree on the round count, and again after the timed rounds.
+  // Rank 0 tells every rank the count, and on the way it connects to ranks that are not its ring
+  // neighbours, which takes up to a few ms at P = 16: the ranks leave the agreement that far
+  // apart, and a ring takes about 10 rounds to fall back into step. At the end, the first rank
+  // to finish tears its transport down while its neighbours still run (ms of CPU on 2 cores).
+  // Both are costs of starting and ending a run, not of a round; MPI's ranks do the same.
+  int settle = 16;
   int roundsMax = 200;
   double minSeconds = 1.0;
   int repeat = 3;
@@ -191,6 +199,7 @@ struct DriverOptions {
   std::string ucxTls;
   bool spin = false;
   int spinUs = 50;            // the transport's polling before it sleeps (NetworkOptions::spin)
+  std::string busyPoll = "auto";  // NetworkOptions::busyPoll, as the scenario's busy_poll
   bool noShmFrames = false;   // large frames by UCX active messages even on this host
   bool keep = false;  // leave every run's rank files in the temporary directory
 };
@@ -198,6 +207,7 @@ struct DriverOptions {
 std::vector<std::string> commonArgs(const DriverOptions& o, size_t dim) {
   return {
       "--dim",        std::to_string(dim),         "--warmup",      std::to_string(o.warmup),
+      "--settle",     std::to_string(o.settle),
       "--rounds-max", std::to_string(o.roundsMax), "--min-seconds", std::to_string(o.minSeconds)};
 }
 
@@ -226,6 +236,8 @@ Cell runStarling(const DriverOptions& o, const fs::path& dir, int peers, size_t 
     argv.push_back(security);
     argv.push_back("--spin-us");
     argv.push_back(std::to_string(o.spinUs));
+    argv.push_back("--busy-poll");
+    argv.push_back(o.busyPoll);
     if (!o.ucxTls.empty()) {
       argv.push_back("--ucx-tls");
       argv.push_back(o.ucxTls);
@@ -520,6 +532,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--min-seconds", d.minSeconds, "time at least this long (5 rounds at least)");
   app.add_option("--warmup", d.warmup, "untimed rounds first")->check(CLI::NonNegativeNumber);
+  app.add_option("--settle", d.settle,
+                 "untimed rounds after the ranks agree on the round count and after the timed "
+                 "rounds (MPI too)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--repeat", d.repeat, "runs of every configuration; the best median is kept")
       ->check(CLI::PositiveNumber);
   app.add_option("--timeout", d.timeoutS, "seconds one configuration may take");
@@ -535,6 +551,10 @@ int main(int argc, char** argv) {
   app.add_flag("--spin", d.spin, "workers poll the transport instead of sleeping in it");
   app.add_option("--spin-us", d.spinUs, "the transport polls this long before sleeping")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--busy-poll", d.busyPoll,
+                 "the transport polls until a message comes, never sleeping: auto (on with a core "
+                 "per rank and at least 4 cores), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--no-shm-frames", d.noShmFrames,
                "large frames by UCX active messages, not shared-memory segments");
   app.add_option("--rank", w.rank, "worker: this rank");
@@ -551,8 +571,10 @@ int main(int argc, char** argv) {
       w.ucxTls = d.ucxTls;
       w.spin = d.spin;
       w.spinUs = d.spinUs;
+      w.busyPoll = d.busyPoll;
       w.noShmFrames = d.noShmFrames;
       w.warmup = d.warmup;
+      w.settle = d.settle;
       w.roundsMax = d.roundsMax;
       w.minSeconds = d.minSeconds;
       if (w.addresses.size() < 3) throw CLI::ValidationError("--peers", "a ring needs 3 ranks");

@@ -6,7 +6,7 @@
 // The data, the warm-up, the adaptive round count and the result file are bench-gossip's, so the
 // columns compare like with like. Started by bench-gossip through mpirun:
 //
-//   mpirun -np P bench-gossip-mpi --dim D --out-dir DIR [--warmup 8] [--rounds-max 200]
+//   mpirun -np P bench-gossip-mpi --dim D --out-dir DIR [--warmup 8] [--settle 16] [--rounds-max 200]
 //                                 [--min-seconds 1]
 #include <mpi.h>
 
@@ -41,11 +41,12 @@ int main(int argc, char** argv) {
 
   CLI::App app{"bench-gossip-mpi: bench-gossip's round over MPI_Neighbor_allgather"};
   std::string dimText, outDir;
-  int warmup = 8, roundsMax = 200;
+  int warmup = 8, settle = 16, roundsMax = 200;
   double minSeconds = 1.0;
   app.add_option("--dim", dimText, "vector length in floats")->required();
   app.add_option("--out-dir", outDir, "one result file per rank goes here")->required();
   app.add_option("--warmup", warmup, "untimed rounds first");
+  app.add_option("--settle", settle, "untimed rounds after the round count is agreed");
   app.add_option("--rounds-max", roundsMax, "at most this many timed rounds");
   app.add_option("--min-seconds", minSeconds, "time at least this long (5 rounds at least)");
   try {
@@ -94,10 +95,15 @@ int main(int argc, char** argv) {
   int rounds = std::clamp(static_cast<int>(std::ceil(minSeconds / std::max(lastS, 1e-9))),
                           std::min(5, roundsMax), roundsMax);
   MPI_Bcast(&rounds, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  for (int s = 0; s < settle; ++s, ++done) round();
 
   exchangeS = combineS = 0;
   std::vector<double> times;
   for (int t = 0; t < rounds; ++t, ++done) times.push_back(round());
+  const double exchangeTimed = exchangeS, combineTimed = combineS;
+  for (int s = 0; s < settle; ++s, ++done) round();
+  exchangeS = exchangeTimed;
+  combineS = combineTimed;
 
   std::ofstream out(outDir + "/rank-" + std::to_string(rank) + ".txt");
   out << "rounds " << rounds << "\nmaxerr " << maxError(peers, rank, done, x) << "\nphases "

@@ -211,6 +211,8 @@ core::Status runWorker(const WorkerOptions& o) {
   no.tls = o.tls;
   no.ucxTls = o.ucxTls;
   no.spin = std::chrono::microseconds(o.spinUs);
+  no.busyPoll = o.busyPoll == "auto" ? transport::coreForEachLocalRank(o.addresses, o.rank)
+                                     : o.busyPoll == "on";
   no.sharedMemoryFrames = !o.noShmFrames;
   if (o.security != "none") {
     auto key = std::make_shared<transport::auth::ClusterKey>();
@@ -234,14 +236,21 @@ core::Status runWorker(const WorkerOptions& o) {
   }
   auto rounds = ring.agreeOnRounds(roundsFor(lastS, o));
   if (!rounds) return rounds.status().withContext("agreeing on the round count");
+  for (int s = 0; s < o.settle; ++s, ++round) {
+    STARLING_RETURN_IF_ERROR(ring.round(round, phases).withContext("settling round"));
+  }
 
   phases = {};
+  std::array<double, kPhases> trailing{};
   std::vector<double> times;
   for (int t = 0; t < *rounds; ++t, ++round) {
     const auto t0 = Clock::now();
     STARLING_RETURN_IF_ERROR(
         ring.round(round, phases).withContext("round " + std::to_string(round)));
     times.push_back(seconds(t0, Clock::now()));
+  }
+  for (int s = 0; s < o.settle; ++s, ++round) {
+    STARLING_RETURN_IF_ERROR(ring.round(round, trailing).withContext("trailing round"));
   }
   STARLING_RETURN_IF_ERROR(ring.flush());
 

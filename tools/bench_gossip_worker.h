@@ -29,10 +29,12 @@ struct WorkerOptions {
   std::string ucxTls;
   std::string out;
   int warmup = 8;
+  int settle = 16;  // untimed rounds after the round count is agreed (bench_gossip.cc says why)
   int roundsMax = 200;
   double minSeconds = 1.0;
   bool spin = false;
   int spinUs = 50;
+  std::string busyPoll = "auto";  // the scenario's transport.busy_poll: auto, on or off
   bool noShmFrames = false;
   // "none", "auth" (the cluster key: tags on every message) or "encrypt" (AES-GCM as well); the
   // benchmark's ranks share a fixed key (not a secret: it only measures the cost).

@@ -26,6 +26,11 @@ struct NetworkOptions {
   bool sharedMemoryFrames = true;
   size_t sharedMemoryThreshold = 16384;  // smaller messages stay on UCX active messages
   std::chrono::microseconds spin{50};    // polling before sleeping on the event fd
+  // Poll until the awaited message comes, never sleeping on the event fd (each poll still yields
+  // the core). A wake-up costs far more than a small message on a busy or virtualised host, and
+  // a rank that sleeps makes its neighbours wait long enough to sleep too (docs/bench_gossip.md,
+  // "A host with a core per peer"). For hosts with a core per rank: coreForEachLocalRank.
+  bool busyPoll = false;
   std::function<void(const std::string&)> log;  // diagnostics, one line each (default stderr)
   // Receives from a neighbour whose connection failed fail soon after (kPeerGone) rather than at
   // their deadlines: for runs that carry on without lost peers (faults.on_peer_loss "continue").
@@ -35,6 +40,13 @@ struct NetworkOptions {
   std::shared_ptr<const auth::ClusterKey> key;
   bool encrypt = false;
 };
+
+// Whether this host has a core for each rank of `addresses` placed on it (ranks whose host is
+// `addresses[rank]`'s, loopback names counting as one host) and at least 4 cores: where the
+// scenario's busy_poll "auto" polls. Cores are those this process may run on.
+bool coreForEachLocalRank(const std::vector<std::string>& addresses, int rank);
+// The same with the host's core count given (for tests).
+bool coreForEachLocalRank(const std::vector<std::string>& addresses, int rank, int cores);
 
 // A UCX transport for `options.rank`. kFailedPrecondition when this build has no UCX;
 // kInvalidArgument for a malformed address; kIoError when UCX cannot start or listen.

@@ -552,3 +552,36 @@ TEST_CASE("codistillation: the keys, their defaults and their refusals", "[runti
 
 }  // namespace
 }  // namespace starling::runtime
+
+namespace starling::runtime {
+namespace {
+
+using namespace scenario_testing;
+using Catch::Matchers::Contains;
+
+TEST_CASE("transport: busy_poll, its default and its refusals", "[runtime][unit]") {
+  const std::string alg = R"("step_size": 0.3}})";
+  const auto withTransport = [&](const std::string& t) {
+    return with(alg, R"("step_size": 0.3}, "transport": )" + t + "}");
+  };
+  using BusyPoll = TransportConfig::BusyPoll;
+  const auto plain = parseScenario(withTransport(R"({"kind": "ucx"})"), "s.json", ".");
+  INFO(plain.status().toString());
+  REQUIRE(plain.isOk());
+  CHECK(plain->transport.busyPoll == BusyPoll::kAuto);
+  CHECK(plain->transport.spinUs == 50);
+  for (const auto& [text, want] : {std::pair{"auto", BusyPoll::kAuto}, std::pair{"on", BusyPoll::kOn},
+                                   std::pair{"off", BusyPoll::kOff}}) {
+    const auto s = parseScenario(
+        withTransport(R"({"kind": "ucx", "busy_poll": ")" + std::string(text) + "\"}"), "s.json", ".");
+    REQUIRE(s.isOk());
+    CHECK(s->transport.busyPoll == want);
+  }
+  CHECK_THAT(refusal(withTransport(R"({"kind": "ucx", "busy_poll": "always"})")),
+             Contains("s.json: /transport/busy_poll:"));
+  CHECK_THAT(refusal(withTransport(R"({"kind": "ucx", "busy_poll": true})")),
+             Contains("s.json: /transport/busy_poll:"));
+}
+
+}  // namespace
+}  // namespace starling::runtime

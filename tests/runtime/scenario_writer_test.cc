@@ -155,6 +155,7 @@ void requireSameRun(const Scenario& a, const Scenario& b) {
   CHECK(t.shmFrames == u.shmFrames);
   CHECK(t.shmThresholdBytes == u.shmThresholdBytes);
   CHECK(t.spinUs == u.spinUs);
+  CHECK(t.busyPoll == u.busyPoll);
   CHECK(a.peers.explicitAddresses == b.peers.explicitAddresses);
   CHECK(a.peers.addresses == b.peers.addresses);
 }
@@ -345,7 +346,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"(, "transport": {"kind": "inproc"})",
            R"(, "transport": {"kind": "ucx", "tls": "shm", "ucx_tls": "tcp,sysv", "connect_timeout_ms": 7,
                 "round_timeout_ms": 5, "max_endpoints": 3, "shm_frames": false,
-                "shm_threshold_bytes": 0, "spin_us": 0})",
+                "shm_threshold_bytes": 0, "spin_us": 0, "busy_poll": "off"})",
            R"(, "peers": {"addresses": ["h0:1", "h1:2", "h2:3", "h3:4", "h4:5", "h5:6", "h6:7", "h7:8"]})",
            R"(, "precision": "float32", "log_every": 3, "description": "d", "divergence": {"max_abs": 5})",
            R"(, "checkpoint": {"every": 7, "keep": 3})",
@@ -429,7 +430,8 @@ TEST_CASE("the resolved scenario spells out every default", "[runtime][unit][wri
   CHECK(j["compression"] == json::parse(R"({"kind": "identity", "error_feedback": false})"));
   CHECK(j["transport"] == json::parse(R"({"kind": "ucx", "tls": "tcp", "ucx_tls": "",
       "connect_timeout_ms": 10000, "round_timeout_ms": 30000, "max_endpoints": 64,
-      "shm_frames": true, "shm_threshold_bytes": 16384, "spin_us": 50})"));
+      "shm_frames": true, "shm_threshold_bytes": 16384, "spin_us": 50,
+      "busy_poll": "auto"})"));
   CHECK_FALSE(j.contains("peers"));  // run picks free ports: no section can say that
   CHECK(j["divergence"]["max_abs"] == 1e8);
   // Codec defaults too.

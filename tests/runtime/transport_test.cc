@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/transport/factory.h"
 #include "runtime/transport/inproc/inproc_transport.h"
 
 namespace starling::transport {
@@ -536,6 +537,29 @@ TEST_CASE("two ranks on two threads exchange 1000 rounds", "[runtime][unit]") {
     CHECK(s.corruptMessages == 0);
     CHECK(s.timeouts == 0);
   }
+}
+
+TEST_CASE("busy_poll auto: a core for each rank on this host, and at least 4 cores",
+          "[runtime][unit]") {
+  const std::vector<std::string> four = {"127.0.0.1:1", "127.0.0.1:2", "localhost:3", "[::1]:4"};
+  // Loopback names are one host: 4 ranks here.
+  CHECK(coreForEachLocalRank(four, 0, 4));
+  CHECK_FALSE(coreForEachLocalRank(four, 3, 3));
+  CHECK_FALSE(coreForEachLocalRank(four, 1, 2));
+  // Never on fewer than 4 cores, even with one rank.
+  CHECK_FALSE(coreForEachLocalRank({"127.0.0.1:1"}, 0, 3));
+  CHECK(coreForEachLocalRank({"127.0.0.1:1"}, 0, 4));
+  // Only ranks on this rank's host count: 2 on a, 3 on b.
+  const std::vector<std::string> hosts = {"a:1", "b:1", "a:2", "b:2", "b:3"};
+  CHECK(coreForEachLocalRank(hosts, 0, 4));
+  CHECK(coreForEachLocalRank(hosts, 1, 4));
+  const std::vector<std::string> crowded = {"a:1", "b:1", "b:2", "b:3", "b:4", "b:5"};
+  CHECK(coreForEachLocalRank(crowded, 0, 4));        // a holds 1 rank
+  CHECK_FALSE(coreForEachLocalRank(crowded, 1, 4));  // b holds 5
+  CHECK(coreForEachLocalRank(crowded, 1, 5));
+  // A rank outside the list has no host.
+  CHECK_FALSE(coreForEachLocalRank(four, 4, 64));
+  CHECK_FALSE(coreForEachLocalRank(four, -1, 64));
 }
 
 }  // namespace

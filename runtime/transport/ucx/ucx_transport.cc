@@ -408,6 +408,8 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
     }
     if (now >= until) return 0;
     if (spin(std::min(until, now + options_.spin))) continue;
+    // Busy polling: back to the top (connection upkeep, timers) and poll on; no sleep.
+    if (options_.busyPoll) continue;
     // About to sleep in the kernel: senders with a ring to this rank ring a doorbell from now
     // on. A frame they put in just before is seen by this last look.
     setSleeping(true);

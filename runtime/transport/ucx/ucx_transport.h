@@ -57,6 +57,8 @@ struct Options {
   // How long progress() polls (yielding the core between polls) before it sleeps on the worker's
   // event fd. A neighbour's message that lands within it costs no wake-up; 0 sleeps at once.
   std::chrono::microseconds spin{50};
+  // Never sleep while waiting: poll (yielding the core) until the message or the deadline.
+  bool busyPoll = false;
   // Where diagnostics go (one line each); default: stderr.
   std::function<void(const std::string&)> log;
   // A neighbour whose connection failed (its process died: the kernel closes its sockets) fails
