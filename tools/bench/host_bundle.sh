@@ -26,7 +26,7 @@ for f in "${files[@]}"; do
   esac
 done
 cp -aL /usr/bin/orterun "$out/bin/mpirun"; cp -aL /usr/bin/orted "$out/bin/"
-for t in bench-gossip bench-gossip-mpi bench-codecs bench-simulate node-launcher; do
+for t in bench-gossip bench-gossip-mpi bench-codecs bench-simulate node-launcher bench-frontdoor-mix; do
   [[ -x $build/tools/$t ]] && cp -a "$build/tools/$t" "$out/bin/"
 done
 # Every shared library any of them loads, but the C and C++ runtimes.
