@@ -28,7 +28,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   std::vector<NodeStack<T>> stacks;
   std::vector<Node<T>*> nodes;
   for (int i = 0; i < n; ++i) {
-    owned.push_back(transport::inproc::createTransport(*hub, i));
+    owned.push_back(transport::inproc::createTransport(*hub, i, /*vouch=*/true));
     if (FaultInjector::wanted(s)) {  // scripted link faults, applied as a peer applies them
       auto injector = std::make_unique<FaultInjector>(*owned.back(), s.faults.script, s.seed,
                                                       kModelChannel, /*realTime=*/false);
@@ -97,6 +97,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       survivorsOf = running;
     }
     // Wall time when the round finished, before the metrics themselves are computed.
+    if (opt.onRoundEnd) opt.onRoundEnd(round);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     models.clear();

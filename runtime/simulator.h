@@ -28,6 +28,9 @@ struct SimulateOptions {
   bool progress = false;
   // Called with every logged round's metrics (tests and tools).
   std::function<void(const RoundMetrics&)> onLog;
+  // Called on every logged round as it finishes, before its metrics are computed (where the
+  // round's wall_s is read): what a tool times up to there is the rounds alone.
+  std::function<void(uint64_t round)> onRoundEnd;
 };
 
 struct SimulateResult {

@@ -131,10 +131,10 @@ int main(int argc, char** argv) {
     const double degree = 2.0 * static_cast<double>(g->graph.edgeCount()) / nodes;
     std::vector<double> walls, cpus;
     runtime::SimulateOptions opt;
-    opt.onLog = [&](const runtime::RoundMetrics& m) {
-      walls.push_back(m.wallS);
-      cpus.push_back(threadCpuSeconds());  // (after the round's metrics, at round 0 and the last)
-    };
+    opt.onLog = [&](const runtime::RoundMetrics& m) { walls.push_back(m.wallS); };
+    // CPU time where wall_s is read: when the round is done, before its metrics (round 0 and the
+    // last), so that neither column counts the last round's metrics.
+    opt.onRoundEnd = [&](uint64_t) { cpus.push_back(threadCpuSeconds()); };
     auto r = runtime::simulate(*e, opt);
     if (!r) {
       std::fprintf(stderr, "%s\n", r.status().toString().c_str());

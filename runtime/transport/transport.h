@@ -74,8 +74,9 @@ class SharedBytes {
 
   // True when the transport that delivered these bytes vouches that they are exactly what the
   // sender wrote: they were read straight out of the sender's sealed shared-memory segment (no
-  // wire in between; only the sender can write it), or the transport verified a MAC or AEAD tag
-  // over them. A frame CRC over such bytes can only re-read them, so receivers skip it
+  // wire in between; only the sender can write it), the transport verified a MAC or AEAD tag
+  // over them, or they came from another rank of the same process through an in-process
+  // endpoint that vouches (the simulator's; transport::inproc::createTransport). A frame CRC over such bytes can only re-read them, so receivers skip it
   // (compression::Checksum::kSkip) and check everything else. False for everything else,
   // including whatever a test hands over; a fault injector that damages frames on purpose
   // (before the transport, where no transport can see it) clears it on the links it damages.

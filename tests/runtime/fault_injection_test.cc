@@ -321,37 +321,15 @@ TEST_CASE("reorder: a held message leaves after the next one, or when the sender
   }
 }
 
-// Marks everything it receives as vouched for, as the UCX transport does for frames read out of
-// a neighbour's shared memory or under a verified MAC.
-class Vouching final : public transport::Transport {
- public:
-  explicit Vouching(std::unique_ptr<transport::Transport> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  void send(int to, Tag tag, SharedBytes bytes, transport::SendCallback done) override {
-    inner_->send(to, tag, std::move(bytes), std::move(done));
-  }
-  void recv(int from, Tag tag, Clock::time_point deadline, transport::RecvCallback done) override {
-    inner_->recv(from, tag, deadline,
-                 [done = std::move(done)](const core::Status& st, SharedBytes b) {
-                   done(st, std::move(b.setIntact(true)));
-                 });
-  }
-  core::Result<int> progress(Clock::time_point until) override { return inner_->progress(until); }
-  transport::TransportStats stats() const override { return inner_->stats(); }
-
- private:
-  std::unique_ptr<transport::Transport> inner_;
-};
-
 TEST_CASE("corrupt: on a damaged link the receiver is told to check every frame's CRC",
           "[runtime][unit]") {
   // The injector damages frames before the sender's transport, which then vouches for them
   // like for any others; the receiving injector must take that back on the links and rounds
   // its script damages, and only there.
   auto hub = transport::inproc::createHub(2);
-  auto sender = transport::inproc::createTransport(*hub, 0);
-  Vouching receiver(transport::inproc::createTransport(*hub, 1));
-  FaultInjector injector(receiver, {chance(FaultEvent::Kind::kCorrupt, 1.0, 0, 5)}, 7,
+  auto sender = transport::inproc::createTransport(*hub, 0, /*vouch=*/true);  // as the simulator's
+  auto receiver = transport::inproc::createTransport(*hub, 1);
+  FaultInjector injector(*receiver, {chance(FaultEvent::Kind::kCorrupt, 1.0, 0, 5)}, 7,
                          kModelChannel, false);
   const auto intactAt = [&](uint64_t round, uint32_t channel) {
     sender->send(1, Tag{round, channel}, message(round), ignore);

@@ -110,6 +110,33 @@ TEST_CASE("a message is delivered whether send or recv comes first", "[runtime][
   CHECK(sent.status.isOk());
 }
 
+TEST_CASE("a vouching endpoint's messages arrive marked intact, no other's do",
+          "[runtime][unit]") {
+  // The simulator's endpoints vouch (nothing lies between two ranks of one process, so the
+  // receiver may skip the frame's CRC); everyone else's bytes must be checked, even bytes the
+  // caller had marked intact itself.
+  auto hub = inproc::createHub(3);
+  auto vouching = inproc::createTransport(*hub, 0, /*vouch=*/true);
+  auto plain = inproc::createTransport(*hub, 1);
+  auto receiver = inproc::createTransport(*hub, 2);
+  SharedBytes marked = bytesOf({7});
+  marked.setIntact(true);
+  Received fromVouching, fromPlain;
+  Sent a, b;
+  vouching->send(2, Tag{1, 1}, bytesOf({1, 2}), a.callback());
+  plain->send(2, Tag{1, 1}, marked, b.callback());
+  receiver->recv(0, Tag{1, 1}, later(), fromVouching.callback());
+  receiver->recv(1, Tag{1, 1}, later(), fromPlain.callback());
+  REQUIRE(drive({vouching.get(), plain.get(), receiver.get()},
+                [&] { return fromVouching.calls > 0 && fromPlain.calls > 0; }));
+  REQUIRE(fromVouching.status.isOk());
+  REQUIRE(fromPlain.status.isOk());
+  CHECK(fromVouching.bytes.intact());
+  CHECK(fromVouching.bytes->size() == 2);
+  CHECK_FALSE(fromPlain.bytes.intact());
+  CHECK(fromPlain.bytes->data() == marked->data());  // still the sender's buffer
+}
+
 TEST_CASE("messages are matched on sender, round and channel", "[runtime][unit]") {
   Fixture f(3);
   // Rank 0 and rank 2 both send to rank 1, for rounds 0..1 and channels 0..1, each message

@@ -31,6 +31,12 @@ class InprocHub {
 };
 
 std::unique_ptr<InprocHub> createHub(int ranks);
-std::unique_ptr<Transport> createTransport(InprocHub& hub, int rank);
+// With `vouch`, every message this endpoint sends is delivered marked intact
+// (SharedBytes::intact()): the receiver skips the frame's CRC, as for a frame read out of a
+// same-host sender's shared memory, since nothing lies between two ranks of one process. For the
+// simulator, whose senders are all nodes writing sealed frames (a fault injector that damages
+// frames takes it back on the links it damages). Off for in-process Peers and tests, which may
+// hand over any bytes and expect the CRC to catch them.
+std::unique_ptr<Transport> createTransport(InprocHub& hub, int rank, bool vouch = false);
 
 }  // namespace starling::transport::inproc
