@@ -1,10 +1,12 @@
+// Node over the in-process transport: what a round absorbs (its neighbours' messages, sorted,
+// with the round's weights) on static and time-varying schedules, what it sends, rounds called
+// out of order, and linear codecs summed in sketch space. Corrupt frames and timeouts are in
+// node_fault_test.cc, the divergence check in node_divergence_test.cc (helpers: node_testing.h).
 #include "runtime/node.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cmath>
-#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -13,161 +15,14 @@
 #include "compression/frame.h"
 #include "optim/algorithm.h"
 #include "runtime/transport/inproc/inproc_transport.h"
+#include "tests/runtime/node_testing.h"
 #include "topology/schedule.h"
 
 namespace starling::runtime {
 namespace {
 
-using namespace std::chrono_literals;
-using Catch::Matchers::Contains;
-using core::Status;
+using namespace node_testing;
 using core::StatusCode;
-using transport::Clock;
-
-constexpr size_t kMessageSize = 3;
-
-// What rank `rank` sends in `round`: distinct per (rank, round, element), exact in double.
-double sentValue(int rank, uint64_t round, size_t k) {
-  return 1000.0 * rank + 10.0 * static_cast<double>(round) + static_cast<double>(k) + 0.25;
-}
-
-struct Absorbed {
-  optim::RoundInfo info;
-  std::vector<double> own;
-  std::vector<int> peers;
-  std::vector<double> weights;
-  std::vector<std::vector<double>> messages;
-};
-
-// Writes rank-dependent messages and records everything absorb() is given.
-class FakeAlgorithm final : public optim::Algorithm<double> {
- public:
-  explicit FakeAlgorithm(int rank) : rank_(rank), x_(kMessageSize, 0.0) {}
-  size_t messageSize() const override { return kMessageSize; }
-  void prepare(const optim::RoundInfo& info, std::span<double> outgoing) override {
-    prepared.push_back(info);
-    for (size_t k = 0; k < outgoing.size(); ++k) outgoing[k] = sentValue(rank_, info.round, k);
-  }
-  void absorb(const optim::RoundInfo& info, std::span<const double> own,
-              std::span<const optim::NeighborMessage<double>> neighbors) override {
-    Absorbed a;
-    a.info = info;
-    a.own.assign(own.begin(), own.end());
-    for (const auto& m : neighbors) {
-      a.peers.push_back(m.peer);
-      a.weights.push_back(m.weight);
-      a.messages.emplace_back(m.message.begin(), m.message.end());
-    }
-    absorbed.push_back(std::move(a));
-  }
-  std::span<const double> model() const override { return x_; }
-
-  std::vector<optim::RoundInfo> prepared;
-  std::vector<Absorbed> absorbed;
-
- private:
-  int rank_;
-  std::vector<double> x_;
-};
-
-std::unique_ptr<topology::Schedule> mustSchedule(const topology::TopologySpec& spec) {
-  auto s = topology::Schedule::create(spec);
-  INFO(s.status().toString());
-  REQUIRE(s.isOk());
-  return std::move(s).value();
-}
-
-topology::TopologySpec staticSpec(int nodes, topology::GraphKind kind) {
-  topology::TopologySpec spec;
-  spec.nodes = nodes;
-  spec.seed = 3;
-  spec.base.kind = kind;
-  return spec;
-}
-
-// `nodes` Nodes on ranks 0..nodes-1 of a hub with `ranks` ranks; the extra ranks' transports are
-// driven by hand. With `logging`, every node's log lines are collected in `log`; without it the
-// nodes get no log callback.
-struct Cluster {
-  Cluster(int nodes, int ranks, bool logging = true) : hub(transport::inproc::createHub(ranks)) {
-    for (int r = 0; r < ranks; ++r)
-      transports.push_back(transport::inproc::createTransport(*hub, r));
-    for (int r = 0; r < nodes; ++r) {
-      auto algo = std::make_unique<FakeAlgorithm>(r);
-      fakes.push_back(algo.get());
-      Node<double>::LogFn logFn;
-      if (logging) logFn = [this](const std::string& line) { log.push_back(line); };
-      this->nodes.push_back(
-          std::make_unique<Node<double>>(r, std::move(algo), *transports[r], std::move(logFn)));
-    }
-  }
-
-  // Progresses every transport until every node's round is complete; false after 5 s.
-  bool driveUntilComplete() {
-    const auto stop = Clock::now() + 5s;
-    for (;;) {
-      bool all = true;
-      for (const auto& n : nodes) all = all && n->roundComplete();
-      if (all) return true;
-      if (Clock::now() > stop) return false;
-      for (const auto& t : transports) {
-        auto r = t->progress(Clock::now() + 1ms);
-        if (!r.isOk()) return false;
-      }
-    }
-  }
-
-  std::unique_ptr<transport::inproc::InprocHub> hub;
-  std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<Node<double>>> nodes;
-  std::vector<FakeAlgorithm*> fakes;
-  std::vector<std::string> log;
-};
-
-// Runs one round on every node, starting them in `order`; requires every call to succeed.
-void runRound(Cluster& c, const topology::RoundTopology& topo, uint64_t round, double step,
-              const std::vector<int>& order) {
-  for (int i : order) {
-    const Status st = c.nodes[i]->startRound(round, topo, step, Clock::now() + 10s);
-    INFO("start " << i << ": " << st.toString());
-    REQUIRE(st.isOk());
-  }
-  REQUIRE(c.driveUntilComplete());
-  for (int i : order) {
-    const Status st = c.nodes[i]->finishRound();
-    INFO("finish " << i << ": " << st.toString());
-    REQUIRE(st.isOk());
-  }
-}
-
-std::vector<double> expectedMessage(int rank, uint64_t round) {
-  std::vector<double> v(kMessageSize);
-  for (size_t k = 0; k < kMessageSize; ++k) v[k] = sentValue(rank, round, k);
-  return v;
-}
-
-// What absorb must have been given by node i in `round` on `topo`.
-void checkAbsorbed(const Absorbed& a, int i, uint64_t round, double step,
-                   const topology::RoundTopology& topo) {
-  const topology::MixingRow& row = topo.weights.rows[i];
-  const std::vector<int>& neighbours = topo.graph.neighbors(i);
-  CAPTURE(i, round);
-  CHECK(a.info.round == round);
-  CHECK(a.info.stepSize == step);
-  CHECK(a.info.selfWeight == row.self);
-  CHECK(a.own == expectedMessage(i, round));
-  CHECK(std::is_sorted(a.peers.begin(), a.peers.end()));
-  CHECK(a.peers == neighbours);
-  REQUIRE(a.weights.size() == row.peers.size());
-  for (size_t j = 0; j < row.peers.size(); ++j) {
-    CHECK(a.peers[j] == row.peers[j].peer);
-    CHECK(a.weights[j] == row.peers[j].weight);
-  }
-  REQUIRE(a.messages.size() == a.peers.size());
-  for (size_t j = 0; j < a.peers.size(); ++j) {
-    CHECK(a.messages[j] == expectedMessage(a.peers[j], round));
-  }
-}
 
 TEST_CASE("nodes on a ring absorb their neighbours' messages sorted, with the round's weights",
           "[runtime][unit]") {
@@ -268,177 +123,6 @@ TEST_CASE("the frame a node sends decodes to what its algorithm prepared", "[run
   CHECK(std::vector<double>(values->begin(), values->end()) == expectedMessage(0, 0));
 }
 
-// A frame a hand-driven rank 1 sends to node 0 for (round 0, model channel), by kind.
-transport::SharedBytes garbage(int kind) {
-  std::vector<std::byte> good;
-  compression::encodeDense<double>(expectedMessage(1, 0), good);
-  auto out = std::make_shared<transport::Bytes>();
-  switch (kind) {
-    case 0:  // not a frame at all
-      for (size_t i = 0; i < good.size(); ++i) out->push_back(static_cast<std::byte>(i * 37 + 1));
-      break;
-    case 1:  // a good frame cut short by one byte
-      out->assign(good.begin(), good.end() - 1);
-      break;
-    case 2:  // a good frame with one bit flipped in the payload
-      *out = good;
-      (*out)[40] ^= std::byte{0x10};
-      break;
-    case 3: {  // a good frame of the wrong length
-      std::vector<double> two = {1.0, 2.0};
-      compression::encodeDense<double>(two, *out);
-      break;
-    }
-    case 4: {  // a good frame of the wrong precision
-      std::vector<float> three = {1.0f, 2.0f, 3.0f};
-      compression::encodeDense<float>(three, *out);
-      break;
-    }
-    case 5:  // empty
-      break;
-  }
-  return out;
-}
-
-transport::SharedBytes goodFrame(uint64_t round) {
-  auto good = std::make_shared<transport::Bytes>();
-  compression::encodeDense<double>(expectedMessage(1, round), *good);
-  return good;
-}
-
-// node.h: a malformed message is counted, logged, and the neighbour's message is asked for again
-// with the same deadline, so the genuine message behind it is still absorbed.
-TEST_CASE("a corrupt frame is rejected and the genuine one behind it absorbed", "[runtime][unit]") {
-  const int kind = GENERATE(0, 1, 2, 3, 4, 5);
-  CAPTURE(kind);
-  const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
-  const auto topo = schedule->at(0);
-  Cluster c(1, 2);
-  transport::Transport& manual = *c.transports[1];
-  Node<double>& victim = *c.nodes[0];
-  const transport::Tag tag{0, kModelChannel};
-  uint64_t garbageSent = 0;
-  // How the forgeries and the genuine message reach the node: 0 forgeries queued in front of it
-  // before the round starts, 1 as many as fit in front of it, 2 one at a time while it waits.
-  const int how = GENERATE(0, 1, 2);
-  CAPTURE(how);
-  if (how < 2) {
-    garbageSent = how == 0 ? 1 : transport::kMaxQueuedPerKey - 1;
-    for (uint64_t g = 0; g < garbageSent; ++g)
-      manual.send(0, tag, garbage(kind), [](const Status&) {});
-    manual.send(0, tag, goodFrame(0), [](const Status&) {});
-    REQUIRE(victim.startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
-  } else {
-    garbageSent = 1;
-    REQUIRE(victim.startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
-    manual.send(0, tag, garbage(kind), [](const Status&) {});
-    const auto stop = Clock::now() + 5s;
-    while (victim.corruptMessages() == 0 && Clock::now() < stop) {
-      REQUIRE(c.transports[0]->progress(Clock::now() + 1ms).isOk());
-    }
-    REQUIRE(victim.corruptMessages() == 1);
-    // The forgery does not complete the round; the node is waiting for the genuine message.
-    REQUIRE(c.transports[0]->progress(Clock::now() + 20ms).isOk());
-    CHECK_FALSE(victim.roundComplete());
-    manual.send(0, tag, goodFrame(0), [](const Status&) {});
-  }
-  CAPTURE(garbageSent);
-  REQUIRE(c.driveUntilComplete());
-  const Status st = victim.finishRound();
-  INFO(st.toString());
-  REQUIRE(st.isOk());
-  CHECK(victim.corruptMessages() == garbageSent);
-  REQUIRE(c.fakes[0]->absorbed.size() == 1);
-  checkAbsorbed(c.fakes[0]->absorbed[0], 0, 0, 0.1, *topo);
-  CHECK(c.fakes[0]->absorbed[0].messages ==
-        std::vector<std::vector<double>>{expectedMessage(1, 0)});
-  REQUIRE(c.log.size() == garbageSent);
-  for (const std::string& line : c.log) {
-    CHECK_THAT(line, Contains("rank 1"));
-    CHECK_THAT(line, Contains("round 0"));
-  }
-  CHECK(c.transports[0]->stats().timeouts == 0);
-  CHECK(c.transports[0]->stats().messagesReceived == garbageSent + 1);
-}
-
-TEST_CASE("a corrupt frame with nothing behind it times the round out naming the sender",
-          "[runtime][unit]") {
-  const int kind = GENERATE(0, 1, 2, 3, 4, 5);
-  CAPTURE(kind);
-  const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
-  Cluster c(1, 2);
-  transport::Transport& manual = *c.transports[1];
-  Node<double>& victim = *c.nodes[0];
-
-  manual.send(0, transport::Tag{0, kModelChannel}, garbage(kind), [](const Status&) {});
-  const auto deadline = Clock::now() + 300ms;
-  REQUIRE(victim.startRound(0, *schedule->at(0), 0.1, deadline).isOk());
-  REQUIRE(c.driveUntilComplete());
-  // The receive asked for again keeps the round's deadline: the round ends there, not later.
-  CHECK(Clock::now() >= deadline);
-  CHECK(Clock::now() < deadline + 3s);
-  const Status st = victim.finishRound();
-  INFO(st.toString());
-  CHECK(st.code() == StatusCode::kTimeout);
-  CHECK_THAT(st.message(), Contains("rank 1"));
-  CHECK(victim.corruptMessages() == 1);
-  CHECK(c.fakes[0]->absorbed.empty());
-  CHECK(c.transports[0]->stats().timeouts == 1);
-  REQUIRE(c.log.size() == 1);
-  CHECK_THAT(c.log[0], Contains("rank 1"));
-
-  // The node recovers: the next round with a good frame is absorbed normally.
-  manual.send(0, transport::Tag{1, kModelChannel}, goodFrame(1), [](const Status&) {});
-  REQUIRE(victim.startRound(1, *schedule->at(1), 0.1, Clock::now() + 10s).isOk());
-  REQUIRE(c.driveUntilComplete());
-  const Status next = victim.finishRound();
-  INFO(next.toString());
-  REQUIRE(next.isOk());
-  REQUIRE(c.fakes[0]->absorbed.size() == 1);
-  checkAbsorbed(c.fakes[0]->absorbed[0], 0, 1, 0.1, *schedule->at(1));
-  CHECK(c.fakes[0]->absorbed[0].weights == std::vector<double>{0.5});  // line of 2: 1/(1+1)
-  CHECK(victim.corruptMessages() == 1);
-  CHECK(c.log.size() == 1);
-}
-
-TEST_CASE("a node without a log callback still rejects a corrupt frame", "[runtime][unit]") {
-  const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
-  Cluster c(1, 2, /*logging=*/false);
-  transport::Transport& manual = *c.transports[1];
-  Node<double>& victim = *c.nodes[0];
-  const transport::Tag tag{0, kModelChannel};
-  manual.send(0, tag, garbage(2), [](const Status&) {});
-  manual.send(0, tag, goodFrame(0), [](const Status&) {});
-  REQUIRE(victim.startRound(0, *schedule->at(0), 0.1, Clock::now() + 10s).isOk());
-  REQUIRE(c.driveUntilComplete());
-  const Status st = victim.finishRound();
-  INFO(st.toString());
-  REQUIRE(st.isOk());
-  CHECK(victim.corruptMessages() == 1);
-  REQUIRE(c.fakes[0]->absorbed.size() == 1);
-  checkAbsorbed(c.fakes[0]->absorbed[0], 0, 0, 0.1, *schedule->at(0));
-  CHECK(c.log.empty());
-}
-
-TEST_CASE("a neighbour that never sends times the round out", "[runtime][unit]") {
-  const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
-  Cluster c(1, 2);
-  Node<double>& victim = *c.nodes[0];
-  const auto deadline = Clock::now() + 100ms;
-  REQUIRE(victim.startRound(0, *schedule->at(0), 0.1, deadline).isOk());
-  CHECK_FALSE(victim.roundComplete());
-  REQUIRE(c.driveUntilComplete());
-  CHECK(Clock::now() >= deadline);
-  const Status st = victim.finishRound();
-  INFO(st.toString());
-  CHECK(st.code() == StatusCode::kTimeout);
-  CHECK_THAT(st.message(), Contains("rank 1"));
-  CHECK(c.fakes[0]->absorbed.empty());
-  CHECK(victim.corruptMessages() == 0);
-  CHECK(c.transports[0]->stats().timeouts == 1);
-  CHECK(c.log.empty());
-}
-
 TEST_CASE("round calls out of order are kFailedPrecondition", "[runtime][unit]") {
   const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
   Cluster c(2, 2);
@@ -471,7 +155,6 @@ TEST_CASE("round calls out of order are kFailedPrecondition", "[runtime][unit]")
     CHECK(c.fakes[0]->absorbed.size() == 1);
   }
 }
-
 
 // Records w_ii own + sum_j w_ij m_j, computed from the individual messages or handed over by the
 // engine from a sketch-space sum.
@@ -558,103 +241,6 @@ TEST_CASE("with a linear codec, nodes sum their neighbours' frames in sketch spa
       CHECK(results[0][s][k] == Approx(results[1][s][k]).epsilon(1e-12).margin(1e-12));
     }
   }
-}
-
-// The model's divergence check runs inside the algorithms' own combine where they have one
-// (Algorithm::absorbWithin; optim/algorithms.cc): a neighbour's message that makes the model
-// non-finite or larger than divergence.max_abs anywhere, in any block, still fails the round with
-// the message checkFinite writes, naming the first such coordinate.
-class ZeroOracle final : public optim::GradientOracle<double> {
- public:
-  void gradient(std::span<const double>, std::span<double> out) override {
-    std::fill(out.begin(), out.end(), 0.0);
-  }
-};
-
-TEST_CASE("a model a neighbour's message makes non-finite or too large fails the round",
-          "[runtime][unit]") {
-  const auto kind = GENERATE(optim::AlgorithmKind::kExactDiffusion, optim::AlgorithmKind::kDsgd,
-                             optim::AlgorithmKind::kGradientTracking);
-  const size_t at = GENERATE(size_t{0}, size_t{1500}, size_t{2562});  // blocks 0, 1 and 2 (the tail)
-  const int poison = GENERATE(0, 1, 2, 3);
-  CAPTURE(optim::algorithmKindName(kind), at, poison);
-  constexpr size_t kDim = 2563;
-  const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
-  const auto topo = schedule->at(0);
-  auto hub = transport::inproc::createHub(2);
-  auto t0 = transport::inproc::createTransport(*hub, 0);
-  auto t1 = transport::inproc::createTransport(*hub, 1);
-  ZeroOracle oracle;
-  optim::AlgorithmSpec spec;
-  spec.kind = kind;
-  const std::vector<double> x0(kDim, 0.0);
-  auto algo = optim::createAlgorithm<double>(spec, x0, oracle);
-  const size_t size = algo->messageSize();
-  Node<double> node(0, std::move(algo), *t0, {});
-  node.setDivergenceLimit(1e6);
-  // Every coordinate 1, one poisoned: NaN, +inf, -inf, or 1e9, which every one of these
-  // algorithms puts into the model times a weight of at least 1/4 (> 1e6).
-  std::vector<double> message(size, 1.0);
-  const double values[] = {std::numeric_limits<double>::quiet_NaN(),
-                           std::numeric_limits<double>::infinity(),
-                           -std::numeric_limits<double>::infinity(), 1e9};
-  message[at] = values[poison];
-  auto frame = std::make_shared<transport::Bytes>();
-  compression::encodeDense<double>(message, *frame);
-  t1->send(0, transport::Tag{0, kModelChannel}, transport::SharedBytes(frame), [](const Status&) {});
-  REQUIRE(node.startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
-  const auto stop = Clock::now() + 5s;
-  while (!node.roundComplete()) {
-    REQUIRE(Clock::now() < stop);
-    REQUIRE(t0->progress(Clock::now() + 1ms).isOk());
-    REQUIRE(t1->progress(Clock::now() + 1ms).isOk());
-  }
-  const Status st = node.finishRound();
-  CHECK(st.code() == StatusCode::kDiverged);
-  const std::string prefix =
-      "diverged at round 0 (rank 0): its model coordinate " + std::to_string(at) + " is ";
-  const char* expected[] = {"nan", "+inf", "-inf", nullptr};
-  if (expected[poison] != nullptr) {
-    CHECK(st.message() == prefix + expected[poison]);
-  } else {
-    CHECK_THAT(st.message(), Catch::Matchers::StartsWith(prefix));
-    CHECK_THAT(st.message(), Catch::Matchers::EndsWith(", beyond divergence.max_abs 1e+06"));
-  }
-}
-
-TEST_CASE("a model within divergence.max_abs everywhere passes the check", "[runtime][unit]") {
-  const auto kind = GENERATE(optim::AlgorithmKind::kExactDiffusion, optim::AlgorithmKind::kDsgd);
-  CAPTURE(optim::algorithmKindName(kind));
-  constexpr size_t kDim = 2563;
-  const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
-  const auto topo = schedule->at(0);
-  auto hub = transport::inproc::createHub(2);
-  auto t0 = transport::inproc::createTransport(*hub, 0);
-  auto t1 = transport::inproc::createTransport(*hub, 1);
-  ZeroOracle oracle;
-  optim::AlgorithmSpec spec;
-  spec.kind = kind;
-  auto algo = optim::createAlgorithm<double>(spec, std::vector<double>(kDim, 0.0), oracle);
-  Node<double> node(0, std::move(algo), *t0, {});
-  // The limit itself is within (|x| <= max_abs): the model is w_01 = 1/2 of the neighbour's
-  // message (DSGD), or half that (exact diffusion's (I + W) / 2), everywhere.
-  const double model = kind == optim::AlgorithmKind::kDsgd ? 5e5 : 2.5e5;
-  node.setDivergenceLimit(model);
-  std::vector<double> message(kDim, 1e6);
-  auto frame = std::make_shared<transport::Bytes>();
-  compression::encodeDense<double>(message, *frame);
-  t1->send(0, transport::Tag{0, kModelChannel}, transport::SharedBytes(frame), [](const Status&) {});
-  REQUIRE(node.startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
-  const auto stop = Clock::now() + 5s;
-  while (!node.roundComplete()) {
-    REQUIRE(Clock::now() < stop);
-    REQUIRE(t0->progress(Clock::now() + 1ms).isOk());
-    REQUIRE(t1->progress(Clock::now() + 1ms).isOk());
-  }
-  const Status st = node.finishRound();
-  INFO(st.toString());
-  CHECK(st.isOk());
-  for (double v : node.model()) REQUIRE(v == model);
 }
 
 }  // namespace
