@@ -1,18 +1,14 @@
 // starling::Peer's rounds: step() through the scenario's algorithm with the trainer's gradients,
 // mix() through gossip, both on the same engine (runtime/engine.h) that `node-launcher peer` runs.
-#include <csignal>
-#include <cstdio>
+// What the rounds share between calls (the engine built at the first call, rejoining, the round
+// lines of the peer log, close) is in api/peer_state.cc.
 #include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
-#include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
 #include "optim/sketch_gossip.h"
-#include "runtime/metrics.h"
-#include "runtime/peer.h"
-#include "runtime/transport/transport.h"
 
 namespace starling {
 namespace {
@@ -21,31 +17,6 @@ namespace {
 constexpr uint64_t kStepCodecSalt = 0x70636f6465;
 constexpr uint64_t kMixCodecSalt = 0x6d636f6465;
 constexpr uint64_t kSharedCodecSalt = 0x7368617265;
-
-template <typename T>
-constexpr const char* typeName() {
-  return std::is_same_v<T, float> ? "float32" : "float64";
-}
-
-bool validMetricName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return false;
-  }
-  return true;
-}
-
-// Keys of the peer log's round lines: the trainer's metrics go under "metrics", but merged into
-// metrics.jsonl next to these, so they may not take their names.
-bool reservedMetricName(const std::string& name) {
-  static const char* const kReserved[] = {
-      "round", "objective", "rel_error", "consensus_distance", "mean_square_deviation",
-      "bytes_sent", "corrupt_messages", "compression_error", "wall_s", "x", "x_mean"};
-  for (const char* r : kReserved) {
-    if (name == r) return true;
-  }
-  return false;
-}
 
 // `layout`: the trainer's tensor sizes (empty: one tensor), which the compression's layers
 // rules index.
@@ -72,175 +43,6 @@ Result<std::unique_ptr<compression::Compressor<T>>> makeCodec(const runtime::Sce
 }
 
 }  // namespace
-
-template <typename T>
-Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
-  if (closed) return core::failedPrecondition(std::string(call) + " after close()");
-  if (dim == 0) return core::invalidArgument(std::string(call) + ": empty parameter buffer");
-  if (std::holds_alternative<std::monostate>(state)) {
-    runtime::EngineOptions eo{rank, outDir, address, nullptr, {}, std::nullopt, 0, 0};
-    std::optional<runtime::JoinState> joined;
-    if (rejoin) {
-      auto got = requestRejoin(dim);
-      if (!got) return got.status();
-      if (!outDir.empty()) {
-        auto bytes = runtime::rejoinLogBytes(runtime::peerLogPath(outDir, rank),
-                                             runtime::peerLogHeader(scenario, rank, address));
-        if (!bytes) return bytes.status();
-        eo.resumeLogBytes = *bytes;
-      }
-      eo.resumeRound = got->round;
-      joined = std::move(*got);
-    }
-    state.template emplace<PeerState<T>>(scenario, *schedule, *net, std::move(eo), dim);
-    auto& st = std::get<PeerState<T>>(state);
-    STARLING_RETURN_IF_ERROR(st.engine.open());
-    // A survivor sends a rejoining neighbour the model of its last round.
-    st.survival.setJoinSource([&st] {
-      std::vector<double> x;
-      if (st.last != nullptr) x.assign(st.last->model().begin(), st.last->model().end());
-      return x;
-    });
-    if (joined) {
-      STARLING_RETURN_IF_ERROR(st.survival.adopt(*joined));
-      rejoinModel = std::move(joined->model);
-      rejoinChannel = joined->channel;
-      firstAfterRejoin = true;
-      pendingRecord = joined->round;  // its line, if that round is logged: the model it got
-      st.engine.say("starling peer " + std::to_string(rank) + ": rejoined at round " +
-                    std::to_string(joined->round));
-    } else {
-      pendingRecord = 0;  // round 0: the model the trainer starts from
-    }
-  }
-  auto* st = std::get_if<PeerState<T>>(&state);
-  if (st == nullptr) {
-    return core::invalidArgument(std::string(call) + ": " + typeName<T>() +
-                                 " parameters, but this peer's first call fixed " +
-                                 (std::is_same_v<T, float> ? "float64" : "float32"));
-  }
-  if (st->dim != dim) {
-    return core::invalidArgument(std::string(call) + ": " + std::to_string(dim) +
-                                 " parameters, but this peer's first call fixed " +
-                                 std::to_string(st->dim));
-  }
-  STARLING_RETURN_IF_ERROR(st->engine.failure());
-  return st;
-}
-
-Result<runtime::JoinState> Peer::Impl::requestRejoin(size_t dim) {
-  rejoin = false;  // asked once
-  if (scenario.faults.onPeerLoss != runtime::OnPeerLoss::kContinue) {
-    return core::invalidArgument("rejoin: a lost rank comes back only with faults.on_peer_loss "
-                                 "\"continue\"");
-  }
-  runtime::RejoinOptions ro;
-  ro.rank = rank;
-  ro.nodes = scenario.nodes;
-  ro.dim = dim;
-  ro.ask = schedule->support().neighbors(rank);
-  ro.deadline = transport::Clock::now() +
-                std::chrono::milliseconds(scenario.transport.connectTimeoutMs) +
-                std::chrono::milliseconds(scenario.transport.roundTimeoutMs) * (scenario.nodes + 4);
-  ro.log = [r = rank](const std::string& line) {
-    std::fprintf(stderr, "starling peer %d: %s\n", r, line.c_str());
-  };
-  auto got = runtime::requestRejoin(*net, ro);
-  if (!got) {
-    return Status(got.status().code(), "rank " + std::to_string(rank) +
-                                           " could not rejoin: " + got.status().message());
-  }
-  if (got->round == 0) {
-    return Status(core::StatusCode::kPeerGone,
-                  "rank " + std::to_string(rank) +
-                      " could not rejoin: the run ends before the others could take it back");
-  }
-  return got;
-}
-
-void Peer::Impl::killIfScripted(uint64_t round) const {
-  for (const runtime::FaultEvent& ev : scenario.faults.script) {
-    if (ev.kind == runtime::FaultEvent::Kind::kKill && ev.kill == rank && ev.atRound == round) {
-      // A real crash: no goodbye, no flush; what the log has is on disk already.
-      std::fprintf(stderr, "starling peer %d: killed by the fault script before round %llu\n", rank,
-                   static_cast<unsigned long long>(round));
-      std::raise(SIGKILL);
-    }
-  }
-}
-
-template <typename T>
-Status Peer::Impl::stopOnDrop(PeerState<T>& st, runtime::Node<T>& node) {
-  if (faults == nullptr || st.survival.enabled()) return Status::ok();
-  for (const runtime::FaultInjector::Drop& d : faults->takeDropped()) {
-    return st.engine.fail(
-        core::unavailable(runtime::FaultInjector::dropStopMessage(rank, d.to, d.tag.round)), &node);
-  }
-  return Status::ok();
-}
-
-template <typename T>
-Status Peer::Impl::restore(std::span<T> params) {
-  if (!rejoin && !rejoinModel) return Status::ok();  // not rejoining, or restored already
-  auto got = stateFor<T>(params.size(), "restore");
-  if (!got) return got.status();
-  if (takeRejoinModel(params)) restored = true;
-  return Status::ok();
-}
-
-template <typename T>
-bool Peer::Impl::takeRejoinModel(std::span<T> params) {
-  if (!rejoinModel) return false;
-  std::copy(rejoinModel->begin(), rejoinModel->end(), params.begin());
-  rejoinModel.reset();
-  return true;
-}
-
-template <typename T>
-Status Peer::Impl::record(PeerState<T>& st) {
-  if (outDir.empty() || st.last == nullptr) return Status::ok();
-  nlohmann::ordered_json j;
-  uint64_t bytes = 0, corrupt = net->stats().corruptMessages, errCount = 0;
-  double errSum = 0;
-  for (const runtime::Node<T>* n : st.nodes()) {
-    bytes += n->bytesSent();
-    corrupt += n->corruptMessages();
-    errSum += n->compressionErrorSum();
-    errCount += n->compressionErrorCount();
-  }
-  j["round"] = *pendingRecord;
-  j["bytes_sent"] = bytes;
-  j["corrupt_messages"] = corrupt;
-  j["compression_error_sum"] = errSum;
-  j["compression_error_count"] = errCount;
-  j["wall_s"] = st.engine.wallSeconds();
-  const auto x = st.last->model();
-  // Large models: the consensus sketch (runtime/metrics.h), from which merge estimates the
-  // consensus distance; the model itself is the trainer's to save.
-  if (x.size() <= runtime::kFullModelLogMaxDim) {
-    j["x"] = std::vector<double>(x.begin(), x.end());
-  } else {
-    j["sketch"] = runtime::modelSketch<T>(x, runtime::sketchSeed(scenario));
-  }
-  if (!metrics.empty()) j["metrics"] = metrics;
-  return st.engine.append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
-}
-
-template <typename T>
-Status Peer::Impl::writePending(PeerState<T>& st) {
-  if (!pendingRecord) return Status::ok();
-  const bool due = *pendingRecord % scenario.logEvery == 0 || !metrics.empty();
-  Status s = due ? record(st) : Status::ok();
-  pendingRecord.reset();
-  metrics.clear();
-  return s;
-}
-
-Status Peer::Impl::writePendingAny() {
-  if (auto* f = std::get_if<PeerState<float>>(&state)) return writePending(*f);
-  if (auto* d = std::get_if<PeerState<double>>(&state)) return writePending(*d);
-  return Status::ok();
-}
 
 Status checkLayoutSizes(const std::vector<size_t>& sizes) {
   for (size_t l = 0; l < sizes.size(); ++l) {
@@ -556,71 +358,12 @@ Status Peer::Impl::mixWait() {
   return core::failedPrecondition("mixWait without mixStart");
 }
 
-Status Peer::Impl::poll() {
-  if (closed) return core::failedPrecondition("poll after close()");
-  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine.poll();
-  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine.poll();
-  return Status::ok();  // nothing has run yet
-}
-
-Status Peer::Impl::log(const std::map<std::string, double>& m) {
-  if (closed) return core::failedPrecondition("log after close()");
-  for (const auto& [name, value] : m) {
-    if (!validMetricName(name)) {
-      return core::invalidArgument("log: metric name \"" + name +
-                                   "\" must be 1 to 64 of A-Z, a-z, 0-9, _ and .");
-    }
-    if (reservedMetricName(name)) {
-      return core::invalidArgument("log: \"" + name + "\" is one of Starling's own metrics");
-    }
-    metrics[name] = value;
-  }
-  return Status::ok();
-}
-
-uint64_t Peer::Impl::rounds() const {
-  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine.rounds();
-  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine.rounds();
-  return 0;
-}
-
-Status Peer::Impl::close(bool fromDestructor) {
-  if (closed) return Status::ok();
-  closed = true;
-  Status result = writePendingAny();
-  const auto drain = [&](auto& st) {
-    // A mix still in flight is finished first: its neighbours wait for this round's message.
-    // From ~Peer the trainer's buffer may be gone (an exception unwinding the trainer's stack):
-    // the loan ends first, so the combine writes only the gossip's own model (its `own` is the
-    // frame already sent), and nothing is copied out.
-    if (st.mixParams.data() != nullptr) {
-      if (fromDestructor) {
-        if (st.gossip != nullptr) st.gossip->release();
-        st.mixAbandoned = true;
-      }
-      if (Status s = mixWait(); !s.isOk() && result.isOk()) result = s;
-    }
-    if (st.engine.failure().isOk()) {
-      if (Status s = st.engine.flush(st.nodes()); !s.isOk() && result.isOk()) result = s;
-    }
-  };
-  if (auto* f = std::get_if<PeerState<float>>(&state)) drain(*f);
-  if (auto* d = std::get_if<PeerState<double>>(&state)) drain(*d);
-  state = std::monostate{};  // the nodes go before the transport they borrow
-  net.reset();               // closing it flushes what is in flight
-  hub.reset();
-  return result;
-}
-
 template Status Peer::Impl::step<float>(std::span<float>, std::span<const float>,
                                         std::optional<double>, const StepStats&);
 template Status Peer::Impl::step<double>(std::span<double>, std::span<const double>,
                                          std::optional<double>, const StepStats&);
 template Status Peer::Impl::mixStart<float>(std::span<float>);
 template Status Peer::Impl::mixStart<double>(std::span<double>);
-
-template Status Peer::Impl::restore<float>(std::span<float>);
-template Status Peer::Impl::restore<double>(std::span<double>);
 template Status Peer::Impl::neighbourModels<float>(std::vector<std::span<const float>>&) const;
 template Status Peer::Impl::neighbourModels<double>(std::vector<std::span<const double>>&) const;
 
