@@ -97,5 +97,36 @@ TEST_CASE("allWithin answers as |v| <= limit for every value, float", "[core][un
   checkEverywhere<float>();
 }
 
+TEST_CASE("core::allWithin: NaN, infinities, the limit itself, every length", "[core][unit]") {
+  auto reference = [](const std::vector<double>& v, double limit) {
+    for (double x : v) {
+      if (!(std::abs(x) <= limit)) return false;
+    }
+    return true;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> specials = {0.0, -0.0, 1.5, -1.5, 1.5000000000000002, inf, -inf,
+                                        std::numeric_limits<double>::quiet_NaN(),
+                                        -std::numeric_limits<double>::quiet_NaN(),
+                                        std::numeric_limits<double>::max(),
+                                        std::numeric_limits<double>::denorm_min()};
+  for (double limit : {0.0, -0.0, 1.5, std::numeric_limits<double>::max(), inf}) {
+    for (size_t n = 0; n < 20; ++n) {
+      for (size_t at = 0; at < n; ++at) {
+        for (double s : specials) {
+          std::vector<double> v(n, 0.5);
+          v[at] = s;
+          CAPTURE(limit, n, at, s);
+          CHECK(core::allWithin<double>(v, limit) == reference(v, limit));
+          std::vector<float> f(v.begin(), v.end());
+          std::vector<double> back(f.begin(), f.end());
+          CHECK(core::allWithin<float>(f, static_cast<float>(limit)) ==
+                reference(back, static_cast<double>(static_cast<float>(limit))));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace starling::core
