@@ -2,6 +2,10 @@
 
 #include <isa-l/crc.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cassert>
 #include <bit>
@@ -26,6 +30,32 @@ U loadLe(const std::byte* p) {
   return v;
 }
 
+// ISA-L's CRC32C for AVX-512 machines (crc32_iscsi_by16_10) returns with the upper halves of the
+// vector registers still in use: it ends without VZEROUPPER. The portable build compiles the
+// engine's loops to legacy SSE, and each SSE instruction after it then waits on those upper
+// halves; on this project's CI machine a 4,096-double combine after a 4 KB CRC took 12.2 µs
+// instead of 2.5 (docs/benchmarks.md). Every CRC therefore goes through iscsi(), which clears
+// them afterwards on CPUs with AVX (VZEROUPPER faults on those without).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx"))) void zeroUpperHalves() { _mm256_zeroupper(); }
+bool hasAvx() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") != 0;
+  }();
+  return has;
+}
+#endif
+
+unsigned int iscsi(const void* bytes, size_t n, unsigned int crc) {
+  crc = crc32_iscsi(const_cast<unsigned char*>(static_cast<const unsigned char*>(bytes)),
+                    static_cast<int>(n), crc);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (hasAvx()) zeroUpperHalves();
+#endif
+  return crc;
+}
+
 size_t elementSize(ElementType t) {
   switch (t) {
     case ElementType::kFloat32: return 4;
@@ -45,7 +75,7 @@ uint32_t crc32c(std::span<const std::byte> bytes) {
   unsigned int crc = 0xFFFFFFFFu;
   for (size_t left = bytes.size(); left > 0;) {
     const size_t n = std::min(left, kPiece);
-    crc = crc32_iscsi(p, static_cast<int>(n), crc);
+    crc = iscsi(p, n, crc);
     p += n;
     left -= n;
   }
@@ -76,12 +106,11 @@ void writeFrame(CodecId codec, ElementType type, uint64_t elementCount,
   // pass over memory instead of two for frames larger than the cache. CRC32C is a running
   // value, so the pieces give the CRC of the whole body.
   constexpr size_t kPiece = size_t{1} << 16;
-  unsigned int crc =
-      crc32_iscsi(reinterpret_cast<unsigned char*>(p), static_cast<int>(at - p), 0xFFFFFFFFu);
+  unsigned int crc = iscsi(p, static_cast<size_t>(at - p), 0xFFFFFFFFu);
   for (size_t done = 0; done < payload.size();) {
     const size_t n = std::min(kPiece, payload.size() - done);
     std::memcpy(at + done, payload.data() + done, n);
-    crc = crc32_iscsi(reinterpret_cast<unsigned char*>(at + done), static_cast<int>(n), crc);
+    crc = iscsi(at + done, n, crc);
     done += n;
   }
   storeLe<uint32_t>(at + payload.size(), ~crc);
@@ -186,7 +215,7 @@ void Crc32c::update(std::span<const std::byte> bytes) {
   size_t n = bytes.size();
   while (n > 0) {  // ISA-L takes an int length
     const size_t piece = std::min<size_t>(n, size_t{1} << 30);
-    state_ = crc32_iscsi(const_cast<unsigned char*>(p), static_cast<int>(piece), state_);
+    state_ = iscsi(p, piece, state_);
     p += piece;
     n -= piece;
   }
