@@ -65,6 +65,10 @@ struct RoundInfo {
   double stepSize = 0.0;
   double selfWeight = 1.0;  // w_ii of this round's mixing matrix
   int self = -1;            // this node's id, where it stands among the neighbours' peer ids
+  // Set for absorb() where the node keeps the round's frames, the memory behind `own` and the
+  // neighbours' messages, alive after absorb for as long as the algorithm says it reads them
+  // (Algorithm::holdsMessages). Synchronous rounds without a codec accumulator.
+  bool messagesKept = false;
 };
 
 enum class AlgorithmKind {
@@ -208,6 +212,14 @@ class Algorithm {
   // between rounds only. The built-in algorithms all implement it; one that does not fails the
   // checkpoint with a message.
   virtual void visitState(core::StateVisitor& v) { v.fail("this algorithm cannot be checkpointed"); }
+
+  // Asked right after an absorb whose info.messagesKept was set: true when model() may still
+  // read the spans that absorb was given (`own` and the neighbours' messages). The node then
+  // keeps those frames until its next absorb has run (which replaces what the algorithm reads)
+  // or the algorithm is replaced; a round that fails before its absorb keeps them too. Plain
+  // gossip on a lent buffer (Peer::mix) uses it to leave its own copy of the mixed model
+  // unwritten, and to recompute it from the messages only where something asks for it.
+  virtual bool holdsMessages() const { return false; }
 
   // Appends the method's own metrics (MethodMetric); between rounds. Most algorithms have none.
   virtual void methodMetrics(std::vector<MethodMetric>& /*out*/) const {}

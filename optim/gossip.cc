@@ -15,7 +15,12 @@ class PlainGossip final : public GossipAlgorithm<T> {
  public:
   PlainGossip(double gamma, size_t dim) : gamma_(static_cast<T>(gamma)), x_(dim, T(0)) {}
 
-  void setModel(std::span<const T> x) override { std::copy(x.begin(), x.end(), x_.begin()); }
+  void setModel(std::span<const T> x) override {
+    std::copy(x.begin(), x.end(), x_.begin());
+    stale_ = false;
+    keptOwn_ = {};
+    keptNbrs_.clear();
+  }
   void lend(std::span<T> user) override {
     user_ = user;
     combined_ = mixed_ = false;
@@ -46,24 +51,58 @@ class PlainGossip final : public GossipAlgorithm<T> {
                     std::span<const NeighborMessage<T>> nbrs, T limit) override {
     return combine(info, own, nbrs, &limit);
   }
+  bool holdsMessages() const override { return stale_; }
   std::span<const T> model() const override { return current(); }
 
  private:
-  // The model: the lent buffer until this round's combine has written x_, x_ otherwise.
+  // The model: the lent buffer until this round's combine; after it, the lent buffer while the
+  // loan lasts if x_ was left unwritten, x_ otherwise (recomputed first where it was).
   std::span<const T> current() const {
-    if (user_.data() != nullptr && !combined_) return user_;
+    if (user_.data() != nullptr && (!combined_ || (stale_ && mixed_))) return user_;
+    if (stale_) recompute();
     return x_;
   }
 
-  bool combine(const RoundInfo&, std::span<const T> own, std::span<const NeighborMessage<T>> nbrs,
-               const T* limit) {
+  // x_ from the messages the last combine read, which the node keeps (holdsMessages): the same
+  // function on the same inputs, so the same bits.
+  void recompute() const {
+    detail::combine<T>(x_.data(), nullptr, keptOwn_.data(), keptOwn_.data(), keptNbrs_, gamma_,
+                       0, x_.size(), nullptr);
+    stale_ = false;
+    keptOwn_ = {};
+    keptNbrs_.clear();
+  }
+
+  bool combine(const RoundInfo& info, std::span<const T> own,
+               std::span<const NeighborMessage<T>> nbrs, const T* limit) {
     // x = own + sum_j gamma w_ij (m_j - own) (optim/combine.h). `own` is this round's message,
-    // i.e. the model itself (the identity codec), read from the frame; a lent buffer is written
-    // next to x_, each value once.
+    // i.e. the model itself (the identity codec), read from the frame. On a lent buffer the
+    // mixed model goes into it. Where the node keeps this round's frames after it
+    // (info.messagesKept) that is the only write: x_, which model() reads once the loan has
+    // ended, is recomputed from the kept messages where something asks for it (the log line
+    // at close(), a rejoining neighbour's answer), and never in the steady state of a trainer
+    // that calls mix() round after round, whose next loan supersedes it. That saves a write
+    // stream of d values per round (Peer::mix 15-25% faster at d = 1e6-1e7, docs/bench_gossip.md).
+    // Otherwise x_ is written in the same loop, each value once.
     T* user = user_.data();
-    const bool within = detail::combine<T>(x_.data(), user, own.data(), own.data(), nbrs, gamma_,
-                                           0, x_.size(), limit);
+    const bool userOnly = user != nullptr && info.messagesKept;
+    stale_ = false;
+    keptOwn_ = {};
+    keptNbrs_.clear();
+    const bool within =
+        detail::combine<T>(userOnly ? user : x_.data(), userOnly ? nullptr : user, own.data(),
+                           own.data(), nbrs, gamma_, 0, x_.size(), limit);
     if (user != nullptr) {
+      if (userOnly && !within) {
+        // The error names the diverged model: x_ gets it, computed again before the buffer is
+        // restored below.
+        detail::combine<T>(x_.data(), nullptr, own.data(), own.data(), nbrs, gamma_, 0, x_.size(),
+                           nullptr);
+      } else if (userOnly) {
+        stale_ = true;
+        keptOwn_ = own;
+        keptNbrs_.assign(nbrs.begin(), nbrs.end());
+      }
       // A model that left the limit is an error, and the trainer keeps the parameters it lent
       // (its message holds them exactly); x_ keeps the result for the error to name.
       if (!within) std::copy(own.begin(), own.end(), user_.begin());
@@ -74,10 +113,14 @@ class PlainGossip final : public GossipAlgorithm<T> {
   }
 
   const T gamma_;
-  std::vector<T> x_;
+  mutable std::vector<T> x_;
   std::span<T> user_;      // the trainer's buffer, lent for one round (lend/release)
-  bool combined_ = false;  // this loan's combine has written x_
+  bool combined_ = false;  // this loan's combine has run
   bool mixed_ = false;     // ... and user_ holds the mixed model
+  // x_ lags the last combine, whose inputs the node keeps (holdsMessages) until its next absorb.
+  mutable bool stale_ = false;
+  mutable std::span<const T> keptOwn_;
+  mutable std::vector<NeighborMessage<T>> keptNbrs_;
 };
 
 template <typename T>

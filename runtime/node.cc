@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -16,6 +17,15 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The bound a model or message is checked against in T: max_abs, or T's largest value (inf is
 // beyond it).
+// Whether `values` lie within the frame `bytes`.
+template <typename T>
+bool inside(std::span<const T> values, const transport::SharedBytes& bytes) {
+  if (!bytes || values.empty()) return false;
+  const auto begin = reinterpret_cast<uintptr_t>(values.data());
+  const auto frame = reinterpret_cast<uintptr_t>(bytes->data());
+  return begin >= frame && begin + values.size_bytes() <= frame + bytes->size();
+}
+
 template <typename T>
 T limitIn(double maxAbs) {
   return static_cast<T>(std::min<double>(maxAbs, std::numeric_limits<T>::max()));
@@ -82,6 +92,7 @@ std::string Node<T>::lostWhy(int peer) const {
 template <typename T>
 void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
   algorithm_ = std::move(algorithm);
+  kept_.clear();  // only the replaced algorithm read them
   codecState_ = codec_->newState(messageSize_);
 }
 
@@ -451,7 +462,21 @@ core::Status Node<T>::finishRound() {
     }
     messages_.push_back(optim::NeighborMessage<T>{slot.peer, slot.weight, slot.values});
   }
-  STARLING_RETURN_IF_ERROR(absorbMessages());
+  // The frames may outlive the round where every value absorb reads lies in them (no decode
+  // copy in scratch_, no lossy own_ in ownDecoded_, which the next round rewrites).
+  info_.messagesKept = !accumulator_ && inside(own_, ownFrame_) &&
+                       std::all_of(slots_.begin(), slots_.end(), [](const Slot& slot) {
+                         return inside(slot.values, slot.bytes);
+                       });
+  const core::Status absorbed = absorbMessages();
+  // The absorb replaced whatever the algorithm read from the previous round's frames.
+  kept_.clear();
+  if (info_.messagesKept && algorithm_->holdsMessages()) {
+    kept_.push_back(ownFrame_);
+    for (const Slot& slot : slots_) kept_.push_back(slot.bytes);
+  }
+  info_.messagesKept = false;
+  STARLING_RETURN_IF_ERROR(absorbed);
   if (receiverStateful_) {
     // The codec's end of round (Compressor::endRound), with the states of the neighbours heard
     // from, in peer order.
@@ -464,7 +489,7 @@ core::Status Node<T>::finishRound() {
     const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get()};
     codec_->endRound(ctx, heard);
   }
-  for (Slot& slot : slots_) slot.bytes.reset();  // release the frames before the next round
+  for (Slot& slot : slots_) slot.bytes.reset();  // the next round needs none (kept_ aside)
   ownFrame_.reset();
   return core::Status::ok();
 }

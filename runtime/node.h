@@ -203,6 +203,9 @@ class Node {
   size_t messageSize_ = 0;
   transport::BufferPool framePool_{4};  // outgoing frames, reused once every neighbour let go
   transport::SharedBytes ownFrame_;     // this round's outgoing frame
+  // The frames of the last absorbed round, own first, while the algorithm still reads them
+  // (Algorithm::holdsMessages): kept until the next absorb or restartAlgorithm.
+  std::vector<transport::SharedBytes> kept_;
   std::span<const T> own_;           // its payload, as the algorithm wrote it
   std::vector<Slot> slots_;
   size_t pending_ = 0;

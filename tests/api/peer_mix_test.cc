@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
+#include <string>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -61,6 +64,83 @@ TEMPLATE_TEST_CASE("mix without compression is x_i <- sum_j w_ij x_j", "[api][un
       CHECK(std::abs(double(after[i][k]) - want) <= tol * std::abs(want));
     }
   }
+}
+
+TEST_CASE("the peer's last record is the mixed model, whatever the trainer then does to its "
+          "buffer", "[api][unit]") {
+  // The gossip leaves its own copy of the mixed model unwritten while the node keeps the round's
+  // frames, and recomputes it where something reads it between rounds: here the record of the
+  // last round, which close() writes after the trainer has overwritten its buffer. d is below
+  // kFullModelLogMaxDim (4096), so the record holds the model itself.
+  const size_t d = 3001;
+  const auto out = std::filesystem::temp_directory_path() /
+                   ("starling-mix-record-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  const auto path = writeScenario("mix-record",
+                                  ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
+  auto start = [&](int rank) {
+    std::vector<double> x(d);
+    for (size_t k = 0; k < d; ++k) x[k] = std::sin(0.11 * double(k) + 0.7 * rank) * (rank + 1);
+    return x;
+  };
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    PeerOptions po;
+    po.outDir = out.string();
+    auto peer = Peer::fromScenario(path.string(), rank, po);
+    if (!peer) return peer.status();
+    const auto x0 = start(rank);
+    std::vector<float> x(x0.begin(), x0.end());
+    STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<float>(x)));
+    for (float& v : x) v += 0.5f;  // the trainer's local step between rounds
+    STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<float>(x)));
+    std::fill(x.begin(), x.end(), 1e9f);  // reused for something else before close()
+    return (*peer)->close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  // Ring of 4, every weight 1/3: two rounds of averaging by hand, in double, from the float
+  // parameters each peer started with, the trainer's +0.5 in between.
+  std::vector<std::vector<double>> y(4);
+  for (int r = 0; r < 4; ++r) {
+    const auto x = start(r);
+    y[r].assign(x.begin(), x.end());
+    for (double& v : y[r]) v = static_cast<float>(v);
+  }
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::vector<double>> next(4, std::vector<double>(d));
+    for (int r = 0; r < 4; ++r) {
+      for (size_t k = 0; k < d; ++k) {
+        next[r][k] = (y[(r + 3) % 4][k] + y[r][k] + y[(r + 1) % 4][k]) / 3.0 + (round == 0 ? 0.5 : 0);
+      }
+    }
+    y = next;
+  }
+  for (int r = 0; r < 4; ++r) {
+    std::ifstream in(out / "peers" / ("rank-" + std::to_string(r) + ".jsonl"));
+    std::string line, last;
+    while (std::getline(in, line)) {
+      if (line.find("\"x\":[") != std::string::npos) last = line;
+    }
+    INFO("rank " << r << ", last record: " << last.substr(0, 200));
+    REQUIRE(last.find("\"round\":2") != std::string::npos);
+    std::istringstream xs(last.substr(last.find("\"x\":[") + 5));
+    std::vector<double> logged;
+    for (double v; xs >> v;) {
+      logged.push_back(v);
+      if (xs.peek() != ',') break;
+      xs.ignore();
+    }
+    REQUIRE(logged.size() == d);
+    for (size_t k = 0; k < d; ++k) {
+      if (std::abs(logged[k] - y[r][k]) > 1e-5 * (1 + std::abs(y[r][k]))) {
+        FAIL("rank " << r << " coordinate " << k << ": logged " << logged[k] << ", want "
+                     << y[r][k]);
+      }
+    }
+  }
+  std::filesystem::remove_all(out);
 }
 
 TEST_CASE("mix names the first non-finite coordinate of the trainer's parameters",

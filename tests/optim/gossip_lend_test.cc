@@ -164,6 +164,97 @@ TEMPLATE_TEST_CASE("a loan that ends before its combine never reads the buffer a
   CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == before);
 }
 
+TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round writes only the buffer and "
+                   "recomputes its own copy on demand", "[optim][unit]", float, double) {
+  // RoundInfo::messagesKept: the node keeps `own` and the messages alive after absorb while
+  // holdsMessages() says so. The gossip then leaves x_ unwritten; model() after the loan must
+  // still be the mixed model, bit for bit, whatever the trainer does to its buffer.
+  const double gamma = 0.7;
+  const std::vector<double> w = {0.2, 0.35};
+  RoundInfo info{0, 0.0, 0.45};
+  info.messagesKept = true;
+  auto g = createGossip<TestType>(gamma, kDim, false, false);
+  std::vector<TestType> user = values<TestType>(0.5, 0.01);
+  std::vector<TestType> lastMixed;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t k = 0; k < kDim; ++k) user[k] += static_cast<TestType>(0.002 * (k % 5) - 0.004);
+    const std::vector<TestType> x = user;
+    const std::vector<std::vector<TestType>> m = {values<TestType>(0.5 * round, 0.03),
+                                                  values<TestType>(-1.0, 0.007)};
+    g->lend(user);
+    CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == x);
+    // The node's frames: they live until the node's next absorb.
+    const auto frame = prepared(*g, info);
+    const auto nbrs = messages(m, w);
+    CHECK(g->absorbWithin(info, frame, nbrs, std::numeric_limits<TestType>::max()));
+    CHECK(g->holdsMessages());
+    const auto want = expected(x, m, w, gamma);
+    CHECK(user == want);
+    // During the loan the model is the buffer, which holds the mixed model.
+    CHECK(g->model().data() == user.data());
+    CHECK(g->release());
+    // The trainer scribbles over its buffer (or frees it): model() is the mixed model,
+    // recomputed from the kept messages, and the second read is the same.
+    user.assign(kDim, TestType(-55));
+    CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == want);
+    CHECK_FALSE(g->holdsMessages());  // recomputed: the frames are no longer read
+    CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == want);
+    user = want;
+    lastMixed = want;
+  }
+  // A loan whose round fails before its combine: the model is the last mixed one, from the
+  // frames the node still keeps (it absorbed nothing since), as on the copying path.
+  {
+    const std::vector<std::vector<TestType>> m = {values<TestType>(1.0, 0.01),
+                                                  values<TestType>(2.0, 0.02)};
+    const auto nbrs = messages(m, w);
+    g->lend(user);
+    const auto frame = prepared(*g, info);
+    CHECK(g->absorbWithin(info, frame, nbrs, std::numeric_limits<TestType>::max()));
+    const auto want = expected(lastMixed, m, w, gamma);
+    CHECK(g->release());
+    std::vector<TestType> next = values<TestType>(9.0, 0.0);
+    g->lend(next);
+    next.assign(kDim, TestType(0));
+    CHECK_FALSE(g->release());
+    CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == want);
+  }
+  // setModel supersedes the kept messages.
+  {
+    std::vector<TestType> x = values<TestType>(0.1, 0.0);
+    const std::vector<std::vector<TestType>> m = {values<TestType>(1.0, 0.01)};
+    g->lend(x);
+    const auto frame = prepared(*g, info);
+    CHECK(g->absorbWithin(info, frame, messages(m, {0.5}), std::numeric_limits<TestType>::max()));
+    CHECK(g->holdsMessages());
+    CHECK(g->release());
+    const auto y = values<TestType>(-4.0, 0.001);
+    g->setModel(y);
+    CHECK_FALSE(g->holdsMessages());
+    CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == y);
+  }
+}
+
+TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round that diverges still names "
+                   "the diverged model and restores the buffer", "[optim][unit]", float, double) {
+  auto g = createGossip<TestType>(1.0, kDim, false, false);
+  RoundInfo info{0, 0.0, 0.5};
+  info.messagesKept = true;
+  std::vector<TestType> user = values<TestType>(0.25, 0.01);
+  const std::vector<TestType> x = user;
+  std::vector<std::vector<TestType>> m = {values<TestType>(1.0, 0.0)};
+  m[0][1500] = std::numeric_limits<TestType>::infinity();
+  g->lend(user);
+  const auto frame = prepared(*g, info);
+  CHECK_FALSE(g->absorbWithin(info, frame, messages(m, {0.5}), TestType(1e6)));
+  CHECK_FALSE(g->holdsMessages());
+  CHECK(user == x);
+  CHECK(std::isinf(g->model()[1500]));
+  CHECK(g->model()[3] == expected(x, m, {0.5}, 1.0)[3]);
+  CHECK_FALSE(g->release());
+  CHECK(std::isinf(g->model()[1500]));
+}
+
 TEMPLATE_TEST_CASE("compressed gossip keeps the copying path when lent a buffer",
                    "[optim][unit]", float, double) {
   auto g = createGossip<TestType>(1.0, kDim, /*compressed=*/true, false);
