@@ -529,6 +529,11 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
     STARLING_RETURN_IF_ERROR(sup.run());
   }
   if (!merger.last() || merger.last()->round != e.scenario.rounds) {
+    // Every peer has exited, so no line is still to come (PeerLogMerger::finalPoll).
+    auto merged = merger.finalPoll();
+    if (!merged) return merged.status();
+  }
+  if (!merger.last() || merger.last()->round != e.scenario.rounds) {
     return core::internalError("the peers finished but their logs stop before the last round:" +
                                merger.shortLogs());
   }

@@ -273,6 +273,11 @@ core::Status MembershipReports::settle() {
   return core::Status::ok();
 }
 
+core::Result<int> PeerLogMerger::finalPoll() {
+  final_ = true;
+  return poll();
+}
+
 core::Result<int> PeerLogMerger::poll() {
   for (int r = 0; r < e_.scenario.nodes; ++r) STARLING_RETURN_IF_ERROR(readPeer(r));
   STARLING_RETURN_IF_ERROR(membership_.settle());
@@ -288,6 +293,10 @@ core::Result<int> PeerLogMerger::poll() {
     bool complete = true;
     for (int r = 0; r < n; ++r) {
       running[r] = membership_.running(r, round);
+      if (running[r] && final_ && !it->second[r].has_value() &&
+          !membership_.running(r, round, /*lostRoundCounts=*/false)) {
+        running[r] = false;  // lost in this round, and its line for it never came (finalPoll)
+      }
       if (running[r]) complete = complete && it->second[r].has_value();
     }
     if (!complete) break;

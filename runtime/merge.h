@@ -110,6 +110,10 @@ class PeerLogMerger {
   // Merges what is complete. Returns the number of rounds written by this call. kCorruption for a
   // peer log line that is not what a peer writes, or a log written for another run.
   core::Result<int> poll();
+  // The last poll, once every peer has exited: no line will come any more, so a rank lost in
+  // round L whose log ends before L (stopped between finishing round L - 1 and writing L's line,
+  // a stall that then cost it the run) is counted out from L instead of waited for.
+  core::Result<int> finalPoll();
 
   // The last merged round's metrics and mean model (nullopt before the first).
   const std::optional<RoundMetrics>& last() const { return last_; }
@@ -165,6 +169,7 @@ class PeerLogMerger {
   MembershipReports membership_;  // the "lost" and "membership" lines; membership.jsonl
   std::vector<std::optional<Record>> lastRecord_;  // each rank's last round line
   std::vector<bool> surviving_;                    // the set survivors_ is for
+  bool final_ = false;                             // finalPoll: every peer has exited
   std::unique_ptr<SurvivorProblem> survivors_;
 };
 

@@ -157,3 +157,37 @@ TEST_CASE("a peer log of another run is refused, naming the file", "[runtime][un
   REQUIRE_FALSE(headers);
   CHECK(headers.status().message().find("no peer log for ranks 1, 3 in") == 0);
 }
+
+TEST_CASE("a rank lost in a logged round whose line never came is counted out once every peer "
+          "has exited", "[runtime][unit]") {
+  // A straggler stopped after finishing round 9 and before writing round 10's line: its
+  // neighbours lose it in round 10 and finish the run. A rank lost in round L normally logs L, so
+  // poll() waits for that line; finalPoll() (every peer has exited) knows it will not come.
+  const auto e = experiment();
+  Logs logs("lost-unlogged");
+  const std::string lost = R"({"lost": {"round": 10, "rank": 2, "why": "no message from rank 2"}})";
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> lines = {roundLine(0)};
+    if (r != 2) {
+      if (r == 1 || r == 3) lines.push_back(lost);
+      lines.push_back(roundLine(10));
+      lines.push_back(roundLine(20));
+    }
+    logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
+  }
+  auto merged = merge(e, logs.dir);
+  auto& merger = *merged.merger;
+  const auto polled = merger.poll();
+  INFO(polled.status().toString());
+  REQUIRE(polled);
+  CHECK(*polled == 1);  // round 0 only: rank 2's line for round 10 may still come
+  REQUIRE(merger.last());
+  CHECK(merger.last()->round == 0);
+  const auto last = merger.finalPoll();
+  INFO(last.status().toString());
+  REQUIRE(last);
+  CHECK(*last == 2);  // rounds 10 and 20, without rank 2
+  REQUIRE(merger.last());
+  CHECK(merger.last()->round == 20);
+  fs::remove_all(logs.dir);
+}
