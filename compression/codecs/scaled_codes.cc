@@ -143,6 +143,38 @@ bool anyBadCode(const uint8_t* c, size_t n, uint32_t signBit, uint32_t s) {
   return bad != 0;
 }
 
+// anyBadCode straight on the packed stream, for codes of 2, 4 or 8 bits (a code never straddles
+// a byte): SWAR over 64-bit words, every `width`-bit field checked at once. With L the level
+// mask and H the sign bit repeated in every field, for a field's level l = x & L:
+//   l > s   <=>  l + (L - s) reaches H;   l != 0  <=>  l + L reaches H,
+// and neither sum carries out of its field (both stay below 2H). A field is bad when it is above
+// s, or is the sign bit alone (negative zero). `bytes` whole bytes of codes, no padding.
+STARLING_SIMD_CLONES
+bool anyBadPacked(const std::byte* stream, size_t bytes, int width, uint32_t signBit, uint32_t s) {
+  uint64_t ones = 0;  // 1 in the lowest bit of every field
+  for (int at = 0; at < 64; at += width) ones |= uint64_t{1} << at;
+  const uint64_t levelMask = ones * (signBit - 1);
+  const uint64_t sign = ones * signBit;
+  const uint64_t aboveS = ones * (signBit - 1 - s);
+  uint64_t bad = 0;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t x;
+    std::memcpy(&x, stream + i, 8);
+    const uint64_t level = x & levelMask;
+    const uint64_t over = (level + aboveS) & sign;
+    const uint64_t nonzero = (level + levelMask) & sign;
+    bad |= over | (x & sign & ~nonzero);
+  }
+  if (i < bytes) {
+    uint64_t x = 0;  // zero fields are valid codes
+    std::memcpy(&x, stream + i, bytes - i);
+    const uint64_t level = x & levelMask;
+    bad |= ((level + aboveS) & sign) | (x & sign & ~((level + levelMask) & sign));
+  }
+  return bad != 0;
+}
+
 // Table lookup of decoded values: out[i] = lut[c[i]]. For float32 and tables of up to 64 entries
 // (codes of up to 6 bits) the table is held in registers and indexed with vector shuffles
 // (vpermps / vpermi2ps on AVX-512), two 32-entry halves selected by bit 5 of the code; the values
@@ -258,7 +290,16 @@ core::Status checkScaledCodes(std::span<const std::byte> payload, const ScaledCo
   const int width = q.codeBits();
   const std::byte* stream = p + 4 * buckets;
   uint8_t codes[kChunk];
-  for (uint64_t lo = 0; lo < n; lo += kChunk) {
+  uint64_t lo = 0;
+  if (width == 2 || width == 4 || width == 8) {
+    // The codes in whole bytes checked packed, without unpacking them (a quarter of the time);
+    // any bad one sends the whole stream through the loop below, which names the first.
+    const uint64_t whole = n * static_cast<uint64_t>(width) / 8;
+    if (!anyBadPacked(stream, static_cast<size_t>(whole), width, q.signBit(), q.s)) {
+      lo = whole * 8 / static_cast<uint64_t>(width);
+    }
+  }
+  for (; lo < n; lo += kChunk) {
     const size_t m = static_cast<size_t>(std::min<uint64_t>(kChunk, n - lo));
     unpackCodes(stream, lo, m, width, codes);
     if (!anyBadCode(codes, m, q.signBit(), q.s)) continue;
