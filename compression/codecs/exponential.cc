@@ -190,12 +190,18 @@ void unpackNaturalFast(const std::byte* in, size_t n, uint16_t* c) {
   unpackNatural(in, n, c);
 }
 
-// Whether a code is negative zero or has the exponent field 255.
+// Whether a code is negative zero or has the exponent field 255: whether c ^ sign or the
+// complement of the exponent field is 0 for any code, as a running minimum of both in 16-bit
+// lanes (one vpminuw per 32 codes; the compares it replaces widened every code to 32 bits).
 STARLING_SIMD_CLONES
 bool anyBadNatural(const uint16_t* c, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad |= (c[i] == kNaturalSign) | ((c[i] & 0xff) == kNaturalInvalid);
-  return bad != 0;
+  uint16_t low = 0xffff;
+  for (size_t i = 0; i < n; ++i) {
+    const auto negativeZero = static_cast<uint16_t>(c[i] ^ kNaturalSign);
+    const auto invalid = static_cast<uint16_t>(~c[i] & kNaturalInvalid);
+    low = std::min(low, std::min(negativeZero, invalid));
+  }
+  return low == 0;
 }
 
 // sign * 2^(e - 127), or 0 for e = 0, built as float32 bits: every such power is a normal

@@ -408,6 +408,27 @@ TEMPLATE_TEST_CASE("natural frames with bad codes or padding are corruption", "[
   requireCorrupt(*c, frame(127, 384, 1), 2);     // padding bit 18
   requireCorrupt(*c, frame(127, 384, 0x20), 2);  // padding bit 23
   requireCorrupt(*c, craft<T>(CodecId::kNatural, 2, bytesOf({0}), bytesOf({0x7f, 0, 3})), 2);
+  // Long enough for the vector loops of the check: one bad code anywhere fails the frame.
+  constexpr size_t kLong = 1000;
+  auto longFrame = [](size_t badAt, uint32_t badCode) {
+    Bytes bytes((9 * kLong + 7) / 8, std::byte{0});
+    for (size_t i = 0; i < kLong; ++i) {
+      const uint32_t code = i == badAt ? badCode : (i % 3 == 0 ? 127 : 128 | 256);
+      for (size_t b = 0; b < 9; ++b) {
+        bytes[(9 * i + b) / 8] |= static_cast<std::byte>(((code >> b) & 1u) << ((9 * i + b) % 8));
+      }
+    }
+    return craft<T>(CodecId::kNatural, kLong, {}, bytes);
+  };
+  const auto good = decodeOk(*c, longFrame(kLong, 0), kLong);
+  CHECK(good[0] == T(1));
+  CHECK(good[1] == T(-2));
+  for (const size_t at : {size_t{0}, size_t{31}, size_t{32}, size_t{517}, kLong - 1}) {
+    for (const uint32_t bad : {255u, 255u | 256u, 256u}) {
+      INFO("code " << bad << " at " << at);
+      requireCorrupt(*c, longFrame(at, bad), kLong);
+    }
+  }
 }
 
 TEMPLATE_TEST_CASE("natural dithering frames with bad params, norms or codes are corruption",
