@@ -85,10 +85,11 @@ TEST_CASE("the packed code check gives the verdict and the message of a bit-by-b
           for (const bool negativeZero : {true, false}) {
             if (!negativeZero && s == top) continue;  // no level above s fits the field
             auto st = stream;
-            if (at) {
-              const uint32_t over = s + 1 + static_cast<uint32_t>(rng() % (top - s + (s < top)));
-              put(st, *at, width, negativeZero ? q.signBit()
-                                               : (std::min(over, top) | ((rng() & 1) ? q.signBit() : 0u)));
+            if (at && negativeZero) {
+              put(st, *at, width, q.signBit());
+            } else if (at) {  // a level in (s, top], either sign
+              const uint32_t over = s + 1 + static_cast<uint32_t>(rng() % (top - s));
+              put(st, *at, width, over | ((rng() & 1) ? q.signBit() : 0u));
             }
             auto p = payload;
             std::memcpy(p.data() + 4 * buckets, st.data(), st.size());
