@@ -170,6 +170,44 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void packNaturalVbmi(cons
   }
   if (i < n) packNatural(c + i, n - i, out + i / 8 * 9);
 }
+// The natural decode's two passes without the codes ever stored: 32 codes unpacked into a
+// register as unpackNaturalVbmi does, then either checked (the running minimum of anyBadNatural)
+// (`bad` given: the running minimum of anyBadNatural, its answer in *bad) or turned into float32
+// bits in `out` (naturalValues). Both handle the first n / 32 * 32 codes and return how many.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) size_t naturalGroupsVbmi(
+    const std::byte* in, size_t n, float* out, bool* bad) {
+  alignas(64) uint8_t idx[64];
+  alignas(64) uint16_t shift[32];
+  for (int k = 0; k < 32; ++k) {
+    idx[2 * k] = static_cast<uint8_t>(9 * k / 8);
+    idx[2 * k + 1] = static_cast<uint8_t>(9 * k / 8 + 1);
+    shift[k] = static_cast<uint16_t>(9 * k % 8);
+  }
+  const __m512i perm = _mm512_load_si512(idx);
+  const __m512i sh = _mm512_load_si512(shift);
+  const __m512i nine = _mm512_set1_epi16(0x1ff);
+  const __m512i sign = _mm512_set1_epi16(static_cast<int16_t>(kNaturalSign));
+  const __m512i exponent = _mm512_set1_epi16(static_cast<int16_t>(kNaturalInvalid));
+  __m512i low = _mm512_set1_epi16(-1);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(__mmask64{0xfffffffff}, in + i / 8 * 9);
+    const __m512i c =
+        _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(perm, bytes), sh), nine);
+    if (bad != nullptr) {
+      low = _mm512_min_epu16(low, _mm512_min_epu16(_mm512_xor_si512(c, sign),
+                                                   _mm512_andnot_si512(c, exponent)));
+    } else {
+      // ((c & 0xff) | (c & 0x100)) << 23 = c << 23 for a 9-bit code, in 32-bit lanes.
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(c));
+      const __m512i hi = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(c, 1));
+      _mm512_storeu_si512(out + i, _mm512_slli_epi32(lo, 23));
+      _mm512_storeu_si512(out + i + 16, _mm512_slli_epi32(hi, 23));
+    }
+  }
+  if (bad != nullptr) *bad = _mm512_cmpeq_epi16_mask(low, _mm512_setzero_si512()) != 0;
+  return i;
+}
 #pragma GCC diagnostic pop
 
 #endif
@@ -289,7 +327,17 @@ class NaturalCompressor final : public Compressor<T> {
                               " bytes for " + std::to_string(d) + " elements");
     }
     uint16_t c[kNaturalChunk];
-    for (uint64_t lo = 0; lo < d; lo += kNaturalChunk) {
+    uint64_t checked = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    // Every whole group of 32 codes checked in registers; any bad code sends the stream through
+    // the loop below, which names the first.
+    if (hasVbmi()) {
+      bool bad = false;
+      const size_t done = naturalGroupsVbmi(v->payload.data(), d, nullptr, &bad);
+      if (!bad) checked = done;
+    }
+#endif
+    for (uint64_t lo = checked; lo < d; lo += kNaturalChunk) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kNaturalChunk, d - lo));
       unpackNaturalCodes(v->payload.data(), lo, n, c);
       if (!anyBadNatural(c, n)) continue;
@@ -307,7 +355,13 @@ class NaturalCompressor final : public Compressor<T> {
     }
     // Validated: now write. Every power is a normal float32, so the values are exact.
     float values[kNaturalChunk];
-    for (uint64_t lo = 0; lo < d; lo += kNaturalChunk) {
+    uint64_t start = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (hasVbmi()) start = naturalGroupsVbmi(v->payload.data(), d, out.data(), nullptr);
+    }
+#endif
+    for (uint64_t lo = start; lo < d; lo += kNaturalChunk) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kNaturalChunk, d - lo));
       unpackNaturalCodes(v->payload.data(), lo, n, c);
       if constexpr (std::is_same_v<T, float>) {
