@@ -82,7 +82,7 @@ class PlainGossip final : public GossipAlgorithm<T> {
     // ended, is recomputed from the kept messages where something asks for it (the log line
     // at close(), a rejoining neighbour's answer), and never in the steady state of a trainer
     // that calls mix() round after round, whose next loan supersedes it. That saves a write
-    // stream of d values per round (Peer::mix 15-25% faster at d = 1e6-1e7, docs/bench_gossip.md).
+    // stream of d values per round (Peer::mix 26% faster at d = 1e7, docs/bench_gossip.md).
     // Otherwise x_ is written in the same loop, each value once.
     T* user = user_.data();
     const bool userOnly = user != nullptr && info.messagesKept;

@@ -15,8 +15,6 @@ namespace starling::runtime {
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The bound a model or message is checked against in T: max_abs, or T's largest value (inf is
-// beyond it).
 // Whether `values` lie within the frame `bytes`.
 template <typename T>
 bool inside(std::span<const T> values, const transport::SharedBytes& bytes) {
@@ -26,6 +24,8 @@ bool inside(std::span<const T> values, const transport::SharedBytes& bytes) {
   return begin >= frame && begin + values.size_bytes() <= frame + bytes->size();
 }
 
+// The bound a model or message is checked against in T: max_abs, or T's largest value (inf is
+// beyond it).
 template <typename T>
 T limitIn(double maxAbs) {
   return static_cast<T>(std::min<double>(maxAbs, std::numeric_limits<T>::max()));
