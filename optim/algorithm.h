@@ -69,6 +69,9 @@ struct RoundInfo {
   // neighbours' messages, alive after absorb for as long as the algorithm says it reads them
   // (Algorithm::holdsMessages). Synchronous rounds without a codec accumulator.
   bool messagesKept = false;
+  // Set while the message is written into memory the transport lends (a shared-memory segment
+  // the neighbours read in place) rather than a buffer it sends from.
+  bool messageLent = false;
 };
 
 enum class AlgorithmKind {
@@ -158,7 +161,13 @@ class Algorithm {
   // the same state.
   virtual bool preparesInBlocks() const { return false; }
   // Writes elements [offset, offset + out.size()) of this round's message.
-  virtual void prepareBlock(const RoundInfo& /*info*/, size_t /*offset*/, std::span<T> /*out*/) {}
+  // Returns where the node reads those values back for its check and checksum: `out`, or the
+  // same values elsewhere where that is cheaper (plain gossip streams a large message past the
+  // cache, and returns the block it copied from).
+  virtual std::span<const T> prepareBlock(const RoundInfo& /*info*/, size_t /*offset*/,
+                                          std::span<T> out) {
+    return out;
+  }
   // Combines the node's own message with its neighbours' and advances the state. With a lossy
   // codec, `own` is the decoded frame (what the neighbours see), not what prepare wrote. `neighbors` is sorted by peer id, so the result never depends on arrival order.
   virtual void absorb(const RoundInfo& info, std::span<const T> own,

@@ -119,7 +119,7 @@ class ExactDiffusion final : public Algorithm<T> {
   // in cache (Algorithm::preparesInBlocks): the gradient at the first block, psi_prev's swap
   // after the last.
   bool preparesInBlocks() const override { return true; }
-  void prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) override {
+  std::span<const T> prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) override {
     if (offset == 0) oracle_.gradient(w_, grad_);
     // psi = w - mu g (kept in grad_'s storage), phi = psi + w - psi_prev: one fused pass.
     const T mu = static_cast<T>(info.stepSize);
@@ -133,6 +133,7 @@ class ExactDiffusion final : public Algorithm<T> {
       g[k] = psi;
     }
     if (offset + out.size() == w_.size()) psiPrev_.swap(grad_);
+    return out;
   }
 
   void absorb(const RoundInfo&, std::span<const T> own,

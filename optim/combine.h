@@ -16,12 +16,51 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <span>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "core/within.h"
 #include "optim/algorithm.h"
 
 namespace starling::optim::detail {
+
+// memcpy with non-temporal stores (past the cache), for a destination nobody here reads soon.
+// streamFence() orders them before any later store (the frame's trailer, its descriptor).
+// kStreamBytes: the size from which plain gossip streams its message (a core's L2 here).
+inline constexpr size_t kStreamBytes = size_t{1} << 20;
+inline void streamCopy(const void* from, void* to, size_t bytes) {
+#if defined(__x86_64__)
+  auto* d = static_cast<char*>(to);
+  const auto* s = static_cast<const char*>(from);
+  size_t i = 0;
+  // Plain copy up to 16-byte alignment of the destination, then 16 bytes a store.
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+#else
+  std::memcpy(to, from, bytes);
+#endif
+}
+inline void streamFence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
 
 inline constexpr size_t kFusedNeighbours = 4;
 inline constexpr size_t kCombineBlock = 1024;

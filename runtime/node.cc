@@ -132,9 +132,11 @@ core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<T> payl
   bool ok = true;
   for (size_t b = 0; b < payload.size(); b += kBlock) {
     const auto block = payload.subspan(b, std::min(kBlock, payload.size() - b));
-    if (prepareBlocks) algorithm_->prepareBlock(info_, b, block);
-    ok &= core::allWithin(std::span<const T>(block), limit);
-    crc.update(std::as_bytes(block));
+    // The algorithm may point at the same values where they are cheaper to read back.
+    const std::span<const T> written =
+        prepareBlocks ? algorithm_->prepareBlock(info_, b, block) : std::span<const T>(block);
+    ok &= core::allWithin(written, limit);
+    crc.update(std::as_bytes(written));
   }
   const auto* end = reinterpret_cast<const std::byte*>(payload.data() + payload.size());
   crc.update({end, static_cast<size_t>(frame.data() + frame.size() -
@@ -222,7 +224,9 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
     pooled = framePool_.acquire(bound);
     bytes = *pooled;
   }
+  info_.messageLent = pooled == nullptr;
   auto length = writeMessage(bytes);
+  info_.messageLent = false;
   if (!length) return length.status();
   if (pooled) {
     pooled->resize(*length);  // shrinks in place: the vector is the message

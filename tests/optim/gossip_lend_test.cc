@@ -5,9 +5,11 @@
 // and after release() nothing may read the buffer again.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "optim/combine.h"
 #include "optim/gossip.h"
 
 namespace starling::optim {
@@ -253,6 +255,68 @@ TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round that diverges 
   CHECK(g->model()[3] == expected(x, m, {0.5}, 1.0)[3]);
   CHECK_FALSE(g->release());
   CHECK(std::isinf(g->model()[1500]));
+}
+
+TEST_CASE("streamCopy copies like memcpy at every size and alignment", "[optim][unit]") {
+  std::vector<unsigned char> src(600), dst(700), want(700);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 37 + 11);
+  for (size_t from = 0; from < 17; ++from) {
+    for (size_t to = 0; to < 17; ++to) {
+      for (const size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63},
+                             size_t{64}, size_t{65}, size_t{129}, size_t{500}}) {
+        std::fill(dst.begin(), dst.end(), 0xAB);
+        want = dst;
+        std::memcpy(want.data() + to, src.data() + from, n);
+        detail::streamCopy(src.data() + from, dst.data() + to, n);
+        detail::streamFence();
+        INFO("from +" << from << ", to +" << to << ", " << n << " bytes");
+        REQUIRE(dst == want);  // nothing outside [to, to + n) touched either
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("a large message into lent memory is streamed, and read back from its source",
+                   "[optim][unit]", float, double) {
+  // RoundInfo::messageLent and a message of detail::kStreamBytes or more: prepareBlock copies
+  // with non-temporal stores and returns the block it copied from, for the node's check and
+  // checksum. The frame must hold the model exactly, whatever its alignment.
+  const size_t d = detail::kStreamBytes / sizeof(TestType) + 1001;
+  auto g = createGossip<TestType>(1.0, d, false, false);
+  std::vector<TestType> user(d);
+  for (size_t k = 0; k < d; ++k) user[k] = static_cast<TestType>(std::sin(0.001 * k) * 3.0);
+  for (const bool lent : {true, false}) {
+    RoundInfo info{0, 0.0, 0.5};
+    info.messageLent = lent;
+    g->lend(user);
+    std::vector<TestType> storage(d + 1, TestType(-7));
+    const std::span<TestType> frame = std::span<TestType>(storage).subspan(1);  // misaligned
+    bool fromSource = true, fromFrame = true;
+    for (size_t b = 0; b < d; b += 4096) {
+      const size_t n = std::min<size_t>(4096, d - b);
+      const auto back = g->prepareBlock(info, b, frame.subspan(b, n));
+      REQUIRE(back.size() == n);
+      fromSource = fromSource && back.data() == user.data() + b;
+      fromFrame = fromFrame && back.data() == frame.data() + b;
+      REQUIRE(std::equal(back.begin(), back.end(), user.begin() + static_cast<std::ptrdiff_t>(b)));
+    }
+    INFO((lent ? "lent" : "not lent"));
+    CHECK(std::equal(frame.begin(), frame.end(), user.begin()));
+    CHECK(storage[0] == TestType(-7));
+    CHECK(fromSource == lent);
+    CHECK(fromFrame == !lent);
+    CHECK_FALSE(g->release());  // no combine ran
+  }
+  // A small message is copied as usual even into lent memory.
+  auto small = createGossip<TestType>(1.0, kDim, false, false);
+  std::vector<TestType> x = values<TestType>(0.5, 0.01);
+  small->lend(x);
+  RoundInfo info{0, 0.0, 0.5};
+  info.messageLent = true;
+  std::vector<TestType> frame(kDim);
+  const auto back = small->prepareBlock(info, 0, frame);
+  CHECK(back.data() == frame.data());
+  CHECK(frame == x);
 }
 
 TEMPLATE_TEST_CASE("compressed gossip keeps the copying path when lent a buffer",

@@ -17,11 +17,12 @@ def pointer(a):
     return a.ctypes.data if isinstance(a, np.ndarray) else a.data_ptr()
 
 
-def extra_peer(index, rank):
-    """Another Peer of this process: the run's scenario again, on the ports the test picked (a
-    Peer fixes its dtype and dimension at its first round, so each kind of array gets its own)."""
+def extra_peer(index, rank, scenario=None):
+    """Another Peer of this process: the run's scenario again (or `scenario`), on the ports the
+    test picked (a Peer fixes its dtype and dimension at its first round, so each kind of array
+    gets its own)."""
     ports = os.environ["STARLING_TEST_PORTS"].split(";")[index].split(",")
-    return starling.Peer(os.environ["STARLING_SCENARIO"], rank,
+    return starling.Peer(scenario or os.environ["STARLING_SCENARIO"], rank,
                          peers=[f"127.0.0.1:{p}" for p in ports])
 
 
@@ -38,6 +39,20 @@ def mix_in_place(peer, numpy_dtype, torch_dtype, rank):
         check(np.allclose(got, 1.5, rtol=0, atol=1e-6),
               f"mix of {name}: {got[:3]}, expected 1.5 (the average of 1 and 2)")
     return rounds
+
+
+def large_mix(peer, rank):
+    """A model of 1.2 MB over shared memory, above the size from which plain gossip streams its
+    message into the segment past the cache (optim/combine.h, kStreamBytes = 1 MiB): two rounds
+    with the trainer's own change between them, every value the exact average."""
+    k = np.arange(300_000, dtype=np.float32) % 1000 + 1
+    x = (rank + 1) * k
+    peer.mix(x)
+    check(np.array_equal(x, 1.5 * k), f"large mix: {x[:3]}, expected {(1.5 * k)[:3]}")
+    x += rank  # the ranks now differ by 1.5 k + 1 against 1.5 k
+    peer.mix(x)
+    check(np.array_equal(x, 1.5 * k + 0.5), f"large mix, round 2: {x[:3]}")
+    return 2
 
 
 def step_in_place(peer, numpy_dtype, rank):
@@ -158,6 +173,8 @@ def main():
     with extra_peer(2, rank) as step64:
         check(step_in_place(step64, np.float64, rank) == step64.round, "round of step64")
 
+    with extra_peer(5, rank, os.environ["STARLING_SHM_SCENARIO"]) as large:
+        check(large_mix(large, rank) == large.round, "round of the large mix")
     with extra_peer(3, rank) as p3:
         optimizer_trajectory(p3, rank, overlap=False)
     with extra_peer(4, rank) as p4:

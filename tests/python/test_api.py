@@ -16,12 +16,17 @@ def main():
     with harness.TempDir("python-api") as tmp:
         scenario = harness.embedded_scenario(tmp, "python-api", 2,
                                              extra={"topology": {"kind": "complete"}})
-        # Five more Peers per rank, each a run of its own on these ports (api_worker.py).
-        ports = harness.free_ports(10)
-        pairs = ";".join(f"{ports[i]},{ports[i + 1]}" for i in range(0, 10, 2))
+        # The large mix's Peers go over shared memory (frames in segments the neighbour maps).
+        shm = harness.embedded_scenario(tmp, "python-api-shm", 2,
+                                        extra={"topology": {"kind": "complete"},
+                                               "transport": {"kind": "ucx", "tls": "shm"}})
+        # Six more Peers per rank, each a run of its own on these ports (api_worker.py).
+        ports = harness.free_ports(12)
+        pairs = ";".join(f"{ports[i]},{ports[i + 1]}" for i in range(0, 12, 2))
         rc, output = harness.run_launcher(scenario, os.path.join(tmp, "run"),
                                           [sys.executable, worker],
-                                          env={"STARLING_TEST_PORTS": pairs})
+                                          env={"STARLING_TEST_PORTS": pairs,
+                                               "STARLING_SHM_SCENARIO": shm})
         print(output)
         harness.check(rc == 0, f"node-launcher exited {rc}")
         for rank in range(2):
