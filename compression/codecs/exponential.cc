@@ -112,25 +112,35 @@ void unpackNatural(const std::byte* in, size_t n, uint16_t* c) {
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_* in intrinsics
 #endif
+struct NaturalGroups {
+  __m512i perm, shift, nine;
+
+  __attribute__((target("avx512f,avx512bw,avx512vbmi"))) NaturalGroups() {
+    alignas(64) uint8_t idx[64];
+    alignas(64) uint16_t sh[32];
+    for (int k = 0; k < 32; ++k) {
+      idx[2 * k] = static_cast<uint8_t>(9 * k / 8);
+      idx[2 * k + 1] = static_cast<uint8_t>(9 * k / 8 + 1);
+      sh[k] = static_cast<uint16_t>(9 * k % 8);
+    }
+    perm = _mm512_load_si512(idx);
+    shift = _mm512_load_si512(sh);
+    nine = _mm512_set1_epi16(0x1ff);
+  }
+  // Codes 32g .. 32g + 31 of the payload, in u16 lanes.
+  __attribute__((target("avx512f,avx512bw,avx512vbmi"))) __m512i codes(const std::byte* in,
+                                                                         size_t g) const {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(__mmask64{0xfffffffff}, in + 36 * g);
+    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(perm, bytes), shift), nine);
+  }
+};
+
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void unpackNaturalVbmi(const std::byte* in,
                                                                               size_t n,
                                                                               uint16_t* c) {
-  alignas(64) uint8_t idx[64];
-  alignas(64) uint16_t shift[32];
-  for (int k = 0; k < 32; ++k) {
-    idx[2 * k] = static_cast<uint8_t>(9 * k / 8);
-    idx[2 * k + 1] = static_cast<uint8_t>(9 * k / 8 + 1);
-    shift[k] = static_cast<uint16_t>(9 * k % 8);
-  }
-  const __m512i perm = _mm512_load_si512(idx);
-  const __m512i sh = _mm512_load_si512(shift);
-  const __m512i nine = _mm512_set1_epi16(0x1ff);
+  const NaturalGroups groups;
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512i bytes = _mm512_maskz_loadu_epi8(__mmask64{0xfffffffff}, in + i / 8 * 9);
-    const __m512i v = _mm512_srlv_epi16(_mm512_permutexvar_epi8(perm, bytes), sh);
-    _mm512_storeu_si512(c + i, _mm512_and_si512(v, nine));
-  }
+  for (; i + 32 <= n; i += 32) _mm512_storeu_si512(c + i, groups.codes(in, i / 32));
   if (i < n) unpackNatural(in + i / 8 * 9, n - i, c + i);
 }
 // The reverse, 32 codes (9 bits each in u16 lanes) into 36 bytes: pairs of codes into 18-bit
@@ -170,30 +180,19 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void packNaturalVbmi(cons
   }
   if (i < n) packNatural(c + i, n - i, out + i / 8 * 9);
 }
-// The natural decode's two passes without the codes ever stored: 32 codes unpacked into a
-// register as unpackNaturalVbmi does, then either checked (the running minimum of anyBadNatural)
-// (`bad` given: the running minimum of anyBadNatural, its answer in *bad) or turned into float32
-// bits in `out` (naturalValues). Both handle the first n / 32 * 32 codes and return how many.
+// The natural decode's two passes without the codes ever stored: 32 codes at a time unpacked into
+// a register (NaturalGroups), then either checked (`bad` given: the running minimum of
+// anyBadNatural, its answer in *bad) or turned into float32 bits in `out` (naturalValues). Both
+// handle the first n / 32 * 32 codes and return how many.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) size_t naturalGroupsVbmi(
     const std::byte* in, size_t n, float* out, bool* bad) {
-  alignas(64) uint8_t idx[64];
-  alignas(64) uint16_t shift[32];
-  for (int k = 0; k < 32; ++k) {
-    idx[2 * k] = static_cast<uint8_t>(9 * k / 8);
-    idx[2 * k + 1] = static_cast<uint8_t>(9 * k / 8 + 1);
-    shift[k] = static_cast<uint16_t>(9 * k % 8);
-  }
-  const __m512i perm = _mm512_load_si512(idx);
-  const __m512i sh = _mm512_load_si512(shift);
-  const __m512i nine = _mm512_set1_epi16(0x1ff);
+  const NaturalGroups groups;
   const __m512i sign = _mm512_set1_epi16(static_cast<int16_t>(kNaturalSign));
   const __m512i exponent = _mm512_set1_epi16(static_cast<int16_t>(kNaturalInvalid));
   __m512i low = _mm512_set1_epi16(-1);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512i bytes = _mm512_maskz_loadu_epi8(__mmask64{0xfffffffff}, in + i / 8 * 9);
-    const __m512i c =
-        _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(perm, bytes), sh), nine);
+    const __m512i c = groups.codes(in, i / 32);
     if (bad != nullptr) {
       low = _mm512_min_epu16(low, _mm512_min_epu16(_mm512_xor_si512(c, sign),
                                                    _mm512_andnot_si512(c, exponent)));

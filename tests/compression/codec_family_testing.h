@@ -1,6 +1,6 @@
 // Shared by the tests of the exponential-level and adaptive codecs (codecs_family_test.cc,
-// codecs_family_adaptive_test.cc): their specs, the sizes the wire format predicts, and the
-// ratios the hidden "[report]" test case prints.
+// codecs_family_adaptive_test.cc, codecs_family_corrupt_test.cc): their specs, the sizes the
+// wire format predicts, and the ratios the hidden "[report]" test case prints.
 #pragma once
 
 #include <cmath>

@@ -1,7 +1,7 @@
 // The exponential-level and adaptive codecs (nuqsgd, natural, natural_dithering, topk_dithering,
 // adacomp, dqsgd): construction, round trips and statistics against the papers' bounds.
-// codecs_family_adaptive_test.cc has the AdaComp/DQSGD rules, frame sizes and corruption corpora;
-// codecs_frames_test.cc their golden frames.
+// codecs_family_adaptive_test.cc has the AdaComp/DQSGD rules and frame sizes,
+// codecs_family_corrupt_test.cc the corruption corpora, codecs_frames_test.cc the golden frames.
 #include <bit>
 #include <iomanip>
 #include <iostream>
