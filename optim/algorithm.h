@@ -25,6 +25,7 @@
 #include "optim/leader.h"
 #include "optim/codistillation.h"
 #include "optim/local_optimizer_spec.h"
+#include "optim/objective.h"
 #include "optim/regularizer.h"
 #include "optim/sketch_spec.h"
 #include "optim/step_size.h"
@@ -50,6 +51,10 @@ class GradientOracle {
   // AdaScale's statistics of the last gradient (optim/adascale.h), from an oracle that averages
   // micro-batch gradients (AdaScaleOracle); unset otherwise.
   virtual std::optional<AdaScaleSample> lastAdaScaleSample() const { return std::nullopt; }
+  // gradient() a block at a time (optim/objective.h), for an oracle whose gradient() is a full
+  // gradient with no side effect; nullptr (the default) otherwise. Algorithms that fuse their
+  // update with it (exact diffusion, DSGD) call either this or gradient() each round, never both.
+  virtual std::unique_ptr<GradientBlocks<T>> gradientBlocks() { return nullptr; }
 };
 
 // One neighbour's message for this round, with its mixing weight w_ij.

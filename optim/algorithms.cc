@@ -52,6 +52,22 @@ bool combine(Map<T> out, CMap<T> own, std::span<const NeighborMessage<T>> nbrs, 
                             limit);
 }
 
+// The gradient at x over [offset, offset + n), for an algorithm that writes its message a block
+// at a time: with the oracle's blocks, that block alone into `scratch` (started at offset 0);
+// without, the whole gradient into `whole` at offset 0 and a pointer into it.
+template <typename T>
+const T* gradientAt(GradientOracle<T>& oracle, GradientBlocks<T>* blocks, std::span<const T> x,
+                    size_t offset, size_t n, std::vector<T>& whole, std::vector<T>& scratch) {
+  if (blocks == nullptr) {
+    if (offset == 0) oracle.gradient(x, whole);
+    return whole.data() + offset;
+  }
+  if (offset == 0) blocks->start(x);
+  if (scratch.size() < n) scratch.resize(n);
+  blocks->fill(offset, std::span<T>(scratch.data(), n));
+  return scratch.data();
+}
+
 // Adapt-then-combine diffusion (docs/algorithms.md §3):
 //   psi_i = x_i - eta g_i(x_i);  x_i = sum_j w_ij psi_j.   Sends psi (d values).
 // Written as x_i = psi_i + sum_j w_ij (m_j - m_i) with m the messages as received; without a
@@ -62,15 +78,37 @@ class Dsgd final : public Algorithm<T> {
  public:
   Dsgd(double gamma, std::span<const T> x0, GradientOracle<T>& oracle)
       : gamma_(static_cast<T>(gamma)), x_(x0.begin(), x0.end()), psi_(x0.size()),
-        grad_(x0.size()), oracle_(oracle) {}
+        oracle_(oracle), blocks_(oracle.gradientBlocks()) {
+    if (!blocks_) grad_.resize(x0.size());
+  }
 
   size_t messageSize() const override { return x_.size(); }
 
-  void prepare(const RoundInfo& info, std::span<T> out) override {
-    oracle_.gradient(x_, grad_);
-    map<T>(out) = cmap<T>(x_) - static_cast<T>(info.stepSize) * cmap<T>(grad_);
-    lossless_ = out.data();
-    if (!psi_.empty()) std::copy(out.begin(), out.end(), psi_.begin());
+  void prepare(const RoundInfo& info, std::span<T> out) override { prepareBlock(info, 0, out); }
+
+  // psi = x - alpha g a block at a time (Algorithm::preparesInBlocks), with the gradient's own
+  // blocks where the oracle has them (GradientBlocks), so the gradient is never stored whole.
+  bool preparesInBlocks() const override { return true; }
+  std::span<const T> prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) override {
+    if (offset == 0) lossless_ = out.data();
+    const T* g = gradientAt<T>(oracle_, blocks_.get(), x_, offset, out.size(), grad_, scratch_);
+    const T alpha = static_cast<T>(info.stepSize);
+    const T* x = x_.data() + offset;
+    T* psi = psi_.data() + offset;
+    // A large message written into a segment the neighbours read in place is streamed there from
+    // psi's block, which the node then reads back (as exact diffusion's and plain gossip's).
+    if (info.messageLent && x_.size() * sizeof(T) >= detail::kStreamBytes) {
+      for (size_t k = 0, n = out.size(); k < n; ++k) psi[k] = x[k] - alpha * g[k];
+      detail::streamCopy(psi, out.data(), out.size_bytes());
+      if (offset + out.size() == x_.size()) detail::streamFence();
+      return {psi, out.size()};
+    }
+    T* o = out.data();
+    for (size_t k = 0, n = out.size(); k < n; ++k) {
+      o[k] = x[k] - alpha * g[k];
+      psi[k] = o[k];
+    }
+    return out;
   }
 
   void absorb(const RoundInfo&, std::span<const T> own,
@@ -91,14 +129,17 @@ class Dsgd final : public Algorithm<T> {
 
   std::span<const T> model() const override { return x_; }
 
-  // psi_ and grad_ are rewritten by every prepare before they are read.
+  // psi_, grad_ and scratch_ are rewritten by every prepare before they are read.
   void visitState(core::StateVisitor& v) override { v.fixed("x", x_); }
 
  private:
   const T gamma_;
-  std::vector<T> x_, psi_, grad_;
+  std::vector<T> x_, psi_;
+  std::vector<T> grad_;     // the whole gradient, where the oracle has no blocks
+  std::vector<T> scratch_;  // one block of it, where it has
   const T* lossless_ = nullptr;
   GradientOracle<T>& oracle_;
+  std::unique_ptr<GradientBlocks<T>> blocks_;
 };
 
 // Exact diffusion, ATC form (docs/algorithms.md §4; Yuan et al. 2019, Part I Alg. 1):
@@ -109,31 +150,41 @@ template <typename T>
 class ExactDiffusion final : public Algorithm<T> {
  public:
   ExactDiffusion(std::span<const T> x0, GradientOracle<T>& oracle)
-      : w_(x0.begin(), x0.end()), psiPrev_(x0.begin(), x0.end()), grad_(x0.size()), oracle_(oracle) {}
+      : w_(x0.begin(), x0.end()), psiPrev_(x0.begin(), x0.end()), oracle_(oracle),
+        blocks_(oracle.gradientBlocks()) {
+    if (!blocks_) grad_.resize(x0.size());
+  }
 
   size_t messageSize() const override { return w_.size(); }
 
   void prepare(const RoundInfo& info, std::span<T> out) override { prepareBlock(info, 0, out); }
 
   // The message a block at a time, so that the engine checks and seals each block while it is
-  // in cache (Algorithm::preparesInBlocks): the gradient at the first block, psi_prev's swap
-  // after the last.
+  // in cache (Algorithm::preparesInBlocks), with the gradient's own blocks where the oracle has
+  // them (GradientBlocks): then w and psi_prev are the only d-vectors read, and the gradient is
+  // never stored whole.
   bool preparesInBlocks() const override { return true; }
   std::span<const T> prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) override {
-    if (offset == 0) oracle_.gradient(w_, grad_);
-    // psi = w - mu g (kept in grad_'s storage), phi = psi + w - psi_prev: one fused pass.
+    const T* g = gradientAt<T>(oracle_, blocks_.get(), w_, offset, out.size(), grad_, scratch_);
+    // psi = w - mu g, phi = psi + w - psi_prev, and psi the next round's psi_prev: one fused
+    // pass (element k of psi_prev is read only here, so it is replaced in place).
+    // A large message written into a segment the neighbours read in place goes there with
+    // non-temporal stores from a block in L1, which the node then reads back (as plain gossip's).
+    const bool stream = info.messageLent && w_.size() * sizeof(T) >= detail::kStreamBytes;
+    if (stream && phiBlock_.size() < out.size()) phiBlock_.resize(out.size());
     const T mu = static_cast<T>(info.stepSize);
     const T* w = w_.data() + offset;
-    const T* prev = psiPrev_.data() + offset;
-    T* g = grad_.data() + offset;
-    T* phi = out.data();
+    T* prev = psiPrev_.data() + offset;
+    T* phi = stream ? phiBlock_.data() : out.data();
     for (size_t k = 0, n = out.size(); k < n; ++k) {
       const T psi = w[k] - mu * g[k];
       phi[k] = psi + w[k] - prev[k];
-      g[k] = psi;
+      prev[k] = psi;
     }
-    if (offset + out.size() == w_.size()) psiPrev_.swap(grad_);
-    return out;
+    if (!stream) return out;
+    detail::streamCopy(phi, out.data(), out.size_bytes());
+    if (offset + out.size() == w_.size()) detail::streamFence();
+    return {phi, out.size()};
   }
 
   void absorb(const RoundInfo&, std::span<const T> own,
@@ -157,8 +208,12 @@ class ExactDiffusion final : public Algorithm<T> {
   }
 
  private:
-  std::vector<T> w_, psiPrev_, grad_;
+  std::vector<T> w_, psiPrev_;
+  std::vector<T> grad_;     // the whole gradient, where the oracle has no blocks
+  std::vector<T> scratch_;  // one block of it, where it has
+  std::vector<T> phiBlock_;  // one block of the message, where it is streamed
   GradientOracle<T>& oracle_;
+  std::unique_ptr<GradientBlocks<T>> blocks_;
 };
 
 // Gradient tracking, DIGing in its CTA form (docs/algorithms.md §5), so that one exchange per round

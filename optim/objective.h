@@ -12,11 +12,27 @@
 
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <span>
 
 #include "core/rng.h"
 
 namespace starling::optim {
+
+// The full gradient written a block of coordinates at a time, for an algorithm that fuses it into
+// its own pass over the vector (exact diffusion, DSGD): the gradient is then never written out
+// whole and read back. start(x) once, then fill() for consecutive blocks from offset 0 upwards
+// (each starting where the last ended); every block equals the same coordinates of
+// gradient(x), bit for bit. x must stay unchanged until the last fill. One object serves one
+// caller; start() begins again.
+template <typename T>
+class GradientBlocks {
+ public:
+  virtual ~GradientBlocks() = default;
+  virtual void start(std::span<const T> x) = 0;
+  // Writes coordinates [offset, offset + out.size()) of the gradient at start's x.
+  virtual void fill(size_t offset, std::span<T> out) = 0;
+};
 
 template <typename T>
 class Objective {
@@ -42,6 +58,9 @@ class Objective {
   }
   // f_i(x).
   virtual double value(std::span<const T> x) const = 0;
+  // gradient() a block at a time (GradientBlocks), or nullptr where the objective has no such
+  // form or it would cost more than gradient() (its default).
+  virtual std::unique_ptr<GradientBlocks<T>> gradientBlocks() const { return nullptr; }
 };
 
 }  // namespace starling::optim

@@ -61,6 +61,10 @@ class ObjectiveOracle final : public GradientOracle<T> {
   // The minibatch's mean loss; NaN for full gradients (a pass of its own would cost as much as
   // the gradient).
   double lastLoss() const override { return loss_; }
+  // Full gradients only: a minibatch draws from the Rng.
+  std::unique_ptr<GradientBlocks<T>> gradientBlocks() override {
+    return batch_ == 0 ? objective_.gradientBlocks() : nullptr;
+  }
 
   void visitState(core::StateVisitor& v) override {
     core::StateVisitor::Scope scope(v, "rng");

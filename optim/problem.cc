@@ -118,20 +118,45 @@ struct LocalObjective<T>::Impl {
     }
   }
 
-  // Dense: out += sum_q c[q] a_{j0+q}, rows in order, four rows per pass over out.
-  void denseAddRows(size_t j0, size_t n, const T* c, T* __restrict out) const {
+  // Dense: out += sum_q c[q] a_{j0+q}, rows in order, four rows per pass over out; over columns
+  // [k0, k0 + len) of the rows, into out[0, len) (the whole rows by default).
+  void denseAddRows(size_t j0, size_t n, const T* c, T* __restrict out, size_t k0 = 0,
+                    size_t len = SIZE_MAX) const {
+    if (len == SIZE_MAX) len = cols;
     size_t q = 0;
     for (; q + 4 <= n; q += 4) {
-      const T* __restrict a0 = denseRow(j0 + q);
+      const T* __restrict a0 = denseRow(j0 + q) + k0;
       const T* __restrict a1 = a0 + cols;
       const T* __restrict a2 = a1 + cols;
       const T* __restrict a3 = a2 + cols;
       const T c0 = c[q], c1 = c[q + 1], c2 = c[q + 2], c3 = c[q + 3];
-      for (size_t k = 0; k < cols; ++k) {
+      for (size_t k = 0; k < len; ++k) {
         out[k] = (((out[k] + a0[k] * c0) + a1[k] * c1) + a2[k] * c2) + a3[k] * c3;
       }
     }
-    for (; q < n; ++q) addRow(j0 + q, c[q], out);
+    for (; q < n; ++q) {
+      const T* __restrict a = denseRow(j0 + q) + k0;
+      for (size_t k = 0; k < len; ++k) out[k] += a[k] * c[q];
+    }
+  }
+
+  // c_j = scale * loss'(a_j^T x, b_j) for every row: the coefficients of the data term.
+  void dataCoefficients(const T* x, T* c) const {
+    if (!dense) {
+      for (size_t j = 0; j < rows; ++j) {
+        c[j] = lossSlope(loss, rowDot(j, x), b[j]);
+        c[j] *= scale;
+      }
+      return;
+    }
+    for (size_t j0 = 0; j0 < rows; j0 += kRowChunk) {
+      const size_t n = std::min(kRowChunk, rows - j0);
+      denseDots(j0, n, x, c + j0);
+      for (size_t q = 0; q < n; ++q) {
+        c[j0 + q] = lossSlope(loss, c[j0 + q], b[j0 + q]);
+        c[j0 + q] *= scale;
+      }
+    }
   }
 
   // out += sum_j c_j a_j over every row (in row order), c_j = scale * loss'(a_j^T x, b_j): the
@@ -247,6 +272,67 @@ void LocalObjective<T>::gradient(std::span<const T> x, std::span<T> out) const {
   T* o = out.data();
   for (size_t k = 0; k < p.cols; ++k) o[k] = p.l2 * xs[k];
   p.addDataGradient(xs, o);
+}
+
+namespace {
+
+// LocalObjective::gradient a block at a time: start() computes every row's coefficient c_j (a
+// pass over the shard's entries, not over d), fill() writes l2 x_k and then adds the rows'
+// terms in row order, as gradient() does for each coordinate. A sparse row keeps a cursor at its
+// first entry not yet added, so each entry is visited once per round.
+template <typename T, typename Impl>
+class LinearGradientBlocks final : public GradientBlocks<T> {
+ public:
+  explicit LinearGradientBlocks(const Impl& p) : p_(p), coef_(p.rows), cursor_(p.rows) {}
+
+  void start(std::span<const T> x) override {
+    assert(x.size() == p_.cols);
+    x_ = x.data();
+    p_.dataCoefficients(x_, coef_.data());
+    if (!p_.dense) {
+      for (size_t j = 0; j < p_.rows; ++j) cursor_[j] = p_.rowPtr[j];
+    }
+  }
+
+  void fill(size_t offset, std::span<T> out) override {
+    const size_t n = out.size();
+    assert(offset + n <= p_.cols);
+    T* __restrict o = out.data();
+    const T* __restrict x = x_ + offset;
+    for (size_t k = 0; k < n; ++k) o[k] = p_.l2 * x[k];
+    if (p_.dense) {
+      for (size_t j0 = 0; j0 < p_.rows; j0 += kRowChunk) {
+        p_.denseAddRows(j0, std::min(kRowChunk, p_.rows - j0), coef_.data() + j0, o, offset, n);
+      }
+      return;
+    }
+    const auto end = static_cast<int64_t>(offset + n);
+    for (size_t j = 0; j < p_.rows; ++j) {
+      size_t q = cursor_[j];
+      const size_t last = p_.rowPtr[j + 1];
+      const T c = coef_[j];
+      for (; q < last && p_.colIdx[q] < end; ++q) o[p_.colIdx[q] - offset] += p_.values[q] * c;
+      cursor_[j] = q;
+    }
+  }
+
+ private:
+  const Impl& p_;
+  const T* x_ = nullptr;
+  std::vector<T> coef_;
+  std::vector<size_t> cursor_;
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<GradientBlocks<T>> LocalObjective<T>::gradientBlocks() const {
+  const Impl& p = *impl_;
+  // A sparse shard costs a pass over its rows per block (4,096 coordinates from the node);
+  // beyond its entries and d, the whole-vector gradient is cheaper.
+  const size_t blocks = (p.cols + 4095) / 4096;
+  if (!p.dense && p.rows * blocks > p.values.size() + p.cols) return nullptr;
+  return std::make_unique<LinearGradientBlocks<T, Impl>>(p);
 }
 
 template <typename T>

@@ -61,6 +61,10 @@ class LocalObjective final : public Objective<T> {
   double stochasticGradientWithLoss(std::span<const T> x, std::span<T> out, size_t batch,
                                     core::Rng& rng) const override;
   double value(std::span<const T> x) const override;
+  // Blocks of gradient(): l2 x and the data term of each row added in row order, as there. None
+  // for a sparse shard with so many rows that a pass over them per block of 4,096 coordinates
+  // would cost more than its entries.
+  std::unique_ptr<GradientBlocks<T>> gradientBlocks() const override;
 
   // Per-sample access, for variance-reduced estimators (optim/oracle.h). With z_j = a_j^T x,
   //   grad f_i(x) = scale() sum_{j < samples()} lossDerivative(j, x) a_j + l2() x,
