@@ -96,7 +96,7 @@ class Dsgd final : public Algorithm<T> {
     const T* x = x_.data() + offset;
     T* psi = psi_.data() + offset;
     // A large message written into a segment the neighbours read in place is streamed there from
-    // psi's block, which the node then reads back (as exact diffusion's and plain gossip's).
+    // psi's block, which the node then reads back (as plain gossip's; 4% faster at d = 1e6 here).
     if (info.messageLent && x_.size() * sizeof(T) >= detail::kStreamBytes) {
       for (size_t k = 0, n = out.size(); k < n; ++k) psi[k] = x[k] - alpha * g[k];
       detail::streamCopy(psi, out.data(), out.size_bytes());
@@ -168,23 +168,18 @@ class ExactDiffusion final : public Algorithm<T> {
     const T* g = gradientAt<T>(oracle_, blocks_.get(), w_, offset, out.size(), grad_, scratch_);
     // psi = w - mu g, phi = psi + w - psi_prev, and psi the next round's psi_prev: one fused
     // pass (element k of psi_prev is read only here, so it is replaced in place).
-    // A large message written into a segment the neighbours read in place goes there with
-    // non-temporal stores from a block in L1, which the node then reads back (as plain gossip's).
-    const bool stream = info.messageLent && w_.size() * sizeof(T) >= detail::kStreamBytes;
-    if (stream && phiBlock_.size() < out.size()) phiBlock_.resize(out.size());
+    // The message is written in place, also into a shared-memory segment: streaming it there
+    // from a block in L1, as DSGD does, measured 5-10% slower here (docs/bench_gossip.md).
     const T mu = static_cast<T>(info.stepSize);
     const T* w = w_.data() + offset;
     T* prev = psiPrev_.data() + offset;
-    T* phi = stream ? phiBlock_.data() : out.data();
+    T* phi = out.data();
     for (size_t k = 0, n = out.size(); k < n; ++k) {
       const T psi = w[k] - mu * g[k];
       phi[k] = psi + w[k] - prev[k];
       prev[k] = psi;
     }
-    if (!stream) return out;
-    detail::streamCopy(phi, out.data(), out.size_bytes());
-    if (offset + out.size() == w_.size()) detail::streamFence();
-    return {phi, out.size()};
+    return out;
   }
 
   void absorb(const RoundInfo&, std::span<const T> own,
@@ -211,7 +206,6 @@ class ExactDiffusion final : public Algorithm<T> {
   std::vector<T> w_, psiPrev_;
   std::vector<T> grad_;     // the whole gradient, where the oracle has no blocks
   std::vector<T> scratch_;  // one block of it, where it has
-  std::vector<T> phiBlock_;  // one block of the message, where it is streamed
   GradientOracle<T>& oracle_;
   std::unique_ptr<GradientBlocks<T>> blocks_;
 };

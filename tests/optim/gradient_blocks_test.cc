@@ -3,7 +3,8 @@
 // message (optim/algorithms.cc). Every block must equal LocalObjective::gradient bit for bit
 // (kernel_test.cc checks gradient() against a naive loop), whatever the block sizes, the layout
 // and the rounds; and the two algorithms must then write the messages and models their
-// recursions give, written out here by hand, with the message streamed into lent memory or not.
+// recursions give, written out here by hand, into lent memory (DSGD then streams its message) or
+// not.
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cstring>
