@@ -159,6 +159,9 @@ core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
     return frame.size();
   }
   // A lossy codec: the algorithm sees its own message exactly as the neighbours will decode it.
+  // It writes its message into outgoing_, the node's own buffer, even where the codec's frame
+  // goes into lent memory: nothing is lent to the algorithm.
+  info_.messageLent = false;
   algorithm_->prepare(info_, outgoing_);
   STARLING_RETURN_IF_ERROR(checkFinite(outgoing_, "its message", kInf));
   // The codec measures the compression error as it writes ownDecoded_ when it can (while both

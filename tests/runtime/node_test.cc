@@ -243,5 +243,76 @@ TEST_CASE("with a linear codec, nodes sum their neighbours' frames in sketch spa
   }
 }
 
+// The in-process transport without its frames to lend (Transport::allocate), as the UCX
+// transport over TCP: the node then writes every frame into a buffer of its own.
+class NonLendingTransport final : public transport::Transport {
+ public:
+  explicit NonLendingTransport(std::unique_ptr<transport::Transport> inner)
+      : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  void send(int to, transport::Tag tag, transport::SharedBytes bytes,
+            transport::SendCallback done) override {
+    inner_->send(to, tag, std::move(bytes), std::move(done));
+  }
+  void recv(int from, transport::Tag tag, Clock::time_point deadline,
+            transport::RecvCallback done) override {
+    inner_->recv(from, tag, deadline, std::move(done));
+  }
+  core::Result<int> progress(Clock::time_point until) override { return inner_->progress(until); }
+  transport::TransportStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<transport::Transport> inner_;
+};
+
+// RoundInfo::messageLent tells an algorithm that it writes into memory the neighbours read in
+// place (the in-process transport's frames, a shared-memory segment; DSGD and plain gossip then
+// stream a large message there). With a lossy codec the algorithm writes the node's own buffer,
+// which the codec then reads: never lent.
+TEST_CASE("an algorithm is told its message is lent only where it writes the lent frame",
+          "[runtime][unit]") {
+  compression::CompressorSpec qsgd;
+  qsgd.kind = compression::CompressorSpec::Kind::kQsgd;
+  auto lossy = compression::createCompressor<double>(qsgd);
+  REQUIRE(lossy.isOk());
+  const int n = 3;
+  const auto schedule = mustSchedule(staticSpec(n, topology::GraphKind::kRing));
+  for (const bool lending : {false, true}) {
+    const std::vector<const compression::Compressor<double>*> codecs = {nullptr, lossy->get()};
+    for (const compression::Compressor<double>* codec : codecs) {
+      CAPTURE(lending, codec != nullptr);
+      auto hub = transport::inproc::createHub(n);
+      std::vector<std::unique_ptr<transport::Transport>> transports;
+      std::vector<std::unique_ptr<Node<double>>> nodes;
+      std::vector<FakeAlgorithm*> algos;
+      for (int r = 0; r < n; ++r) {
+        auto inner = transport::inproc::createTransport(*hub, r);
+        transports.push_back(lending ? std::move(inner)
+                                     : std::make_unique<NonLendingTransport>(std::move(inner)));
+        auto algo = std::make_unique<FakeAlgorithm>(r);
+        algos.push_back(algo.get());
+        nodes.push_back(std::make_unique<Node<double>>(r, std::move(algo), *transports[r],
+                                                       Node<double>::LogFn{}, codec, 100 + r));
+      }
+      const auto topo = schedule->at(0);
+      for (auto& node : nodes) REQUIRE(node->startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
+      const auto stop = Clock::now() + 5s;
+      for (bool all = false; !all;) {
+        all = true;
+        for (const auto& node : nodes) all = all && node->roundComplete();
+        REQUIRE(Clock::now() < stop);
+        for (const auto& t : transports) REQUIRE(t->progress(Clock::now() + 1ms).isOk());
+      }
+      for (auto& node : nodes) REQUIRE(node->finishRound().isOk());
+      for (const FakeAlgorithm* a : algos) {
+        REQUIRE(a->prepared.size() == 1);
+        CHECK(a->prepared[0].messageLent == (lending && codec == nullptr));
+        REQUIRE(a->absorbed.size() == 1);
+        CHECK_FALSE(a->absorbed[0].info.messageLent);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace starling::runtime
