@@ -234,6 +234,39 @@ TEST_CASE("ucx shm: a view outlives its transport and its sender", "[runtime][un
   got.bytes.reset();  // unmaps, reports to nobody
 }
 
+// A neighbour opens a segment of ours through /proc/<pid>/fd, which closes with our transport.
+// A sender that closes right after its last frame must wait (within its grace period) for the
+// neighbour to map and release it; before, the neighbour found the file gone, dropped the frame
+// as malformed and waited for it until its deadline (seen once in the Python API test).
+TEST_CASE("ucx shm: a closing sender waits for a neighbour to take its last frame",
+          "[runtime][unit][ucx][shm]") {
+  const auto ports = freePorts(2);
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  auto t0 = make(shmOptions(0, ports, log));
+  auto t1 = make(shmOptions(1, ports, log));
+  for (int i = 0; i < 3; ++i) exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 1 << 16, 40 + i);
+  // Larger than the segments so far: a new one, which the receiver has never mapped.
+  const SharedBytes msg = randomBytes(1 << 20, 77);
+  Received got;
+  Sent sent;
+  t1->recv(0, Tag{60, 0}, in(10s), got.callback());
+  t0->send(1, Tag{60, 0}, msg, sent.callback());
+  REQUIRE(pumpUntil({t0.get()}, [&] { return sent.calls != 0; }, in(10s)));
+  REQUIRE(sent.status.isOk());
+  // The sender closes before the receiver has even seen the frame's descriptor.
+  std::thread closer([&] { t0.reset(); });
+  std::this_thread::sleep_for(200ms);
+  const bool arrived = pumpUntil({t1.get()}, [&] { return got.calls != 0; }, in(5s));
+  CHECK(arrived);
+  CHECK(got.status.isOk());
+  CHECK(sameBytes(got.bytes, msg));
+  got.bytes.reset();  // released: the sender's close can finish
+  pumpUntil({t1.get()}, [] { return false; }, in(300ms));
+  closer.join();
+  CHECK(t1->stats().corruptMessages == 0);
+}
+
 TEST_CASE("ucx shm: a frame written in place with allocate() goes out without a copy and its "
           "segment is reused only after every reader released it",
           "[runtime][unit][ucx][shm]") {

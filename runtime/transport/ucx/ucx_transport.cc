@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "runtime/transport/ucx/ucx_transport_impl.h"
 
@@ -432,6 +433,27 @@ core::Result<int> UcxTransport::progress(Clock::time_point until) {
 }
 
 void UcxTransport::shutdown() {
+  if (h_.worker && outbox_) {
+    const auto deadline = Clock::now() + kCloseGrace;
+    // A neighbour reaches a segment of ours through /proc/<our pid>/fd, which closes with the
+    // outbox: one that has not mapped our last frame yet would find it gone, drop the frame as
+    // malformed and wait for it until its deadline. So, within the grace period, the views this
+    // rank has let go of go back to their senders, and the frames of ours that live neighbours
+    // still hold are waited for (their releases come back on the open connections).
+    flushReleases();
+    auto lent = [this] {
+      for (size_t i = 0; i < peers_.size(); ++i) {
+        if (peers_[i].state != OutPeer::State::kFailed && outbox_->hasReader(static_cast<int>(i))) {
+          return true;
+        }
+      }
+      return false;
+    };
+    while (lent() && Clock::now() < deadline) {
+      if (ucp_worker_progress(h_.worker) == 0) std::this_thread::yield();
+      flushReleases();
+    }
+  }
   shuttingDown_ = true;
   if (h_.worker) {
     // Close every endpoint with a flush, within a grace period.
