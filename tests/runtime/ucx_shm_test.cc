@@ -213,25 +213,41 @@ TEST_CASE("ucx shm: a receiver asleep in the kernel is woken for a frame put in 
   CHECK(t1->stats().sharedMemoryMessages == before + 1);  // it came through the ring
 }
 
-TEST_CASE("ucx shm: a view outlives its transport and its sender", "[runtime][unit][ucx][shm]") {
-  const auto ports = freePorts(2);
-  auto log = std::make_shared<std::vector<std::string>>();
+// Two transports with shared-memory frames past their handshake (three 64 KiB exchanges), and
+// one more message from t0 to t1 (tag 50) to post.
+struct ShmPair {
+  explicit ShmPair(int seed) {
+    for (int i = 0; i < 3; ++i) {
+      exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 1 << 16, static_cast<uint64_t>(seed + i));
+    }
+  }
+  // t1 waits for `msg`, and t0 sends it.
+  void post(const SharedBytes& msg) {
+    t1->recv(0, Tag{50, 0}, in(10s), got.callback());
+    t0->send(1, Tag{50, 0}, msg, sent.callback());
+  }
+
+  std::vector<uint16_t> ports = freePorts(2);
+  LogLines log = std::make_shared<std::vector<std::string>>();
   LogDump dump{log};
-  auto t0 = make(shmOptions(0, ports, log));
-  auto t1 = make(shmOptions(1, ports, log));
-  for (int i = 0; i < 3; ++i) exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 1 << 16, 20 + i);
-  const SharedBytes msg = randomBytes(1 << 16, 99);
+  std::unique_ptr<Transport> t0 = make(shmOptions(0, ports, log));
+  std::unique_ptr<Transport> t1 = make(shmOptions(1, ports, log));
   Received got;
   Sent sent;
-  t1->recv(0, Tag{50, 0}, in(10s), got.callback());
-  t0->send(1, Tag{50, 0}, msg, sent.callback());
-  REQUIRE(pumpUntil({t0.get(), t1.get()}, [&] { return got.calls && sent.calls; }, in(10s)));
-  REQUIRE(got.status.isOk());
-  REQUIRE(t1->stats().sharedMemoryMessages >= 1);
-  t0.reset();  // the sender unmaps and closes its segment
-  t1.reset();  // the receiver's transport is gone; its view is not
-  CHECK(sameBytes(got.bytes, msg));
-  got.bytes.reset();  // unmaps, reports to nobody
+};
+
+TEST_CASE("ucx shm: a view outlives its transport and its sender", "[runtime][unit][ucx][shm]") {
+  ShmPair p(20);
+  const SharedBytes msg = randomBytes(1 << 16, 99);
+  p.post(msg);
+  REQUIRE(pumpUntil({p.t0.get(), p.t1.get()}, [&] { return p.got.calls && p.sent.calls; },
+                    in(10s)));
+  REQUIRE(p.got.status.isOk());
+  REQUIRE(p.t1->stats().sharedMemoryMessages >= 1);
+  p.t0.reset();  // the sender unmaps and closes its segment
+  p.t1.reset();  // the receiver's transport is gone; its view is not
+  CHECK(sameBytes(p.got.bytes, msg));
+  p.got.bytes.reset();  // unmaps, reports to nobody
 }
 
 // A neighbour opens a segment of ours through /proc/<pid>/fd, which closes with our transport.
@@ -240,31 +256,23 @@ TEST_CASE("ucx shm: a view outlives its transport and its sender", "[runtime][un
 // as malformed and waited for it until its deadline (seen once in the Python API test).
 TEST_CASE("ucx shm: a closing sender waits for a neighbour to take its last frame",
           "[runtime][unit][ucx][shm]") {
-  const auto ports = freePorts(2);
-  auto log = std::make_shared<std::vector<std::string>>();
-  LogDump dump{log};
-  auto t0 = make(shmOptions(0, ports, log));
-  auto t1 = make(shmOptions(1, ports, log));
-  for (int i = 0; i < 3; ++i) exchange(*t0, *t1, Tag{static_cast<uint64_t>(i), 0}, 1 << 16, 40 + i);
+  ShmPair p(40);
   // Larger than the segments so far: a new one, which the receiver has never mapped.
   const SharedBytes msg = randomBytes(1 << 20, 77);
-  Received got;
-  Sent sent;
-  t1->recv(0, Tag{60, 0}, in(10s), got.callback());
-  t0->send(1, Tag{60, 0}, msg, sent.callback());
-  REQUIRE(pumpUntil({t0.get()}, [&] { return sent.calls != 0; }, in(10s)));
-  REQUIRE(sent.status.isOk());
+  p.post(msg);
+  REQUIRE(pumpUntil({p.t0.get()}, [&] { return p.sent.calls != 0; }, in(10s)));
+  REQUIRE(p.sent.status.isOk());
   // The sender closes before the receiver has even seen the frame's descriptor.
-  std::thread closer([&] { t0.reset(); });
+  std::thread closer([&] { p.t0.reset(); });
   std::this_thread::sleep_for(200ms);
-  const bool arrived = pumpUntil({t1.get()}, [&] { return got.calls != 0; }, in(5s));
+  const bool arrived = pumpUntil({p.t1.get()}, [&] { return p.got.calls != 0; }, in(5s));
   CHECK(arrived);
-  CHECK(got.status.isOk());
-  CHECK(sameBytes(got.bytes, msg));
-  got.bytes.reset();  // released: the sender's close can finish
-  pumpUntil({t1.get()}, [] { return false; }, in(300ms));
+  CHECK(p.got.status.isOk());
+  CHECK(sameBytes(p.got.bytes, msg));
+  p.got.bytes.reset();  // released: the sender's close can finish
+  pumpUntil({p.t1.get()}, [] { return false; }, in(300ms));
   closer.join();
-  CHECK(t1->stats().corruptMessages == 0);
+  CHECK(p.t1->stats().corruptMessages == 0);
 }
 
 TEST_CASE("ucx shm: a frame written in place with allocate() goes out without a copy and its "
