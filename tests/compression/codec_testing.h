@@ -87,6 +87,29 @@ void appendValue(Bytes& b, T v) {
   for (size_t i = 0; i < sizeof(T); ++i) b.push_back(static_cast<std::byte>((u >> (8 * i)) & 0xff));
 }
 
+// A scaled-codes payload of two buckets: two float32 scales, then one code byte for each
+// bucket (d = 3 with bucket 2 and 4-bit codes: the qsgd-family corpora's smallest frame).
+inline Bytes twoBucketPayload(float scale0, float scale1, uint8_t code0, uint8_t code1) {
+  Bytes p;
+  appendValue<float>(p, scale0);
+  appendValue<float>(p, scale1);
+  p.push_back(std::byte{code0});
+  p.push_back(std::byte{code1});
+  return p;
+}
+
+// A sparse payload: a u32 count, the index bytes, one value of type V (a norm or a scale), then
+// the codes or signs (topk_dithering's and adacomp's layout).
+template <typename V>
+Bytes countedPayload(uint32_t count, const Bytes& indexBytes, V value, const Bytes& tail) {
+  Bytes p;
+  appendU32(p, count);
+  p.insert(p.end(), indexBytes.begin(), indexBytes.end());
+  appendValue<V>(p, value);
+  p.insert(p.end(), tail.begin(), tail.end());
+  return p;
+}
+
 inline CompressorSpec makeSpec(Kind kind) {
   CompressorSpec s;
   s.kind = kind;

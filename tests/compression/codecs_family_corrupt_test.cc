@@ -47,14 +47,7 @@ TEMPLATE_TEST_CASE("nuqsgd and dqsgd frames with bad params, scales or codes are
     appendU32(p, bucket);
     return p;
   };
-  auto payload = [](float scale0, float scale1, uint8_t code0, uint8_t code1) {
-    Bytes p;
-    appendValue<float>(p, scale0);
-    appendValue<float>(p, scale1);
-    p.push_back(std::byte{code0});
-    p.push_back(std::byte{code1});
-    return p;
-  };
+  const auto payload = twoBucketPayload;
   const size_t d = 3;
   const Bytes good = payload(2.0f, 1.0f, 0x97, 0x00);
   // nuqsgd: s = 7, level 7 = 1, level 1 = 2^-6; dqsgd: qsgd's 7/7 and 1/7 (of the scale 2).
@@ -169,14 +162,7 @@ TEMPLATE_TEST_CASE("topk dithering frames with bad counts, indices or codes are 
   const CodecId id = CodecId::kTopKDithering;
   const size_t d = 5;
   // count k | index bytes | norm | code bytes; s = 2: 3-bit codes.
-  auto payload = [](uint32_t k, const Bytes& indexBytes, float norm, const Bytes& codes) {
-    Bytes p;
-    appendU32(p, k);
-    p.insert(p.end(), indexBytes.begin(), indexBytes.end());
-    appendValue<float>(p, norm);
-    p.insert(p.end(), codes.begin(), codes.end());
-    return p;
-  };
+  const auto payload = countedPayload<float>;
   const Bytes s2 = bytesOf({2});
   // Indices 1 and 4, codes 2 and 4|1 -> 0x2a: norm, -norm/2, over zeta_2 = 9/8 + (sqrt(2)/2)^2.
   const double z = 9.0 / 8 + 0.5;
@@ -213,14 +199,7 @@ TEMPLATE_TEST_CASE("adacomp frames with bad counts, indices, scales or signs are
   auto c = make<T>(adacompSpec(4));
   const CodecId id = CodecId::kAdaComp;
   const size_t d = 5;
-  auto payload = [](uint32_t n, const Bytes& indexBytes, T scale, const Bytes& signs) {
-    Bytes p;
-    appendU32(p, n);
-    p.insert(p.end(), indexBytes.begin(), indexBytes.end());
-    appendValue<T>(p, scale);
-    p.insert(p.end(), signs.begin(), signs.end());
-    return p;
-  };
+  const auto payload = countedPayload<T>;
   CHECK(decodeOk(*c, craft<T>(id, d, {}, payload(2, bytesOf({1, 3}), T(0.5), bytesOf({2}))), d) ==
         std::vector<T>{0, T(0.5), 0, 0, T(-0.5)});
   CHECK(decodeOk(*c, craft<T>(id, d, {}, payload(0, {}, T(0), {})), d) == std::vector<T>(d, 0));

@@ -288,14 +288,7 @@ TEMPLATE_TEST_CASE("qsgd frames with bad params, scales or codes are corruption"
     return p;
   };
   // d = 3, bits 4, bucket 2: scales 2.0f and 1.0f, codes 7, 8|1 (-1/7), 0 -> bytes 97 00.
-  auto payload = [](float scale0, float scale1, uint8_t code0, uint8_t code1) {
-    Bytes p;
-    appendValue<float>(p, scale0);
-    appendValue<float>(p, scale1);
-    p.push_back(std::byte{code0});
-    p.push_back(std::byte{code1});
-    return p;
-  };
+  const auto payload = twoBucketPayload;
   const size_t d = 3;
   const Bytes good = payload(2.0f, 1.0f, 0x97, 0x00);
   const auto y = decodeOk(*c, craft<T>(CodecId::kQsgd, d, params(4, 0, 2), good), d);
