@@ -1,6 +1,8 @@
 // bench-gossip: how long one gossip round takes on a ring of P peer processes, over Starling's UCX
 // transport and, in the same run, over OpenMPI (bench-gossip-mpi), next to the memory-bandwidth
-// floor of the round. docs/bench_gossip.md has the results and the method.
+// floor of the round and, with the tcp column, the same round over plain TCP sockets (the floor
+// under any TCP transport, bench_gossip_sockets.cc). docs/bench_gossip.md has the results and the
+// method.
 //
 // One round, on every rank r of the ring (neighbours r-1 and r+1): seal the frame whose payload
 // holds x (CRC32C), send it to both neighbours, receive theirs, decode them (CRC-checked, in
@@ -13,7 +15,7 @@
 //                [--min-seconds 1] [--repeat 3] [--no-mpi] [--keep] [--spin] [--spin-us 50]
 //                [--busy-poll auto|on|off] [--warmup 8] [--settle 16]
 //                [--no-shm-frames] [--ucx-tls TLS]
-//   bench-gossip --worker --rank R --peers host:port,... --dim D --tls shm --out FILE
+//   bench-gossip --worker --rank R --peers host:port,... --dim D --tls shm|tcp|sockets --out FILE
 //
 // The driver forks P workers of itself (/proc/self/exe) per configuration, and runs
 // `mpirun -np P bench-gossip-mpi` (found next to this executable) for the MPI columns. Each rank
@@ -272,7 +274,7 @@ int runDriver(DriverOptions o) {
   std::vector<Row> rows;
   for (int p : o.peers) {
     for (size_t d : o.dims) {
-      Row row{p, d, {}, {}, {}, {}, {}, {}};
+      Row row{p, d, {}, {}, {}, {}, {}, {}, {}};
       const std::string name = "P" + std::to_string(p) + "-d" + std::to_string(d) + "-";
       // Repetitions interleave the columns, so that a burst of load from elsewhere on the
       // machine hits them alike; each column keeps its best repetition.
@@ -280,6 +282,9 @@ int runDriver(DriverOptions o) {
         const std::string tag = name + std::to_string(rep) + "-";
         for (const auto& t : o.tls) {
           keepBest(t == "shm" ? row.shm : row.tcp, runStarling(o, tmp / (tag + t), p, d, t));
+          if (t == "tcp") {  // the floor under it: the same round over plain sockets
+            keepBest(row.sockets, runStarling(o, tmp / (tag + "sockets"), p, d, "sockets"));
+          }
           for (const auto& sec : o.security) {
             keepBest(row.secured[t + "+" + sec],
                      runStarling(o, tmp / (tag + t + "-" + sec), p, d, t, sec));
@@ -293,13 +298,15 @@ int runDriver(DriverOptions o) {
           }
         }
       }
-      for (const Cell* c : {&row.shm, &row.tcp, &row.ob1, &row.ucx, &row.mpiTcp}) {
+      for (const Cell* c : {&row.shm, &row.tcp, &row.sockets, &row.ob1, &row.ucx, &row.mpiTcp}) {
         if (!c->error.empty())
           std::fprintf(stderr, "P=%d d=%s: %s\n", p, dimName(d).c_str(), c->error.c_str());
       }
-      std::fprintf(stderr, "P=%d d=%s: shm %s, tcp %s, mpi ob1 %s, mpi ucx %s, mpi tcp %s ms\n",
+      std::fprintf(stderr,
+                   "P=%d d=%s: shm %s, tcp %s, sockets %s, mpi ob1 %s, mpi ucx %s, mpi tcp %s ms\n",
                    p, dimName(d).c_str(), fmtMs(row.shm).c_str(), fmtMs(row.tcp).c_str(),
-                   fmtMs(row.ob1).c_str(), fmtMs(row.ucx).c_str(), fmtMs(row.mpiTcp).c_str());
+                   fmtMs(row.sockets).c_str(), fmtMs(row.ob1).c_str(), fmtMs(row.ucx).c_str(),
+                   fmtMs(row.mpiTcp).c_str());
       rows.push_back(std::move(row));
     }
   }
@@ -326,7 +333,10 @@ int main(int argc, char** argv) {
   app.add_option("--peers", peers, "peer counts (driver) or host:port of every rank (worker)")
       ->delimiter(',');
   app.add_option("--dims", dims, "vector lengths in floats")->delimiter(',');
-  app.add_option("--tls", tls, "Starling transports: shm and/or tcp")->delimiter(',');
+  app.add_option("--tls", tls,
+                 "Starling transports: shm and/or tcp (tcp brings the plain-sockets column; a "
+                 "worker also takes sockets)")
+      ->delimiter(',');
   app.add_option("--rounds-max", d.roundsMax, "at most this many timed rounds")
       ->check(CLI::PositiveNumber);
   app.add_option("--min-seconds", d.minSeconds, "time at least this long (5 rounds at least)");
@@ -377,7 +387,7 @@ int main(int argc, char** argv) {
       w.roundsMax = d.roundsMax;
       w.minSeconds = d.minSeconds;
       if (w.addresses.size() < 3) throw CLI::ValidationError("--peers", "a ring needs 3 ranks");
-      const core::Status st = runWorker(w);
+      const core::Status st = w.tls == "sockets" ? runSocketWorker(w) : runWorker(w);
       if (!st.isOk()) {
         std::fprintf(stderr, "bench-gossip worker %d: %s\n", w.rank, st.toString().c_str());
         return 1;

@@ -102,8 +102,9 @@ std::string fmtMs(const Cell& c) {
 void printTables(const std::vector<Row>& rows, double bw, unsigned cores, bool keyed) {
   std::printf(
       "\n| P | d | Starling shm ms | Starling tcp ms | MPI (ob1) ms | MPI (pml ucx) ms | MPI (tcp) ms |"
-      " floor ms | Starling GB/s | Starling/MPI | tcp/MPI tcp | rounds | check |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+      " TCP sockets ms | floor ms | Starling GB/s | Starling/MPI | tcp/MPI tcp | sockets/MPI tcp |"
+      " rounds | check |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
   for (const auto& r : rows) {
     // What a round must touch per rank: write the outgoing d floats, read them once to send,
     // write the 2d received, read 3d and write d in the combine: 8d floats.
@@ -114,19 +115,22 @@ void printTables(const std::vector<Row>& rows, double bw, unsigned cores, bool k
     const double moved =
         2.0 * r.peers * static_cast<double>(compression::denseFrameBytes<float>(r.dim));
     bool allChecked = true;
-    for (const Cell* c : {&r.shm, &r.tcp, &r.ob1, &r.ucx, &r.mpiTcp}) {
+    for (const Cell* c : {&r.shm, &r.tcp, &r.sockets, &r.ob1, &r.ucx, &r.mpiTcp}) {
       allChecked &= !c->ran || c->checked();
     }
     const double starTcp = bestMs({&r.tcp});
+    const double sockets = bestMs({&r.sockets});
     const double mpiTcp = bestMs({&r.mpiTcp});
-    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", r.peers,
-                dimName(r.dim).c_str(), fmtMs(r.shm).c_str(), fmtMs(r.tcp).c_str(),
+    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n",
+                r.peers, dimName(r.dim).c_str(), fmtMs(r.shm).c_str(), fmtMs(r.tcp).c_str(),
                 fmtMs(r.ob1).c_str(), fmtMs(r.ucx).c_str(), fmtMs(r.mpiTcp).c_str(),
-                fmt("%.3g", floorMs).c_str(),
+                fmtMs(r.sockets).c_str(), fmt("%.3g", floorMs).c_str(),
                 star > 0 ? fmt("%.2f", moved / (star * 1e-3) / 1e9).c_str() : "—",
                 star > 0 && mpi > 0 ? fmt("%.2f", star / mpi).c_str() : "—",
                 starTcp > 0 && mpiTcp > 0 ? fmt("%.2f", starTcp / mpiTcp).c_str() : "—",
-                std::max({r.shm.rounds, r.tcp.rounds, r.ob1.rounds, r.ucx.rounds, r.mpiTcp.rounds}),
+                sockets > 0 && mpiTcp > 0 ? fmt("%.2f", sockets / mpiTcp).c_str() : "—",
+                std::max({r.shm.rounds, r.tcp.rounds, r.sockets.rounds, r.ob1.rounds, r.ucx.rounds,
+                          r.mpiTcp.rounds}),
                 allChecked ? "ok" : "WRONG x");
   }
 
@@ -134,7 +138,8 @@ void printTables(const std::vector<Row>& rows, double bw, unsigned cores, bool k
   std::printf(
       "\nTime per round (ms: the slowest rank's total over its timed rounds, from the repetition "
       "kept above):\n\n| P | d | Starling shm | Starling tcp | MPI (ob1) | MPI (pml ucx) | "
-      "MPI (tcp) | Starling/MPI | tcp/MPI tcp |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "MPI (tcp) | TCP sockets | Starling/MPI | tcp/MPI tcp | sockets/MPI tcp |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const auto meanOf = [](const Cell& c) { return c.ran && c.checked() ? c.meanMs : 0.0; };
   const auto fmtMean = [](double v) { return v > 0 ? fmt(v < 1 ? "%.3f" : "%.2f", v) : "—"; };
   for (const auto& r : rows) {
@@ -146,14 +151,16 @@ void printTables(const std::vector<Row>& rows, double bw, unsigned cores, bool k
     for (const Cell* c : {&r.shm, &r.tcp}) {
       if (meanOf(*c) > 0 && (star == 0 || meanOf(*c) < star)) star = meanOf(*c);
     }
-    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.peers, dimName(r.dim).c_str(),
-                fmtMean(meanOf(r.shm)).c_str(), fmtMean(meanOf(r.tcp)).c_str(),
-                fmtMean(meanOf(r.ob1)).c_str(), fmtMean(meanOf(r.ucx)).c_str(),
-                fmtMean(meanOf(r.mpiTcp)).c_str(),
+    const auto ratio = [&](const Cell& a, const Cell& b) {
+      return meanOf(a) > 0 && meanOf(b) > 0 ? fmt("%.2f", meanOf(a) / meanOf(b)) : "—";
+    };
+    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.peers,
+                dimName(r.dim).c_str(), fmtMean(meanOf(r.shm)).c_str(),
+                fmtMean(meanOf(r.tcp)).c_str(), fmtMean(meanOf(r.ob1)).c_str(),
+                fmtMean(meanOf(r.ucx)).c_str(), fmtMean(meanOf(r.mpiTcp)).c_str(),
+                fmtMean(meanOf(r.sockets)).c_str(),
                 star > 0 && mpi > 0 ? fmt("%.2f", star / mpi).c_str() : "—",
-                meanOf(r.tcp) > 0 && meanOf(r.mpiTcp) > 0
-                    ? fmt("%.2f", meanOf(r.tcp) / meanOf(r.mpiTcp)).c_str()
-                    : "—");
+                ratio(r.tcp, r.mpiTcp).c_str(), ratio(r.sockets, r.mpiTcp).c_str());
   }
 
   std::printf(
@@ -166,6 +173,7 @@ void printTables(const std::vector<Row>& rows, double bw, unsigned cores, bool k
   for (const auto& r : rows) {
     const std::pair<const char*, const Cell*> runs[] = {{"Starling shm", &r.shm},
                                                         {"Starling tcp", &r.tcp},
+                                                        {"TCP sockets", &r.sockets},
                                                         {"MPI ob1", &r.ob1},
                                                         {"MPI ucx", &r.ucx},
                                                         {"MPI tcp", &r.mpiTcp}};

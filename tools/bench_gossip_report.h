@@ -45,7 +45,7 @@ std::string fmtMs(const Cell& c);
 struct Row {
   int peers;
   size_t dim;
-  Cell shm, tcp, ob1, ucx, mpiTcp;
+  Cell shm, tcp, sockets, ob1, ucx, mpiTcp;  // sockets: the round over plain TCP sockets
   std::map<std::string, Cell> secured;  // "shm+auth", ...
 };
 

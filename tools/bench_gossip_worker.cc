@@ -102,7 +102,7 @@ class RingPeer {
     SharedBytes sent = std::move(frame_);  // x_ views it until the combine is done
     const std::span<float> out = nextFrame();
     const auto t3 = Clock::now();
-    combineAndSeal(out, values[0], values[1]);
+    combineAndSeal(frameBytes_, out, x_, values[0], values[1]);
     const auto t4 = Clock::now();
     got = {};
     sent.reset();  // the transport keeps what it still needs (sends, neighbours reading it)
@@ -115,27 +115,6 @@ class RingPeer {
     phases[kCombine] += seconds(t3, t4);
     phases[kRelease] += seconds(t4, t5);
     return core::Status::ok();
-  }
-
-  // out = (x + left + right) / 3, written into the next frame's payload a block at a time, each
-  // block checksummed while it is still in L1 (as runtime::Node's checkAndSeal seals the engine's
-  // messages), then the frame sealed: the CRC costs no pass over d of its own.
-  void combineAndSeal(std::span<float> out, std::span<const float> left,
-                      std::span<const float> right) {
-    constexpr size_t kBlock = 4096;
-    compression::Crc32c crc;
-    const auto* payload = reinterpret_cast<const std::byte*>(out.data());
-    crc.update(frameBytes_.first(static_cast<size_t>(payload - frameBytes_.data())));
-    for (size_t b = 0; b < out.size(); b += kBlock) {
-      const size_t n = std::min(kBlock, out.size() - b);
-      const auto block = out.subspan(b, n);
-      combineRing(block, x_.subspan(b, n), left.subspan(b, n), right.subspan(b, n));
-      crc.update(std::as_bytes(block));
-    }
-    const std::byte* end = payload + out.size_bytes();
-    crc.update({end, static_cast<size_t>(frameBytes_.data() + frameBytes_.size() -
-                                         compression::kFrameTrailerBytes - end)});
-    compression::sealFrame(frameBytes_, crc.value());
   }
 
   // Rank 0 tells every rank how many rounds to time (a one-element float64 frame).
@@ -217,12 +196,30 @@ class RingPeer {
   core::Status sendFailure_;
 };
 
+}  // namespace
+
+void combineAndSeal(std::span<std::byte> frame, std::span<float> out, std::span<const float> x,
+                    std::span<const float> left, std::span<const float> right) {
+  constexpr size_t kBlock = 4096;
+  compression::Crc32c crc;
+  const auto* payload = reinterpret_cast<const std::byte*>(out.data());
+  crc.update(frame.first(static_cast<size_t>(payload - frame.data())));
+  for (size_t b = 0; b < out.size(); b += kBlock) {
+    const size_t n = std::min(kBlock, out.size() - b);
+    const auto block = out.subspan(b, n);
+    combineRing(block, x.subspan(b, n), left.subspan(b, n), right.subspan(b, n));
+    crc.update(std::as_bytes(block));
+  }
+  const std::byte* end = payload + out.size_bytes();
+  crc.update({end, static_cast<size_t>(frame.data() + frame.size() -
+                                       compression::kFrameTrailerBytes - end)});
+  compression::sealFrame(frame, crc.value());
+}
+
 int roundsFor(double roundS, const WorkerOptions& o) {
   const int wanted = static_cast<int>(std::ceil(o.minSeconds / std::max(roundS, 1e-9)));
   return std::clamp(wanted, std::min(5, o.roundsMax), o.roundsMax);
 }
-
-}  // namespace
 
 core::Status runWorker(const WorkerOptions& o) {
   transport::NetworkOptions no;
