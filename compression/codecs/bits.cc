@@ -22,13 +22,10 @@ constexpr size_t kSumLanes = 32;  // 4 AVX-512 accumulators hide the adds' laten
 // ---------------------------------------------------------------------------------------------
 // Lane sums (bits.h, "Sums that must equal a serial float64 loop").
 
-// Adds the lanes pairwise and bounds the serial sum of the same n terms around the result.
-LaneSum finishLanes(double (&acc)[kSumLanes], size_t n) {
-  for (size_t w = kSumLanes / 2; w >= 1; w /= 2) {
-    for (size_t j = 0; j < w; ++j) acc[j] += acc[j + w];
-  }
+// The interval around a lane sum of n nonnegative terms that holds their serial sum.
+LaneSum boundLanes(double sum, size_t n) {
   LaneSum r;
-  r.sum = acc[0];
+  r.sum = sum;
   // A term takes part in at most n/32 + 4 additions here (its lane, then 5 tree levels) and in
   // at most n - 1 in the serial loop; S (exact) <= sum / (1 - gamma). For n < 2^40 the gammas'
   // denominators cost less than the factor 1 + 2^-10, and 8 units more than the 3 needed cover
@@ -38,6 +35,14 @@ LaneSum finishLanes(double (&acc)[kSumLanes], size_t n) {
   r.lo = r.sum - delta;
   r.hi = r.sum + delta;
   return r;
+}
+
+// Adds the lanes pairwise (lane j + w into lane j, w = 16, 8, 4, 2, 1) and bounds the result.
+LaneSum finishLanes(double (&acc)[kSumLanes], size_t n) {
+  for (size_t w = kSumLanes / 2; w >= 1; w /= 2) {
+    for (size_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return boundLanes(acc[0], n);
 }
 
 // Serial float64 sums, exactly as the codecs computed them before the lane sums.
@@ -301,10 +306,59 @@ void unpackAlignedFast(const std::byte* in, size_t n, int width, uint8_t* c) {
   if (done < n) unpackAligned(in + done / 8 * width, n - done, width, c + done);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// The lane sums of the loops below in four AVX-512 registers (lanes 0-7, 8-15, 16-23, 24-31),
+// the same additions in the same order, so the same bits: a square of a float32 is exact in
+// float64, so the fused multiply-add rounds as the separate add does; a partial last group loads
+// zeros into the lanes it does not reach, and adding +0 leaves a lane as it was; the pairwise
+// tree stays in registers. What it saves is the loop's bookkeeping and the tree's trip through
+// memory, a third of the time of a 512-element bucket.
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_* in intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+template <bool kSquares>
+__attribute__((target("avx512f,avx512vl"))) inline __m512d addToLanes(__m512d acc, __m256 x8) {
+  const __m512d v = _mm512_cvtps_pd(x8);
+  if constexpr (kSquares) return _mm512_fmadd_pd(v, v, acc);
+  const __m512i absMask = _mm512_set1_epi64(0x7fffffffffffffffLL);
+  return _mm512_add_pd(acc, _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(v), absMask)));
+}
+
+template <bool kSquares>
+__attribute__((target("avx512f,avx512vl"))) LaneSum laneSumAvx512(const float* x, size_t n) {
+  __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
+                    _mm512_setzero_pd()};
+  size_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    for (size_t k = 0; k < 4; ++k) acc[k] = addToLanes<kSquares>(acc[k], _mm256_loadu_ps(x + i + 8 * k));
+  }
+  for (size_t k = 0; k < 4 && i + 8 * k < n; ++k) {
+    const size_t left = std::min<size_t>(8, n - i - 8 * k);
+    const auto mask = static_cast<__mmask8>((1u << left) - 1);
+    acc[k] = addToLanes<kSquares>(acc[k], _mm256_maskz_loadu_ps(mask, x + i + 8 * k));
+  }
+  const __m512d a01 = _mm512_add_pd(_mm512_add_pd(acc[0], acc[2]), _mm512_add_pd(acc[1], acc[3]));
+  const __m256d a4 = _mm256_add_pd(_mm512_castpd512_pd256(a01), _mm512_extractf64x4_pd(a01, 1));
+  const __m128d a2 = _mm_add_pd(_mm256_castpd256_pd128(a4), _mm256_extractf128_pd(a4, 1));
+  return boundLanes(_mm_cvtsd_f64(_mm_add_sd(a2, _mm_unpackhi_pd(a2, a2))), n);
+}
+#pragma GCC diagnostic pop
+
+bool hasAvx512Vl() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  }();
+  return yes;
+}
+#endif
+
 }  // namespace
 
 STARLING_SIMD_CLONES
-LaneSum laneSumSquares(const float* x, size_t n) {
+LaneSum laneSumSquaresPortable(const float* x, size_t n) {
   double acc[kSumLanes] = {};
   size_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
@@ -321,7 +375,7 @@ LaneSum laneSumSquares(const float* x, size_t n) {
 }
 
 STARLING_SIMD_CLONES
-LaneSum laneSumAbs(const float* x, size_t n) {
+LaneSum laneSumAbsPortable(const float* x, size_t n) {
   double acc[kSumLanes] = {};
   size_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
@@ -329,6 +383,20 @@ LaneSum laneSumAbs(const float* x, size_t n) {
   }
   for (size_t j = 0; i + j < n; ++j) acc[j] += std::fabs(static_cast<double>(x[i + j]));
   return finishLanes(acc, n);
+}
+
+LaneSum laneSumSquares(const float* x, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (hasAvx512Vl()) return laneSumAvx512<true>(x, n);
+#endif
+  return laneSumSquaresPortable(x, n);
+}
+
+LaneSum laneSumAbs(const float* x, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (hasAvx512Vl()) return laneSumAvx512<false>(x, n);
+#endif
+  return laneSumAbsPortable(x, n);
 }
 
 STARLING_SIMD_CLONES

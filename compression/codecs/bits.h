@@ -128,9 +128,12 @@ struct LaneSum {
 };
 
 // Sums of x_i^2 and of |x_i| over n float32 values, in 32 lanes (element i into lane i mod 32)
-// combined pairwise: a fixed order, the same in every SIMD clone.
+// combined pairwise: a fixed order, the same in every SIMD clone and in the AVX-512 path taken
+// where the CPU has it. The *Portable versions are the loops alone (the tests compare both).
 LaneSum laneSumSquares(const float* x, size_t n);
 LaneSum laneSumAbs(const float* x, size_t n);
+LaneSum laneSumSquaresPortable(const float* x, size_t n);
+LaneSum laneSumAbsPortable(const float* x, size_t n);
 
 // The bucket's max |x_i| as float32 bits, any NaN counting above infinity (so a NaN's bits
 // exceed 0x7f800000). Exact: an integer max.

@@ -112,6 +112,71 @@ TEST_CASE("fp16 and bf16 decode every 16-bit pattern as the scalar conversion do
   }
 }
 
+// The lane sums behind every l2 bucket scale and sign's scale (compression/codecs/bits.cc): an
+// AVX-512 path where the CPU has one, the vectorized loops elsewhere. Both must give the bits of
+// this reference (element i into lane i mod 32, then lane j + w into lane j for w = 16 ... 1),
+// and the interval they return must hold the serial sum, which decides the frame's scale.
+double referenceLaneSum(const std::vector<float>& x, bool squares) {
+  double acc[32] = {};
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    acc[i % 32] += squares ? v * v : std::fabs(v);
+  }
+  for (size_t w = 16; w >= 1; w /= 2) {
+    for (size_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+
+TEST_CASE("lane sums equal the 32-lane reference in every path and bound the serial sum",
+          "[compression][unit]") {
+  using codecs::LaneSum;
+  core::Rng rng(23);
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 70; ++n) lengths.push_back(n);
+  for (size_t n : {511, 512, 513, 1000, 4096 + 17}) lengths.push_back(n);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::max(), -0.0f};
+  size_t failures = 0;
+  for (size_t n : lengths) {
+    for (int kind = 0; kind < 3; ++kind) {
+      CAPTURE(n, kind);
+      std::vector<float> x(n);
+      // Gaussian values at one scale, at scales spread over 2^-60 .. 2^60, or with a special one.
+      for (float& v : x) {
+        v = static_cast<float>(rng.normal() * (kind == 1 ? std::ldexp(1.0, static_cast<int>(
+                                                                              rng.uniform() * 120) -
+                                                                              60)
+                                                         : 1.0));
+      }
+      if (kind == 2 && n > 0) x[static_cast<size_t>(rng.uniform() * n)] = specials[n % 5];
+      for (bool squares : {true, false}) {
+        const double want = referenceLaneSum(x, squares);
+        double serial = 0.0;
+        for (float v : x) serial += squares ? double{v} * double{v} : std::fabs(double{v});
+        const LaneSum fast = squares ? codecs::laneSumSquares(x.data(), n)
+                                     : codecs::laneSumAbs(x.data(), n);
+        const LaneSum portable = squares ? codecs::laneSumSquaresPortable(x.data(), n)
+                                         : codecs::laneSumAbsPortable(x.data(), n);
+        for (const LaneSum& s : {fast, portable}) {
+          const bool same = std::isnan(want) ? std::isnan(s.sum)
+                                             : std::bit_cast<uint64_t>(s.sum) ==
+                                                   std::bit_cast<uint64_t>(want);
+          if (!same) ++failures;
+          if (std::isfinite(serial) && !(s.lo <= serial && serial <= s.hi)) ++failures;
+        }
+        if (std::bit_cast<uint64_t>(fast.lo) != std::bit_cast<uint64_t>(portable.lo) &&
+            !std::isnan(fast.lo)) {
+          ++failures;
+        }
+      }
+    }
+  }
+  CHECK(failures == 0);
+}
+
 TEST_CASE("sign frames hold x < 0 for every element, in vector and scalar paths",
           "[compression][unit]") {
   // The sign bits are built and expanded 16 at a time where the CPU has AVX-512
