@@ -24,14 +24,7 @@
 
 #include "tools/bench_gossip_round.h"
 
-namespace {
-
 using namespace starling::bench;
-
-
-
-
-}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
