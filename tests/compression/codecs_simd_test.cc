@@ -2,6 +2,7 @@
 // bits.cc, exponential.cc) against the scalar conversions and bit-by-bit packing.
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "compression/codecs/bits.h"
@@ -175,6 +176,75 @@ TEST_CASE("lane sums equal the 32-lane reference in every path and bound the ser
     }
   }
   CHECK(failures == 0);
+}
+
+// qsgd's 4-bit payloads of many buckets and sizes (the golden frames hold only a few elements),
+// byte for byte against a reference that follows the format alone: serial l2 scale rounded up,
+// R = round(|x| k) in float32, the 16-bit uniforms of UniformBits in fill's order with a chunk
+// of 512 taking whole steps of 32, codes packed low bits first. It pins what any faster encode
+// must keep.
+std::vector<std::byte> referenceQsgd4(const std::vector<float>& x, uint64_t bucket, uint64_t seed) {
+  constexpr uint32_t s = 7, signBit = 8;
+  const uint64_t buckets = (x.size() + bucket - 1) / bucket;
+  std::vector<std::byte> out(4 * buckets + (x.size() * 4 + 7) / 8, std::byte{0});
+  codecs::UniformBits gen(seed);
+  for (uint64_t b = 0; b < buckets; ++b) {
+    const size_t first = b * bucket, size = std::min<size_t>(bucket, x.size() - first);
+    double sum = 0.0;
+    for (size_t i = 0; i < size; ++i) sum += double{x[first + i]} * double{x[first + i]};
+    const float scale = codecs::roundUpToFloat(std::sqrt(sum));
+    std::memcpy(out.data() + 4 * b, &scale, 4);  // little-endian host
+    const bool quantize = std::isfinite(scale) && scale > 0.0f;
+    const auto k = static_cast<float>(double{s} * 0x1p16 / double{scale});
+    for (size_t lo = 0; lo < size; lo += 512) {
+      const size_t n = std::min<size_t>(512, size - lo);
+      std::vector<uint64_t> words((n + 31) / 32 * 8);
+      if (quantize) gen.fill(words.data(), words.size());
+      for (size_t i = 0; i < n; ++i) {
+        const float v = x[first + lo + i];
+        uint32_t code = 0;
+        if (quantize) {
+          const auto u = static_cast<uint32_t>((words[i / 4] >> (16 * (i % 4))) & 0xffff);
+          const volatile float product = std::fabs(v) * k;  // rounded on its own, as the format says
+          const auto r = static_cast<uint32_t>(static_cast<int32_t>(product + 0.5f));
+          const uint32_t level = (std::min(r, s << 16) + u) >> 16;
+          code = level | (v < 0.0f && level != 0 ? signBit : 0u);
+        }
+        const size_t at = first + lo + i;
+        out[4 * buckets + at / 2] |= std::byte(code << (4 * (at % 2)));
+      }
+    }
+  }
+  return out;
+}
+
+TEST_CASE("qsgd's 4-bit payloads equal a reference written from the format",
+          "[compression][unit]") {
+  codecs::ScaledCodes q;
+  q.levels = codecs::LevelSet::kUniform;
+  q.s = 7;
+  q.levelBits = 3;
+  core::Rng data(31);
+  // Buckets of whole steps, with a remainder, shorter than a step, of odd size (so that a bucket
+  // starts mid-byte), and one of zeros; values over many magnitudes, exact levels included.
+  for (const uint64_t bucket : {512u, 100u, 33u, 31u, 32u, 1000u}) {
+    for (const size_t d : {size_t{0}, size_t{31}, size_t{64}, size_t{1000}, size_t{5000}}) {
+      CAPTURE(bucket, d);
+      std::vector<float> x(d);
+      for (size_t i = 0; i < d; ++i) {
+        x[i] = static_cast<float>(data.normal() * std::ldexp(1.0, static_cast<int>(i % 7) * 3 - 9));
+      }
+      for (size_t i = 0; i < std::min<size_t>(d, bucket); ++i) x[i] = 0.0f;  // a bucket of zeros
+      for (size_t i = bucket; i < d; i += 13) x[i] = (i % 2 ? -1.0f : 1.0f);  // exact levels
+      q.bucket = bucket;
+      const uint64_t seed = data.nextU64();
+      core::Rng rng(seed);
+      const uint64_t generatorSeed = core::Rng(seed).nextU64();
+      std::vector<std::byte> got(q.payloadBytes(d), std::byte{0x5a});
+      codecs::encodeScaledCodes<float>(x, q, rng, got.data());
+      CHECK(got == referenceQsgd4(x, bucket, generatorSeed));
+    }
+  }
 }
 
 TEST_CASE("sign frames hold x < 0 for every element, in vector and scalar paths",
