@@ -345,14 +345,6 @@ __attribute__((target("avx512f,avx512vl"))) LaneSum laneSumAvx512(const float* x
   return boundLanes(_mm_cvtsd_f64(_mm_add_sd(a2, _mm_unpackhi_pd(a2, a2))), n);
 }
 #pragma GCC diagnostic pop
-
-bool hasAvx512Vl() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  }();
-  return yes;
-}
 #endif
 
 }  // namespace
@@ -387,14 +379,14 @@ LaneSum laneSumAbsPortable(const float* x, size_t n) {
 
 LaneSum laneSumSquares(const float* x, size_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (hasAvx512Vl()) return laneSumAvx512<true>(x, n);
+  if (avx512().f && avx512().vl) return laneSumAvx512<true>(x, n);
 #endif
   return laneSumSquaresPortable(x, n);
 }
 
 LaneSum laneSumAbs(const float* x, size_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (hasAvx512Vl()) return laneSumAvx512<false>(x, n);
+  if (avx512().f && avx512().vl) return laneSumAvx512<false>(x, n);
 #endif
   return laneSumAbsPortable(x, n);
 }
@@ -522,13 +514,17 @@ void unpackCodes(const std::byte* stream, uint64_t first, size_t n, int width, u
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-bool hasVbmi() {
-  static const bool yes = [] {
+const Avx512& avx512() {
+  static const Avx512 has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vbmi");
+    Avx512 a;
+    a.f = __builtin_cpu_supports("avx512f");
+    a.bw = __builtin_cpu_supports("avx512bw");
+    a.vl = __builtin_cpu_supports("avx512vl");
+    a.vbmi = __builtin_cpu_supports("avx512vbmi");
+    return a;
   }();
-  return yes;
+  return has;
 }
 #endif
 

@@ -27,9 +27,15 @@
 namespace starling::compression::codecs {
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// True when this CPU has AVX-512 F, BW and VBMI: the byte-permute packing paths of bits.cc and
-// exponential.cc run only then (each keeps a portable loop that writes the same bytes).
-bool hasVbmi();
+// The parts of AVX-512 this CPU has, read once (bits.cc). The vector paths of bits.cc,
+// quantize.cc and exponential.cc run only where theirs are there; each keeps a portable loop that
+// gives the same bits.
+struct Avx512 {
+  bool f = false, bw = false, vl = false, vbmi = false;
+};
+const Avx512& avx512();
+// F, BW and VBMI: the byte-permute packing paths of bits.cc and exponential.cc.
+inline bool hasVbmi() { return avx512().f && avx512().bw && avx512().vbmi; }
 #endif
 
 // Packs codes of `width` bits (1..32), least significant bit first, into a byte buffer. Every

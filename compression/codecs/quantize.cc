@@ -130,13 +130,7 @@ __attribute__((target("avx512f,avx512bw"))) void expandSignsAvx512(const std::by
 }
 #pragma GCC diagnostic pop
 
-bool hasAvx512() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  }();
-  return yes;
-}
+bool hasAvx512() { return avx512().f && avx512().bw; }
 #endif
 
 void signBitsFast(const float* x, size_t n, std::byte* out) {
