@@ -67,25 +67,33 @@ core::Result<sockaddr_in> ipv4(const std::string& hostPort) {
 // No Nagle delay (a round's last segment would wait for an acknowledgement) and no blocking.
 core::Status prepare(int fd) {
   const int one = 1;
-  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return sysError("TCP_NODELAY");
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+    return sysError("TCP_NODELAY");
+  }
   if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) return sysError("O_NONBLOCK");
   return core::Status::ok();
+}
+
+// Milliseconds to `deadline`, for poll; 0 or less once it has passed.
+long long msLeft(Clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
 }
 
 // Waits for `events` on fd until `deadline`.
 core::Status await(int fd, short events, Clock::time_point deadline) {
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return core::timeout("sockets column: a neighbour did not answer");
+    const long long left = msLeft(deadline);
+    if (left <= 0) return core::timeout("sockets column: a neighbour did not answer");
     pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+    const int n = ::poll(&p, 1, static_cast<int>(left));
     if (n > 0) return core::Status::ok();
     if (n < 0 && errno != EINTR) return sysError("poll");
   }
 }
 
 // Sends (or receives) all of `bytes` on one socket.
-core::Status transferAll(int fd, std::span<std::byte> bytes, bool send, Clock::time_point deadline) {
+core::Status transferAll(int fd, std::span<std::byte> bytes, bool send,
+                         Clock::time_point deadline) {
   size_t done = 0;
   while (done < bytes.size()) {
     STARLING_RETURN_IF_ERROR(await(fd, send ? POLLOUT : POLLIN, deadline));
@@ -114,7 +122,7 @@ core::Result<std::array<Fd, 2>> connectRing(const WorkerOptions& o) {
     return sysError("sockets column: listening on " + o.addresses[o.rank]);
   }
   std::array<Fd, 2> ring;  // [0] left, [1] right, as the Starling worker's neighbours
-  for (;;) {  // the right neighbour may not listen yet
+  for (;;) {               // the right neighbour may not listen yet
     Fd s(::socket(AF_INET, SOCK_STREAM, 0));
     if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&*right), sizeof *right) == 0) {
       ring[1] = std::move(s);
@@ -147,9 +155,9 @@ core::Status exchange(const std::array<Fd, 2>& ring, std::span<const std::byte> 
       waiting += p[s].events != 0;
     }
     if (waiting == 0) return core::Status::ok();
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return core::timeout("sockets column: round past its deadline");
-    const int n = ::poll(p.data(), 2, static_cast<int>(left.count()));
+    const long long left = msLeft(deadline);
+    if (left <= 0) return core::timeout("sockets column: round past its deadline");
+    const int n = ::poll(p.data(), 2, static_cast<int>(left));
     if (n < 0 && errno != EINTR) return sysError("poll");
     for (int s = 0; s < 2 && n > 0; ++s) {
       if ((p[s].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && got[s] < in[s].size()) {

@@ -312,7 +312,7 @@ void unpackAlignedFast(const std::byte* in, size_t n, int width, uint8_t* c) {
 // float64, so the fused multiply-add rounds as the separate add does; a partial last group loads
 // zeros into the lanes it does not reach, and adding +0 leaves a lane as it was; the pairwise
 // tree stays in registers. What it saves is the loop's bookkeeping and the tree's trip through
-// memory, a third of the time of a 512-element bucket.
+// memory (docs/bench_codecs.md, ninth pass: +12-22% on the l2 quantizers' encodes).
 #pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_* in intrinsics
@@ -332,7 +332,9 @@ __attribute__((target("avx512f,avx512vl"))) LaneSum laneSumAvx512(const float* x
                     _mm512_setzero_pd()};
   size_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes) {
-    for (size_t k = 0; k < 4; ++k) acc[k] = addToLanes<kSquares>(acc[k], _mm256_loadu_ps(x + i + 8 * k));
+    for (size_t k = 0; k < 4; ++k) {
+      acc[k] = addToLanes<kSquares>(acc[k], _mm256_loadu_ps(x + i + 8 * k));
+    }
   }
   for (size_t k = 0; k < 4 && i + 8 * k < n; ++k) {
     const size_t left = std::min<size_t>(8, n - i - 8 * k);

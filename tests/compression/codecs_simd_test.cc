@@ -205,7 +205,8 @@ std::vector<std::byte> referenceQsgd4(const std::vector<float>& x, uint64_t buck
         uint32_t code = 0;
         if (quantize) {
           const auto u = static_cast<uint32_t>((words[i / 4] >> (16 * (i % 4))) & 0xffff);
-          const volatile float product = std::fabs(v) * k;  // rounded on its own, as the format says
+          // Rounded on its own, as the format says (no fused multiply-add).
+          const volatile float product = std::fabs(v) * k;
           const auto r = static_cast<uint32_t>(static_cast<int32_t>(product + 0.5f));
           const uint32_t level = (std::min(r, s << 16) + u) >> 16;
           code = level | (v < 0.0f && level != 0 ? signBit : 0u);
