@@ -48,14 +48,15 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
   if (closed) return core::failedPrecondition(std::string(call) + " after close()");
   if (dim == 0) return core::invalidArgument(std::string(call) + ": empty parameter buffer");
   if (std::holds_alternative<std::monostate>(state)) {
-    runtime::EngineOptions eo{rank, outDir, address, nullptr, {}, std::nullopt, 0, 0};
+    runtime::EngineOptions eo{rank, outDir, address, nullptr, {}, std::nullopt, 0, 0, true};
     std::optional<runtime::JoinState> joined;
     if (rejoin) {
       auto got = requestRejoin(dim);
       if (!got) return got.status();
       if (!outDir.empty()) {
         auto bytes = runtime::rejoinLogBytes(runtime::peerLogPath(outDir, rank),
-                                             runtime::peerLogHeader(scenario, rank, address));
+                                             runtime::peerLogHeader(scenario, rank, address,
+                                                                     /*trainer=*/true));
         if (!bytes) return bytes.status();
         eo.resumeLogBytes = *bytes;
       }

@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "compression/frame.h"
+#include "runtime/read_file.h"
+#include "runtime/scenario_limits.h"
 
 namespace starling::runtime {
 namespace {
@@ -359,12 +361,13 @@ core::Result<Checkpoint> decodeCheckpoint(std::string_view bytes, const std::str
 }
 
 core::Result<Checkpoint> readCheckpoint(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return core::notFound("cannot read " + path.string() + ": " + errnoText());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return core::ioError("cannot read " + path.string());
-  return decodeCheckpoint(ss.str(), path.string());
+  // Untrusted: a regular file only (a FIFO would block, /dev/zero never end), and no larger
+  // than the memory this process may use.
+  auto limit = memoryLimitBytes();
+  if (!limit) return limit.status();
+  auto bytes = readRegularFile(path.string(), *limit, "checkpoint");
+  if (!bytes) return bytes.status();
+  return decodeCheckpoint(*bytes, path.string());
 }
 
 std::filesystem::path checkpointDir(const std::filesystem::path& outDir, int rank) {

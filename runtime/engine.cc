@@ -53,7 +53,7 @@ core::Status Engine<T>::open() {
   auto created = LineFile::create(peerLogPath(opt_.outDir, opt_.rank));
   if (!created) return created.status();
   out_ = std::move(*created);
-  return out_->append(peerLogHeader(s_, opt_.rank, opt_.address));
+  return out_->append(peerLogHeader(s_, opt_.rank, opt_.address, opt_.trainer));
 }
 
 template <typename T>

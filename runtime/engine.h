@@ -43,6 +43,8 @@ struct EngineOptions {
   std::optional<uint64_t> resumeRound;
   uint64_t resumeLogBytes = 0;
   double wallOffset = 0;
+  // A trainer's peer (starling::Peer): its log header says so, and `merge SCENARIO` refuses it.
+  bool trainer = false;
 };
 
 template <typename T>

@@ -29,10 +29,16 @@
 
 #include "runtime/merge.h"
 #include "runtime/peer.h"
+#include "runtime/peer_log_reader.h"
 #include "runtime/progress.h"
 #include "runtime/trainer_merge.h"
 
 namespace starling::runtime {
+
+std::filesystem::path outputPath(const std::filesystem::path& outDir, int rank) {
+  return outDir / "peers" / ("rank-" + std::to_string(rank) + ".out");
+}
+
 namespace {
 
 namespace asio = boost::asio;
@@ -52,6 +58,23 @@ struct Child {
   bool outputClosed = false;
   bool rejoining = false;  // started again for a lost rank (faults.restart)
   int waitStatus = 0;
+  int outFile = -1;  // OUT/peers/rank-R.out: everything it printed, kept
+
+  ~Child() {
+    if (outFile >= 0) close(outFile);
+  }
+  void keep(const std::string& text) {
+    for (size_t done = 0; outFile >= 0 && done < text.size();) {
+      const ssize_t n = write(outFile, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {  // a full disk: the output is still streamed and its last lines kept
+        close(outFile);
+        outFile = -1;
+        break;
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
 
   bool failed() const { return exited && !(WIFEXITED(waitStatus) && WEXITSTATUS(waitStatus) == 0); }
   std::string describeExit() const {
@@ -61,6 +84,106 @@ struct Child {
     }
     return "exited with status " + std::to_string(WEXITSTATUS(waitStatus));
   }
+};
+
+// Makes sure nothing of a run outlives its launcher, however the launcher ends. Every child
+// leads a process group of its own (so a signal reaches a trainer's own children too: a
+// `bash -c "python3 w.py; ..."` or a data loader); the guardian is a small process forked from
+// the launcher before any child, in a group of its own, that learns each group through a pipe.
+// When the pipe closes without the launcher saying it is done (the launcher was killed, even by
+// SIGKILL), the guardian sends SIGTERM to every group, waits the terminate grace and sends
+// SIGKILL to what is left. After fork() it only reads, signals and sleeps (no allocation: its
+// table is sized before).
+class Guardian {
+ public:
+  ~Guardian() { disarm(); }
+  core::Status start(size_t capacity, std::chrono::milliseconds grace) {
+    groups_.assign(capacity + 1, 0);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return core::ioError(std::string("pipe: ") + strerror(errno));
+    const pid_t pid = fork();
+    if (pid < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      return core::ioError(std::string("fork: ") + strerror(errno));
+    }
+    if (pid == 0) {
+      close(fds[1]);
+      watch(fds[0], grace);  // never returns
+    }
+    close(fds[0]);
+    pid_ = pid;
+    fd_ = fds[1];
+    return core::Status::ok();
+  }
+  // Tells the guardian about a child's group (pgid > 0), or that one is gone (-pgid).
+  void send(int32_t message) {
+    if (fd_ < 0) return;
+    const ssize_t n = write(fd_, &message, sizeof message);
+    (void)n;  // a guardian that is gone cannot be told; the groups were signalled already
+  }
+  // The launcher ends normally, its children reaped: the guardian exits without signalling.
+  void disarm() {
+    if (fd_ < 0) return;
+    send(0);
+    close(fd_);
+    fd_ = -1;
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  [[noreturn]] void watch(int fd, std::chrono::milliseconds grace) {
+    setpgid(0, 0);  // not in the launcher's group: a Ctrl-C meant for the launcher misses it
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    prctl(PR_SET_NAME, "starling-guard");
+    if (const int null = open("/dev/null", O_RDWR); null >= 0) {
+      // The launcher's output may be a pipe someone reads to its end: do not hold it open.
+      dup2(null, STDIN_FILENO);
+      dup2(null, STDOUT_FILENO);
+      dup2(null, STDERR_FILENO);
+    }
+    int32_t m = 0;
+    for (;;) {
+      const ssize_t n = read(fd, &m, sizeof m);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != static_cast<ssize_t>(sizeof m)) break;  // the launcher is gone
+      if (m == 0) _exit(0);                            // done: nothing to clean up
+      for (auto& g : groups_) {
+        if (m > 0 && g == 0) {
+          g = m;
+          break;
+        }
+        if (m < 0 && g == -m) {
+          g = 0;
+          break;
+        }
+      }
+    }
+    bool any = false;
+    for (pid_t g : groups_) {
+      if (g > 0) any = (kill(-g, SIGTERM) == 0) || any;
+    }
+    const auto step = std::chrono::milliseconds(50);
+    for (auto waited = std::chrono::milliseconds(0); any && waited < grace; waited += step) {
+      const timespec ts{0, 50'000'000};
+      nanosleep(&ts, nullptr);
+      any = false;
+      for (pid_t g : groups_) any = any || (g > 0 && kill(-g, 0) == 0);
+    }
+    for (pid_t g : groups_) {
+      if (g > 0) kill(-g, SIGKILL);
+    }
+    _exit(0);
+  }
+
+  std::vector<pid_t> groups_;
+  pid_t pid_ = -1;
+  int fd_ = -1;
 };
 
 // What the supervisor needs of the merger of the peers' logs: PeerLogMerger for peers that run
@@ -73,6 +196,14 @@ struct Merging {
   // Ranks the survivors declared lost (faults.on_peer_loss "continue"); empty otherwise.
   std::function<std::map<int, uint64_t>()> lost = [] { return std::map<int, uint64_t>{}; };
 };
+
+// 64 random bits in hex: tells this run's peer logs from another's in the same folder.
+std::string newRunId() {
+  std::random_device rd;
+  char id[24];
+  std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+  return id;
+}
 
 class Supervisor {
  public:
@@ -92,12 +223,14 @@ class Supervisor {
   void tick();
   void reap();
   void signalAll(int signo);
+  void exited(Child& c, int status);  // reaped: its group's leftovers are killed
   bool allDone() const;
   std::string failureReport() const;
 
   const Scenario& s_;
   const LaunchOptions& opt_;
   Merging merging_;
+  Guardian guardian_;  // before the children: started first
   asio::io_context io_;
   asio::signal_set signals_;
   asio::steady_timer timer_;
@@ -110,15 +243,20 @@ class Supervisor {
   int firstFailure_ = -1;
   std::set<int> lostChildren_;  // continue mode: peers that died or left, not failures
   std::string peers_;           // every rank's address, comma-separated
+  std::string runId_ = newRunId();  // STARLING_RUN_ID: the same for every process of this run
   std::map<int, Clock::time_point> restartAt_;  // faults.restart: rank -> when
   std::map<int, int> restarts_;                 // rank -> restarts so far
   bool cancelled_ = false;
   bool killed_ = false;
+  Clock::time_point killedAt_{};
   core::Status mergeError_;
 };
 
 core::Status Supervisor::spawn(const std::vector<std::string>& addresses) {
   for (const auto& a : addresses) peers_ += (peers_.empty() ? "" : ",") + a;
+  const size_t processes = static_cast<size_t>(s_.nodes) *
+                           (1 + (s_.faults.restart ? static_cast<size_t>(s_.faults.maxRestarts) : 0));
+  STARLING_RETURN_IF_ERROR(guardian_.start(processes, opt_.terminateGrace));
   for (int r = 0; r < s_.nodes; ++r) {
     if (std::find(opt_.notStarted.begin(), opt_.notStarted.end(), r) != opt_.notStarted.end()) {
       // Lost before the round the run resumes at: it stays lost, as a peer that was killed.
@@ -165,7 +303,8 @@ core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
       {"STARLING_SCENARIO", scenarioAbs},
       {"STARLING_OUT", outAbs},
       {"STARLING_PEERS", peers_},
-      {"STARLING_REJOIN", rejoin ? "1" : "0"}};
+      {"STARLING_REJOIN", rejoin ? "1" : "0"},
+      {"STARLING_RUN_ID", runId_}};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -179,7 +318,9 @@ core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
     return core::ioError(std::string("fork: ") + strerror(errno));
   }
   if (pid == 0) {
-    // Child: die with the launcher, whatever kills it; talk through the pipe.
+    // Child: a process group of its own (signals reach whatever it starts); told to stop when
+    // the launcher dies (the guardian then makes sure of it); talks through the pipe.
+    setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);
     dup2(fds[1], STDOUT_FILENO);
@@ -187,6 +328,7 @@ core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    setenv("STARLING_RUN_ID", runId_.c_str(), 1);  // in every peer log's header
     if (trainer) {
       for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
       execvp(argv[0], argv.data());
@@ -197,11 +339,18 @@ core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
     _exit(127);
   }
   close(fds[1]);
+  setpgid(pid, pid);  // as the child does: whichever runs first, the group exists before a signal
+  guardian_.send(pid);
   auto c = std::make_unique<Child>();
   c->rank = r;
   c->pid = pid;
   c->output = std::make_unique<asio::posix::stream_descriptor>(io_, fds[0]);
   c->rejoining = rejoin;
+  // Its output, kept in the run folder (appended to by a restarted process).
+  const auto outPath = outputPath(opt_.outDir, r);
+  std::filesystem::create_directories(outPath.parent_path(), ec);
+  c->outFile = ::open(outPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (rejoin) c->keep("[node-launcher] rank " + std::to_string(r) + " restarted\n");
   return c;
 }
 
@@ -209,7 +358,12 @@ void Supervisor::readOutput(Child& c) {
   c.output->async_read_some(asio::buffer(c.buffer), [this, &c](const boost::system::error_code& ec,
                                                                size_t n) {
     if (ec) {
-      if (!c.partial.empty()) c.lastLines.push_back(c.partial);
+      if (!c.partial.empty()) {
+        c.lastLines.push_back(c.partial);
+        if (!opt_.command.empty()) {
+          progress_.passThrough("[rank " + std::to_string(c.rank) + "] " + c.partial);
+        }
+      }
       c.outputClosed = true;
       // A lost peer waiting for its output to close restarts now (not inside this handler,
       // which belongs to the Child a restart replaces).
@@ -217,20 +371,42 @@ void Supervisor::readOutput(Child& c) {
       if (allDone()) io_.stop();
       return;
     }
+    c.keep(std::string(c.buffer.data(), n));
     c.partial.append(c.buffer.data(), n);
     size_t start = 0;
     for (size_t nl; (nl = c.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
       c.lastLines.push_back(c.partial.substr(start, nl - start));
       if (c.lastLines.size() > kKeptLines) c.lastLines.pop_front();
+      // A trainer's output is the user's: streamed with its rank, as torchrun does.
+      if (!opt_.command.empty()) progress_.passThrough("[rank " + std::to_string(c.rank) + "] " +
+                                                       c.lastLines.back());
     }
     c.partial.erase(0, start);
+    if (c.partial.size() > 65536) {  // a line without end: shown in pieces, never held whole
+      c.lastLines.push_back(c.partial);
+      if (c.lastLines.size() > kKeptLines) c.lastLines.pop_front();
+      if (!opt_.command.empty()) {
+        progress_.passThrough("[rank " + std::to_string(c.rank) + "] " + c.partial);
+      }
+      c.partial.clear();
+    }
     readOutput(c);
   });
 }
 
 void Supervisor::signalAll(int signo) {
   for (auto& c : children_) {
-    if (!c->exited) kill(c->pid, signo);
+    if (!c->exited) kill(-c->pid, signo);  // its whole group
+  }
+}
+
+void Supervisor::exited(Child& c, int status) {
+  c.exited = true;
+  c.waitStatus = status;
+  // What it started and left behind in its group goes with it.
+  if (c.pid > 0) {
+    kill(-c.pid, SIGKILL);
+    guardian_.send(-c.pid);
   }
 }
 
@@ -247,8 +423,7 @@ void Supervisor::reap() {
     if (c->exited) continue;
     int status = 0;
     if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
-      c->exited = true;
-      c->waitStatus = status;
+      exited(*c, status);
       // With on_peer_loss "continue", a peer that crashed or was killed (a signal), or that the
       // others declared lost and that left (kExitLeftRun), is a loss the survivors carry on
       // without; an error it reported itself still stops the run.
@@ -349,7 +524,18 @@ void Supervisor::tick() {
     signalAll(SIGTERM);
   } else if (phase_ == Phase::kTerminating && !killed_ && now - phaseSince_ >= opt_.terminateGrace) {
     killed_ = true;
+    killedAt_ = now;
     signalAll(SIGKILL);
+  }
+  if (killed_ && now - killedAt_ >= opt_.terminateGrace) {
+    // Every group was killed; output still open belongs to a process that left its group
+    // (setsid): not worth waiting for.
+    bool allExited = true;
+    for (const auto& c : children_) allExited = allExited && c->exited;
+    if (allExited) {
+      io_.stop();
+      return;
+    }
   }
   // Continue mode: once every peer has exited or was declared lost by the others, a lost peer
   // that still runs (stopped, or stuck) has no run to return to: it is killed.
@@ -370,7 +556,7 @@ void Supervisor::tick() {
           progress_.message("node-launcher: peer " + std::to_string(c->rank) +
                             " was declared lost by the others and is still running: killed");
           lostChildren_.insert(c->rank);
-          kill(c->pid, SIGKILL);
+          kill(-c->pid, SIGKILL);
         }
       }
     }
@@ -425,10 +611,12 @@ core::Status Supervisor::run() {
   // Children that closed their output may not have been reaped yet.
   for (auto& c : children_) {
     if (!c->exited) {
-      waitpid(c->pid, &c->waitStatus, 0);
-      c->exited = true;
+      int status = 0;
+      waitpid(c->pid, &status, 0);
+      exited(*c, status);
     }
   }
+  guardian_.disarm();
   progress_.finish();
   if (auto merged = merging_.poll(); !merged && mergeError_.isOk()) mergeError_ = merged.status();
   if (cancelled_) return core::cancelled("stopped by a signal; every peer was stopped");
@@ -477,9 +665,8 @@ core::Result<std::vector<uint16_t>> freeLoopbackPorts(int count) {
 
 namespace {
 
-// The scenario's addresses, or free loopback ports; and a clean peers/ folder (stale logs would
-// be merged).
-core::Result<std::vector<std::string>> prepareRun(const Scenario& s, const LaunchOptions& opt) {
+// The scenario's addresses, or free loopback ports.
+core::Result<std::vector<std::string>> prepareRun(const Scenario& s) {
   std::vector<std::string> addresses;
   if (s.peers.explicitAddresses) {
     addresses = s.peers.addresses;
@@ -488,20 +675,16 @@ core::Result<std::vector<std::string>> prepareRun(const Scenario& s, const Launc
     if (!ports) return ports.status();
     for (uint16_t p : *ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
   }
-  std::error_code ec;
-  // A resumed run keeps the logs and checkpoints it resumes from (runtime/resume.h); a fresh
-  // one starts clean (stale checkpoints would be resumed with logs they do not belong to).
-  if (!opt.resumeRound) {
-    std::filesystem::remove_all(opt.outDir / "peers", ec);
-    std::filesystem::remove_all(opt.outDir / "checkpoints", ec);
-  }
+  // A fresh run's folder was cleared of an earlier run's files by the caller (clearRunFolder,
+  // runtime/run_folder.h: stale logs would be merged, stale checkpoints resumed); a resumed run
+  // keeps the logs and checkpoints it resumes from (runtime/resume.h).
   return addresses;
 }
 
 }  // namespace
 
 core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& opt) {
-  auto addresses = prepareRun(e.scenario, opt);
+  auto addresses = prepareRun(e.scenario);
   if (!addresses) return addresses.status();
   auto log = MetricsLog::create(opt.outDir);
   if (!log) return log.status();
@@ -547,7 +730,7 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
 
 core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOptions& opt) {
   if (opt.command.empty()) return core::invalidArgument("no trainer command");
-  auto addresses = prepareRun(s, opt);
+  auto addresses = prepareRun(s);
   if (!addresses) return addresses.status();
   auto created = TrainerLogMerger::create(s, opt.outDir);
   if (!created) return created.status();
@@ -571,9 +754,12 @@ AsyncReport asyncReportFromPeerLogs(const Scenario& s, const std::filesystem::pa
   report.finishUnit = "s";
   report.finish.assign(static_cast<size_t>(s.nodes), 0.0);
   for (int rank = 0; rank < s.nodes; ++rank) {
-    std::ifstream in(peerLogPath(outDir, rank));
-    std::string line;
-    while (std::getline(in, line)) {
+    // Untrusted like every file in the run folder: what cannot be read counts as nothing logged.
+    uint64_t offset = 0;
+    std::string partial;
+    auto lines = readNewLines(peerLogPath(outDir, rank), offset, partial);
+    if (!lines) continue;
+    for (const std::string& line : *lines) {
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!j.is_object() || !j.contains("round") || !j["round"].is_number_unsigned()) continue;
       if (j.contains("staleness_max") && j["staleness_max"].is_number_unsigned()) {

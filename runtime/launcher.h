@@ -67,6 +67,12 @@ struct TrainerRunResult {
 // metrics.jsonl and summary.json (runtime/trainer_merge.h). Errors as launchPeers.
 core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOptions& options);
 
+// Where the launcher keeps everything rank `rank`'s process printed (stdout and stderr, in
+// order; a restarted process appends after a "[node-launcher] rank R restarted" line):
+// OUT/peers/rank-R.out. A trainer's lines are also printed on the launcher's stdout as they come,
+// each after "[rank R] ".
+std::filesystem::path outputPath(const std::filesystem::path& outDir, int rank);
+
 // `count` free TCP ports on 127.0.0.1, outside the kernel's ephemeral range (where every UCX
 // worker and outgoing connection takes ports, so a port picked there could be gone by the time
 // a peer binds it), each checked by binding it.

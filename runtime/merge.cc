@@ -32,6 +32,8 @@ core::Result<PeerLogHeader> parseHeader(const json& j, const std::string& where)
     h.scenarioHash = j.at("scenario_hash").get<std::string>();
     h.address = j.value("address", "");
     h.version = j.value("version", "");
+    h.runId = j.value("run_id", "");
+    h.trainer = j.value("trainer", false);
   } catch (const json::exception& ex) {
     return bad(std::string("malformed header: ") + ex.what());
   }
@@ -52,13 +54,13 @@ core::Result<std::vector<PeerLogHeader>> readPeerLogHeaders(const std::filesyste
   std::vector<int> missing;
   for (int r = 0; r < nodes; ++r) {
     const auto path = peerLogPath(dir, r);
-    std::ifstream in(path);
-    std::string line;
-    if (!in || !std::getline(in, line) || in.eof()) {  // no file, or no complete first line
+    auto line = readFirstLine(path);
+    if (!line && line.status().code() != core::StatusCode::kNotFound) return line.status();
+    if (!line || line->empty()) {  // no file, or no complete first line
       missing.push_back(r);
       continue;
     }
-    auto h = parseHeader(json::parse(line, nullptr, false), path.string());
+    auto h = parseHeader(json::parse(*line, nullptr, false), path.string() + ":1");
     if (!h) return h.status();
     if (h->rank != r) {
       return core::corruption(path.string() + ": written by rank " + std::to_string(h->rank));
@@ -90,17 +92,23 @@ PeerLogMerger::PeerLogMerger(const Experiment& e, std::filesystem::path dir, Met
     : e_(e), dir_(std::move(dir)), log_(log),
       expectedHash_(scenarioHashHex(scenarioHash(e.scenario))),
       membership_(dir_, e.scenario.nodes) {
-  for (int r = 0; r < e.scenario.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}, false, std::nullopt, std::nullopt});
+  for (int r = 0; r < e.scenario.nodes; ++r) {
+    Source src;
+    src.path = peerLogPath(dir_, r);
+    sources_.push_back(std::move(src));
+  }
 }
 
 core::Status PeerLogMerger::readPeer(int rank) {
   Source& src = sources_[rank];
   auto lines = readNewLines(src.path, src.offset, src.partial);
   if (!lines) return lines.status();
+  try {
   for (const std::string& line : *lines) {
+    ++src.lines;
     const auto j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     const auto bad = [&](const std::string& why) {
-      return core::corruption(src.path.string() + ": " + why);
+      return core::corruption(src.path.string() + ":" + std::to_string(src.lines) + ": " + why);
     };
     if (!src.sawHeader) {
       auto h = parseHeader(j, src.path.string());
@@ -114,6 +122,16 @@ core::Status PeerLogMerger::readPeer(int rank) {
                    std::to_string(e_.scenario.seed) + ", rounds " +
                    std::to_string(e_.scenario.rounds) + ", scenario hash " + expectedHash_ + ")");
       }
+      if (h->trainer) {
+        return bad("a trainer's peer log (run SCENARIO -- COMMAND): its rounds are the "
+                   "trainer's model, not the scenario's problem, and its launcher merged them");
+      }
+      if (!runId_) runId_ = h->runId;
+      if (h->runId != *runId_) {
+        return bad("written by another run of the same scenario (run id \"" + h->runId +
+                   "\"; the logs before it say \"" + *runId_ + "\"): the peer logs of two runs "
+                   "are mixed in one folder");
+      }
       src.sawHeader = true;
       continue;
     }
@@ -121,7 +139,9 @@ core::Status PeerLogMerger::readPeer(int rank) {
       src.failure = *failure;
       continue;
     }
-    if (auto m = membership_.read(line, rank, src.path.string()); !m) {
+    if (auto m = membership_.read(line, rank,
+                                  src.path.string() + ":" + std::to_string(src.lines));
+        !m) {
       return m.status();
     } else if (*m) {
       continue;
@@ -166,6 +186,9 @@ core::Status PeerLogMerger::readPeer(int rank) {
     auto& slot = pending_[round];
     slot.resize(e_.scenario.nodes);
     slot[rank] = std::move(rec);
+  }
+  } catch (const json::exception& ex) {
+    return wrongTypeInLine(src.path, src.lines, ex);
   }
   return core::Status::ok();
 }

@@ -36,6 +36,8 @@ struct PeerLogHeader {
   std::string scenarioHash;  // scenarioHashHex
   std::string address;
   std::string version;
+  std::string runId;     // currentRunId() of the process that wrote it ("" in older logs)
+  bool trainer = false;  // a trainer's log (run SCENARIO -- COMMAND)
 };
 
 // Reads the header of every rank's log in dir/peers. kNotFound names the ranks without a log,
@@ -151,6 +153,7 @@ class PeerLogMerger {
     uint64_t offset = 0;
     std::string partial;
     bool sawHeader = false;
+    uint64_t lines = 0;  // read so far (for messages)
     std::optional<uint64_t> lastRound;
     std::optional<PeerFailure> failure;
   };
@@ -161,6 +164,7 @@ class PeerLogMerger {
   std::filesystem::path dir_;
   MetricsLog& log_;
   std::string expectedHash_;
+  std::optional<std::string> runId_;  // the run id of the first header read
   std::vector<Source> sources_;
   std::map<uint64_t, std::vector<std::optional<Record>>> pending_;
   std::optional<RoundMetrics> last_;

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "optim/algorithm.h"
 #include "optim/mlp.h"
+#include "runtime/run_folder.h"
 #include "runtime/scenario_writer.h"
 #include "topology/spec.h"
 
@@ -307,6 +308,8 @@ core::Status writeRunInfo(const std::filesystem::path& dir, const Scenario& s,
   j["seed"] = s.seed;
   j["rounds"] = s.rounds;
   j["nodes"] = s.nodes;
+  // What in this folder is Starling's: all a later fresh run on it may remove (run_folder.h).
+  j["files"] = runFolderFiles();
   return writeFileAtomically(dir / "run.json", j.dump(2) + "\n");
 }
 

@@ -320,7 +320,21 @@ std::filesystem::path peerLogPath(const std::filesystem::path& outDir, int rank)
   return outDir / "peers" / ("rank-" + std::to_string(rank) + ".jsonl");
 }
 
-std::string peerLogHeader(const Scenario& s, int rank, const std::string& address) {
+std::string currentRunId() {
+  const auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::string(v).substr(0, 128) : std::string();
+  };
+  if (auto id = env("STARLING_RUN_ID"); !id.empty()) return id;
+  if (auto job = env("SLURM_JOB_ID"); !job.empty()) {
+    const auto step = env("SLURM_STEP_ID");
+    return "slurm-" + job + (step.empty() ? "" : "." + step);
+  }
+  if (auto ns = env("PMIX_NAMESPACE"); !ns.empty()) return "pmix-" + ns;
+  return "";
+}
+
+std::string peerLogHeader(const Scenario& s, int rank, const std::string& address, bool trainer) {
   nlohmann::ordered_json j;
   j["peer_log"] = kPeerLogVersion;
   j["rank"] = rank;
@@ -330,7 +344,9 @@ std::string peerLogHeader(const Scenario& s, int rank, const std::string& addres
   j["scenario_hash"] = scenarioHashHex(scenarioHash(s));
   j["address"] = address;
   j["version"] = STARLING_VERSION;
-  return j.dump();
+  j["run_id"] = currentRunId();
+  j["trainer"] = trainer;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string peerFailureLine(const PeerFailure& f) {

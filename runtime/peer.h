@@ -3,7 +3,8 @@
 // The peer trains and writes <outDir>/peers/rank-<R>.jsonl, one JSON object per line, each on
 // disk before the next round starts (LineFile: whole lines or none):
 //   a header   {"peer_log": 1, "rank", "nodes", "seed", "rounds", "scenario_hash", "address",
-//               "version"}: what `merge` needs to check it merges the run it thinks it does;
+//               "version", "run_id", "trainer"}: what `merge` needs to check it merges the run
+//               it thinks it does (one run, of the scenario's problem);
 //   per logged round {"round", "bytes_sent", "corrupt_messages", "compression_error_sum",
 //               "compression_error_count", "wall_s", "x"}: its counters and its model x_i
 //               (a model of more than kFullModelLogMaxDim elements: "sketch", its consensus
@@ -80,8 +81,16 @@ struct PeerFailure {
   std::string message;
 };
 
-// The peer log's first line, and its failure line.
-std::string peerLogHeader(const Scenario& s, int rank, const std::string& address);
+// The id of the run this process belongs to, for its peer log's header: STARLING_RUN_ID (set by
+// `node-launcher run` for every peer and trainer it starts), else the Slurm job and step, else
+// the PMIx namespace (mpirun), else "" (peers started by hand). `merge` refuses logs of
+// different runs mixed in one folder.
+std::string currentRunId();
+
+// The peer log's first line, and its failure line. `trainer`: written by a trainer's
+// starling::Peer (run SCENARIO -- COMMAND), whose rounds are not the scenario's problem.
+std::string peerLogHeader(const Scenario& s, int rank, const std::string& address,
+                          bool trainer = false);
 std::string peerFailureLine(const PeerFailure& f);
 
 }  // namespace starling::runtime

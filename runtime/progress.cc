@@ -39,6 +39,12 @@ void ProgressLine::message(const std::string& line) {
   std::fflush(stderr);
 }
 
+void ProgressLine::passThrough(const std::string& line) {
+  finish();
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 void ProgressLine::finish() {
   if (printed_ && tty_) std::fputc('\n', stderr);
   printed_ = false;

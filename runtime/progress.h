@@ -17,6 +17,9 @@ class ProgressLine {
   // Prints `line` on a line of its own (always, even when progress is off), and the progress
   // line again at its next update.
   void message(const std::string& line);
+  // Prints `line` on stdout on a line of its own (a trainer's output), and the progress line
+  // again at its next update.
+  void passThrough(const std::string& line);
   // Ends the line (if anything was printed).
   void finish();
 

@@ -57,17 +57,17 @@ std::string formatBytes(double bytes) {
   return buf;
 }
 
-core::Result<std::string> readRegularFile(const std::string& path, uint64_t maxBytes,
-                                          std::string_view what) {
+core::Result<int> openRegularFile(const std::string& path, std::string_view what) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. O_NOCTTY: a
   // terminal named as input must not become our controlling terminal.
-  Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
-  if (f.fd < 0) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return core::notFound(path + ": no such " + std::string(what));
     return core::ioError(path + ": cannot open the " + std::string(what) + ": " +
                          std::strerror(err));
   }
+  Fd f{fd};
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) {
     return core::ioError(path + ": cannot stat the " + std::string(what) + ": " +
@@ -76,6 +76,20 @@ core::Result<std::string> readRegularFile(const std::string& path, uint64_t maxB
   if (!S_ISREG(st.st_mode)) {
     return core::invalidArgument(path + ": " + fileKind(st.st_mode) + ", not a regular file; the " +
                                  std::string(what) + " must be a regular file");
+  }
+  f.fd = -1;
+  return fd;
+}
+
+core::Result<std::string> readRegularFile(const std::string& path, uint64_t maxBytes,
+                                          std::string_view what) {
+  auto opened = openRegularFile(path, what);
+  if (!opened) return opened.status();
+  Fd f{*opened};
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) {
+    return core::ioError(path + ": cannot stat the " + std::string(what) + ": " +
+                         std::strerror(errno));
   }
   if (static_cast<uint64_t>(st.st_size) > maxBytes) {
     return core::invalidArgument(

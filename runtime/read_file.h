@@ -26,6 +26,10 @@ namespace starling::runtime {
 core::Result<std::string> readRegularFile(const std::string& path, uint64_t maxBytes,
                                           std::string_view what);
 
+// `path` opened for reading (a descriptor the caller closes) when it is a regular file, with the
+// same checks and errors as readRegularFile (no size limit: the caller bounds what it reads).
+core::Result<int> openRegularFile(const std::string& path, std::string_view what);
+
 // "1 MiB", "200.0 MB"-style sizes for messages: binary units, one decimal above 1 KiB.
 std::string formatBytes(double bytes);
 

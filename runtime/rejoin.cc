@@ -9,6 +9,8 @@
 
 #include "compression/frame.h"
 #include "runtime/line_file.h"
+#include "runtime/read_file.h"
+#include "runtime/scenario_limits.h"
 
 namespace starling::runtime {
 namespace {
@@ -120,9 +122,11 @@ core::Result<uint64_t> rejoinLogBytes(const std::filesystem::path& path, const s
     STARLING_RETURN_IF_ERROR((*created)->append(header));
     return (*created)->size();
   }
-  std::ifstream in(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return core::ioError("cannot read " + path.string());
+  auto limit = memoryLimitBytes();
+  if (!limit) return limit.status();
+  auto read = readRegularFile(path.string(), *limit, "peer log");  // never a FIFO or /dev/zero
+  if (!read) return read.status();
+  const std::string& text = *read;
   const size_t nl = text.rfind('\n');
   if (nl == std::string::npos) {
     return core::corruption(path.string() + ": not a peer log (no whole line)");

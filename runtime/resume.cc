@@ -12,6 +12,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/peer.h"
+#include "runtime/read_file.h"
 #include "runtime/scenario_writer.h"
 
 namespace starling::runtime {
@@ -25,8 +26,9 @@ struct Found {
 
 // Whether `path` has at least `bytes` bytes and byte `bytes` ends a line (or bytes == 0).
 std::string checkLog(const std::filesystem::path& path, uint64_t bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "its peer log " + path.string() + " cannot be read: " + std::strerror(errno);
+  auto opened = openRegularFile(path.string(), "peer log");  // never a FIFO's open that blocks
+  if (!opened) return "its peer log cannot be read: " + opened.status().message();
+  const int fd = *opened;
   const off_t size = ::lseek(fd, 0, SEEK_END);
   std::string why;
   if (size < 0 || static_cast<uint64_t>(size) < bytes) {

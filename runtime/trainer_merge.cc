@@ -26,7 +26,11 @@ TrainerLogMerger::TrainerLogMerger(const Scenario& s, std::filesystem::path dir,
     : s_(s), dir_(std::move(dir)), out_(std::move(out)),
       expectedHash_(scenarioHashHex(scenarioHash(s))),
       membership_(dir_, s.nodes) {
-  for (int r = 0; r < s.nodes; ++r) sources_.push_back(Source{peerLogPath(dir_, r), 0, {}, false, {}});
+  for (int r = 0; r < s.nodes; ++r) {
+    Source src;
+    src.path = peerLogPath(dir_, r);
+    sources_.push_back(std::move(src));
+  }
 }
 
 core::Result<std::unique_ptr<TrainerLogMerger>> TrainerLogMerger::create(
@@ -43,10 +47,12 @@ core::Status TrainerLogMerger::readPeer(int rank) {
   Source& src = sources_[rank];
   auto lines = readNewLines(src.path, src.offset, src.partial);
   if (!lines) return lines.status();
+  try {
   for (const std::string& line : *lines) {
+    ++src.lines;
     const auto j = json::parse(line, nullptr, false);
     const auto bad = [&](const std::string& why) {
-      return core::corruption(src.path.string() + ": " + why);
+      return core::corruption(src.path.string() + ":" + std::to_string(src.lines) + ": " + why);
     };
     if (!src.sawHeader) {
       if (!j.is_object() || !j.contains("peer_log")) return bad("the first line is not a peer log header");
@@ -57,6 +63,12 @@ core::Status TrainerLogMerger::readPeer(int rank) {
                    "; expected rank " + std::to_string(rank) + ", scenario hash " +
                    expectedHash_ + ")");
       }
+      const std::string runId = j.value("run_id", std::string());
+      if (!runId_) runId_ = runId;
+      if (runId != *runId_) {
+        return bad("written by another run (run id \"" + runId + "\"; the logs before it say \"" +
+                   *runId_ + "\"): the peer logs of two runs are mixed in one folder");
+      }
       src.sawHeader = true;
       continue;
     }
@@ -64,7 +76,9 @@ core::Status TrainerLogMerger::readPeer(int rank) {
       src.failure = *failure;
       continue;
     }
-    if (auto m = membership_.read(line, rank, src.path.string()); !m) {
+    if (auto m = membership_.read(line, rank,
+                                  src.path.string() + ":" + std::to_string(src.lines));
+        !m) {
       return m.status();
     } else if (*m) {
       continue;
@@ -94,6 +108,9 @@ core::Status TrainerLogMerger::readPeer(int rank) {
     auto& slot = pending_[j["round"].get<uint64_t>()];
     slot.resize(s_.nodes);
     slot[rank] = std::move(rec);
+  }
+  } catch (const json::exception& ex) {
+    return wrongTypeInLine(src.path, src.lines, ex);
   }
   return core::Status::ok();
 }

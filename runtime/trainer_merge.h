@@ -63,6 +63,7 @@ class TrainerLogMerger {
     uint64_t offset = 0;
     std::string partial;
     bool sawHeader = false;
+    uint64_t lines = 0;  // read so far (for messages)
     std::optional<PeerFailure> failure;
   };
 
@@ -73,6 +74,7 @@ class TrainerLogMerger {
   std::filesystem::path dir_;
   std::unique_ptr<LineFile> out_;
   std::string expectedHash_;
+  std::optional<std::string> runId_;  // the run id of the first header read
   std::vector<Source> sources_;
   std::map<uint64_t, std::vector<std::optional<Record>>> pending_;
   MembershipReports membership_;

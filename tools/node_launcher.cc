@@ -31,6 +31,7 @@
 #include "runtime/peer.h"
 #include "runtime/peer_placement.h"
 #include "runtime/resume.h"
+#include "runtime/run_folder.h"
 #include "runtime/scenario.h"
 #include "runtime/scenario_writer.h"
 #include "runtime/simulator.h"
@@ -168,6 +169,16 @@ int runFailed(const core::Status& st) {
   return kExitFailure;
 }
 
+// The run folder for this process alone (runtime/run_folder.h): locked for as long as the
+// launcher lives; for a fresh run, cleared of an earlier run's files (and refused when it holds
+// files Starling did not write).
+core::Result<runtime::RunFolderLock> claimRunFolder(const std::filesystem::path& dir, bool fresh) {
+  auto lock = runtime::lockRunFolder(dir);
+  if (!lock) return lock.status();
+  if (fresh) STARLING_RETURN_IF_ERROR(runtime::clearRunFolder(dir));
+  return lock;
+}
+
 // A scenario without a problem or without rounds is for a trainer that owns model, data and step
 // count (starling::Peer); only `run SCENARIO -- COMMAND` can run it.
 core::Status needsTrainer(const runtime::Scenario& s, const std::string& path) {
@@ -214,6 +225,23 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
       return kExitFailure;
     }
   }
+  for (const auto& h : *headers) {
+    if (h.runId != h0.runId) {
+      std::fprintf(stderr,
+                   "node-launcher merge: the peer logs in %s/peers come from different runs of "
+                   "the same scenario: rank 0's says run id \"%s\", rank %d's \"%s\"; merge "
+                   "the logs of one run (each in a folder of its own)\n",
+                   outDir.c_str(), h0.runId.c_str(), h.rank, h.runId.c_str());
+      return kExitFailure;
+    }
+    if (h.trainer) {
+      return report(core::invalidArgument(
+          runtime::peerLogPath(outDir, h.rank).string() + " is a trainer's log (run SCENARIO -- "
+          "COMMAND): its rounds are the trainer's model, not the problem in " + scenarioPath +
+          "; that run's launcher wrote its metrics.jsonl and summary.json, and `merge` leaves "
+          "them alone"));
+    }
+  }
   if (num.seed && *num.seed != h0.seed) {
     return report(core::invalidArgument(
         "--seed " + std::to_string(*num.seed) + ": the peers ran with seed " +
@@ -237,6 +265,8 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
   }
   auto e = runtime::prepareExperiment(*scenario, {.solve = true});
   if (!e) return report(e.status());
+  auto lock = claimRunFolder(outDir, /*fresh=*/false);
+  if (!lock) return report(lock.status());
   if (auto st = runtime::writeRunInfo(outDir, e->scenario, "merge", command); !st.isOk()) {
     return runFailed(st);
   }
@@ -291,6 +321,8 @@ int resumeRun(const std::string& scenarioPath, const std::string& dir, const std
   }
   auto scenario = runtime::loadScenario(scenarioPath);
   if (!scenario) return report(scenario.status());
+  auto lock = claimRunFolder(dir, /*fresh=*/false);
+  if (!lock) return report(lock.status());
   // Seed and rounds as the run used them (its --seed/--rounds): from its peer logs unless given.
   std::optional<uint64_t> rounds = num.rounds, seed = num.seed;
   if (auto headers = runtime::readPeerLogHeaders(dir, scenario->nodes); headers) {
@@ -522,6 +554,8 @@ int launcherMain(int argc, char** argv) {
     lo.command = trainerCommand;
     lo.outDir = outDir.empty() ? std::filesystem::path("runs") / scenario->name
                                : std::filesystem::path(outDir);
+    auto lock = claimRunFolder(lo.outDir, /*fresh=*/true);
+    if (!lock) return report(lock.status());
     if (auto st = runtime::writeRunInfo(lo.outDir, *scenario, "run", command); !st.isOk()) {
       return runFailed(st);
     }
@@ -550,6 +584,8 @@ int launcherMain(int argc, char** argv) {
 
   if (*run && e->scenario.transport.kind == runtime::TransportConfig::Kind::kUcx) {
     runtime::LaunchOptions lo = peerLaunch(scenarioPath, rounds, seed, outFor(*e));
+    auto lock = claimRunFolder(lo.outDir, /*fresh=*/true);
+    if (!lock) return report(lock.status());
     if (auto st = runtime::writeRunInfo(lo.outDir, e->scenario, "run", command); !st.isOk()) {
       return runFailed(st);
     }
@@ -563,6 +599,8 @@ int launcherMain(int argc, char** argv) {
   runtime::SimulateOptions opt;
   opt.outDir = outFor(*e);
   opt.progress = true;
+  auto lock = claimRunFolder(opt.outDir, /*fresh=*/true);
+  if (!lock) return report(lock.status());
   if (auto st = runtime::writeRunInfo(opt.outDir, e->scenario, "simulate", command); !st.isOk()) {
     return runFailed(st);
   }
