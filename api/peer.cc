@@ -9,6 +9,7 @@
 
 #include "api/peer_impl.h"
 #include "optim/sketch_gossip.h"
+#include "runtime/metrics.h"
 
 namespace starling {
 namespace {
@@ -351,6 +352,18 @@ Status Peer::Impl::mixWait() {
     }
     st.last = st.mixNode.get();
     pendingRecord = st.engine.rounds();
+    // consensus_distance at one point for every round: the mixed model, now (the line is
+    // written at the next call, after the trainer's next local step changed `params`).
+    if (!outDir.empty()) {
+      snapshotTaken = true;
+      if (params.size() <= runtime::kFullModelLogMaxDim) {
+        snapshotX.assign(params.begin(), params.end());
+      } else if (*pendingRecord % scenario.logEvery == 0) {
+        using E = typename std::remove_reference_t<decltype(params)>::element_type;
+        snapshotSketch = runtime::modelSketch(std::span<const E>(params.data(), params.size()),
+                                              runtime::sketchSeed(scenario));
+      }
+    }
     return Status::ok();
   };
   if (auto* f = std::get_if<PeerState<float>>(&state)) return finish(*f);

@@ -2,6 +2,7 @@
 // rounds, api/peer_factory.cc the ways to make one).
 #include <starling/peer.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,24 +11,45 @@
 
 namespace starling {
 
+namespace {
+
+// A step that diverged because the trainer's own gradient was not finite says so, rather than
+// suggesting a smaller step size (the check costs nothing unless the step diverged).
+template <typename T>
+Status explainDivergence(Status s, std::span<const T> grads) {
+  if (s.code() != StatusCode::kDiverged) return s;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (!std::isfinite(grads[k])) {
+      return Status(StatusCode::kDiverged,
+                    "step: the gradient given to step() was not finite (element " +
+                        std::to_string(k) + " is " + std::to_string(grads[k]) +
+                        "): check the trainer's loss and gradient before step(), not the step "
+                        "size (" + s.message() + ")");
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
 // The public door: every call forwards to Impl.
 Peer::Peer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Peer::~Peer() { (void)impl_->close(/*fromDestructor=*/true); }
 
 Status Peer::step(std::span<float> params, std::span<const float> grads, std::optional<double> lr) {
-  return impl_->step(params, grads, lr);
+  return explainDivergence(impl_->step(params, grads, lr), grads);
 }
 Status Peer::step(std::span<double> params, std::span<const double> grads,
                   std::optional<double> lr) {
-  return impl_->step(params, grads, lr);
+  return explainDivergence(impl_->step(params, grads, lr), grads);
 }
 Status Peer::step(std::span<float> params, std::span<const float> grads, std::optional<double> lr,
                   const StepStats& stats) {
-  return impl_->step(params, grads, lr, stats);
+  return explainDivergence(impl_->step(params, grads, lr, stats), grads);
 }
 Status Peer::step(std::span<double> params, std::span<const double> grads,
                   std::optional<double> lr, const StepStats& stats) {
-  return impl_->step(params, grads, lr, stats);
+  return explainDivergence(impl_->step(params, grads, lr, stats), grads);
 }
 Status Peer::mixStart(std::span<float> params) { return impl_->mixStart(params); }
 Status Peer::mixStart(std::span<double> params) { return impl_->mixStart(params); }

@@ -96,6 +96,12 @@ class Peer::Impl {
   std::variant<std::monostate, PeerState<float>, PeerState<double>> state;
   std::map<std::string, double> metrics;  // logged since the last round line
   std::optional<uint64_t> pendingRecord;  // a round whose line waits for the trainer's metrics
+  // A mix() round's model as the round left it (the mixed model), taken when the round ends:
+  // by the time its line is written (at the next call, for the trainer's metrics) the trainer's
+  // buffer has moved on with its next local step. "x" for small models, else "sketch"; empty
+  // when not taken (a large model in a round not due by log_every: the line has neither).
+  std::vector<double> snapshotX, snapshotSketch;
+  bool snapshotTaken = false;
   bool closed = false;
   // A lost rank's restarted trainer (PeerOptions::rejoin): the first call rejoins; the model it
   // got from a neighbour waits here for the node that takes it (step's or mix's).

@@ -188,7 +188,11 @@ Status Peer::Impl::record(PeerState<T>& st) {
   const auto x = st.last->model();
   // Large models: the consensus sketch (runtime/metrics.h), from which merge estimates the
   // consensus distance; the model itself is the trainer's to save.
-  if (x.size() <= runtime::kFullModelLogMaxDim) {
+  if (snapshotTaken) {
+    // A mix() round: the model as the round ended (the mixed model), at every round alike.
+    if (!snapshotX.empty()) j["x"] = snapshotX;
+    if (!snapshotSketch.empty()) j["sketch"] = snapshotSketch;
+  } else if (x.size() <= runtime::kFullModelLogMaxDim) {
     j["x"] = std::vector<double>(x.begin(), x.end());
   } else {
     j["sketch"] = runtime::modelSketch<T>(x, runtime::sketchSeed(scenario));
@@ -204,6 +208,9 @@ Status Peer::Impl::writePending(PeerState<T>& st) {
   Status s = due ? record(st) : Status::ok();
   pendingRecord.reset();
   metrics.clear();
+  snapshotTaken = false;
+  snapshotX.clear();
+  snapshotSketch.clear();
   return s;
 }
 

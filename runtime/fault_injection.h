@@ -80,6 +80,9 @@ class FaultInjector final : public transport::Transport {
   core::Result<int> progress(transport::Clock::time_point until) override;
   transport::TransportStats stats() const override { return inner_.stats(); }
   void revive(int peer) override { inner_.revive(peer); }
+  void ping(int peer, transport::Clock::time_point deadline, PingCallback done) override {
+    inner_.ping(peer, deadline, std::move(done));
+  }
   std::optional<transport::OutgoingMessage> allocate(size_t size) override {
     return inner_.allocate(size);
   }

@@ -427,11 +427,14 @@ void Supervisor::reap() {
       // With on_peer_loss "continue", a peer that crashed or was killed (a signal), or that the
       // others declared lost and that left (kExitLeftRun), is a loss the survivors carry on
       // without; an error it reported itself still stops the run.
-      // A restarted process that could not get back in (or failed later) is a loss too: its
-      // rank was out already, and the run goes on without it.
+      // A restarted peer process that could not get back in (or failed later) is a loss too:
+      // its rank was out already, and the run goes on without it.
+      // A trainer (run -- COMMAND) that exits with a status of its own reported a failure,
+      // whatever the loss policy, a restarted one too: only a killed trainer is a loss.
+      const bool trainer = !opt_.command.empty();
       const bool loss = WIFSIGNALED(status) ||
-                        (WIFEXITED(status) && WEXITSTATUS(status) == kExitLeftRun) ||
-                        c->rejoining;
+                        (!trainer && WIFEXITED(status) && WEXITSTATUS(status) == kExitLeftRun) ||
+                        (!trainer && c->rejoining);
       if (c->failed() && loss && !cancelled_ &&
           s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
         lostChildren_.insert(c->rank);
@@ -741,10 +744,13 @@ core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOpt
   Supervisor sup(s, opt, merging);
   if (auto st = sup.spawn(*addresses); !st.isOk()) return st;
   STARLING_RETURN_IF_ERROR(sup.run());
+  // Every trainer has exited: rounds some rank never reached are merged from those that did.
+  if (auto merged = merger.finalPoll(); !merged) return merged.status();
   TrainerRunResult result;
   result.rounds = merger.lastRound();
   result.detail = merger.progressDetail();
   result.lost = merger.lost();
+  result.lastRoundByRank = merger.lastRoundByRank();
   if (result.rounds) STARLING_RETURN_IF_ERROR(merger.writeSummary());
   return result;
 }

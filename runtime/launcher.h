@@ -60,6 +60,7 @@ struct TrainerRunResult {
   std::optional<uint64_t> rounds;  // the last round every trainer logged (none: no round)
   std::string detail;              // consensus distance and the trainers' metrics, in words
   std::map<int, uint64_t> lost;    // on_peer_loss "continue": rank -> the round it was lost in
+  std::map<int, uint64_t> lastRoundByRank;  // the last round each rank logged
 };
 
 // `node-launcher run SCENARIO -- COMMAND`: starts COMMAND once per node (options.command), with

@@ -1,6 +1,12 @@
 #include "runtime/peer.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -357,6 +363,62 @@ std::string peerFailureLine(const PeerFailure& f) {
   j["message"] = f.message;
   return nlohmann::ordered_json{{"failed", j}}.dump(-1, ' ', false,
                                                     nlohmann::json::error_handler_t::replace);
+}
+
+core::Status checkBeforeStart(const Scenario& s, bool local) {
+  const std::string file = s.file.empty() ? std::string("scenario") : s.file;
+  if (s.security.keyFile.empty()) {
+    const char* env = std::getenv(kKeyFileEnv);
+    if (env != nullptr && *env != '\0') {
+      if (auto key = transport::auth::loadKeyFile(env); !key) {
+        return core::invalidArgument(std::string(kKeyFileEnv) + ": " + key.status().message());
+      }
+    } else if (s.security.encrypt) {
+      return core::invalidArgument(file + ": /security/encrypt: needs the cluster's key, and "
+                                   "neither /security/key_file nor the environment variable " +
+                                   std::string(kKeyFileEnv) + " names one");
+    }
+  }
+  if (!local || !s.peers.explicitAddresses) return core::Status::ok();
+  // Every rank listens here: its host must be this machine's, and its port free.
+  for (size_t r = 0; r < s.peers.addresses.size(); ++r) {
+    const std::string& address = s.peers.addresses[r];
+    const auto colon = address.rfind(':');
+    std::string host = address.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    const std::string port = address.substr(colon + 1);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string where = file + ": /peers/addresses/" + std::to_string(r) + ": " + address;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+      return core::invalidArgument(where + ": the host does not resolve");
+    }
+    int err = 0;
+    const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      err = errno;
+    } else {
+      const int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (::bind(fd, found->ai_addr, found->ai_addrlen) != 0) err = errno;
+      ::close(fd);
+    }
+    freeaddrinfo(found);
+    if (err == EADDRNOTAVAIL) {
+      return core::invalidArgument(where + ": no interface of this machine holds " + host +
+                                   " (`run` starts every rank here; start peers on other hosts "
+                                   "with `node-launcher peer`, srun or mpirun)");
+    }
+    if (err == EADDRINUSE) {
+      return core::invalidArgument(where + ": another process already listens on this port");
+    }
+    if (err != 0) return core::invalidArgument(where + ": cannot listen there: " + strerror(err));
+  }
+  return core::Status::ok();
 }
 
 core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int rank,

@@ -64,6 +64,14 @@ core::Status runPeer(const Experiment& e, const PeerOptions& options);
 
 std::filesystem::path peerLogPath(const std::filesystem::path& outDir, int rank);
 
+// What would stop the peers of `s` once started, checked before any starts (`validate`, and the
+// launcher before it starts anything): security.encrypt without a key (neither
+// /security/key_file nor STARLING_KEY_FILE), a STARLING_KEY_FILE that cannot be used (missing,
+// readable by others, the wrong size); and with `local` (every rank starts on this machine, as
+// `run` starts them) an address whose host no interface here holds, or whose port another
+// process holds. kInvalidArgument naming the scenario file and the JSON path (or the variable).
+core::Status checkBeforeStart(const Scenario& s, bool local);
+
 // The network transport options of `rank` for scenario `s`: its `transport` section, and
 // `addresses` ("host:port" per rank; empty: the scenario's). kInvalidArgument when there are not
 // s.nodes addresses.

@@ -153,7 +153,15 @@ void parsePeers(Obj& o, Scenario& s) {
       const std::string path = o.at("addresses") + "/" + std::to_string(i);
       if (!list[i].is_string()) throw ScenarioError{path, "expected a string \"host:port\""};
       checkHostPort(path, list[i].get<std::string>());
-      p.addresses.push_back(list[i].get<std::string>());
+      const std::string address = list[i].get<std::string>();
+      for (size_t k = 0; k < p.addresses.size(); ++k) {
+        if (p.addresses[k] == address) {
+          throw ScenarioError{path, "rank " + std::to_string(i) + " and rank " +
+                                        std::to_string(k) + " would both listen on " + address +
+                                        ": each rank needs a host:port of its own"};
+        }
+      }
+      p.addresses.push_back(address);
     }
   } else {
     const json& hosts = o.require("hosts");

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
+#include <set>
 
 namespace starling::runtime {
 
@@ -274,18 +277,51 @@ core::Status Survival<T>::complete(Node<T>& node) {
     ++live;
     missing += std::binary_search(lostNow.begin(), lostNow.end(), peer);
   }
+  // Who is really gone: the silent neighbours are pinged, and behind each dead one its own
+  // neighbours, as far as the dead reach (a block of ranks killed together is found in this
+  // round, not a timeout at a time as the repaired graph reaches each).
+  std::vector<int> fresh;
+  for (int peer : lostNow) {
+    if (!gossip_.isKnownLost(peer)) fresh.push_back(peer);
+  }
+  const Probe probe = fresh.empty() ? Probe{} : probeLosses(fresh);
   if (live > 0 && missing == live && (live >= 2 || longRound)) {
-    return leave("no neighbour's message came in round " + std::to_string(r) +
-                 " (was this process stopped?); it leaves the run, the others carry on");
+    // Every live neighbour silent at once. Only when each of them is dead (refused) and the run
+    // goes on (a peer behind them answered, or the refusals show this host's network works) does
+    // this peer stay; a silent neighbour that answers, or no answer at all, says this peer is
+    // the one that stopped.
+    bool neighboursDead = true, refused = true;
+    for (int peer : fresh) {
+      neighboursDead = neighboursDead && probe.dead.count(peer) > 0;
+      refused = refused && probe.refused.count(peer) > 0;
+    }
+    if (!neighboursDead || (!probe.othersAlive && !refused)) {
+      return leave("no neighbour's message came in round " + std::to_string(r) +
+                   " (was this process stopped?); it leaves the run, the others carry on");
+    }
+    engine_->say(who_ + ": every neighbour died in round " + std::to_string(r) +
+                 "; the run goes on (" +
+                 (probe.othersAlive ? "peers behind them answer" : "their hosts refuse") + ")");
+  }
+  // Each loss takes effect D rounds after this one, D computed from the losses known before this
+  // round and that one alone (as every peer that notices it computes it, and as `simulate` does),
+  // whatever else this peer noticed in the same round.
+  const std::vector<int> before = gossip_.knownLost();
+  for (int peer : probe.beyond) {
+    if (std::find(lostNow.begin(), lostNow.end(), peer) == lostNow.end()) lostNow.push_back(peer);
   }
   for (int peer : lostNow) {
     if (gossip_.isKnownLost(peer)) continue;
-    std::vector<int> gone = gossip_.knownLost();
+    std::vector<int> gone = before;
     gone.push_back(peer);
     gossip_.propose(peer, r, agreementRounds(s_, schedule_.support(), gone));
     std::string why = node.lostWhy(peer);
     for (Registered& reg : nodes_) reg.node->setLost(peer);
     node.setLost(peer);
+    if (why.empty() && probe.beyond.count(peer)) {
+      why = "rank " + std::to_string(peer) + " did not answer a ping in round " +
+            std::to_string(r) + " (it lies behind a lost neighbour)";
+    }
     if (why.empty()) {
       why = "no membership message from rank " + std::to_string(peer) + " in round " +
             std::to_string(r);
@@ -301,6 +337,57 @@ core::Status Survival<T>::complete(Node<T>& node) {
   }
   if (!gossip_.disagreement().isOk()) return engine_->fail(gossip_.disagreement(), &node);
   return core::Status::ok();
+}
+
+template <typename T>
+typename Survival<T>::Probe Survival<T>::probeLosses(const std::vector<int>& silent) {
+  Probe out;
+  const auto deadline =
+      transport::Clock::now() + std::chrono::milliseconds(s_.transport.roundTimeoutMs);
+  // Known alive: this peer and the neighbours whose messages came this round.
+  std::set<int> seen(silent.begin(), silent.end());
+  seen.insert(rank_);
+  for (int peer : support_->neighbors(rank_)) seen.insert(peer);
+  std::vector<int> wave = silent;
+  bool first = true;
+  while (!wave.empty() && transport::Clock::now() < deadline) {
+    // Shared with the callbacks: a ping still out when the time runs out answers later, into
+    // this map rather than a dead stack frame.
+    auto shared = std::make_shared<std::map<int, core::Status>>();
+    const auto& answers = *shared;
+    for (int peer : wave) {
+      net_.ping(peer, deadline, [shared, peer](const core::Status& st) { (*shared)[peer] = st; });
+    }
+    while (answers.size() < wave.size() && transport::Clock::now() < deadline) {
+      if (auto p = net_.progress(std::min(deadline, transport::Clock::now() +
+                                                        std::chrono::milliseconds(20)));
+          !p) {
+        break;
+      }
+    }
+    std::vector<int> next;
+    for (int peer : wave) {
+      auto it = answers.find(peer);
+      if (it != answers.end() && it->second.isOk()) {
+        if (!first) out.othersAlive = true;
+        continue;
+      }
+      out.dead.insert(peer);
+      if (it != answers.end() && it->second.code() == core::StatusCode::kUnavailable) {
+        out.refused.insert(peer);
+      }
+      if (!first) out.beyond.insert(peer);
+      for (int n : support_->neighbors(peer)) {
+        if (seen.count(n) || gossip_.isKnownLost(n)) continue;
+        seen.insert(n);
+        next.push_back(n);
+      }
+    }
+    // A neighbour of this peer that delivered counts as alive without asking.
+    wave = std::move(next);
+    first = false;
+  }
+  return out;
 }
 
 template class Survival<float>;

@@ -95,6 +95,15 @@ class Survival {
   core::Status answerJoins(uint64_t round);
   void sendJoinState(int to, uint64_t round);
   core::Status leave(const std::string& why);
+  // Pings the silent neighbours, and behind each dead one its neighbours, wave by wave, within
+  // one round timeout (Transport::ping).
+  struct Probe {
+    std::set<int> dead;        // no answer: refused, broken or timed out
+    std::set<int> refused;     // of those, refused (the host answered: nobody listens there)
+    std::set<int> beyond;      // dead and not a neighbour of this peer (found behind one)
+    bool othersAlive = false;  // a peer behind a dead neighbour answered
+  };
+  Probe probeLosses(const std::vector<int>& silent);
 
   const Scenario& s_;
   const topology::Schedule& schedule_;

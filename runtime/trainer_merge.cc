@@ -105,7 +105,9 @@ core::Status TrainerLogMerger::readPeer(int rank) {
         rec.metrics[k] = v.is_number() ? v.get<double>() : NAN;
       }
     }
-    auto& slot = pending_[j["round"].get<uint64_t>()];
+    const uint64_t round = j["round"].get<uint64_t>();
+    src.lastRound = std::max(src.lastRound.value_or(0), round);
+    auto& slot = pending_[round];
     slot.resize(s_.nodes);
     slot[rank] = std::move(rec);
   }
@@ -121,16 +123,23 @@ core::Result<int> TrainerLogMerger::poll() {
   int merged = 0;
   while (!pending_.empty()) {
     auto it = pending_.begin();
-    // The ranks in this round: all, less those lost in it or before (see the header).
+    // The ranks in this round: all, less those lost in it or before (see the header). One that
+    // has logged a later round (or, at the final poll, none will come) skipped this one.
     std::vector<const Record*> recs;
     bool complete = true;
+    int running = 0;
     for (int r = 0; r < s_.nodes; ++r) {
       if (!membership_.running(r, it->first, /*lostRoundCounts=*/false)) continue;
-      if (!it->second[r]) {
+      ++running;
+      if (it->second[r]) {
+        recs.push_back(&*it->second[r]);
+        continue;
+      }
+      const auto& last = sources_[r].lastRound;
+      if (!final_ && !(last && *last > it->first)) {
         complete = false;
         break;
       }
-      recs.push_back(&*it->second[r]);
     }
     if (!complete) break;
     if (recs.empty()) {
@@ -140,8 +149,10 @@ core::Result<int> TrainerLogMerger::poll() {
     const double n = static_cast<double>(recs.size());
     json line;
     line["round"] = it->first;
+    const bool gap = static_cast<int>(recs.size()) < running;
+    if (gap) line["logged_ranks"] = recs.size();
     // Consensus distance from the models, when every peer logged one of one length.
-    bool models = true;
+    bool models = !gap;
     for (const auto& rec : recs) models = models && rec->hasX && rec->x.size() == recs[0]->x.size();
     double consensus = NAN;
     if (models) {
@@ -158,7 +169,7 @@ core::Result<int> TrainerLogMerger::poll() {
     } else {
       // Models too large to log: the consensus sketch's unbiased estimate (runtime/metrics.h).
       xMean_.clear();
-      bool sketches = true;
+      bool sketches = !gap;
       for (const auto& rec : recs) sketches = sketches && !rec->sketch.empty();
       if (sketches) {
         std::vector<std::vector<double>> all;
@@ -198,6 +209,19 @@ core::Result<int> TrainerLogMerger::poll() {
     ++merged;
   }
   return merged;
+}
+
+core::Result<int> TrainerLogMerger::finalPoll() {
+  final_ = true;
+  return poll();
+}
+
+std::map<int, uint64_t> TrainerLogMerger::lastRoundByRank() const {
+  std::map<int, uint64_t> out;
+  for (int r = 0; r < s_.nodes; ++r) {
+    if (sources_[r].lastRound) out[r] = *sources_[r].lastRound;
+  }
+  return out;
 }
 
 std::string TrainerLogMerger::progressDetail() const {
@@ -242,6 +266,10 @@ core::Status TrainerLogMerger::writeSummary() const {
     if (k != "round") j[k] = v;
   }
   j["x_mean"] = xMean_;
+  // How far each rank got: the merged rounds stop at the last any rank logged.
+  json reached = json::object();
+  for (const auto& [rank, round] : lastRoundByRank()) reached[std::to_string(rank)] = round;
+  j["last_round_by_rank"] = reached;
   return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
 }
 

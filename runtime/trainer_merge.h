@@ -37,8 +37,17 @@ class TrainerLogMerger {
                                                                 std::filesystem::path dir);
 
   // Merges what is complete; returns the number of rounds written by this call. kCorruption for
-  // a line no peer writes or a log of another run.
+  // a line no peer writes or a log of another run. A round is complete once every rank in it
+  // has logged it or logged a later round: trainers may log at different rounds (peer.log() at
+  // one rank only, a rank that logs less often), and a rank that skipped a round leaves a gap in
+  // that round's line, not an end to the merge. A line with a gap has "logged_ranks" (how many
+  // logged it); its trainer metrics are the means over those, its consensus_distance null.
   core::Result<int> poll();
+  // The last poll, once every trainer has exited: the rounds some rank never reached are merged
+  // from the ranks that did.
+  core::Result<int> finalPoll();
+  // The last round each rank logged (none: it logged no round), for summary.json.
+  std::map<int, uint64_t> lastRoundByRank() const;
 
   std::optional<uint64_t> lastRound() const { return lastRound_; }
   // "consensus 1.2e-03, loss 0.31" for the progress line (empty before the first round).
@@ -64,6 +73,7 @@ class TrainerLogMerger {
     std::string partial;
     bool sawHeader = false;
     uint64_t lines = 0;  // read so far (for messages)
+    std::optional<uint64_t> lastRound;
     std::optional<PeerFailure> failure;
   };
 
@@ -81,6 +91,7 @@ class TrainerLogMerger {
   std::optional<uint64_t> lastRound_;
   std::string lastLine_;  // the last metrics line, for summary.json
   std::vector<double> xMean_;
+  bool final_ = false;  // finalPoll: no line will come any more
   double errSumSeen_ = 0;
   uint64_t errCountSeen_ = 0;
 };

@@ -205,6 +205,9 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
              const std::vector<std::string>& command) {
   auto scenario = runtime::loadScenario(scenarioPath);
   if (!scenario) return report(scenario.status());
+  // Not while a launcher still writes into the folder (or another merge does).
+  auto lock = claimRunFolder(outDir, /*fresh=*/false);
+  if (!lock) return report(lock.status());
   auto headers = runtime::readPeerLogHeaders(outDir, scenario->nodes);
   if (!headers) {
     std::fprintf(stderr, "node-launcher merge: %s\n", headers.status().message().c_str());
@@ -265,8 +268,6 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
   }
   auto e = runtime::prepareExperiment(*scenario, {.solve = true});
   if (!e) return report(e.status());
-  auto lock = claimRunFolder(outDir, /*fresh=*/false);
-  if (!lock) return report(lock.status());
   if (auto st = runtime::writeRunInfo(outDir, e->scenario, "merge", command); !st.isOk()) {
     return runFailed(st);
   }
@@ -335,6 +336,9 @@ int resumeRun(const std::string& scenarioPath, const std::string& dir, const std
     return report(core::invalidArgument(
         scenarioPath + ": /transport/kind: --resume continues a run of peer processes "
         "(\"ucx\"); `simulate` and the inproc transport write no checkpoints"));
+  }
+  if (auto st = runtime::checkBeforeStart(e->scenario, /*local=*/true); !st.isOk()) {
+    return report(st);
   }
   auto plan = runtime::planResume(e->scenario, dir, [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
@@ -452,6 +456,10 @@ int launcherMain(int argc, char** argv) {
     int rc = 0;
     for (const auto& path : validatePaths) {
       if (auto s = runtime::loadScenario(path); s && !s->hasProblem) {
+        if (auto st = runtime::checkBeforeStart(*s, /*local=*/false); !st.isOk()) {
+          rc = std::max(rc, report(st));
+          continue;
+        }
         std::printf("%s: ok (%s, %d nodes, for a trainer: run it with `node-launcher run %s -- "
                     "COMMAND`)\n", path.c_str(), s->name.c_str(), s->nodes, path.c_str());
         continue;
@@ -459,6 +467,8 @@ int launcherMain(int argc, char** argv) {
       auto e = load(path, std::nullopt, std::nullopt, /*solve=*/true);
       if (!e) {
         rc = std::max(rc, report(e.status()));
+      } else if (auto st = runtime::checkBeforeStart(e->scenario, /*local=*/false); !st.isOk()) {
+        rc = std::max(rc, report(st));
       } else {
         std::printf("%s: ok (%s, %d nodes, %zu samples, d = %d)\n", path.c_str(),
                     e->scenario.name.c_str(), e->scenario.nodes, e->trainingSamples(),
@@ -549,6 +559,9 @@ int launcherMain(int argc, char** argv) {
       return report(core::invalidArgument(scenarioPath + ": /transport/kind: a trainer's run needs "
                                           "\"ucx\" (one process per node)"));
     }
+    if (auto st = runtime::checkBeforeStart(*scenario, /*local=*/true); !st.isOk()) {
+      return report(st);
+    }
     runtime::LaunchOptions lo;
     lo.scenarioPath = scenarioPath;
     lo.command = trainerCommand;
@@ -571,11 +584,23 @@ int launcherMain(int argc, char** argv) {
       lost += (lost.empty() ? "; lost: rank " : ", rank ") + std::to_string(rank) +
               " in round " + std::to_string(round);
     }
-    std::printf("%s: %llu rounds on %d trainer processes (%s, %s): %s%s\n  outputs: %s\n",
+    // Ranks that stopped short of the others (and are not lost): named, with where they got.
+    std::string shortRanks;
+    for (int r = 0; r < scenario->nodes; ++r) {
+      if (result->lost.count(r)) continue;
+      const auto it = result->lastRoundByRank.find(r);
+      if (it != result->lastRoundByRank.end() && it->second == *result->rounds) continue;
+      shortRanks += (shortRanks.empty() ? "; stopped short: rank " : ", rank ") +
+                    std::to_string(r) +
+                    (it == result->lastRoundByRank.end()
+                         ? std::string(" (no round logged)")
+                         : " at round " + std::to_string(it->second));
+    }
+    std::printf("%s: %llu rounds on %d trainer processes (%s, %s): %s%s%s\n  outputs: %s\n",
                 scenario->name.c_str(), static_cast<unsigned long long>(*result->rounds),
                 scenario->nodes, optim::algorithmKindName(scenario->algorithm.kind),
                 topology::graphKindName(scenario->topology.base.kind), result->detail.c_str(),
-                lost.c_str(), lo.outDir.string().c_str());
+                lost.c_str(), shortRanks.c_str(), lo.outDir.string().c_str());
     return 0;
   }
 
@@ -583,6 +608,9 @@ int launcherMain(int argc, char** argv) {
   if (!e) return report(e.status());
 
   if (*run && e->scenario.transport.kind == runtime::TransportConfig::Kind::kUcx) {
+    if (auto st = runtime::checkBeforeStart(e->scenario, /*local=*/true); !st.isOk()) {
+      return report(st);
+    }
     runtime::LaunchOptions lo = peerLaunch(scenarioPath, rounds, seed, outFor(*e));
     auto lock = claimRunFolder(lo.outDir, /*fresh=*/true);
     if (!lock) return report(lock.status());

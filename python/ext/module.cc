@@ -160,7 +160,20 @@ class PyPeer {
                              " must be a number; got " +
                              std::string(py::str(value.get_type().attr("__name__"))));
       }
-      values[py::str(key)] = value.cast<double>();
+      // Something with __float__ that will not give one (a tensor or array of many values):
+      // starling.Error naming the metric, not a bare cast error.
+      double v = 0;
+      std::string why;
+      try {
+        v = py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (!why.empty()) {
+        check(Status(StatusCode::kInvalidArgument, "log: metric " + std::string(py::str(key)) +
+                                    " cannot be logged as one number (" + why + ")"));
+      }
+      values[py::str(key)] = v;
     }
     check(peer.log(values));
   }

@@ -161,6 +161,18 @@ class Transport {
   // address, faults.restart), so sends to it connect afresh and receives from it wait for it
   // again. A transport also does this by itself when a new process of that rank connects to it.
   virtual void revive(int /*peer*/) {}
+
+  // Whether a process of rank `peer` is alive and answering now, asked outside the message
+  // stream (the network transport: a bootstrap hello marked as a ping, which a live peer's
+  // bootstrap answers from its progress() whatever it waits for). `done` runs once from
+  // progress(): ok (it answered as rank `peer`), kUnavailable (nobody listens there: the process
+  // is gone), or kTimeout (no answer by `deadline`: a host that is gone, or a process stopped).
+  // Used to tell a dead neighbour's neighbours from live ones (runtime/survival.h). The default
+  // answers ok: a transport without a way to ask says every peer is alive.
+  using PingCallback = std::function<void(const core::Status&)>;
+  virtual void ping(int /*peer*/, Clock::time_point /*deadline*/, PingCallback done) {
+    done(core::Status::ok());
+  }
 };
 
 }  // namespace starling::transport

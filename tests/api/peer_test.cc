@@ -208,6 +208,30 @@ TEST_CASE("step refuses parameters changed behind its back", "[api][unit]") {
   CHECK_THAT(st.message(), Contains("element 1"));
 }
 
+TEST_CASE("a non-finite gradient given to step() is named as the trainer's, not a step size",
+          "[api][unit]") {
+  const auto path = writeScenario(
+      "nan-grad", R"({"schema_version": 1, "name": "nan-grad", "nodes": 1,
+      "topology": {"kind": "ring"}, "algorithm": {"kind": "dsgd", "step_size": 0.5},
+      "transport": {"kind": "inproc"}})");
+  auto peer = Peer::fromScenario(path.string(), 0);
+  REQUIRE(peer);
+  std::vector<double> x = {1.0, 2.0, 3.0}, g = {1.0, std::nan(""), 1.0};
+  const Status st = (*peer)->step(std::span<double>(x), std::span<const double>(g));
+  INFO(st.toString());
+  CHECK(st.code() == StatusCode::kDiverged);
+  CHECK_THAT(st.message(), Contains("the gradient given to step() was not finite (element 1 is "
+                                    "nan)"));
+  // A finite gradient that makes the model diverge keeps the step-size advice.
+  auto other = Peer::fromScenario(path.string(), 0);
+  REQUIRE(other);
+  std::vector<double> y = {1.0}, big = {1e308};
+  const Status huge = (*other)->step(std::span<double>(y), std::span<const double>(big), 1e10);
+  INFO(huge.toString());
+  CHECK(huge.code() == StatusCode::kDiverged);
+  CHECK_THAT(huge.message(), !Contains("the gradient given to step()"));
+}
+
 TEST_CASE("a trainer's peer logs merge into consensus distance and averaged metrics",
           "[api][unit]") {
   // d above kFullModelLogMaxDim: the peers log the consensus sketch, and merge estimates the

@@ -371,3 +371,60 @@ TEST_CASE("drops at a rate: each costs its sender; run and simulate agree round 
   CHECK(a == metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
   CHECK(a.back()["rel_error"].get<double>() < 1e-8);
 }
+
+// Faults that overlap (docs/algorithms.md §18, "Losses found together"). Both neighbours of a
+// healthy peer die in the same round: it pings them (refused: dead) and the peers behind them
+// (alive), so it stays, and the run is simulate's bit for bit. A block of adjacent peers dies at
+// once: the ends of the block ping through it, so the inner ranks, which no live peer talks to,
+// are found in the same round as the outer ones, as simulate finds them.
+TEST_CASE("overlapping kills: a peer whose neighbours both die stays; a dead block is found at "
+          "once; run equals simulate", "[integration][peers][faults]") {
+  struct Case {
+    const char* name;
+    const char* kills;
+    const char* left;
+    uint64_t logEvery;
+  };
+  const Case cases[] = {
+      {"neighbours", R"([{"kill": 2, "at_round": 100}, {"kill": 4, "at_round": 100}])",
+       R"("left":[2,4])", 50},
+      {"block", R"([{"kill": 1, "at_round": 100}, {"kill": 2, "at_round": 100},
+                    {"kill": 3, "at_round": 100}])",
+       R"("left":[1,2,3])", 1},
+  };
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const auto dir = tempDir(std::string("overlap-") + c.name);
+      const auto file = dir / "s.json";
+      std::string text = lossScenario(c.name, R"({"kind": "ring"})",
+                                      std::string(R"({"on_peer_loss": "continue", "script": )") +
+                                          c.kills + "}",
+                                      800, R"({"kind": "ucx", "round_timeout_ms": 3000})");
+      const std::string every = R"("log_every": 50)";
+      text.replace(text.find(every), every.size(),
+                   "\"log_every\": " + std::to_string(c.logEvery));
+      writeFile(file, text);
+      const auto run = runLauncher({kLauncher, "run", file.string(), "--out",
+                                    (dir / "run").string()},
+                                   dir / "run.log", 180s);
+      INFO(run.output);
+      CHECK(run.exit == 0);
+      const auto sim = runLauncher(
+          {kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
+          dir / "sim.log");
+      INFO(sim.output);
+      REQUIRE(sim.exit == 0);
+      const auto a = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+      const auto b = metricsWithoutWall(dir / "sim" / "metrics.jsonl");
+      CHECK(a.size() == 800 / c.logEvery + 1);  // every logged round, none lost at the kill
+      CHECK(a == b);
+      REQUIRE(!a.empty());
+      CHECK(a.back()["rel_error"].get<double>() < 1e-8);  // the survivors' optimum
+      const std::string changes = readFile(dir / "run" / "membership.jsonl");
+      INFO(changes);
+      CHECK(contains(changes, c.left));
+      const auto summary = nlohmann::json::parse(readFile(dir / "run" / "summary.json"));
+      CHECK(summary["rounds"] == 800);
+    }
+  }
+}

@@ -143,8 +143,10 @@ inline std::vector<nlohmann::json> metricsWithoutWall(const fs::path& file) {
   return out;
 }
 
-// Children of `parent` that are still alive (from /proc).
-inline std::vector<pid_t> childrenOf(pid_t parent) {
+// Children of `parent` that are still alive (from /proc). A launcher's guardian (the process
+// that cleans up after a killed launcher, named "starling-guard") is not one of its peers and is
+// left out unless `guardian`.
+inline std::vector<pid_t> childrenOf(pid_t parent, bool guardian = false) {
   std::vector<pid_t> out;
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
@@ -159,7 +161,10 @@ inline std::vector<pid_t> childrenOf(pid_t parent) {
     char state;
     pid_t ppid;
     rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stoi(name)));
+    const bool guard = line.find("(starling-guard)") != std::string::npos;
+    if (ppid == parent && state != 'Z' && (guardian || !guard)) {
+      out.push_back(static_cast<pid_t>(std::stoi(name)));
+    }
   }
   return out;
 }

@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <set>
 
 #include "process_helpers.h"
@@ -183,6 +185,87 @@ TEST_CASE("17 zero bytes (and other junk) at every listener of every running pee
   // Each peer's bootstrap port and UCX's own listener.
   CHECK(hit.size() >= 6);
   const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()},
+                               dir / "sim.log");
+  REQUIRE(sim.exit == 0);
+  CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl") ==
+        metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
+}
+
+TEST_CASE("a flood of idle connections at every peer's bootstrap port costs the run nothing",
+          "[integration][security]") {
+  const auto dir = tempDir("security-flood");
+  makeKey(dir / "cluster.key");
+  const auto ports = freePorts(4);
+  std::string addresses;
+  for (uint16_t p : ports) {
+    addresses += (addresses.empty() ? "" : ", ") + std::string("\"127.0.0.1:") +
+                 std::to_string(p) + "\"";
+  }
+  const auto file = dir / "s.json";
+  writeFile(file, scenario(4, 3000, R"({"kind": "ucx"})",
+                           R"(, "security": {"key_file": "cluster.key"}, "peers": {"addresses": [)" +
+                               addresses + "]}"));
+  // 80 connections to each peer that never send a byte, each one opened again as soon as the
+  // peer closes it, from before the peers listen until the run ends (at most 60 s).
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> opened{0};
+  std::thread flood([&] {
+    std::vector<std::vector<int>> fds(ports.size());
+    const auto end = std::chrono::steady_clock::now() + 60s;
+    while (!stop && std::chrono::steady_clock::now() < end) {
+      for (size_t k = 0; k < ports.size(); ++k) {
+        auto& open = fds[k];
+        // Drop the ones the peer closed (a read of 0 bytes, without blocking).
+        for (auto it = open.begin(); it != open.end();) {
+          char b;
+          const ssize_t n = recv(*it, &b, 1, MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            close(*it);
+            it = open.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        while (open.size() < 80) {
+          const int fd = socket(AF_INET, SOCK_STREAM, 0);
+          sockaddr_in a{};
+          a.sin_family = AF_INET;
+          a.sin_port = htons(ports[k]);
+          a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+            close(fd);
+            break;  // not listening (yet, or any more)
+          }
+          open.push_back(fd);
+          ++opened;
+        }
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    for (auto& open : fds) {
+      for (int fd : open) close(fd);
+    }
+  });
+  auto launcher = spawn({kLauncher, "run", file.string(), "--out", (dir / "out").string()},
+                        dir / "launcher.log");
+  const bool ended = launcher->waitFor(120s);
+  stop = true;
+  flood.join();
+  INFO(launcher->output());
+  REQUIRE(ended);
+  CHECK(launcher->exitCode() == 0);
+  CHECK(opened > 4 * 80);  // the flood reached the peers and kept at it
+  // Each peer said what happened, briefly (at most a line a second about it), in the output
+  // the launcher keeps for it.
+  for (int r = 0; r < 4; ++r) {
+    const std::string out = readFile(dir / "out" / "peers" / ("rank-" + std::to_string(r) + ".out"));
+    size_t lines = 0;
+    for (char c : out) lines += c == '\n';
+    INFO("rank " << r << ":\n" << out.substr(0, 4000));
+    CHECK(lines < 100);
+  }
+  const auto sim = runLauncher({kLauncher, "simulate", file.string(), "--out",
+                                (dir / "sim").string()},
                                dir / "sim.log");
   REQUIRE(sim.exit == 0);
   CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl") ==

@@ -200,6 +200,8 @@ def main():
     raises(ValueError, ["grads", "as many elements as params (4)", "3"],
            lambda: peer.step(np.ones(4), np.ones(3)))
     raises(TypeError, ["loss", "number"], lambda: peer.log(loss="low"))
+    # Has __float__ but is no one number: starling.Error naming the metric.
+    raises(starling.Error, ["log: metric loss", "one number"], lambda: peer.log(loss=np.ones(3)))
     check(peer.round == rounds, f"round {peer.round} after {rounds} exchanges and refused calls")
 
     # The asynchronous form: start, compute, wait; the array is updated in place by the wait.

@@ -2,6 +2,8 @@
 // the key, and every message that is forged, altered, replayed, cut short or meant for another
 // peer is rejected and counted. The test signs its own messages with auth.h's primitives and
 // the wire layout written out here, so a change of the format shows up as a failure.
+#include <poll.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <optional>
@@ -306,6 +308,89 @@ TEST_CASE("auth: session tags depend on every input, seal and open round-trip, t
   sealed[500] ^= std::byte{1};
   CHECK_FALSE(b.open(7, sealed, tag, opened));
   CHECK_FALSE(c.open(7, msg, tag, opened));
+}
+
+// A man in the middle of the bootstrap: each connection to rank 1 goes through it, and it flips
+// one byte of the client's hello (its magic) on the way. The server drops such a connection, the
+// client retries until its connect deadline, and the error then names the handshake and why it
+// broke, not only "cannot reach".
+TEST_CASE("ucx+key: a handshake changed on the way is named when the connect deadline passes",
+          "[runtime][unit][ucx][auth]") {
+  const auto ports = freePorts(3);  // rank 0, rank 1, the proxy
+  auto log = std::make_shared<std::vector<std::string>>();
+  LogDump dump{log};
+  const auto key = keyOf(7);
+  auto t1 = make(keyed(1, {ports[0], ports[1]}, log, key));
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(ports[2]);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(listener, 16) == 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> relayed{0};
+  std::thread proxy([&] {
+    while (!stop) {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int client = ::accept(listener, nullptr, nullptr);
+      if (client < 0) continue;
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in s{};
+      s.sin_family = AF_INET;
+      s.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      s.sin_port = htons(ports[1]);
+      timeval tv{2, 0};
+      ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      ::setsockopt(server, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      if (::connect(server, reinterpret_cast<sockaddr*>(&s), sizeof s) == 0) {
+        std::array<char, 64> hello{};
+        size_t got = 0;
+        while (got < hello.size()) {
+          const ssize_t n = ::read(client, hello.data() + got, hello.size() - got);
+          if (n <= 0) break;
+          got += static_cast<size_t>(n);
+        }
+        if (got == hello.size()) {
+          hello[0] ^= 0x01;  // the magic, changed on the way
+          (void)!::write(server, hello.data(), hello.size());
+          ++relayed;
+          std::array<char, 256> back{};
+          for (ssize_t n; (n = ::read(server, back.data(), back.size())) > 0;) {
+            (void)!::write(client, back.data(), static_cast<size_t>(n));
+          }
+        }
+      }
+      ::close(server);
+      ::close(client);
+    }
+  });
+  auto o0 = keyed(0, {ports[0], ports[2]}, log, key);
+  o0.connectTimeout = 2s;
+  auto t0 = make(o0);
+  std::vector<Transport*> ts{t0.get(), t1.get()};
+  Sent sent;
+  t0->send(1, Tag{0, 0}, randomBytes(10, 1), sent.callback());
+  const bool finished = pumpUntil(ts, [&] { return sent.calls > 0; }, in(15s));
+  stop = true;
+  proxy.join();
+  ::close(listener);
+  REQUIRE(finished);
+  INFO(sent.status.toString());
+  CHECK(relayed >= 2);  // retried
+  CHECK(sent.status.code() == StatusCode::kUnavailable);
+  CHECK_THAT(sent.status.message(), Catch::Matchers::Contains("its bootstrap handshake failed"));
+  CHECK_THAT(sent.status.message(),
+             Catch::Matchers::Contains("no challenge came after this peer's hello"));
+  // The server said why it dropped them, at most once a second.
+  size_t dropped = 0;
+  for (const auto& line : *log) dropped += line.find("not a Starling handshake") != std::string::npos;
+  CHECK(dropped >= 1);
+  CHECK(dropped <= 4);
 }
 
 }  // namespace

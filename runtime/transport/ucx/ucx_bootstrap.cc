@@ -60,8 +60,10 @@ tcp::endpoint toEndpoint(const sockaddr_storage& a) {
 
 namespace bootstrap {
 std::array<std::byte, kHelloBytes> hello(int from, int to, int nodes, bool keyed,
-                                         const auth::Nonce& clientNonce, const auth::Nonce& salt) {
+                                         const auth::Nonce& clientNonce, const auth::Nonce& salt,
+                                         bool ping) {
   std::array<std::byte, kHelloBytes> h{};
+  put(h.data() + 20, ping ? 1 : 0, 4);
   put(h.data(), kMagic, 4);
   put(h.data() + 4, kHello, 2);
   put(h.data() + 6, keyed ? 1 : 0, 2);
@@ -79,10 +81,22 @@ struct Bootstrap::Server {
   tcp::socket socket;
   asio::steady_timer timer;
   std::string from;  // the client's address, for the log
+  uint64_t seq = 0;  // accept order
+  bool helloRead = false;
   std::array<std::byte, kHelloBytes> hello{};
   std::array<std::byte, kChallengeBytes> challenge{};
   std::array<std::byte, kProofBytes> proof{};
   std::array<std::byte, kWelcomeBytes> welcome{};
+};
+
+struct Bootstrap::Ping {
+  explicit Ping(asio::io_context& io) : socket(io), timer(io) {}
+  tcp::socket socket;
+  asio::steady_timer timer;
+  int peer = 0;
+  std::function<void(const core::Status&)> done;
+  std::array<std::byte, kHelloBytes> hello{};
+  std::array<std::byte, kChallengeBytes> challenge{};
 };
 
 struct Bootstrap::Client {
@@ -122,6 +136,64 @@ void Bootstrap::close() {
     c->timer.cancel();
   }
   clients_.clear();
+  for (auto& [id, p] : pings_) {
+    p->socket.close(ec);
+    p->timer.cancel();
+  }
+  pings_.clear();
+}
+
+void Bootstrap::ping(int peer, const sockaddr_storage& addr, std::chrono::milliseconds timeout,
+                     std::function<void(const core::Status&)> done) {
+  auto p = std::make_shared<Ping>(io_);
+  const uint64_t id = nextPingId_++;
+  p->peer = peer;
+  p->done = std::move(done);
+  pings_[id] = p;
+  // Ends the ping once (whichever comes first: the answer, a failure, the timer).
+  auto finish = [this, id](const core::Status& st) {
+    auto it = pings_.find(id);
+    if (it == pings_.end()) return;
+    auto q = it->second;
+    pings_.erase(it);
+    boost::system::error_code ec;
+    q->socket.close(ec);
+    q->timer.cancel();
+    q->done(st);
+  };
+  p->timer.expires_after(timeout);
+  p->timer.async_wait([this, finish, peer, timeout](const boost::system::error_code& ec) {
+    if (closed_ || ec) return;
+    finish(core::timeout("rank " + std::to_string(peer) + " did not answer a ping within " +
+                         std::to_string(timeout.count()) + " ms"));
+  });
+  auth::Nonce nonce;
+  auth::randomBytes(nonce);
+  p->hello = bootstrap::hello(config_.rank, peer, config_.nodes, handshakeKey_.has_value(), nonce,
+                              config_.salt, /*ping=*/true);
+  p->socket.async_connect(toEndpoint(addr), [this, p, finish](const boost::system::error_code& ec) {
+    if (closed_) return;
+    if (ec) return finish(core::unavailable("ping: " + ec.message()));
+    asio::async_write(p->socket, asio::buffer(p->hello), [this, p, finish](
+                                                             const boost::system::error_code& ec,
+                                                             size_t) {
+      if (closed_) return;
+      if (ec) return finish(core::unavailable("ping: " + ec.message()));
+      asio::async_read(p->socket, asio::buffer(p->challenge), [this, p, finish](
+                                                                  const boost::system::error_code& ec,
+                                                                  size_t) {
+        if (closed_) return;
+        if (ec) return finish(core::unavailable("ping: " + ec.message()));
+        const std::byte* ch = p->challenge.data();
+        if (!header(ch, kChallenge) || get(ch + 12, 4) != kOk ||
+            get(ch + 8, 4) != static_cast<uint64_t>(p->peer)) {
+          return finish(core::unavailable("ping: not rank " + std::to_string(p->peer) +
+                                          " of this run there"));
+        }
+        finish(core::Status::ok());
+      });
+    });
+  });
 }
 
 core::Status Bootstrap::listen(const sockaddr_storage& own, const std::string& describe) {
@@ -145,16 +217,23 @@ void Bootstrap::accept() {
     if (ec == asio::error::operation_aborted) return;
     if (!ec) {
       if (servers_.size() >= kMaxServerSessions) {
-        ++rejected_;
-        config_.log("bootstrap: more than " + std::to_string(kMaxServerSessions) +
-                    " handshakes at once; closed a connection from " + endpointText(s->socket));
-        boost::system::error_code ignored;
-        s->socket.close(ignored);
-      } else {
-        s->from = endpointText(s->socket);
-        servers_[s.get()] = s;
-        serve(s);
+        // Full: the oldest connection makes room (a flood's idle connections go first, as they
+        // are the oldest; a real neighbour's handshake is over in a millisecond).
+        auto oldest = servers_.begin();
+        for (auto it = servers_.begin(); it != servers_.end(); ++it) {
+          if (it->second->seq < oldest->second->seq) oldest = it;
+        }
+        const auto victim = oldest->second;
+        endServer(victim,
+                  "more than " + std::to_string(kMaxServerSessions) +
+                      " handshakes at once; closed the oldest, from " + victim->from +
+                      (victim->helloRead ? "" : " (it had sent nothing)"),
+                  false);
       }
+      s->from = endpointText(s->socket);
+      s->seq = ++serverSeq_;
+      servers_[s.get()] = s;
+      serve(s);
     }
     accept();
   });
@@ -167,7 +246,7 @@ void Bootstrap::endServer(const std::shared_ptr<Server>& s, const std::string& w
     } else {
       ++rejected_;
     }
-    config_.log("bootstrap: " + why);
+    logLimited("bootstrap: " + why);
   }
   boost::system::error_code ec;
   s->socket.close(ec);
@@ -175,19 +254,48 @@ void Bootstrap::endServer(const std::shared_ptr<Server>& s, const std::string& w
   servers_.erase(s.get());
 }
 
+void Bootstrap::logLimited(const std::string& line) {
+  const auto now = std::chrono::steady_clock::now();
+  if (lastLog_ != std::chrono::steady_clock::time_point{} && now - lastLog_ < kLogInterval) {
+    ++unlogged_;
+    return;
+  }
+  lastLog_ = now;
+  std::string text = line;
+  if (unlogged_ > 0) {
+    text += " (and " + std::to_string(unlogged_) + " more such lines left out)";
+    unlogged_ = 0;
+  }
+  config_.log(text);
+}
+
 void Bootstrap::serve(std::shared_ptr<Server> s) {
-  s->timer.expires_after(config_.timeout);
-  s->timer.async_wait([this, s](const boost::system::error_code& ec) {
+  // The hello within kHelloTimeout (a connection that says nothing holds a place for no longer),
+  // the whole handshake within the handshake timeout.
+  const auto helloWait = std::min<std::chrono::milliseconds>(kHelloTimeout, config_.timeout);
+  s->timer.expires_after(helloWait);
+  s->timer.async_wait([this, s, helloWait](const boost::system::error_code& ec) {
     if (closed_ || ec) return;
-    if (servers_.count(s.get())) {
-      endServer(s, "a connection from " + s->from + " did not finish its handshake within " +
-                       std::to_string(config_.timeout.count()) + " ms",
+    if (servers_.count(s.get()) && !s->helloRead) {
+      endServer(s, "a connection from " + s->from + " sent no hello within " +
+                       std::to_string(helloWait.count()) + " ms",
                 false);
     }
   });
   asio::async_read(s->socket, asio::buffer(s->hello), [this, s](const boost::system::error_code& ec,
                                                                  size_t) {
     if (closed_ || !servers_.count(s.get())) return;
+    s->helloRead = true;
+    s->timer.cancel();
+    s->timer.expires_after(config_.timeout);
+    s->timer.async_wait([this, s](const boost::system::error_code& ec) {
+      if (closed_ || ec) return;
+      if (servers_.count(s.get())) {
+        endServer(s, "a connection from " + s->from + " did not finish its handshake within " +
+                         std::to_string(config_.timeout.count()) + " ms",
+                  false);
+      }
+    });
     if (ec) {
       // A port probe or a client that broke off before its hello: counted, not logged.
       ++rejected_;
@@ -201,6 +309,7 @@ void Bootstrap::serve(std::shared_ptr<Server> s) {
     }
     const uint64_t from = get(h + 8, 4), to = get(h + 12, 4), nodes = get(h + 16, 4);
     const bool keyed = get(h + 6, 2) == 1;
+    const bool ping = (get(h + 20, 4) & 1) != 0;
     uint32_t answer = kOk;
     if (to != static_cast<uint64_t>(config_.rank)) {
       answer = kWrongRank;
@@ -220,10 +329,16 @@ void Bootstrap::serve(std::shared_ptr<Server> s) {
     auth::Nonce nonce;
     auth::randomBytes(nonce);
     std::memcpy(c + 20, nonce.data(), nonce.size());
-    asio::async_write(s->socket, asio::buffer(s->challenge), [this, s, answer, from, to, nodes](
+    asio::async_write(s->socket, asio::buffer(s->challenge), [this, s, answer, from, to, nodes,
+                                                              ping](
                                                                  const boost::system::error_code& ec,
                                                                  size_t) {
       if (closed_ || !servers_.count(s.get())) return;
+      if (ping && answer == kOk) {
+        // A ping (Bootstrap::ping): answered with the challenge; nothing more to it.
+        endServer(s, "", false);
+        return;
+      }
       if (answer != kOk) {
         const std::string claim = " (claims rank " + std::to_string(from) + " of " +
                                   std::to_string(nodes) + ", to rank " + std::to_string(to) + ")";
@@ -342,7 +457,10 @@ void Bootstrap::connect(int peer, const sockaddr_storage& addr, ConnectedFn done
                                                                   const boost::system::error_code& ec,
                                                                   size_t) {
         if (closed_) return;
-        if (ec) return unavailable("handshake broken: " + ec.message());
+        if (ec) {
+          return unavailable("handshake broken: no challenge came after this peer's hello (" +
+                             ec.message() + "): the peer there did not take the hello");
+        }
         const std::byte* ch = c->challenge.data();
         if (!header(ch, kChallenge)) return refused("it does not speak Starling's handshake");
         const bool keyed = get(ch + 6, 2) == 1;
@@ -384,11 +502,15 @@ void Bootstrap::connect(int peer, const sockaddr_storage& addr, ConnectedFn done
                                                                     const boost::system::error_code& ec,
                                                                     size_t) {
             if (closed_) return;
-            if (ec) return unavailable("handshake broken: " + ec.message());
+            if (ec) {
+              return unavailable("handshake broken: no welcome came after this peer's proof (" +
+                                 ec.message() + "): the peer there did not take the proof");
+            }
             const std::byte* w = c->welcome.data();
             if (!header(w, kWelcome)) return refused("it does not speak Starling's handshake");
             if (get(w + 8, 4) == kKeyRefused) {
-              return refused("it refused this peer's key (the two hold different cluster keys)");
+              return refused("it refused this peer's key proof (the two hold different cluster "
+                             "keys, or the handshake was changed on the way)");
             }
             const uint64_t length = get(w + 12, 4);
             if (get(w + 8, 4) != kOk || length == 0 || length > kMaxWorkerAddressBytes) {
@@ -404,7 +526,8 @@ void Bootstrap::connect(int peer, const sockaddr_storage& addr, ConnectedFn done
                 const auth::Digest expected = auth::hmac(
                     *handshakeKey_, {text("server"), c->hello, c->challenge, c->proof, c->address});
                 if (!auth::equal(expected, std::span<const std::byte>(c->welcome.data() + 16, 32))) {
-                  return refused("it could not prove the cluster's key");
+                  return refused("its welcome does not prove the cluster's key (another key, or "
+                                 "the handshake was changed on the way)");
                 }
               }
               finishClient(c->peer, c->id, core::Status::ok(), std::move(c->address));

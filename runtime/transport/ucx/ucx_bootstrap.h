@@ -43,8 +43,14 @@ inline constexpr size_t kChallengeBytes = 48;
 inline constexpr size_t kProofBytes = 40;
 inline constexpr size_t kWelcomeBytes = 48;
 inline constexpr size_t kMaxWorkerAddressBytes = 4096;
-// Handshakes served at once; more connections are closed at once (and counted).
+// Handshakes served at once. A connection beyond them takes the place of the oldest one (closed
+// and counted): idle connections (a flood of them, or port scans) cost a peer nothing it needs,
+// since a real neighbour's handshake takes a millisecond and always finds a place.
 inline constexpr size_t kMaxServerSessions = 64;
+// A client must send its hello within this (or the handshake timeout, if shorter).
+inline constexpr std::chrono::milliseconds kHelloTimeout{2000};
+// Lines about refused or dropped connections: at most one a second, with a count of those left out.
+inline constexpr std::chrono::seconds kLogInterval{1};
 
 using WorkerAddress = std::vector<std::byte>;
 
@@ -76,6 +82,12 @@ class Bootstrap {
   // cancel(peer) or close() comes first.
   void connect(int peer, const sockaddr_storage& addr, ConnectedFn done);
   void cancel(int peer);
+  // Asks whether rank `peer` is alive at `addr`: a hello marked as a ping, which the server
+  // answers with its challenge and then closes quietly (not counted, not logged). `done` runs
+  // once: ok when the challenge says rank `peer` of this run; kUnavailable when the connection
+  // was refused or broke, or someone else answered; kTimeout after `timeout`.
+  void ping(int peer, const sockaddr_storage& addr, std::chrono::milliseconds timeout,
+            std::function<void(const core::Status&)> done);
   // Closes the listener and every connection; no callback runs afterwards.
   void close();
 
@@ -89,6 +101,8 @@ class Bootstrap {
   void serve(std::shared_ptr<Server> s);
   void endServer(const std::shared_ptr<Server>& s, const std::string& why, bool refusedKey);
   void finishClient(int peer, uint64_t id, const core::Status& st, WorkerAddress address);
+  // config_.log, at most once per kLogInterval; lines left out are counted in the next one.
+  void logLimited(const std::string& line);
 
   boost::asio::io_context& io_;
   BootstrapConfig config_;
@@ -97,16 +111,24 @@ class Bootstrap {
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
   std::map<Server*, std::shared_ptr<Server>> servers_;
   std::map<int, std::shared_ptr<Client>> clients_;
+  struct Ping;
+  std::map<uint64_t, std::shared_ptr<Ping>> pings_;
+  uint64_t nextPingId_ = 1;
   uint64_t nextClientId_ = 1;
   uint64_t refused_ = 0;
   uint64_t rejected_ = 0;
+  uint64_t serverSeq_ = 0;                                 // accept order, for eviction
+  std::chrono::steady_clock::time_point lastLog_{};
+  uint64_t unlogged_ = 0;
   bool closed_ = false;
 };
 
 // Message builders and checks, exposed for the tests (ucx_bootstrap.cc).
 namespace bootstrap {
+// ping: the hello of Bootstrap::ping (bit 0 of the flags at byte 20).
 std::array<std::byte, kHelloBytes> hello(int from, int to, int nodes, bool keyed,
-                                         const auth::Nonce& clientNonce, const auth::Nonce& salt);
+                                         const auth::Nonce& clientNonce, const auth::Nonce& salt,
+                                         bool ping = false);
 }  // namespace bootstrap
 
 }  // namespace starling::transport::ucx::detail

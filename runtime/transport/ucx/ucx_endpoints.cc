@@ -40,6 +40,13 @@ void UcxTransport::onBootstrapped(int peer, uint64_t generation, const core::Sta
   if (!st.isOk()) {
     if (st.code() == core::StatusCode::kUnavailable) {
       p.errored = true;  // not listening yet, or gone: maintain() retries until the deadline
+      // Only a connection that was accepted and then broke off is a failed handshake (not one
+      // refused because nobody listens there yet).
+      if (st.message().rfind("handshake broken", 0) == 0 ||
+          st.message().rfind("no handshake", 0) == 0) {
+        ++p.handshakeFailures;
+        p.lastHandshakeError = st.message();
+      }
     } else {
       failPeer(peer, core::Status(st.code(), describe(peer) + ": " + st.message()));
     }
@@ -58,6 +65,8 @@ void UcxTransport::onBootstrapped(int peer, uint64_t generation, const core::Sta
     failPeer(peer, created);
     return;
   }
+  p.handshakeFailures = 0;
+  p.lastHandshakeError.clear();
   p.ep = handle;
   // Sends wait until the flush completes, i.e. until wireup has settled on its final lanes.
   // Posting them earlier trips a UCX 1.13 bug over shared memory: requests queued during wireup
@@ -246,6 +255,21 @@ void UcxTransport::failPeer(int peer, core::Status status) {
     if (!p.unsent.front()->control) finish(std::move(p.unsent.front()), p.failure);
     p.unsent.pop_front();
   }
+}
+
+void UcxTransport::ping(int peer, Clock::time_point deadline, PingCallback done) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size()) || peer == options_.rank ||
+      shuttingDown_) {
+    done(core::invalidArgument("ping: no such peer"));
+    return;
+  }
+  auto addr = resolve(options_.addresses[peer]);
+  if (!addr) {
+    done(addr.status());
+    return;
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  bootstrap_->ping(peer, *addr, std::max(left, std::chrono::milliseconds(1)), std::move(done));
 }
 
 void UcxTransport::revive(int peer) {

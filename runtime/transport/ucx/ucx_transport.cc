@@ -273,8 +273,17 @@ void UcxTransport::maintain(Clock::time_point now) {
     }
     if ((p.state == OutPeer::State::kBackoff || p.state == OutPeer::State::kConnecting) &&
         now >= p.connectDeadline && (!p.unsent.empty() || p.inflight > 0)) {
+      // Name the handshake when it is what failed (a connection that was accepted and then
+      // broke off, again and again: a peer of another version, or bytes changed on the way).
+      std::string why;
+      if (p.handshakeFailures > 0 && !p.lastHandshakeError.empty()) {
+        why = "; its bootstrap handshake failed " + std::to_string(p.handshakeFailures) +
+              (p.handshakeFailures == 1 ? " time" : " times") + ", the last: " +
+              p.lastHandshakeError;
+      }
       failPeer(peer, core::unavailable("cannot reach " + describe(peer) + " within " +
-                                       std::to_string(options_.connectTimeout.count()) + " ms"));
+                                       std::to_string(options_.connectTimeout.count()) + " ms" +
+                                       why));
     }
     if (p.state == OutPeer::State::kBackoff && p.inflight == 0 && now >= p.retryAt) {
       if (auto st = connect(peer); !st.isOk()) failPeer(peer, st);

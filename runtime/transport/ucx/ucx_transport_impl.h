@@ -171,6 +171,10 @@ struct OutPeer {
   std::deque<std::unique_ptr<SendOp>> unsent;
   core::Status failure;
   Clock::time_point failedAt{};
+  // Handshakes that broke off since the last connection (each is retried until the connect
+  // deadline), and the last one's reason: named when the deadline passes.
+  uint64_t handshakeFailures = 0;
+  std::string lastHandshakeError;
 };
 
 struct PendingRecv {
@@ -204,6 +208,7 @@ class UcxTransport final : public Transport {
   }
   std::optional<OutgoingMessage> allocate(size_t size) override;
   void revive(int peer) override;
+  void ping(int peer, Clock::time_point deadline, PingCallback done) override;
 
   // Callbacks from UCX (static trampolines below).
   void onSendComplete(std::unique_ptr<SendOp> op, ucs_status_t status);
