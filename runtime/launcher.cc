@@ -141,11 +141,28 @@ class Guardian {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     prctl(PR_SET_NAME, "starling-guard");
+    // The pipe first out of the way of 0-2 (a launcher started without stdin has fd 0 free, and
+    // the pipe may be it).
+    if (const int high = fcntl(fd, F_DUPFD, 100); high >= 0) {
+      close(fd);
+      fd = high;
+    }
     if (const int null = open("/dev/null", O_RDWR); null >= 0) {
       // The launcher's output may be a pipe someone reads to its end: do not hold it open.
       dup2(null, STDIN_FILENO);
       dup2(null, STDOUT_FILENO);
       dup2(null, STDERR_FILENO);
+      if (null > STDERR_FILENO) close(null);
+    }
+    // Nothing else of the launcher's: above all not the run folder's lock, which must go with
+    // the launcher (a --resume right after a killed launcher finds the folder free).
+    if (fd != 3) {
+      dup2(fd, 3);
+      close(fd);
+      fd = 3;
+    }
+    if (close_range(4, ~0U, 0) != 0) {
+      for (int k = 4; k < 65536; ++k) close(k);
     }
     int32_t m = 0;
     for (;;) {

@@ -8,7 +8,6 @@ checked against the exact central solution (rational arithmetic, from the same d
 
 usage: embed_test.py BUILD_DIR SOURCE_DIR NODE_LAUNCHER
 """
-import glob
 import json
 import os
 import subprocess
@@ -67,18 +66,24 @@ def rel(x, ref):
     return (num / den) ** 0.5
 
 
+def files_under(folder):
+    """Every file below `folder`, hidden folders too (glob's ** skips them, and an install under
+    $HOME/.local lies in one)."""
+    return [os.path.join(d, f) for d, _, names in os.walk(folder) for f in names]
+
+
 def main():
     build, source, launcher = sys.argv[1:4]
     tmp = tempfile.mkdtemp(prefix="starling-embed-")
-    dest = os.path.join(tmp, "inst")
+    # A hidden folder on the way, as in an install under $HOME/.local.
+    dest = os.path.join(tmp, ".local-inst")
 
     # 1. Install: the library, the public headers and starling.pc, nothing internal.
     run(["meson", "install", "-C", build, "--no-rebuild", "--tags", "runtime,devel",
          "--destdir", dest])
-    pcs = glob.glob(os.path.join(dest, "**", "pkgconfig", "starling.pc"), recursive=True)
+    pcs = [p for p in files_under(dest) if p.endswith(os.path.join("pkgconfig", "starling.pc"))]
     expect(len(pcs) == 1, "meson install wrote one starling.pc")
-    headers = sorted(os.path.relpath(p, dest) for p in glob.glob(os.path.join(dest, "**", "*.h"),
-                                                                  recursive=True))
+    headers = sorted(os.path.relpath(p, dest) for p in files_under(dest) if p.endswith(".h"))
     expect([os.path.basename(h) for h in headers] == ["peer.h", "status.h"] and
            all(os.path.basename(os.path.dirname(h)) == "starling" for h in headers),
            f"only include/starling/peer.h and status.h are installed ({headers})")

@@ -358,3 +358,58 @@ TEST_CASE("nothing of a run survives its launcher", "[integration][run_folder]")
     if (signo != SIGKILL) CHECK(p->exitCode() == 1);
   }
 }
+
+TEST_CASE("configuration that would stop the peers is refused before any starts",
+          "[integration][run_folder]") {
+  const auto dir = tempDir("rf-preflight");
+  const auto withEnv = [&](const std::vector<std::string>& args,
+                           const std::map<std::string, std::string>& env, const std::string& log) {
+    auto p = spawn(args, dir / log, env);
+    REQUIRE(p->waitFor(60s));
+    return Outcome{p->exitCode(), p->output()};
+  };
+  const auto expectRefused = [&](const fs::path& file, const std::string& words,
+                                 const std::map<std::string, std::string>& env = {}) {
+    INFO(file.filename().string() << ": " << words);
+    const auto v = withEnv({kLauncher, "validate", file.string()}, env, "v.log");
+    INFO(v.output);
+    CHECK(v.exit == 2);
+    CHECK(contains(v.output, words));
+    const auto out = dir / ("out-" + file.stem().string());
+    const auto r = withEnv({kLauncher, "run", file.string(), "--out", out.string()}, env, "r.log");
+    INFO(r.output);
+    CHECK(r.exit == 2);
+    CHECK(contains(r.output, words));
+    CHECK_FALSE(fs::exists(out / "peers"));  // no peer started
+  };
+  // encrypt without a key, in the scenario or the environment.
+  writeFile(dir / "encrypt.json", leastSquares(20, R"(, "security": {"encrypt": true})"));
+  expectRefused(dir / "encrypt.json", "/security/encrypt: needs the cluster's key");
+  // STARLING_KEY_FILE that names no file, or a file others may read.
+  writeFile(dir / "plain.json", leastSquares(20));
+  expectRefused(dir / "plain.json", "STARLING_KEY_FILE: key file " + (dir / "none.key").string(),
+                {{"STARLING_KEY_FILE", (dir / "none.key").string()}});
+  writeFile(dir / "open.key", std::string(32, 'k'));
+  REQUIRE(::chmod((dir / "open.key").c_str(), 0644) == 0);
+  expectRefused(dir / "plain.json", "are too open", {{"STARLING_KEY_FILE", (dir / "open.key").string()}});
+  // Two ranks on one host:port.
+  writeFile(dir / "twice.json",
+            leastSquares(20, R"(, "peers": {"addresses": ["127.0.0.1:24001", "127.0.0.1:24002",
+                                  "127.0.0.1:24001", "127.0.0.1:24003"]})"));
+  expectRefused(dir / "twice.json",
+                "/peers/addresses/2: rank 2 and rank 0 would both listen on 127.0.0.1:24001");
+  // An address no interface of this machine holds: `validate` cannot know where the peers will
+  // run, `run` starts them all here.
+  writeFile(dir / "away.json",
+            leastSquares(20, R"(, "peers": {"addresses": ["127.0.0.1:24001", "198.18.255.254:24002",
+                                  "127.0.0.1:24003", "127.0.0.1:24004"]})"));
+  CHECK(withEnv({kLauncher, "validate", (dir / "away.json").string()}, {}, "v2.log").exit == 0);
+  const auto away = withEnv({kLauncher, "run", (dir / "away.json").string(), "--out",
+                             (dir / "out-away").string()},
+                            {}, "r2.log");
+  INFO(away.output);
+  CHECK(away.exit == 2);
+  CHECK(contains(away.output, "/peers/addresses/1: 198.18.255.254:24002: no interface of this "
+                              "machine holds 198.18.255.254"));
+  CHECK_FALSE(fs::exists(dir / "out-away" / "peers"));
+}

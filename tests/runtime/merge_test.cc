@@ -146,7 +146,7 @@ TEST_CASE("a peer log of another run is refused, naming the file", "[runtime][un
   auto& merger = *merged.merger;
   const auto polled = merger.poll();
   REQUIRE_FALSE(polled);
-  CHECK(polled.status().message().find("rank-2.jsonl: written by a different run") !=
+  CHECK(polled.status().message().find("rank-2.jsonl:1: written by a different run") !=
         std::string::npos);
   CHECK(polled.status().message().find("seed 4") != std::string::npos);
 
