@@ -161,8 +161,13 @@ inline std::vector<pid_t> childrenOf(pid_t parent, bool guardian = false) {
     char state;
     pid_t ppid;
     rest >> state >> ppid;
-    const bool guard = line.find("(starling-guard)") != std::string::npos;
-    if (ppid == parent && state != 'Z' && (guardian || !guard)) {
+    if (ppid != parent || state == 'Z') continue;
+    // The guardian is a fork of the launcher: named starling-guard, or (for the moment before it
+    // renames itself) with the launcher's own command line.
+    const bool guard = line.find("(starling-guard)") != std::string::npos ||
+                       readFile(entry.path() / "cmdline") ==
+                           readFile("/proc/" + std::to_string(parent) + "/cmdline");
+    if (guardian || !guard) {
       out.push_back(static_cast<pid_t>(std::stoi(name)));
     }
   }
