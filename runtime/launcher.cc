@@ -27,6 +27,7 @@
 #include <random>
 #include <set>
 
+#include "runtime/guardian.h"
 #include "runtime/merge.h"
 #include "runtime/peer.h"
 #include "runtime/peer_log_reader.h"
@@ -84,123 +85,6 @@ struct Child {
     }
     return "exited with status " + std::to_string(WEXITSTATUS(waitStatus));
   }
-};
-
-// Makes sure nothing of a run outlives its launcher, however the launcher ends. Every child
-// leads a process group of its own (so a signal reaches a trainer's own children too: a
-// `bash -c "python3 w.py; ..."` or a data loader); the guardian is a small process forked from
-// the launcher before any child, in a group of its own, that learns each group through a pipe.
-// When the pipe closes without the launcher saying it is done (the launcher was killed, even by
-// SIGKILL), the guardian sends SIGTERM to every group, waits the terminate grace and sends
-// SIGKILL to what is left. After fork() it only reads, signals and sleeps (no allocation: its
-// table is sized before).
-class Guardian {
- public:
-  ~Guardian() { disarm(); }
-  core::Status start(size_t capacity, std::chrono::milliseconds grace) {
-    groups_.assign(capacity + 1, 0);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return core::ioError(std::string("pipe: ") + strerror(errno));
-    const pid_t pid = fork();
-    if (pid < 0) {
-      close(fds[0]);
-      close(fds[1]);
-      return core::ioError(std::string("fork: ") + strerror(errno));
-    }
-    if (pid == 0) {
-      close(fds[1]);
-      watch(fds[0], grace);  // never returns
-    }
-    close(fds[0]);
-    pid_ = pid;
-    fd_ = fds[1];
-    return core::Status::ok();
-  }
-  // Tells the guardian about a child's group (pgid > 0), or that one is gone (-pgid).
-  void send(int32_t message) {
-    if (fd_ < 0) return;
-    const ssize_t n = write(fd_, &message, sizeof message);
-    (void)n;  // a guardian that is gone cannot be told; the groups were signalled already
-  }
-  // The launcher ends normally, its children reaped: the guardian exits without signalling.
-  void disarm() {
-    if (fd_ < 0) return;
-    send(0);
-    close(fd_);
-    fd_ = -1;
-    int status = 0;
-    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
-
- private:
-  [[noreturn]] void watch(int fd, std::chrono::milliseconds grace) {
-    setpgid(0, 0);  // not in the launcher's group: a Ctrl-C meant for the launcher misses it
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_IGN);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    prctl(PR_SET_NAME, "starling-guard");
-    // The pipe first out of the way of 0-2 (a launcher started without stdin has fd 0 free, and
-    // the pipe may be it).
-    if (const int high = fcntl(fd, F_DUPFD, 100); high >= 0) {
-      close(fd);
-      fd = high;
-    }
-    if (const int null = open("/dev/null", O_RDWR); null >= 0) {
-      // The launcher's output may be a pipe someone reads to its end: do not hold it open.
-      dup2(null, STDIN_FILENO);
-      dup2(null, STDOUT_FILENO);
-      dup2(null, STDERR_FILENO);
-      if (null > STDERR_FILENO) close(null);
-    }
-    // Nothing else of the launcher's: above all not the run folder's lock, which must go with
-    // the launcher (a --resume right after a killed launcher finds the folder free).
-    if (fd != 3) {
-      dup2(fd, 3);
-      close(fd);
-      fd = 3;
-    }
-    if (close_range(4, ~0U, 0) != 0) {
-      for (int k = 4; k < 65536; ++k) close(k);
-    }
-    int32_t m = 0;
-    for (;;) {
-      const ssize_t n = read(fd, &m, sizeof m);
-      if (n < 0 && errno == EINTR) continue;
-      if (n != static_cast<ssize_t>(sizeof m)) break;  // the launcher is gone
-      if (m == 0) _exit(0);                            // done: nothing to clean up
-      for (auto& g : groups_) {
-        if (m > 0 && g == 0) {
-          g = m;
-          break;
-        }
-        if (m < 0 && g == -m) {
-          g = 0;
-          break;
-        }
-      }
-    }
-    bool any = false;
-    for (pid_t g : groups_) {
-      if (g > 0) any = (kill(-g, SIGTERM) == 0) || any;
-    }
-    const auto step = std::chrono::milliseconds(50);
-    for (auto waited = std::chrono::milliseconds(0); any && waited < grace; waited += step) {
-      const timespec ts{0, 50'000'000};
-      nanosleep(&ts, nullptr);
-      any = false;
-      for (pid_t g : groups_) any = any || (g > 0 && kill(-g, 0) == 0);
-    }
-    for (pid_t g : groups_) {
-      if (g > 0) kill(-g, SIGKILL);
-    }
-    _exit(0);
-  }
-
-  std::vector<pid_t> groups_;
-  pid_t pid_ = -1;
-  int fd_ = -1;
 };
 
 // What the supervisor needs of the merger of the peers' logs: PeerLogMerger for peers that run
@@ -327,13 +211,9 @@ core::Result<std::unique_ptr<Child>> Supervisor::start(int r, bool rejoin) {
   argv.push_back(nullptr);
 
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return core::ioError(std::string("pipe: ") + strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return core::ioError(std::string("fork: ") + strerror(errno));
-  }
+  auto forked = forkWithPipe(fds);
+  if (!forked) return forked.status();
+  const pid_t pid = *forked;
   if (pid == 0) {
     // Child: a process group of its own (signals reach whatever it starts); told to stop when
     // the launcher dies (the guardian then makes sure of it); talks through the pipe.

@@ -412,6 +412,16 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
       // (its parameter buffer differs from ours: a trainer bug), but it could also be a forgery,
       // so it never fails the round by itself; it only explains the timeout if nothing else comes.
       noteMismatch(slot, bytes);
+      if (!slot.mismatch.empty() && bytes.intact()) {
+        // ... unless the transport vouches that the neighbour sent exactly these bytes (a
+        // verified MAC, or its own shared memory): then the sizes really differ, and waiting out
+        // the round timeout would only delay saying so.
+        slot.status = core::invalidArgument(
+            "rank " + std::to_string(slot.peer) + "'s own frame (the transport vouches for it)");
+        slot.bytes = std::move(bytes);
+        --pending_;
+        return;
+      }
       if (log_) {
         log_("rank " + std::to_string(rank_) + ": rejected a message claiming to be from rank " +
              std::to_string(slot.peer) + " for round " + std::to_string(tag_.round) + ": " +
@@ -459,7 +469,8 @@ core::Status Node<T>::finishRound() {
     if (!slot.status.isOk()) {
       lostNeighbour_ = slot.peer;
       if (!slot.mismatch.empty()) {
-        // Still the receive's own status (a timeout): the mismatch is why, not a proof.
+        // The receive's own status (a timeout: the mismatch is why, not a proof), or
+        // kInvalidArgument when the transport vouched for the frame (a proof).
         return core::Status(slot.status.code(), "round " + std::to_string(info_.round) + ": " +
                                                     slot.mismatch + " (" + slot.status.message() +
                                                     ")");

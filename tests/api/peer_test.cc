@@ -4,6 +4,8 @@
 // for every algorithm (so every oracle call is at the current model, once per round); mix() is
 // checked against sums written out by hand in peer_mix_test.cc.
 #include <starling/peer.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -189,6 +191,53 @@ TEST_CASE("a neighbour with another dimension is named in the error", "[api][uni
     CHECK_THAT(st[r].message(), Contains("rank " + std::to_string(1 - r) + " sent " +
                                          std::to_string(r == 0 ? 6 : 5) + " values"));
   }
+}
+
+// With the cluster's key every frame's MAC is verified, so a frame of another size is the
+// neighbour's own: the round fails at once, naming both sizes, instead of at the round timeout.
+TEST_CASE("with a key, a neighbour with another dimension fails the round at once",
+          "[api][unit][ucx]") {
+  auto ports = runtime::freeLoopbackPorts(2);
+  REQUIRE(ports.isOk());
+  const auto key = std::filesystem::temp_directory_path() /
+                   ("starling-mismatch-" + std::to_string(::getpid()) + ".key");
+  {
+    std::ofstream(key) << std::string(32, 'k');
+  }
+  REQUIRE(::chmod(key.c_str(), 0600) == 0);
+  const auto path = writeScenario("mismatch-key", R"({"schema_version": 1, "name": "mismatch-key",
+      "nodes": 2, "topology": {"kind": "line"},
+      "algorithm": {"kind": "dsgd", "step_size": 0.1},
+      "transport": {"kind": "ucx", "round_timeout_ms": 10000},
+      "security": {"key_file": ")" + key.string() + R"("},
+      "peers": {"addresses": ["127.0.0.1:)" + std::to_string((*ports)[0]) +
+                                                   R"(", "127.0.0.1:)" +
+                                                   std::to_string((*ports)[1]) + R"("]}})");
+  std::vector<std::chrono::steady_clock::duration> took(2);
+  std::vector<Status> st = onThreads(2, [&](int rank) -> Status {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto peer = Peer::fromScenario(path.string(), rank);
+    if (!peer) return peer.status();
+    std::vector<double> x(rank == 0 ? 5 : 6, 1.0), g(x.size(), 0.0);
+    const Status s = (*peer)->step(std::span<double>(x), std::span<const double>(g));
+    took[rank] = std::chrono::steady_clock::now() - t0;
+    return s;
+  });
+  // The rank that gets the other's frame first fails at once, naming both sizes (the other may
+  // have closed before its own frame went: it then waits for it as before).
+  int named = 0;
+  for (int r = 0; r < 2; ++r) {
+    INFO(st[r].toString());
+    CHECK_FALSE(st[r].isOk());
+    if (st[r].code() != StatusCode::kInvalidArgument) continue;
+    ++named;
+    CHECK_THAT(st[r].message(), Contains("rank " + std::to_string(1 - r) + " sent " +
+                                         std::to_string(r == 0 ? 6 : 5) + " values"));
+    CHECK_THAT(st[r].message(), Contains("the transport vouches for it"));
+    CHECK(took[r] < std::chrono::seconds(5));  // not the 10 s round timeout
+  }
+  CHECK(named >= 1);
+  std::filesystem::remove(key);
 }
 
 TEST_CASE("step refuses parameters changed behind its back", "[api][unit]") {
