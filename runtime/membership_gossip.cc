@@ -34,6 +34,40 @@ void MembershipGossip::start(uint64_t round, const topology::Graph& support,
     net_.send(peer, tag, frame, [](const core::Status&) {});  // a failed send shows as a loss
     postReceive(peer, deadline);
   }
+  for (auto& [peer, heard] : bridges_) {
+    if (isKnownLost(peer) || std::find(expected_.begin(), expected_.end(), peer) != expected_.end()) {
+      continue;
+    }
+    // A bridge that has answered once is waited for like a neighbour (so a peer cut off from the
+    // rest keeps in step with it rather than racing ahead on its own); one that has not yet is
+    // only heard from when it comes (the other end may not have found this peer: waiting for it
+    // would stall this round, and then the peers that wait for this one). Either way a bridge
+    // that does not answer is no loss: it is dropped.
+    const bool wait = heard;
+    if (wait) ++pending_;
+    net_.send(peer, tag, frame, [](const core::Status&) {});
+    net_.recv(peer, tag, deadline,
+              [this, peer = peer, wait](const core::Status& st, transport::SharedBytes b) {
+                if (wait) --pending_;
+                if (st.isOk()) {
+                  if (auto it = bridges_.find(peer); it != bridges_.end()) it->second = true;
+                  merge(peer, *b);
+                } else if (wait) {
+                  bridges_.erase(peer);
+                }
+              });
+  }
+}
+
+void MembershipGossip::addBridge(int peer) {
+  if (peer >= 0 && peer < nodes_ && peer != rank_) bridges_.emplace(peer, false);
+}
+
+bool MembershipGossip::pendingDepartures() const {
+  for (int r = 0; r < nodes_; ++r) {
+    if (departureRound(r)) return true;
+  }
+  return false;
 }
 
 void MembershipGossip::postReceive(int peer, transport::Clock::time_point deadline) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,17 @@ class MembershipGossip {
   void setOnAlive(std::function<void(int peer, uint64_t round)> f) { onAlive_ = std::move(f); }
   // Extends this round's wait for `peer`'s gossip until `until` (a notice came from it).
   void extend(int peer, transport::Clock::time_point until);
+  // Gossip across a gap: a peer found alive behind a dead neighbour (Survival's pings), which the
+  // support graph joins to this one only once the loss takes effect. Until then the proposals
+  // go to it every round and are merged when its own come; once it has answered it is waited
+  // for like a neighbour, but it is never taken for a loss (one that stops answering is
+  // dropped): so peers that kills cut off from each other's gossip (an island between two dead
+  // ranks) still agree on every change. Both ends find each other the same way.
+  void addBridge(int peer);
+  void clearBridges() { bridges_.clear(); }
+  // Whether a departure is proposed and not applied yet (bridges stay while one is).
+  bool pendingDepartures() const;
+
   // Set when a neighbour's proposal for a round already past reached this peer.
   const core::Status& disagreement() const { return disagreement_; }
   // A neighbour proposed this peer's own departure (it stalled past the round timeout): it is
@@ -131,6 +143,7 @@ class MembershipGossip {
   core::Status disagreement_;
   std::function<void(int, uint64_t)> onAlive_;
   std::map<int, bool> listening_;
+  std::map<int, bool> bridges_;  // peer -> heard from at least once
   std::map<int, transport::Clock::time_point> extended_;  // this round's extensions
   transport::Clock::time_point deadline_{};
   bool excluded_ = false;

@@ -197,7 +197,11 @@ core::Status Survival<T>::prepare(uint32_t channel) {
   if (!enabled_) return core::Status::ok();
   prepareChannel_ = channel;
   const uint64_t r = engine_->rounds();
-  if (auto due = gossip_.dueAt(r); !due.empty()) STARLING_RETURN_IF_ERROR(applyChange(due, r));
+  if (auto due = gossip_.dueAt(r); !due.empty()) {
+    STARLING_RETURN_IF_ERROR(applyChange(due, r));
+    // Every loss has taken effect: the repaired graph joins what the bridges joined.
+    if (!gossip_.pendingDepartures()) gossip_.clearBridges();
+  }
   if (joinSource_) {
     STARLING_RETURN_IF_ERROR(answerJoins(r));
     listenForJoins();
@@ -285,6 +289,8 @@ core::Status Survival<T>::complete(Node<T>& node) {
     if (!gossip_.isKnownLost(peer)) fresh.push_back(peer);
   }
   const Probe probe = fresh.empty() ? Probe{} : probeLosses(fresh);
+  // The live peers behind the dead: gossip goes to them until the loss takes effect.
+  for (int peer : probe.aliveBeyond) gossip_.addBridge(peer);
   if (live > 0 && missing == live && (live >= 2 || longRound)) {
     // Every live neighbour silent at once. Only when each of them is dead (refused) and the run
     // goes on (a peer behind them answered, or the refusals show this host's network works) does
@@ -369,7 +375,10 @@ typename Survival<T>::Probe Survival<T>::probeLosses(const std::vector<int>& sil
     for (int peer : wave) {
       auto it = answers.find(peer);
       if (it != answers.end() && it->second.isOk()) {
-        if (!first) out.othersAlive = true;
+        if (!first) {
+          out.othersAlive = true;
+          out.aliveBeyond.insert(peer);
+        }
         continue;
       }
       out.dead.insert(peer);

@@ -101,6 +101,7 @@ class Survival {
     std::set<int> dead;        // no answer: refused, broken or timed out
     std::set<int> refused;     // of those, refused (the host answered: nobody listens there)
     std::set<int> beyond;      // dead and not a neighbour of this peer (found behind one)
+    std::set<int> aliveBeyond; // alive behind a dead neighbour (a gossip bridge across the gap)
     bool othersAlive = false;  // a peer behind a dead neighbour answered
   };
   Probe probeLosses(const std::vector<int>& silent);
