@@ -350,7 +350,8 @@ typename Survival<T>::Probe Survival<T>::probeLosses(const std::vector<int>& sil
   Probe out;
   const auto deadline =
       transport::Clock::now() + std::chrono::milliseconds(s_.transport.roundTimeoutMs);
-  // Known alive: this peer and the neighbours whose messages came this round.
+  // Not asked: this peer, its neighbours (those whose messages came this round are alive; the
+  // silent ones are the first wave), and whoever was asked already.
   std::set<int> seen(silent.begin(), silent.end());
   seen.insert(rank_);
   for (int peer : support_->neighbors(rank_)) seen.insert(peer);
@@ -392,7 +393,6 @@ typename Survival<T>::Probe Survival<T>::probeLosses(const std::vector<int>& sil
         next.push_back(n);
       }
     }
-    // A neighbour of this peer that delivered counts as alive without asking.
     wave = std::move(next);
     first = false;
   }
