@@ -17,11 +17,42 @@ void UcxTransport::onAccepted(int rank, const auth::Nonce& salt) {
   // live rank's neighbour would otherwise drop what it waits for on a stranger's word).
   if (restarted && (options_.key || peers_[rank].state == OutPeer::State::kFailed)) {
     onRestarted(rank);
+  } else if (restarted) {
+    confirmRestart(rank, salt);
   }
   if (!options_.key) return;
   // A new start of that peer (or its first): a new session, and nothing of the old one verifies.
   in.session = std::make_unique<auth::SessionKey>(*options_.key, static_cast<uint32_t>(rank), salt);
   in.window.reset();
+}
+
+void UcxTransport::confirmRestart(int rank, const auth::Nonce& salt) {
+  // Over TCP the old process's endpoint fails as it dies, so the rank has failed by the time its
+  // new process connects. Over shared memory UCX may not notice for a long time (or only once a
+  // new endpoint exists, and then the failure is taken for the new one's): the endpoint to the
+  // old process would carry the join state and the acks into the void.
+  auto addr = resolve(options_.addresses[rank]);
+  if (!addr) return;
+  // The process whose shared memory this rank reads now: the old one, until the new one's shared
+  // memory hello (which may come before the answer).
+  const uint32_t oldPid = senders_[rank].pid;
+  bootstrap_->ping(rank, *addr, std::chrono::milliseconds(2000),
+                   [this, rank, salt, oldPid](const core::Status& st, const SaltPrefix& listener) {
+                     if (shuttingDown_ || !st.isOk()) return;
+                     const InPeer& in = senders_[rank];
+                     if (in.salt != salt) return;  // yet another process since
+                     if (std::memcmp(listener.data(), salt.data(), listener.size()) != 0) {
+                       log("a connection claimed to be a new process of " + describe(rank) +
+                           ", but the process listening at its address is another one; ignored");
+                       return;
+                     }
+                     // Only an endpoint to a process that no longer listens at the rank's
+                     // address needs replacing. (Not connected, or connected to the process
+                     // there now: the hello before was a stranger's, or this one connected since.)
+                     const OutPeer& p = peers_[rank];
+                     if (p.state != OutPeer::State::kConnected || p.listenerSalt == listener) return;
+                     onRestarted(rank, /*confirmedLater=*/true, oldPid);
+                   });
 }
 
 void UcxTransport::protect(SendOp& op) {

@@ -94,7 +94,7 @@ struct Bootstrap::Ping {
   tcp::socket socket;
   asio::steady_timer timer;
   int peer = 0;
-  std::function<void(const core::Status&)> done;
+  PingFn done;
   std::array<std::byte, kHelloBytes> hello{};
   std::array<std::byte, kChallengeBytes> challenge{};
 };
@@ -144,7 +144,7 @@ void Bootstrap::close() {
 }
 
 void Bootstrap::ping(int peer, const sockaddr_storage& addr, std::chrono::milliseconds timeout,
-                     std::function<void(const core::Status&)> done) {
+                     PingFn done) {
   auto p = std::make_shared<Ping>(io_);
   const uint64_t id = nextPingId_++;
   p->peer = peer;
@@ -159,7 +159,9 @@ void Bootstrap::ping(int peer, const sockaddr_storage& addr, std::chrono::millis
     boost::system::error_code ec;
     q->socket.close(ec);
     q->timer.cancel();
-    q->done(st);
+    SaltPrefix salt{};
+    if (st.isOk()) std::memcpy(salt.data(), q->challenge.data() + 36, salt.size());
+    q->done(st, salt);
   };
   p->timer.expires_after(timeout);
   p->timer.async_wait([this, finish, peer, timeout](const boost::system::error_code& ec) {
@@ -329,6 +331,7 @@ void Bootstrap::serve(std::shared_ptr<Server> s) {
     auth::Nonce nonce;
     auth::randomBytes(nonce);
     std::memcpy(c + 20, nonce.data(), nonce.size());
+    std::memcpy(c + 36, config_.salt.data(), kSaltPrefixBytes);
     asio::async_write(s->socket, asio::buffer(s->challenge), [this, s, answer, from, to, nodes,
                                                               ping](
                                                                  const boost::system::error_code& ec,
@@ -421,7 +424,9 @@ void Bootstrap::finishClient(int peer, uint64_t id, const core::Status& st, Work
   boost::system::error_code ec;
   c->socket.close(ec);
   c->timer.cancel();
-  c->done(st, std::move(address));
+  SaltPrefix salt{};
+  if (st.isOk()) std::memcpy(salt.data(), c->challenge.data() + 36, salt.size());
+  c->done(st, std::move(address), salt);
 }
 
 void Bootstrap::connect(int peer, const sockaddr_storage& addr, ConnectedFn done) {

@@ -5,7 +5,8 @@
 // A rank that wants to send to a neighbour connects there and runs a four-message handshake:
 //
 //   client -> server  Hello      64 B  magic, from, to, nodes, keyed?, client nonce, client salt
-//   server -> client  Challenge  48 B  magic, server rank, status, server nonce
+//   server -> client  Challenge  48 B  magic, server rank, status, server nonce, server salt's
+//                                      first 12 bytes
 //   client -> server  Proof      40 B  HMAC(handshake key, "client" | Hello | Challenge)
 //   server -> client  Welcome    48 B  status, address length, HMAC(handshake key, "server" |
 //                                      Hello | Challenge | Proof | address), then the server's
@@ -54,6 +55,12 @@ inline constexpr std::chrono::seconds kLogInterval{1};
 
 using WorkerAddress = std::vector<std::byte>;
 
+// The challenge carries the first 12 bytes of the server's salt (its bytes 36..47, zero before
+// this field existed): a neighbour that is told of a new process of a rank without a key asks
+// the rank's address which process listens there (UcxTransport::onAccepted).
+inline constexpr size_t kSaltPrefixBytes = 12;
+using SaltPrefix = std::array<std::byte, kSaltPrefixBytes>;
+
 struct BootstrapConfig {
   int rank = 0;
   int nodes = 0;
@@ -69,7 +76,8 @@ using AcceptedFn = std::function<void(int rank, const auth::Nonce& salt)>;
 // A finished client handshake: ok with the server's worker address; kUnavailable when the
 // server could not be reached or the connection broke (worth retrying); kFailedPrecondition when
 // it answered and refused us, or could not prove the key (not worth retrying).
-using ConnectedFn = std::function<void(const core::Status&, WorkerAddress)>;
+// The server's worker address, and the first bytes of its salt (which process it is).
+using ConnectedFn = std::function<void(const core::Status&, WorkerAddress, const SaltPrefix&)>;
 
 class Bootstrap {
  public:
@@ -85,9 +93,11 @@ class Bootstrap {
   // Asks whether rank `peer` is alive at `addr`: a hello marked as a ping, which the server
   // answers with its challenge and then closes quietly (not counted, not logged). `done` runs
   // once: ok when the challenge says rank `peer` of this run; kUnavailable when the connection
-  // was refused or broke, or someone else answered; kTimeout after `timeout`.
-  void ping(int peer, const sockaddr_storage& addr, std::chrono::milliseconds timeout,
-            std::function<void(const core::Status&)> done);
+  // was refused or broke, or someone else answered; kTimeout after `timeout`. With ok it also
+  // gets the first kSaltPrefixBytes of the answering process's salt (which process listens on
+  // the address now).
+  using PingFn = std::function<void(const core::Status&, const SaltPrefix&)>;
+  void ping(int peer, const sockaddr_storage& addr, std::chrono::milliseconds timeout, PingFn done);
   // Closes the listener and every connection; no callback runs afterwards.
   void close();
 

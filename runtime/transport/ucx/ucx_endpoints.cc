@@ -27,7 +27,9 @@ core::Status UcxTransport::connect(int peer) {
   // The bootstrap handshake first (ucx_bootstrap.h); it hands us the neighbour's worker address.
   const uint64_t generation = p.generation;
   bootstrap_->connect(peer, *addr, [this, peer, generation](const core::Status& st,
-                                                            WorkerAddress address) {
+                                                            WorkerAddress address,
+                                                            const SaltPrefix& salt) {
+    if (st.isOk() && generation == peers_[peer].generation) peers_[peer].listenerSalt = salt;
     onBootstrapped(peer, generation, st, std::move(address));
   });
   return core::Status::ok();
@@ -269,7 +271,8 @@ void UcxTransport::ping(int peer, Clock::time_point deadline, PingCallback done)
     return;
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  bootstrap_->ping(peer, *addr, std::max(left, std::chrono::milliseconds(1)), std::move(done));
+  bootstrap_->ping(peer, *addr, std::max(left, std::chrono::milliseconds(1)),
+                   [done = std::move(done)](const core::Status& st, const SaltPrefix&) { done(st); });
 }
 
 void UcxTransport::revive(int peer) {
@@ -283,7 +286,7 @@ void UcxTransport::revive(int peer) {
   p.generation++;
 }
 
-void UcxTransport::onRestarted(int rank) {
+void UcxTransport::onRestarted(int rank, bool confirmedLater, uint32_t oldPid) {
   log("rank " + std::to_string(rank) + " connected from a new process: it restarted");
   OutPeer& p = peers_[rank];
   // Our ring for the old process may hold frames it never read: the new one gets a new ring.
@@ -316,8 +319,10 @@ void UcxTransport::onRestarted(int rank) {
                  core::peerGone(describe(rank) + " restarted: its old process is gone"));
     it = waiting_.erase(it);
   }
-  // Messages the old process sent and nobody claimed belong to a run it is no longer in.
-  for (auto it = arrived_.begin(); it != arrived_.end();) {
+  // Messages the old process sent and nobody claimed belong to a run it is no longer in. (Not
+  // when the restart was confirmed later than the new process's hello: what came since then,
+  // its join request among it, is the new process's.)
+  for (auto it = arrived_.begin(); !confirmedLater && it != arrived_.end();) {
     if (it->first.from == rank) {
       queuedMessages_ -= it->second.size();
       it = arrived_.erase(it);
@@ -326,6 +331,14 @@ void UcxTransport::onRestarted(int rank) {
     }
   }
   InPeer& in = senders_[rank];
+  if (confirmedLater && in.mapped && in.pid != oldPid) {
+    // The new process's shared memory hello came first and is mapped; its ack went out on the
+    // endpoint to the old process: answer again, on the new connection.
+    ShmHeader ack = shmHeader(ShmType::kAck, static_cast<uint32_t>(options_.rank));
+    putLe(ack.data() + 12, 1 | (in.ring ? 2 : 0), 4);
+    pendingControl_.emplace_back(rank, ack);
+    return;
+  }
   in.mapped = false;
   in.cache.clear();
   in.ring.reset();  // what is left in it belonged to the old process

@@ -159,6 +159,8 @@ struct OutPeer {
   ucp_ep_h ep = nullptr;
   uint64_t generation = 0;
   bool errored = false;  // the error handler fired; close and decide in progress()
+  // The first bytes of the salt of the process that the last handshake reached (ucx_bootstrap.h).
+  SaltPrefix listenerSalt{};
   Clock::time_point connectDeadline{};
   Clock::time_point retryAt{};
   uint64_t lastUse = 0;
@@ -250,7 +252,14 @@ class UcxTransport final : public Transport {
   void onAccepted(int rank, const auth::Nonce& salt);
   // A new process of `rank` connected: what this rank knew of the old one goes (its endpoint, a
   // failure, its queued messages, its shared-memory mappings).
-  void onRestarted(int rank);
+  // `confirmedLater`: the restart is confirmed after the new process's hello (confirmRestart),
+  // so what arrived since is the new process's; `oldPid`: the process whose shared memory this
+  // rank read when that hello came.
+  void onRestarted(int rank, bool confirmedLater = false, uint32_t oldPid = 0);
+  // Without a key, a hello with a new salt from a rank that has not failed here is taken for a
+  // restart only once the rank's own address answers with that salt (its old process is gone:
+  // the new one listens there); a stranger's claim cannot pass this while the rank lives.
+  void confirmRestart(int rank, const auth::Nonce& salt);
   // Authentication (ucx_auth.cc). Sizes of the headers that travel.
   size_t amHeaderBytes() const { return options_.key ? kHeaderBytes + kAuthTrailerBytes : kHeaderBytes; }
   size_t shmHeaderBytes() const {
