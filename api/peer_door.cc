@@ -71,6 +71,8 @@ Status Peer::mix(std::span<double> params) {
 int Peer::rank() const { return impl_->rank; }
 int Peer::nodes() const { return impl_->scenario.nodes; }
 uint64_t Peer::round() const { return impl_->rounds(); }
+uint64_t Peer::lastRound() const { return impl_->scenario.rounds; }
+bool Peer::rejoining() const { return impl_->rejoin; }
 std::optional<Peer::Codistillation> Peer::codistillation() const {
   const auto& c = impl_->scenario.algorithm.codistillation;
   if (!c) return std::nullopt;

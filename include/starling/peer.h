@@ -255,6 +255,15 @@ class Peer {
   int nodes() const;
   // Rounds completed (step() and mix() rounds alike).
   uint64_t round() const;
+  // The run's last round: the scenario's "rounds", or 0 when it has none (an embedded scenario
+  // may leave it out; the trainer then decides when to stop, and every rank must stop at the
+  // same round).
+  uint64_t lastRound() const;
+  // Whether this is a lost rank's restarted trainer that has not rejoined yet (PeerOptions::
+  // rejoin, STARLING_REJOIN=1). Before its first step() or mix(), call restore() to take the
+  // neighbours' model and learn from round() where the run stands; then continue from round()
+  // to the same last round as the others, not from 0.
+  bool rejoining() const;
 
   // The trainer's own metrics at the current round (loss, accuracy, ...): written to the peer
   // log; the launcher averages them over the peers into metrics.jsonl and summary.json. Names

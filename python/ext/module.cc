@@ -224,6 +224,11 @@ class PyPeer {
   int rank() { return alive("rank").rank(); }
   int nodes() { return alive("nodes").nodes(); }
   uint64_t round() { return use("round").round(); }
+  py::object lastRound() {
+    const uint64_t last = alive("last_round").lastRound();
+    return last == 0 ? py::object(py::none()) : py::object(py::int_(last));
+  }
+  bool rejoining() { return use("rejoining").rejoining(); }
   bool closed() const { return !peer_; }
 
   std::string repr() const {
@@ -349,6 +354,12 @@ codistillation_loss turns them into the term. Raises starling.Error without codi
       .def_property_readonly("rank", &PyPeer::rank)
       .def_property_readonly("nodes", &PyPeer::nodes)
       .def_property_readonly("round", &PyPeer::round, "Rounds (step or mix) completed.")
+      .def_property_readonly("last_round", &PyPeer::lastRound,
+                             "The run's last round (the scenario's rounds), or None when the "
+                             "scenario has none and the trainer decides.")
+      .def_property_readonly("rejoining", &PyPeer::rejoining,
+                             "True for a lost rank's restarted trainer (STARLING_REJOIN=1) until "
+                             "it rejoins: call restore(params) first, then go on from round.")
       .def_property_readonly("closed", &PyPeer::closed)
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",

@@ -221,6 +221,13 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                        grad_variance=grad_variance, grad_squared_mean=grad_squared_mean)
         return loss
 
+    def restore(self):
+        """For a lost rank's restarted trainer (faults.restart, STARLING_REJOIN=1): asks the
+        neighbours to take this rank back and writes the model they send into the parameters;
+        `peer.round` is then the round the run is at. Call it before the first step. For any
+        other trainer it does nothing."""
+        self.peer.restore(self._flat)
+
     def close(self):
         """Finishes an exchange in flight; closes the peer if this wrapper created it
         (peer=None)."""

@@ -479,3 +479,28 @@ TEST_CASE("codistillation: step() exchanges every period steps and neighbourMode
   std::vector<std::span<const double>> none;
   CHECK((*peer)->neighbourModels(none).code() == StatusCode::kFailedPrecondition);
 }
+
+TEST_CASE("a peer says where the run ends and whether it is rejoining", "[api][unit]") {
+  const auto bounded = writeScenario(
+      "bounded", R"({"schema_version": 1, "name": "bounded", "nodes": 1, "rounds": 37,
+      "topology": {"kind": "ring"}, "algorithm": {"kind": "dsgd", "step_size": 0.5},
+      "transport": {"kind": "inproc"}})");
+  const auto open = writeScenario(
+      "open", R"({"schema_version": 1, "name": "open", "nodes": 1,
+      "topology": {"kind": "ring"}, "algorithm": {"kind": "dsgd", "step_size": 0.5},
+      "transport": {"kind": "inproc"}})");
+  auto a = Peer::fromScenario(bounded.string(), 0);
+  REQUIRE(a);
+  CHECK((*a)->lastRound() == 37);
+  CHECK_FALSE((*a)->rejoining());
+  auto b = Peer::fromScenario(open.string(), 0);
+  REQUIRE(b);
+  CHECK((*b)->lastRound() == 0);  // the trainer decides
+  // A restarted trainer is rejoining until it has asked (a one-node run has nobody to ask, and
+  // refuses without on_peer_loss "continue"; the flag is what the trainer reads before).
+  PeerOptions options;
+  options.rejoin = true;
+  auto c = Peer::fromScenario(open.string(), 0, options);
+  REQUIRE(c);
+  CHECK((*c)->rejoining());
+}

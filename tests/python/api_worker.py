@@ -156,6 +156,10 @@ def main():
     check(peer.nodes == 2, f"nodes {peer.nodes}, expected 2")
     check(rank == int(os.environ["STARLING_RANK"]), f"rank {rank} != STARLING_RANK")
     check(peer.round == 0, f"round {peer.round} before any call")
+    # An embedded scenario without "rounds": the trainer decides where the run ends; not a
+    # restarted trainer, so nothing to rejoin and restore() is a no-op.
+    check(peer.last_round is None, f"last_round {peer.last_round}, expected None")
+    check(peer.rejoining is False, f"rejoining {peer.rejoining}, expected False")
 
     rounds = mix_in_place(peer, np.float32, torch.float32, rank)
     rounds += gil_released_while_waiting(peer, rank)
