@@ -63,10 +63,12 @@ void Survival<T>::install(Engine<T>& engine) {
     gossip_.extend(peer, until);
     engine_->extendDeadline(until);
   });
-  engine_->setOnLongWait([this] {
-    if (auto support = survivors_.support(membership_))
-      gossip_.notify(engine_->rounds(), **support);
-  });
+  engine_->setOnLongWait([this] { notifyAlive(); });
+}
+
+template <typename T>
+void Survival<T>::notifyAlive() {
+  if (auto support = survivors_.support(membership_)) gossip_.notify(engine_->rounds(), **support);
 }
 
 template <typename T>
@@ -357,6 +359,13 @@ typename Survival<T>::Probe Survival<T>::probeLosses(const std::vector<int>& sil
   for (int peer : support_->neighbors(rank_)) seen.insert(peer);
   std::vector<int> wave = silent;
   bool first = true;
+  // A ping to a stopped process waits out the deadline, and meanwhile this peer sends nothing:
+  // its live neighbours, waiting for its next message, would take it for lost in turn. They get
+  // the liveness notices a long wait sends, from the start and every third of the timeout.
+  const auto third =
+      std::chrono::milliseconds(std::max<uint64_t>(1, s_.transport.roundTimeoutMs / 3));
+  notifyAlive();
+  auto nextNotice = transport::Clock::now() + third;
   while (!wave.empty() && transport::Clock::now() < deadline) {
     // Shared with the callbacks: a ping still out when the time runs out answers later, into
     // this map rather than a dead stack frame.
@@ -370,6 +379,10 @@ typename Survival<T>::Probe Survival<T>::probeLosses(const std::vector<int>& sil
                                                         std::chrono::milliseconds(20)));
           !p) {
         break;
+      }
+      if (transport::Clock::now() >= nextNotice) {
+        notifyAlive();
+        nextNotice = transport::Clock::now() + third;
       }
     }
     std::vector<int> next;

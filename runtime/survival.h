@@ -105,6 +105,9 @@ class Survival {
     bool othersAlive = false;  // a peer behind a dead neighbour answered
   };
   Probe probeLosses(const std::vector<int>& silent);
+  // "Alive, in this round" to the live neighbours (MembershipGossip::notify): sent while this
+  // peer waits long, so that they wait for its next message rather than take it for lost.
+  void notifyAlive();
 
   const Scenario& s_;
   const topology::Schedule& schedule_;
