@@ -594,12 +594,7 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
                     if (!merger.last()) return std::nullopt;
                     return merger.last()->round;
                   },
-                  [&] {
-                    char detail[64];
-                    std::snprintf(detail, sizeof detail, "rel_error %.3e",
-                                  merger.last() ? merger.last()->relError : NAN);
-                    return std::string(detail);
-                  },
+                  [&] { return merger.last() ? progressDetail(*merger.last()) : std::string(); },
                   [&] { return merger.lost(); }};
 
   if (opt.resumeRound && *opt.resumeRound >= e.scenario.rounds) {

@@ -17,6 +17,17 @@
 #include "topology/spec.h"
 
 namespace starling::runtime {
+
+std::string progressDetail(const RoundMetrics& m) {
+  char detail[96];
+  if (m.classification) {
+    std::snprintf(detail, sizeof detail, "train_loss %.4f  test_accuracy %.4f", m.trainLoss,
+                  m.testAccuracy);
+  } else {
+    std::snprintf(detail, sizeof detail, "rel_error %.3e", m.relError);
+  }
+  return detail;
+}
 namespace {
 
 using json = nlohmann::ordered_json;

@@ -47,6 +47,10 @@ struct RoundMetrics {
   std::vector<std::pair<std::string, double>> methods;
 };
 
+// What a progress line says of a round: rel_error, or for a classification problem (no x*) the
+// training loss and test accuracy.
+std::string progressDetail(const RoundMetrics& m);
+
 // The mean of each method metric over the nodes' reports (each node's list in its own order;
 // names in the order first seen).
 std::vector<std::pair<std::string, double>> meanMethodMetrics(

@@ -18,6 +18,11 @@ void ProgressLine::update(uint64_t done, const std::string& detail) {
   if (printed_ && now - last_ < (tty_ ? std::chrono::milliseconds(200) : std::chrono::seconds(5))) {
     return;
   }
+  // Into a file or a pipe, a line only for a round not printed yet (a run waiting on a slow or
+  // lost peer would otherwise repeat the same line every few seconds).
+  if (!tty_ && printedAny_ && done == lastDone_) return;
+  lastDone_ = done;
+  printedAny_ = true;
   last_ = now;
   const double secs = std::chrono::duration<double>(now - start_).count();
   // total 0: a trainer's run, whose step count only the trainer knows.

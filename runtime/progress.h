@@ -1,5 +1,6 @@
 // A one-line progress report on stderr for runs that take longer than a second: rewritten in
-// place on a terminal, one line every few seconds otherwise (logs and CI).
+// place on a terminal, otherwise one line every few seconds, and only for a round not printed
+// yet (logs and CI).
 #pragma once
 
 #include <chrono>
@@ -29,7 +30,9 @@ class ProgressLine {
   uint64_t total_;
   bool enabled_;
   bool tty_;
-  bool printed_ = false;
+  bool printed_ = false;     // a line is open (a terminal's, to end with a newline)
+  bool printedAny_ = false;  // a line was ever printed
+  uint64_t lastDone_ = 0;    // the round of the last line
   Clock::time_point start_ = Clock::now();
   Clock::time_point last_{};
 };

@@ -195,13 +195,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   ProgressLine progress(s.name, s.rounds, opt.progress);
   auto logRound = [&](uint64_t done, const Snapshot* snapshot = nullptr) -> core::Status {
     STARLING_RETURN_IF_ERROR(measure(done, snapshot));
-    char detail[96];
-    if (result.last.classification) {
-      std::snprintf(detail, sizeof detail, "test_accuracy %.4f", result.last.testAccuracy);
-    } else {
-      std::snprintf(detail, sizeof detail, "rel_error %.3e", result.last.relError);
-    }
-    progress.update(done, detail);
+    progress.update(done, progressDetail(result.last));
     return core::Status::ok();
   };
 

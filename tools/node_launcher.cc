@@ -141,11 +141,20 @@ runtime::LaunchOptions peerLaunch(const std::string& scenarioPath, std::optional
 
 void printResult(const runtime::Experiment& e, const runtime::RoundMetrics& m,
                  const std::filesystem::path& out, const char* how) {
-  std::printf("%s: %llu rounds on %d %s (%s, %s): rel_error %.3e, objective %.10g, consensus "
-              "%.3e, %.1f MB sent, %.2f s\n  outputs: %s\n",
+  // A classification problem has no x*: its loss and test accuracy instead of rel_error.
+  char quality[96];
+  if (m.classification) {
+    std::snprintf(quality, sizeof quality, "train_loss %.4f, test_accuracy %.4f", m.trainLoss,
+                  m.testAccuracy);
+  } else {
+    std::snprintf(quality, sizeof quality, "rel_error %.3e, objective %.10g", m.relError,
+                  m.objective);
+  }
+  std::printf("%s: %llu rounds on %d %s (%s, %s): %s, consensus %.3e, %.1f MB sent, %.2f s\n"
+              "  outputs: %s\n",
               e.scenario.name.c_str(), static_cast<unsigned long long>(m.round), e.scenario.nodes,
               how, optim::algorithmKindName(e.scenario.algorithm.kind),
-              topology::graphKindName(e.scenario.topology.base.kind), m.relError, m.objective,
+              topology::graphKindName(e.scenario.topology.base.kind), quality,
               m.consensusDistance, static_cast<double>(m.bytesSent) / 1e6, m.wallS,
               out.string().c_str());
 }

@@ -68,6 +68,11 @@ TEST_CASE("mlp: node-launcher run equals simulate; merge estimates consensus fro
           {kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()}, dir / "sim.log");
       INFO(sim.output);
       REQUIRE(sim.exit == 0);
+      // The final line gives the loss and test accuracy of a classification, not "rel_error nan".
+      CHECK(sim.output.find("train_loss ") != std::string::npos);
+      CHECK(sim.output.find("test_accuracy ") != std::string::npos);
+      CHECK(sim.output.find("rel_error") == std::string::npos);
+      CHECK(run.output.find("rel_error") == std::string::npos);
       const auto a = metricsWithoutWall(dir / "run" / "metrics.jsonl");
       const auto b = metricsWithoutWall(dir / "sim" / "metrics.jsonl");
       REQUIRE(a.size() == 5);
