@@ -4,7 +4,7 @@ An ordinary PyTorch training loop plus Starling's lines (marked "# starling"): e
 its own shard of the training set, and after each optimizer step it averages its model with its
 neighbours in the scenario's graph. Launch one copy per node:
 
-    node-launcher run scenarios/ring4-pytorch.json -- python3 examples/pytorch/train.py
+    node-launcher run scenarios/ring4-pytorch.json -- /usr/bin/python3 examples/pytorch/train.py
 
 with `import starling` importable (`export PYTHONPATH=$PWD/build/python` after `tools/dev build`)
 and `python3` the interpreter that has torch (Debian's /usr/bin/python3 with python3-torch).
