@@ -123,10 +123,11 @@ struct Sample {
 };
 
 // Whether sample `s` lies between fractions `from` and `to` of the time its process was watched
-// (its first sample to the run's end: the launcher's start-up, which can take seconds, is not
-// part of any stretch).
-bool inStretch(const std::vector<Sample>& all, const Sample& s, double end, double from, double to) {
-  const double t0 = all.front().t, span = end - t0;
+// (its first sample to its last: neither the launcher's start-up, which can take seconds, nor
+// its merging after the peers exit is part of any stretch).
+bool inStretch(const std::vector<Sample>& all, const Sample& s, double /*end*/, double from,
+               double to) {
+  const double t0 = all.front().t, span = all.back().t - t0;
   return s.t >= t0 + from * span && (to >= 1.0 || s.t < t0 + to * span);
 }
 
