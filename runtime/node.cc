@@ -408,17 +408,16 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
     }
     if (!valid.isOk()) {
       ++corruptMessages_;
-      // A frame that is whole (its CRC verifies: noteMismatch parses it with the check) but of
-      // another size or type is the neighbour's own (its parameter buffer differs from ours: a
-      // trainer bug), and waiting out the round timeout would only delay saying so. With a key
-      // the transport delivers nothing it did not verify; without one a forger on the network
-      // could also have sent it, but then it could send anything (docs/security.md).
+      // A frame that is whole but of another size or type is most likely the neighbour's own
+      // (its parameter buffer differs from ours: a trainer bug), but it could also be a forgery,
+      // so it never fails the round by itself; it only explains the timeout if nothing else comes.
       noteMismatch(slot, bytes);
-      if (!slot.mismatch.empty()) {
+      if (!slot.mismatch.empty() && bytes.intact()) {
+        // ... unless the transport vouches that the neighbour sent exactly these bytes (a
+        // verified MAC, or its own shared memory): then the sizes really differ, and waiting out
+        // the round timeout would only delay saying so.
         slot.status = core::invalidArgument(
-            "rank " + std::to_string(slot.peer) + "'s own frame (" +
-            (bytes.intact() ? "the transport vouches for it" : "whole: its checksum verifies") +
-            ")");
+            "rank " + std::to_string(slot.peer) + "'s own frame (the transport vouches for it)");
         slot.bytes = std::move(bytes);
         --pending_;
         return;

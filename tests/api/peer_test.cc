@@ -167,42 +167,30 @@ TEST_CASE("Peer refuses what it cannot do, with Starling's messages", "[api][uni
   }
 }
 
-// Without a key: the frame's CRC verifies, so it is the neighbour's own (a forger could only
-// have sent it where anybody can send anything): the round fails at once too, naming both sizes.
 TEST_CASE("a neighbour with another dimension is named in the error", "[api][unit][ucx]") {
   auto ports = runtime::freeLoopbackPorts(2);
   REQUIRE(ports.isOk());
   const auto path = writeScenario("mismatch", R"({"schema_version": 1, "name": "mismatch",
       "nodes": 2, "topology": {"kind": "line"},
       "algorithm": {"kind": "dsgd", "step_size": 0.1},
-      "transport": {"kind": "ucx", "round_timeout_ms": 10000},
+      "transport": {"kind": "ucx", "round_timeout_ms": 1500},
       "peers": {"addresses": ["127.0.0.1:)" + std::to_string((*ports)[0]) +
                                                    R"(", "127.0.0.1:)" +
                                                    std::to_string((*ports)[1]) + R"("]}})");
-  std::vector<std::chrono::steady_clock::duration> took(2);
   std::vector<Status> st = onThreads(2, [&](int rank) -> Status {
-    const auto t0 = std::chrono::steady_clock::now();
     auto peer = Peer::fromScenario(path.string(), rank);
     if (!peer) return peer.status();
     std::vector<double> x(rank == 0 ? 5 : 6, 1.0), g(x.size(), 0.0);
-    const Status s = (*peer)->step(std::span<double>(x), std::span<const double>(g));
-    took[rank] = std::chrono::steady_clock::now() - t0;
-    return s;
+    return (*peer)->step(std::span<double>(x), std::span<const double>(g));
   });
-  // The rank that gets the other's frame first fails at once; the other may have closed before
-  // its own frame went, and then waits for it (a timeout naming nothing, or the mismatch).
-  int named = 0;
   for (int r = 0; r < 2; ++r) {
     INFO(st[r].toString());
-    CHECK_FALSE(st[r].isOk());
-    if (st[r].code() != StatusCode::kInvalidArgument) continue;
-    ++named;
+    // The receive timed out (a well-formed frame of another size could be a forgery, so it never
+    // fails a round by itself); the error says why.
+    CHECK(st[r].code() == StatusCode::kTimeout);
     CHECK_THAT(st[r].message(), Contains("rank " + std::to_string(1 - r) + " sent " +
                                          std::to_string(r == 0 ? 6 : 5) + " values"));
-    CHECK_THAT(st[r].message(), Contains("its checksum verifies"));
-    CHECK(took[r] < std::chrono::seconds(5));  // not the 10 s round timeout
   }
-  CHECK(named >= 1);
 }
 
 // With the cluster's key every frame's MAC is verified, so a frame of another size is the
