@@ -41,24 +41,36 @@ constexpr uint32_t kMagic = 0x47534D53;  // "SMSG"
 
 // ---- helpers -------------------------------------------------------------------------------
 
-// `n` distinct ports that were free on 127.0.0.1 a moment ago (bound to port 0, read, closed).
+// `n` distinct ports that were free on 127.0.0.1 a moment ago. They are drawn below the kernel's
+// ephemeral range (ip_local_port_range): a port bind(0) handed out could be taken, before the
+// transport listens on it, by any UCX worker of a test running beside this one (each binds
+// ephemeral ports for its TCP interface): "Address already in use".
 inline std::vector<uint16_t> freePorts(size_t n) {
-  std::vector<int> fds;
+  int ephemeralLow = 32768;
+  {
+    FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != nullptr) {
+      if (std::fscanf(f, "%d", &ephemeralLow) != 1) ephemeralLow = 32768;
+      std::fclose(f);
+    }
+  }
+  REQUIRE(ephemeralLow > 12000);
+  std::mt19937 pick(std::random_device{}());
   std::vector<uint16_t> ports;
-  for (size_t i = 0; i < n; ++i) {
+  for (int tries = 0; ports.size() < n && tries < 10000; ++tries) {
+    const auto port = static_cast<uint16_t>(
+        10000 + static_cast<int>(pick() % static_cast<unsigned>(ephemeralLow - 10000)));
+    if (std::find(ports.begin(), ports.end(), port) != ports.end()) continue;
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
+    a.sin_port = htons(port);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) ports.push_back(port);
+    ::close(fd);
   }
-  for (int fd : fds) ::close(fd);
+  REQUIRE(ports.size() == n);
   return ports;
 }
 
