@@ -75,6 +75,15 @@ bool sendBytes(uint16_t port, const std::vector<unsigned char>& bytes) {
   return ok;
 }
 
+// "127.0.0.1:P" for each port, as the items of a JSON array.
+std::string loopbackList(const std::vector<uint16_t>& ports) {
+  std::string out;
+  for (uint16_t p : ports) {
+    out += (out.empty() ? "" : ", ") + std::string("\"127.0.0.1:") + std::to_string(p) + "\"";
+  }
+  return out;
+}
+
 // Idle connections to every port: 80 each that never send a byte, each one opened again as soon as
 // the peer closes it, until finish() (at most 60 s). Returns how many were opened.
 class Flood {
@@ -254,11 +263,7 @@ TEST_CASE("a flood of idle connections at every peer's bootstrap port costs the 
   const auto dir = tempDir("security-flood");
   makeKey(dir / "cluster.key");
   const auto ports = freePorts(4);
-  std::string addresses;
-  for (uint16_t p : ports) {
-    addresses += (addresses.empty() ? "" : ", ") + std::string("\"127.0.0.1:") +
-                 std::to_string(p) + "\"";
-  }
+  const std::string addresses = loopbackList(ports);
   const auto file = dir / "s.json";
   writeFile(file, scenario(4, 3000, R"({"kind": "ucx"})",
                            R"(, "security": {"key_file": "cluster.key"}, "peers": {"addresses": [)" +
@@ -299,11 +304,7 @@ TEST_CASE("a flood of idle connections and a real loss: only the killed peer lea
   const auto dir = tempDir("security-flood-loss");
   makeKey(dir / "cluster.key");
   const auto ports = freePorts(6);
-  std::string addresses;
-  for (uint16_t p : ports) {
-    addresses += (addresses.empty() ? "" : ", ") + std::string("\"127.0.0.1:") +
-                 std::to_string(p) + "\"";
-  }
+  const std::string addresses = loopbackList(ports);
   const auto file = dir / "s.json";
   writeFile(file, scenario(6, 3000, R"({"kind": "ucx", "round_timeout_ms": 3000})",
                            R"(, "security": {"key_file": "cluster.key"}, "peers": {"addresses": [)" +
