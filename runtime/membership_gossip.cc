@@ -95,7 +95,11 @@ void MembershipGossip::extend(int peer, transport::Clock::time_point until) {
 }
 
 void MembershipGossip::listen(const topology::Graph& support) {
-  for (int peer : support.neighbors(rank_)) {
+  listen(support.neighbors(rank_));
+}
+
+void MembershipGossip::listen(const std::vector<int>& peers) {
+  for (int peer : peers) {
     if (isKnownLost(peer) || listening_[peer]) continue;
     listening_[peer] = true;
     postNotice(peer);
@@ -127,10 +131,14 @@ void MembershipGossip::postNotice(int peer) {
 }
 
 void MembershipGossip::notify(uint64_t round, const topology::Graph& support) {
+  notify(round, support.neighbors(rank_));
+}
+
+void MembershipGossip::notify(uint64_t round, const std::vector<int>& peers) {
   const double value = static_cast<double>(round);
   auto frame = std::make_shared<transport::Bytes>();
   compression::encodeDense<double>(std::span<const double>(&value, 1), *frame);
-  for (int peer : support.neighbors(rank_)) {
+  for (int peer : peers) {
     if (isKnownLost(peer)) continue;
     net_.send(peer, transport::Tag{0, kLivenessChannel}, frame, [](const core::Status&) {});
   }

@@ -95,7 +95,11 @@ class MembershipGossip {
   // delayed by detecting a loss is not mistaken for one. listen() keeps one receive posted per
   // live neighbour for these notices.
   void listen(const topology::Graph& support);
+  // The same for `peers` (those known lost skipped).
+  void listen(const std::vector<int>& peers);
   void notify(uint64_t round, const topology::Graph& support);
+  // The same to `peers` (those known lost skipped).
+  void notify(uint64_t round, const std::vector<int>& peers);
   void setOnAlive(std::function<void(int peer, uint64_t round)> f) { onAlive_ = std::move(f); }
   // Extends this round's wait for `peer`'s gossip until `until` (a notice came from it).
   void extend(int peer, transport::Clock::time_point until);

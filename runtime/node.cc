@@ -345,6 +345,18 @@ void Node<T>::extend(int peer, transport::Clock::time_point until) {
 }
 
 template <typename T>
+std::vector<int> Node<T>::awaited() const {
+  std::vector<int> out;
+  if (!inRound_ || async_) return out;
+  for (const Slot& slot : slots_) {
+    if (!slot.standIn && !slot.bytes && slot.status.isOk() && !isLost(slot.peer)) {
+      out.push_back(slot.peer);
+    }
+  }
+  return out;
+}
+
+template <typename T>
 void Node<T>::postReceive(size_t s) {
   postReceive(s, deadline_);
 }

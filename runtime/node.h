@@ -84,6 +84,9 @@ class Node {
   // Waits for `peer`'s message of this round until `until` at least (it said it is alive but
   // delayed: MembershipGossip's liveness notices).
   void extend(int peer, transport::Clock::time_point until);
+  // The neighbours whose message of the round in flight has not come yet and who are not lost
+  // (none between rounds, and none in asynchronous mode).
+  std::vector<int> awaited() const;
   // A membership change: the algorithm starts afresh from this node's current model (what it
   // keeps about the lost nodes cannot be corrected locally), codec state included.
   void restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm);

@@ -46,29 +46,86 @@ void Survival<T>::install(Engine<T>& engine) {
   engine_ = &engine;
   if (!enabled_) return;
   engine_->setAlsoWaitFor([this] { return gossip_.complete(); });
-  // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
-  // loaded host can delay the neighbour's next message by well over a second after it.
-  const auto timeout = std::chrono::milliseconds(s_.transport.roundTimeoutMs);
-  const auto patience = 2 * timeout;
-  gossip_.setOnAlive([this, patience, timeout](int peer, uint64_t round) {
+  gossip_.setOnAlive([this](int peer, uint64_t round) {
     // `peer` is alive and still in `round`: its messages of the next round may come late.
-    if (round + 1 < engine_->rounds()) return;
-    // But not for ever: two live peers that wait for each other on different channels (a
-    // trainer whose calls went out of step with its neighbours') would keep each other waiting
-    // with their notices. No round waits past kMaxExtendedWaits round timeouts from its start;
-    // then the silent neighbour is lost like any other.
-    const auto until = std::min(transport::Clock::now() + patience,
-                                roundStart_ + kMaxExtendedWaits * timeout);
-    if (current_ != nullptr) current_->extend(peer, until);
-    gossip_.extend(peer, until);
-    engine_->extendDeadline(until);
+    // A neighbour further behind (new to this peer since a change: the old graph let it fall
+    // as many rounds behind as it was hops away) is waited for while its notices show it
+    // advancing, round after round; one that stays put is not.
+    const auto last = noticed_.find(peer);
+    const bool advancing = last != noticed_.end() && round > last->second;
+    noticed_[peer] = round;
+    if (round + 1 >= engine_->rounds()) {
+      extendFor(peer, true);
+    } else if (advancing && current_ != nullptr) {
+      const auto awaited = current_->awaited();
+      if (std::find(awaited.begin(), awaited.end(), peer) != awaited.end()) extendFor(peer, false);
+    }
   });
-  engine_->setOnLongWait([this] { notifyAlive(); });
+  engine_->setOnLongWait([this] {
+    notifyAlive();
+    pingSilent();
+  });
+}
+
+// Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
+// loaded host can delay the neighbour's next message by well over a second after it.
+// But not for ever (`capped`): two live peers that wait for each other on different channels (a
+// trainer whose calls went out of step with its neighbours') would keep each other waiting with
+// their notices. No round waits past kMaxExtendedWaits round timeouts from its start on that
+// ground; then the silent neighbour is lost like any other. Only a neighbour whose notices show
+// it advancing is waited for longer.
+template <typename T>
+void Survival<T>::extendFor(int peer, bool capped) {
+  const auto timeout = std::chrono::milliseconds(s_.transport.roundTimeoutMs);
+  auto until = transport::Clock::now() + 2 * timeout;
+  if (capped) until = std::min(until, roundStart_ + kMaxExtendedWaits * timeout);
+  if (current_ != nullptr) current_->extend(peer, until);
+  gossip_.extend(peer, until);
+  engine_->extendDeadline(until);
+}
+
+template <typename T>
+void Survival<T>::pingSilent() {
+  if (current_ == nullptr) return;
+  const auto third =
+      std::chrono::milliseconds(std::max<uint64_t>(1, s_.transport.roundTimeoutMs / 3));
+  for (int peer : current_->awaited()) {
+    if (gossip_.isKnownLost(peer) || !pinging_.insert(peer).second) continue;
+    net_.ping(peer, transport::Clock::now() + third,
+              [this, peer, round = roundsBegun_](const core::Status& st) {
+                // An answer for a round that is over extends nothing.
+                if (round != roundsBegun_ || current_ == nullptr) return;
+                pinging_.erase(peer);
+                if (st.isOk()) extendFor(peer, true);
+              });
+  }
 }
 
 template <typename T>
 void Survival<T>::notifyAlive() {
-  if (auto support = survivors_.support(membership_)) gossip_.notify(engine_->rounds(), **support);
+  auto support = survivors_.support(membership_);
+  if (!support) return;
+  std::vector<int> to = (*support)->neighbors(rank_);
+  for (int peer : neighboursToBe()) {
+    if (std::find(to.begin(), to.end(), peer) == to.end()) to.push_back(peer);
+  }
+  gossip_.notify(engine_->rounds(), to);
+}
+
+template <typename T>
+const std::vector<int>& Survival<T>::neighboursToBe() {
+  std::vector<int> lost = gossip_.knownLost();
+  if (toBeValid_ && lost == toBeLost_) return toBe_;
+  toBeValid_ = true;
+  toBeLost_ = lost;
+  toBe_.clear();
+  std::vector<bool> alive = membership_.aliveMask();
+  for (int r : lost) alive[static_cast<size_t>(r)] = false;
+  if (!alive[static_cast<size_t>(rank_)]) return toBe_;
+  if (auto g = repairGraph(schedule_.support(), alive, s_.faults.repair)) {
+    toBe_ = g->neighbors(rank_);
+  }
+  return toBe_;
 }
 
 template <typename T>
@@ -230,6 +287,8 @@ core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
   for (int lost : gossip_.knownLost()) node.setLost(lost);
   current_ = &node;
   roundStart_ = transport::Clock::now();
+  ++roundsBegun_;
+  pinging_.clear();
   STARLING_RETURN_IF_ERROR(engine_->begin(node, **topo, stepSize));
   std::vector<FaultInjector::Drop> drops;
   if (takeDrops) drops = takeDrops();
@@ -246,6 +305,7 @@ core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
     gossip_.propose(rank_, r, agreementRounds(s_, schedule_.support(), gone));
   }
   gossip_.listen(*support_);
+  gossip_.listen(neighboursToBe());  // their notices come before the change (notifyAlive)
   gossip_.start(r, *support_, engine_->deadline());
   if (!drops.empty()) {
     const std::string why = FaultInjector::dropMessage(rank_, drops.front().to, r);

@@ -108,6 +108,18 @@ class Survival {
   // "Alive, in this round" to the live neighbours (MembershipGossip::notify): sent while this
   // peer waits long, so that they wait for its next message rather than take it for lost.
   void notifyAlive();
+  // A long wait's other half: the neighbours still silent are pinged, and one that answers (its
+  // process is alive and making progress, only behind: a neighbour new to this peer since the
+  // change may be several rounds behind, waiting out a loss of its own that this peer never
+  // saw) is waited for as a liveness notice would have it. A stopped or dead one does not
+  // answer and is lost at the deadline as before.
+  void pingSilent();
+  // Waits longer for `peer`'s messages of this round (a notice or a ping says it is alive);
+  // `capped`: no further than kMaxExtendedWaits round timeouts from the round's start.
+  void extendFor(int peer, bool capped);
+  // This peer's neighbours once every loss known here has taken effect (they get its liveness
+  // notices before the change: at the change round they wait for it).
+  const std::vector<int>& neighboursToBe();
 
   const Scenario& s_;
   const topology::Schedule& schedule_;
@@ -122,6 +134,12 @@ class Survival {
   std::vector<Registered> nodes_;
   Node<T>* current_ = nullptr;  // the node of the round in flight (liveness extensions)
   transport::Clock::time_point roundStart_{};
+  uint64_t roundsBegun_ = 0;  // counts begin() calls: a ping's answer is for its own round only
+  std::set<int> pinging_;     // silent neighbours with a ping out in this round
+  std::map<int, uint64_t> noticed_;  // the round of each neighbour's latest liveness notice
+  bool toBeValid_ = false;           // neighboursToBe(), cached for the losses in toBeLost_
+  std::vector<int> toBeLost_;
+  std::vector<int> toBe_;
   const topology::Graph* support_ = nullptr;  // this round's
   transport::Transport& net_;
   ModelSource joinSource_;

@@ -428,3 +428,43 @@ TEST_CASE("overlapping kills: a peer whose neighbours both die stays; a dead blo
     }
   }
 }
+
+TEST_CASE("a neighbour new since a change and rounds behind on a slow link is waited for: only "
+          "the killed peer leaves", "[integration][peers][faults]") {
+  // Ring of 8, rank 3 killed at round 15; the change comes at round 23, and from then on ranks 2
+  // and 4 are neighbours. Until round 40 every message on the link 4-5 takes 540 ms (under the
+  // 600 ms round timeout: slow, not lost), so the ranks on that side run at its pace and the old
+  // ring let rank 2 run six hops, six rounds, ahead of rank 4. At round 23 rank 2 waits for rank
+  // 4, which needs over three seconds, five round timeouts, to get there. Rank 4's liveness
+  // notices (it waits long on the slow link) go to its neighbours-to-be and show it advancing,
+  // so rank 2 waits; before, rank 2 took it for lost at its first timeout (and rank 4 then took
+  // rank 2), two healthy peers dropped.
+  const auto dir = tempDir("fresh-neighbour");
+  const auto file = dir / "s.json";
+  std::string text = lossScenario(
+      "fresh", R"({"kind": "ring"})",
+      R"({"on_peer_loss": "continue", "script": [{"kill": 3, "at_round": 15},
+          {"delay_ms": 540, "link": [5, 4], "from_round": 10, "to_round": 40}]})",
+      80, R"({"kind": "ucx", "round_timeout_ms": 600})");
+  const std::string every = R"("log_every": 50)";
+  text.replace(text.find(every), every.size(), R"("log_every": 5)");
+  writeFile(file, text);
+  const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
+                               dir / "run.log", 180s);
+  INFO(run.output);
+  CHECK(run.exit == 0);
+  const std::string changes = readFile(dir / "run" / "membership.jsonl");
+  INFO(changes);
+  CHECK(contains(changes, R"("left":[3])"));
+  for (int healthy : {0, 1, 2, 4, 5, 6, 7}) {
+    CHECK_FALSE(contains(changes, R"("rank":)" + std::to_string(healthy) + ","));
+  }
+  const auto sim = runLauncher(
+      {kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()}, dir / "sim.log");
+  INFO(sim.output);
+  REQUIRE(sim.exit == 0);
+  const auto a = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  const auto b = metricsWithoutWall(dir / "sim" / "metrics.jsonl");
+  CHECK(a.size() == 80 / 5 + 1);
+  CHECK(a == b);
+}
