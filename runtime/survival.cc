@@ -55,10 +55,10 @@ void Survival<T>::install(Engine<T>& engine) {
     const bool advancing = last != noticed_.end() && round > last->second;
     noticed_[peer] = round;
     if (round + 1 >= engine_->rounds()) {
-      extendFor(peer, true);
+      extendFor(peer, kMaxExtendedWaits);
     } else if (advancing && current_ != nullptr) {
       const auto awaited = current_->awaited();
-      if (std::find(awaited.begin(), awaited.end(), peer) != awaited.end()) extendFor(peer, false);
+      if (std::find(awaited.begin(), awaited.end(), peer) != awaited.end()) extendFor(peer, 0);
     }
   });
   engine_->setOnLongWait([this] {
@@ -69,16 +69,16 @@ void Survival<T>::install(Engine<T>& engine) {
 
 // Twice the timeout: the notice comes a third of a timeout into the neighbour's wait, and a
 // loaded host can delay the neighbour's next message by well over a second after it.
-// But not for ever (`capped`): two live peers that wait for each other on different channels (a
-// trainer whose calls went out of step with its neighbours') would keep each other waiting with
-// their notices. No round waits past kMaxExtendedWaits round timeouts from its start on that
-// ground; then the silent neighbour is lost like any other. Only a neighbour whose notices show
-// it advancing is waited for longer.
+// But not for ever (`cap`, in round timeouts from the round's start; 0: none): two live peers
+// that wait for each other on different channels (a trainer whose calls went out of step with its
+// neighbours') would keep each other waiting with their notices, so a notice extends a round to
+// kMaxExtendedWaits timeouts at most. Only a neighbour whose notices show it advancing is waited
+// for longer.
 template <typename T>
-void Survival<T>::extendFor(int peer, bool capped) {
+void Survival<T>::extendFor(int peer, int cap) {
   const auto timeout = std::chrono::milliseconds(s_.transport.roundTimeoutMs);
   auto until = transport::Clock::now() + 2 * timeout;
-  if (capped) until = std::min(until, roundStart_ + kMaxExtendedWaits * timeout);
+  if (cap > 0) until = std::min(until, roundStart_ + cap * timeout);
   if (current_ != nullptr) current_->extend(peer, until);
   gossip_.extend(peer, until);
   engine_->extendDeadline(until);
@@ -96,7 +96,7 @@ void Survival<T>::pingSilent() {
                 // An answer for a round that is over extends nothing.
                 if (round != roundsBegun_ || current_ == nullptr) return;
                 pinging_.erase(peer);
-                if (st.isOk()) extendFor(peer, true);
+                if (st.isOk()) extendFor(peer, kPingExtendedWaits);
               });
   }
 }

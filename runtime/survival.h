@@ -34,6 +34,11 @@ namespace starling::runtime {
 
 // A round that liveness notices keep waiting ends after this many round timeouts at most.
 inline constexpr int kMaxExtendedWaits = 4;
+// A silent neighbour that answers a ping is waited for this many round timeouts from the round's
+// start at most: its process is alive, but it may not be the one that sends (a restarted process
+// waiting to rejoin answers as its rank too), and a peer that waits longer than a notice's
+// patience would make its own neighbours give up on it in turn.
+inline constexpr int kPingExtendedWaits = 2;
 
 template <typename T>
 class Survival {
@@ -109,14 +114,14 @@ class Survival {
   // peer waits long, so that they wait for its next message rather than take it for lost.
   void notifyAlive();
   // A long wait's other half: the neighbours still silent are pinged, and one that answers (its
-  // process is alive and making progress, only behind: a neighbour new to this peer since the
-  // change may be several rounds behind, waiting out a loss of its own that this peer never
-  // saw) is waited for as a liveness notice would have it. A stopped or dead one does not
-  // answer and is lost at the deadline as before.
+  // process is alive and in its progress loop, only behind: a neighbour new to this peer since
+  // the change may be rounds behind, waiting out a loss of its own that this peer never saw) is
+  // waited for up to kPingExtendedWaits timeouts. A stopped or dead one does not answer (nor
+  // does the old process of a restarted rank: Transport::ping), and is lost at the deadline.
   void pingSilent();
-  // Waits longer for `peer`'s messages of this round (a notice or a ping says it is alive);
-  // `capped`: no further than kMaxExtendedWaits round timeouts from the round's start.
-  void extendFor(int peer, bool capped);
+  // Waits longer for `peer`'s messages of this round (a notice or a ping says it is alive), but
+  // no further than `cap` round timeouts from the round's start (0: no cap).
+  void extendFor(int peer, int cap);
   // This peer's neighbours once every loss known here has taken effect (they get its liveness
   // notices before the change: at the change round they wait for it).
   const std::vector<int>& neighboursToBe();

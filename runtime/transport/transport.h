@@ -166,7 +166,9 @@ class Transport {
   // stream (the network transport: a bootstrap hello marked as a ping, which a live peer's
   // bootstrap answers from its progress() whatever it waits for). `done` runs once from
   // progress(): ok (it answered as rank `peer`), kUnavailable (nobody listens there: the process
-  // is gone), or kTimeout (no answer by `deadline`: a host that is gone, or a process stopped).
+  // is gone), kPeerGone (another process of that rank answers, a restarted one: the process this
+  // transport was connected to is gone), or kTimeout (no answer by `deadline`: a host that is
+  // gone, or a process stopped).
   // Used to tell a dead neighbour's neighbours from live ones (runtime/survival.h). The default
   // answers ok: a transport without a way to ask says every peer is alive.
   using PingCallback = std::function<void(const core::Status&)>;

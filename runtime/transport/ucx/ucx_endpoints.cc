@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "runtime/transport/ucx/ucx_transport_impl.h"
 
@@ -271,8 +272,23 @@ void UcxTransport::ping(int peer, Clock::time_point deadline, PingCallback done)
     return;
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  // The process this transport is connected to, if any: an answer from another one (a restarted
+  // process of that rank, listening on its address now) says the known one is gone.
+  const OutPeer& p = peers_[peer];
+  std::optional<SaltPrefix> known;
+  if (p.state == OutPeer::State::kConnected && p.listenerSalt != SaltPrefix{}) known = p.listenerSalt;
   bootstrap_->ping(peer, *addr, std::max(left, std::chrono::milliseconds(1)),
-                   [done = std::move(done)](const core::Status& st, const SaltPrefix&) { done(st); });
+                   [peer, known, done = std::move(done)](const core::Status& st,
+                                                         const SaltPrefix& listener) {
+                     if (st.isOk() && known && *known != listener) {
+                       done(core::Status(core::StatusCode::kPeerGone,
+                                         "rank " + std::to_string(peer) +
+                                             " answered from a new process: the one connected "
+                                             "here is gone"));
+                       return;
+                     }
+                     done(st);
+                   });
 }
 
 void UcxTransport::revive(int peer) {
