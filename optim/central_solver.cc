@@ -14,7 +14,7 @@
 namespace starling::optim {
 namespace {
 
-using Vec = Eigen::VectorXd;
+using DenseVec = Eigen::VectorXd;
 using SpMat = Eigen::SparseMatrix<double>;  // column-major: what SimplicialLDLT wants
 
 constexpr double kPivotRatio = 1e-12;  // below this, H is treated as singular
@@ -48,7 +48,7 @@ core::Status factorise(Eigen::SimplicialLDLT<SpMat>& ldlt, const SpMat& h, doubl
   ldlt.compute(h);
   bool singular = ldlt.info() != Eigen::Success;
   if (!singular) {
-    const Vec& d = ldlt.vectorD();
+    const DenseVec& d = ldlt.vectorD();
     const double maxPivot = d.cwiseAbs().maxCoeff();
     singular = !(d.minCoeff() > kPivotRatio * maxPivot);  // also catches NaN and negative pivots
   }
@@ -62,13 +62,13 @@ core::Status factorise(Eigen::SimplicialLDLT<SpMat>& ldlt, const SpMat& h, doubl
                                std::to_string(kPivotRatio) + "); increase problem/l2");
 }
 
-core::Result<std::vector<double>> solveLeastSquares(const SpMat& a, const Vec& b, double l2) {
+core::Result<std::vector<double>> solveLeastSquares(const SpMat& a, const DenseVec& b, double l2) {
   const double invM = 1.0 / static_cast<double>(a.rows());
   SpMat h = SpMat(a.transpose() * a) * invM + l2 * identity(a.cols());
-  const Vec g = a.transpose() * b * invM;
+  const DenseVec g = a.transpose() * b * invM;
   Eigen::SimplicialLDLT<SpMat> ldlt;
   STARLING_RETURN_IF_ERROR(factorise(ldlt, h, l2));
-  const Vec x = ldlt.solve(g);
+  const DenseVec x = ldlt.solve(g);
   if (!x.allFinite()) return core::internalError("least squares solve produced non-finite values");
   return std::vector<double>(x.data(), x.data() + x.size());
 }
@@ -85,25 +85,25 @@ double sigma(double u) {
 
 struct Logistic {
   const SpMat& a;
-  const Vec& b;  // +-1
+  const DenseVec& b;  // +-1
   double l2;
   double invM = 1.0 / static_cast<double>(a.rows());
 
-  double value(const Vec& x) const {
-    const Vec t = b.cwiseProduct(a * x);
+  double value(const DenseVec& x) const {
+    const DenseVec t = b.cwiseProduct(a * x);
     double s = 0.0;
     for (Eigen::Index j = 0; j < t.size(); ++j) s += softplusNeg(t[j]);
     return s * invM + 0.5 * l2 * x.squaredNorm();
   }
-  Vec gradient(const Vec& x) const {
-    const Vec z = a * x;
-    Vec r(z.size());
+  DenseVec gradient(const DenseVec& x) const {
+    const DenseVec z = a * x;
+    DenseVec r(z.size());
     for (Eigen::Index j = 0; j < z.size(); ++j) r[j] = -b[j] * sigma(-b[j] * z[j]);
-    return Vec(a.transpose() * r) * invM + l2 * x;
+    return DenseVec(a.transpose() * r) * invM + l2 * x;
   }
-  SpMat hessian(const Vec& x) const {
-    const Vec z = a * x;
-    Vec w(z.size());
+  SpMat hessian(const DenseVec& x) const {
+    const DenseVec z = a * x;
+    DenseVec w(z.size());
     for (Eigen::Index j = 0; j < z.size(); ++j) w[j] = sigma(z[j]) * sigma(-z[j]) * invM;
     return SpMat(a.transpose() * w.asDiagonal() * a) + l2 * identity(a.cols());
   }
@@ -112,18 +112,18 @@ struct Logistic {
 // With l2 = 0 and separable data the gradient vanishes as ||x|| grows without bound, so a small
 // gradient alone does not prove a minimiser. Near a true one the Newton step shrinks quadratically;
 // on the way to infinity each step keeps moving the margins by O(1).
-bool hasFiniteMinimiser(const Logistic& f, Eigen::SimplicialLDLT<SpMat>& ldlt, const Vec& x,
-                        const Vec& g) {
+bool hasFiniteMinimiser(const Logistic& f, Eigen::SimplicialLDLT<SpMat>& ldlt, const DenseVec& x,
+                        const DenseVec& g) {
   ldlt.compute(f.hessian(x));
   if (ldlt.info() != Eigen::Success) return false;
-  const Vec p = ldlt.solve(-g);
+  const DenseVec p = ldlt.solve(-g);
   return p.allFinite() && p.norm() <= kEscapeStep * std::max(1.0, x.norm());
 }
 
-core::Result<std::vector<double>> solveLogistic(const SpMat& a, const Vec& b, double l2) {
+core::Result<std::vector<double>> solveLogistic(const SpMat& a, const DenseVec& b, double l2) {
   const Logistic f{a, b, l2};
-  Vec x = Vec::Zero(a.cols());
-  Vec g = f.gradient(x);
+  DenseVec x = DenseVec::Zero(a.cols());
+  DenseVec g = f.gradient(x);
   const double tol = kGradTolerance * std::max(1.0, g.norm());
   double fx = f.value(x);
   Eigen::SimplicialLDLT<SpMat> ldlt;
@@ -131,7 +131,7 @@ core::Result<std::vector<double>> solveLogistic(const SpMat& a, const Vec& b, do
   for (int it = 0; it < kMaxNewton; ++it) {
     if (g.norm() <= tol) break;
     ldlt.compute(f.hessian(x));
-    const Vec p = ldlt.info() == Eigen::Success ? Vec(ldlt.solve(-g)) : Vec();
+    const DenseVec p = ldlt.info() == Eigen::Success ? DenseVec(ldlt.solve(-g)) : DenseVec();
     const double slope = p.size() == g.size() ? g.dot(p) : 0.0;
     if (!p.allFinite() || !(slope < 0.0)) {
       why = "the Newton system became singular at iteration " + std::to_string(it);
@@ -140,7 +140,7 @@ core::Result<std::vector<double>> solveLogistic(const SpMat& a, const Vec& b, do
     bool accepted = false;
     double t = 1.0;
     for (int h = 0; h < kMaxHalvings && !accepted; ++h, t *= 0.5) {
-      const Vec xn = x + t * p;
+      const DenseVec xn = x + t * p;
       const double fn = f.value(xn);
       if (fn <= fx + kArmijo * t * slope) {
         accepted = true;
@@ -166,7 +166,7 @@ core::Result<std::vector<double>> solveLogistic(const SpMat& a, const Vec& b, do
       // from here, takes x to rounding; it is kept only if it lowers ||grad F||.
       ldlt.compute(f.hessian(x));
       if (ldlt.info() == Eigen::Success) {
-        const Vec xn = x + Vec(ldlt.solve(-g));
+        const DenseVec xn = x + DenseVec(ldlt.solve(-g));
         if (xn.allFinite() && f.gradient(xn).norm() < g.norm()) x = xn;
       }
       return std::vector<double>(x.data(), x.data() + x.size());
@@ -213,12 +213,12 @@ constexpr int kMaxPolishSteps = 8;
 double largestEigenvalue(const SpMat& a) {
   const double invM = 1.0 / static_cast<double>(a.rows());
   core::Rng rng(kPowerSeed);
-  Vec v(a.cols());
+  DenseVec v(a.cols());
   for (Eigen::Index k = 0; k < v.size(); ++k) v[k] = rng.normal();
   v.normalize();
   double lambda = 0.0;
   for (int it = 0; it < kMaxPowerIterations; ++it) {
-    const Vec w = Vec(a.transpose() * (a * v)) * invM;
+    const DenseVec w = DenseVec(a.transpose() * (a * v)) * invM;
     const double next = w.norm();
     if (next == 0.0) return 0.0;
     v = w / next;
@@ -232,22 +232,22 @@ double largestEigenvalue(const SpMat& a) {
 struct Smooth {
   LossKind loss;
   const SpMat& a;
-  const Vec& b;
+  const DenseVec& b;
   double l2;
   double invM = 1.0 / static_cast<double>(a.rows());
 
   // grad F at x, given z = A x.
-  Vec gradient(const Vec& x, const Vec& z) const {
-    Vec r(z.size());
+  DenseVec gradient(const DenseVec& x, const DenseVec& z) const {
+    DenseVec r(z.size());
     for (Eigen::Index j = 0; j < z.size(); ++j) {
       r[j] = loss == LossKind::kLeastSquares ? z[j] - b[j] : -b[j] * sigma(-b[j] * z[j]);
     }
-    return Vec(a.transpose() * r) * invM + l2 * x;
+    return DenseVec(a.transpose() * r) * invM + l2 * x;
   }
 };
 
 // p = prox_{t r}(y - t g) and the gradient mapping (y - p) / t, coordinate by coordinate.
-double proxStep(const RegularizerSpec& r, double t, const Vec& y, const Vec& g, Vec& p) {
+double proxStep(const RegularizerSpec& r, double t, const DenseVec& y, const DenseVec& g, DenseVec& p) {
   double sq = 0.0;
   for (Eigen::Index k = 0; k < y.size(); ++k) {
     const double u = y[k] - t * g[k];
@@ -279,7 +279,7 @@ double proxStep(const RegularizerSpec& r, double t, const Vec& y, const Vec& g, 
 // keep their sign, and on those F + l1 s^T x is smooth. Newton's method on the free coordinates
 // then reaches x* to rounding (one step for least squares). The result is kept only if it stays
 // feasible with the same signs and its ||G|| is no larger, so this can only improve x.
-std::vector<double> polish(const ProblemSpec& spec, const Smooth& f, double t, const Vec& x0,
+std::vector<double> polish(const ProblemSpec& spec, const Smooth& f, double t, const DenseVec& x0,
                            double residual0) {
   const RegularizerSpec& r = spec.regularizer;
   const auto keep = [&] { return std::vector<double>(x0.data(), x0.data() + x0.size()); };
@@ -293,7 +293,7 @@ std::vector<double> polish(const ProblemSpec& spec, const Smooth& f, double t, c
   for (Eigen::Index i = 0; i < nf; ++i) sel.emplace_back(free[i], i, 1.0);
   SpMat select(x0.size(), nf);
   select.setFromTriplets(sel.begin(), sel.end());
-  Vec sign(nf);
+  DenseVec sign(nf);
   for (Eigen::Index i = 0; i < nf; ++i) sign[i] = x0[free[i]] > 0.0 ? 1.0 : -1.0;
 
   const Logistic logistic{f.a, f.b, spec.l2};
@@ -301,15 +301,15 @@ std::vector<double> polish(const ProblemSpec& spec, const Smooth& f, double t, c
   SpMat h;
   if (quadratic) h = SpMat(f.a.transpose() * f.a) * f.invM + spec.l2 * identity(x0.size());
   Eigen::SimplicialLDLT<SpMat> ldlt;
-  Vec x = x0;
+  DenseVec x = x0;
   double lastStep = std::numeric_limits<double>::infinity();
   for (int it = 0; it < kMaxPolishSteps; ++it) {
-    const Vec g = f.gradient(x, f.a * x);
-    const Vec gFree = Vec(select.transpose() * g) + r.l1 * sign;
+    const DenseVec g = f.gradient(x, f.a * x);
+    const DenseVec gFree = DenseVec(select.transpose() * g) + r.l1 * sign;
     if (!quadratic) h = logistic.hessian(x);
     ldlt.compute(SpMat(select.transpose() * h * select));
     if (ldlt.info() != Eigen::Success) return keep();
-    const Vec step = ldlt.solve(-gFree);
+    const DenseVec step = ldlt.solve(-gFree);
     if (!step.allFinite()) return keep();
     for (Eigen::Index i = 0; i < nf; ++i) x[free[i]] += step[i];
     const double norm = step.norm();
@@ -320,13 +320,13 @@ std::vector<double> polish(const ProblemSpec& spec, const Smooth& f, double t, c
     const double v = x[free[i]];
     if (!(v > r.lower && v < r.upper) || (r.l1 > 0.0 && !(v * sign[i] > 0.0))) return keep();
   }
-  Vec p(x.size());
+  DenseVec p(x.size());
   const double residual = proxStep(r, t, x, f.gradient(x, f.a * x), p);
   return residual <= residual0 ? std::vector<double>(x.data(), x.data() + x.size()) : keep();
 }
 
 core::Result<std::vector<double>> solveComposite(const ProblemSpec& spec, const SpMat& a,
-                                                 const Vec& b) {
+                                                 const DenseVec& b) {
   const RegularizerSpec& r = spec.regularizer;
   const Smooth f{spec.loss, a, b, spec.l2};
   const double s = spec.loss == LossKind::kLeastSquares ? 1.0 : 0.25;
@@ -336,23 +336,23 @@ core::Result<std::vector<double>> solveComposite(const ProblemSpec& spec, const 
 
   const Eigen::Index d = a.cols();
   const double tol =
-      kGradTolerance * std::max(1.0, f.gradient(Vec::Zero(d), Vec::Zero(a.rows())).norm());
-  Vec x = Vec::Zero(d).cwiseMax(r.lower).cwiseMin(r.upper);  // prox(0): a feasible start
-  Vec ax = a * x;
-  Vec xPrev = x, axPrev = ax;
-  Vec y = x, ay = ax;
-  Vec p(d);
+      kGradTolerance * std::max(1.0, f.gradient(DenseVec::Zero(d), DenseVec::Zero(a.rows())).norm());
+  DenseVec x = DenseVec::Zero(d).cwiseMax(r.lower).cwiseMin(r.upper);  // prox(0): a feasible start
+  DenseVec ax = a * x;
+  DenseVec xPrev = x, axPrev = ax;
+  DenseVec y = x, ay = ax;
+  DenseVec p(d);
   bool yIsProxPoint = true;
   double theta = 1.0;
   double residual = std::numeric_limits<double>::infinity();
   for (int it = 0; it < kMaxProxIterations; ++it) {
-    const Vec g = f.gradient(y, ay);
+    const DenseVec g = f.gradient(y, ay);
     if (!g.allFinite()) return core::internalError("proximal solver: non-finite gradient");
     residual = proxStep(r, t, y, g, p);
     if (residual <= tol && yIsProxPoint) return polish(spec, f, t, y, residual);
 
-    Vec ap = a * p;
-    const Vec delta = p - y;
+    DenseVec ap = a * p;
+    const DenseVec delta = p - y;
     const double dn2 = delta.squaredNorm();
     if (dn2 > kMeasurableStep * kMeasurableStep * std::max(y.squaredNorm(), 1e-300)) {
       const double curvature = s * (ap - ay).squaredNorm() * f.invM + spec.l2 * dn2;
@@ -410,7 +410,7 @@ core::Result<std::vector<double>> solveCentral(const ProblemSpec& spec, const Da
                                  std::to_string(spec.l2));
   }
   const SpMat a = dataMatrix(all);
-  Vec b(static_cast<Eigen::Index>(all.samples()));
+  DenseVec b(static_cast<Eigen::Index>(all.samples()));
   for (size_t j = 0; j < all.samples(); ++j) {
     const double y = all.labels[j];
     b[static_cast<Eigen::Index>(j)] =

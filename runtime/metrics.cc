@@ -30,12 +30,12 @@ std::string progressDetail(const RoundMetrics& m) {
 }
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;  // not `json`: scenario_reader.h has that name
 
-json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+ojson number(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
 
-json metricsJson(const RoundMetrics& m) {
-  json j{{"round", m.round},
+ojson metricsJson(const RoundMetrics& m) {
+  ojson j{{"round", m.round},
          {"objective", number(m.objective)},
          {"rel_error", number(m.relError)},
          {"consensus_distance", number(m.consensusDistance)},
@@ -266,7 +266,7 @@ core::Status MetricsLog::append(const RoundMetrics& m) {
 core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& last,
                                       std::span<const double> xMean, const std::string& mode,
                                       const AsyncReport* async) {
-  json j{{"scenario", s.name},
+  ojson j{{"scenario", s.name},
          {"scenario_file", s.file},
          {"mode", mode},
          {"nodes", s.nodes},
@@ -279,7 +279,7 @@ core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& las
          {"final", metricsJson(last)},
          {"x_mean", std::vector<double>(xMean.begin(), xMean.end())}};
   // The final values also at the top level, where scripts look first.
-  const json final = j["final"];  // a copy: inserting into j would invalidate a reference
+  const ojson final = j["final"];  // a copy: inserting into j would invalidate a reference
   for (const auto& [k, v] : final.items()) {
     if (k != "round") j[k] = v;
   }

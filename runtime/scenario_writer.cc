@@ -9,7 +9,7 @@
 namespace starling::runtime {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;  // not `json`: scenario_reader.h has that name
 using CKind = compression::CompressorSpec::Kind;
 
 // The parser resolves a relative data path against the scenario's folder, which is itself
@@ -23,8 +23,8 @@ std::string absolutePath(const std::string& path) {
   return ec ? path : abs.lexically_normal().string();
 }
 
-json graphJson(const topology::GraphSpec& g) {
-  json j;
+ojson graphJson(const topology::GraphSpec& g) {
+  ojson j;
   j["kind"] = topology::graphKindName(g.kind);
   j["weights"] = topology::weightRuleName(g.weights);
   if (g.kind == topology::GraphKind::kGrid) {
@@ -37,12 +37,12 @@ json graphJson(const topology::GraphSpec& g) {
   return j;
 }
 
-json topologyJson(const topology::TopologySpec& t) {
-  json j = graphJson(t.base);
-  json sch;
+ojson topologyJson(const topology::TopologySpec& t) {
+  ojson j = graphJson(t.base);
+  ojson sch;
   sch["kind"] = topology::scheduleKindName(t.schedule.kind);
   if (t.schedule.kind == topology::ScheduleKind::kCycle) {
-    sch["graphs"] = json::array();
+    sch["graphs"] = ojson::array();
     for (const auto& g : t.schedule.cycle) sch["graphs"].push_back(graphJson(g));
   } else if (t.schedule.kind == topology::ScheduleKind::kEdgeDropout) {
     sch["p"] = t.schedule.p;
@@ -51,7 +51,7 @@ json topologyJson(const topology::TopologySpec& t) {
   return j;
 }
 
-void decayJson(const optim::StepSizeSchedule& st, optim::StepSizeSchedule::Kind kind, json& j) {
+void decayJson(const optim::StepSizeSchedule& st, optim::StepSizeSchedule::Kind kind, ojson& j) {
   using K = optim::StepSizeSchedule::Kind;
   if (kind == K::kInverseTime) {
     j["tau"] = st.tau;
@@ -72,10 +72,10 @@ const char* stepKindName(optim::StepSizeSchedule::Kind kind) {
   return "?";
 }
 
-json stepSizeJson(const optim::StepSizeSchedule& st) {
+ojson stepSizeJson(const optim::StepSizeSchedule& st) {
   using K = optim::StepSizeSchedule::Kind;
   if (st.kind == K::kConstant) return st.value;
-  json j;
+  ojson j;
   j["kind"] = stepKindName(st.kind);
   if (st.kind != K::kLegw) {
     j["value"] = st.value;
@@ -87,7 +87,7 @@ json stepSizeJson(const optim::StepSizeSchedule& st) {
   if (st.batchGiven) j["batch"] = st.batch;  // else derived from the data (runtime/experiment.cc)
   j["warmup_epochs"] = st.warmupEpochs;
   if (st.roundsPerEpochGiven) j["rounds_per_epoch"] = st.roundsPerEpoch;
-  json d;
+  ojson d;
   d["kind"] = stepKindName(st.decay);
   decayJson(st, st.decay, d);
   j["decay"] = d;
@@ -97,11 +97,11 @@ json stepSizeJson(const optim::StepSizeSchedule& st) {
 // Always written, {"l1": 0} when there is none (the parser reads that as no regularizer). JSON has
 // no infinities, so an unbounded box side is left out (the parser's default); `nonneg` is written
 // as the box it stands for, lower 0.
-json regularizerJson(const optim::RegularizerSpec& r) {
-  json j;
+ojson regularizerJson(const optim::RegularizerSpec& r) {
+  ojson j;
   j["l1"] = r.l1;
   if (std::isfinite(r.lower) || std::isfinite(r.upper)) {
-    json box = json::object();
+    ojson box = ojson::object();
     if (std::isfinite(r.lower)) box["lower"] = r.lower;
     if (std::isfinite(r.upper)) box["upper"] = r.upper;
     j["box"] = box;
@@ -109,8 +109,8 @@ json regularizerJson(const optim::RegularizerSpec& r) {
   return j;
 }
 
-json problemJson(const ProblemConfig& p) {
-  json j;
+ojson problemJson(const ProblemConfig& p) {
+  ojson j;
   if (p.isMlp()) {
     j["kind"] = "mlp";
     j["layers"] = p.layers;
@@ -136,7 +136,7 @@ json problemJson(const ProblemConfig& p) {
       break;
   }
   if (!p.isMlp()) j["regularizer"] = regularizerJson(p.spec.regularizer);
-  json est;
+  ojson est;
   // Always the estimator object, also for the older `"batch": B` form it is equivalent to.
   est["kind"] = optim::estimatorKindName(p.estimator.kind);
   if (p.estimator.kind != optim::EstimatorSpec::Kind::kFull) est["batch"] = p.estimator.batch;
@@ -146,7 +146,7 @@ json problemJson(const ProblemConfig& p) {
     est["p"] = p.estimator.p;
   }
   j["estimator"] = est;
-  json data;
+  ojson data;
   if (p.data.kind == DataSource::Kind::kSynthetic) {
     const auto& sp = p.data.synthetic;
     data["synthetic"] = {{"samples", sp.samples},           {"features", sp.features},
@@ -174,9 +174,9 @@ json problemJson(const ProblemConfig& p) {
   return j;
 }
 
-json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
+ojson algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
   using AK = optim::AlgorithmKind;
-  json j;
+  ojson j;
   j["kind"] = optim::algorithmKindName(a.kind);
   j["step_size"] = stepSizeJson(a.stepSize);
   if (a.kind == AK::kChoco || a.kind == AK::kDsgd || a.kind == AK::kLead ||
@@ -191,7 +191,7 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
   const optim::LocalOptimizerSpec& l = a.localOptimizer;
   using LK = optim::LocalOptimizerSpec::Kind;
   if (l.kind != LK::kSgd || l.weightDecay != 0.0) {
-    json lo;
+    ojson lo;
     lo["kind"] = optim::localOptimizerKindName(l.kind);
     lo["weight_decay"] = l.weightDecay;
     if (l.kind == LK::kMomentum) {
@@ -207,7 +207,7 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
     j["local_optimizer"] = lo;
   }
   if (const auto& ada = a.adascale) {
-    json aj;
+    ojson aj;
     if (s.hasProblem) {
       aj["micro_batches"] = ada->microBatches;
       if (ada->baseBatch) aj["base_batch"] = *ada->baseBatch;
@@ -218,7 +218,7 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
     j["adascale"] = aj;
   }
   if (const auto& l = a.leader) {
-    j["leader"] = json{{"pull_local", l->pullLocal},
+    j["leader"] = ojson{{"pull_local", l->pullLocal},
                        {"pull_global", l->pullGlobal},
                        {"proximal_local", l->proximalLocal},
                        {"proximal_global", l->proximalGlobal},
@@ -227,7 +227,7 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
                        {"loss_window", l->lossWindow}};
   }
   if (const auto& sk = a.sketch) {
-    json sj{{"rows", sk->rows}, {"cols", sk->cols}};
+    ojson sj{{"rows", sk->rows}, {"cols", sk->cols}};
     if (sk->k > 0) {
       sj["k"] = sk->k;
     } else {
@@ -238,7 +238,7 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
   }
   if (a.codistillation) {
     const optim::CodistillationConfig& c = *a.codistillation;
-    json co;
+    ojson co;
     co["alpha"] = c.loss.alpha;
     co["distance"] =
         c.loss.distance == optim::CodistillationSpec::Distance::kKl ? "kl" : "cross_entropy";
@@ -250,7 +250,7 @@ json algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
   return j;
 }
 
-void keepJson(const compression::CompressorSpec& c, json& j) {
+void keepJson(const compression::CompressorSpec& c, ojson& j) {
   if (c.k > 0) {
     j["k"] = c.k;
   } else {
@@ -258,8 +258,8 @@ void keepJson(const compression::CompressorSpec& c, json& j) {
   }
 }
 
-json compressionJson(const compression::CompressorSpec& c) {
-  json j;
+ojson compressionJson(const compression::CompressorSpec& c) {
+  ojson j;
   j["kind"] = compression::compressorKindName(c.kind);
   switch (c.kind) {
     case CKind::kTopK:
@@ -324,9 +324,9 @@ json compressionJson(const compression::CompressorSpec& c) {
   // Only when given, so that the scenarios without layers keep their hashes. The "uncompressed"
   // shorthand was turned into the identity rule it stands for.
   if (!c.layers.empty()) {
-    json rules = json::array();
+    ojson rules = ojson::array();
     for (const compression::LayerRule& r : c.layers) {
-      json rule = compressionJson(r.codec);
+      ojson rule = compressionJson(r.codec);
       rule["tensors"] = r.tensors;
       rules.push_back(std::move(rule));
     }
@@ -335,8 +335,8 @@ json compressionJson(const compression::CompressorSpec& c) {
   return j;
 }
 
-json transportJson(const TransportConfig& t) {
-  json j;
+ojson transportJson(const TransportConfig& t) {
+  ojson j;
   if (t.kind == TransportConfig::Kind::kInproc) {
     j["kind"] = "inproc";
     return j;
@@ -359,8 +359,8 @@ json transportJson(const TransportConfig& t) {
 // The whole scenario in the parser's key order. Derived fields are not written: the topology's
 // nodes and seed (the scenario's), the algorithm's regularizer (the problem's) and timeVarying
 // (the schedule's), problem.batchPath (a message detail).
-json resolved(const Scenario& s) {
-  json j;
+ojson resolved(const Scenario& s) {
+  ojson j;
   j["schema_version"] = kScenarioSchemaVersion;
   j["name"] = s.name;
   j["description"] = s.description;
@@ -389,7 +389,7 @@ json resolved(const Scenario& s) {
     j["peers"] = {{"base_port", s.peers.basePort}};
   }
   j["divergence"] = {{"max_abs", s.divergenceMaxAbs}};
-  json faults = json::object();
+  ojson faults = ojson::object();
   faults["on_peer_loss"] = s.faults.onPeerLoss == OnPeerLoss::kContinue ? "continue" : "stop";
   faults["repair"] = s.faults.repair == RepairKind::kNone ? "none" : "reconnect";
   if (s.faults.agreementRounds > 0) faults["agreement_rounds"] = s.faults.agreementRounds;
@@ -397,9 +397,9 @@ json resolved(const Scenario& s) {
     faults["restart"] = true;
     faults["max_restarts"] = s.faults.maxRestarts;
   }
-  json script = json::array();
+  ojson script = ojson::array();
   for (const FaultEvent& e : s.faults.script) {
-    json ev = json::object();
+    ojson ev = ojson::object();
     if (e.kind == FaultEvent::Kind::kKill) {
       ev["kill"] = e.kill;
       ev["at_round"] = e.atRound;
@@ -420,7 +420,7 @@ json resolved(const Scenario& s) {
   faults["script"] = script;
   j["faults"] = faults;
   if (!s.security.keyFile.empty() || s.security.encrypt) {
-    json security = json::object();
+    ojson security = ojson::object();
     if (!s.security.keyFile.empty()) security["key_file"] = s.security.keyFile;
     security["encrypt"] = s.security.encrypt;
     j["security"] = security;
@@ -434,7 +434,7 @@ json resolved(const Scenario& s) {
 // Doubles are written in the shortest form that reads back to the same bits (nlohmann's
 // Grisu2), so every number round-trips exactly. Strings from the parser are valid UTF-8; a
 // working directory that is not (absolutePath) is written with U+FFFD rather than thrown on.
-std::string dump(const json& j) { return j.dump(2, ' ', false, json::error_handler_t::replace); }
+std::string dump(const ojson& j) { return j.dump(2, ' ', false, ojson::error_handler_t::replace); }
 
 }  // namespace
 
@@ -445,7 +445,7 @@ uint64_t scenarioHash(const Scenario& s) {
   // it, and a name left out of the file is the file's name, which must not matter. Checkpoints
   // change how often state is saved, not one number of the run (a run resumed with another
   // `every` is the same run).
-  json j = resolved(s);
+  ojson j = resolved(s);
   j.erase("name");
   j.erase("description");
   j.erase("checkpoint");

@@ -15,9 +15,9 @@
 namespace starling::runtime {
 namespace {
 
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;  // not `json`: scenario_reader.h has that name
 
-json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+ojson number(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
 
 }  // namespace
 
@@ -50,7 +50,7 @@ core::Status TrainerLogMerger::readPeer(int rank) {
   try {
   for (const std::string& line : *lines) {
     ++src.lines;
-    const auto j = json::parse(line, nullptr, false);
+    const auto j = ojson::parse(line, nullptr, false);
     const auto bad = [&](const std::string& why) {
       return core::corruption(src.path.string() + ":" + std::to_string(src.lines) + ": " + why);
     };
@@ -58,8 +58,8 @@ core::Status TrainerLogMerger::readPeer(int rank) {
       if (!j.is_object() || !j.contains("peer_log")) return bad("the first line is not a peer log header");
       if (j.value("rank", -1) != rank || j.value("nodes", -1) != s_.nodes ||
           j.value("scenario_hash", std::string()) != expectedHash_) {
-        return bad("written by a different run (rank " + j.value("rank", json(-1)).dump() +
-                   ", scenario hash " + j.value("scenario_hash", json("")).dump() +
+        return bad("written by a different run (rank " + j.value("rank", ojson(-1)).dump() +
+                   ", scenario hash " + j.value("scenario_hash", ojson("")).dump() +
                    "; expected rank " + std::to_string(rank) + ", scenario hash " +
                    expectedHash_ + ")");
       }
@@ -111,7 +111,7 @@ core::Status TrainerLogMerger::readPeer(int rank) {
     slot.resize(s_.nodes);
     slot[rank] = std::move(rec);
   }
-  } catch (const json::exception& ex) {
+  } catch (const ojson::exception& ex) {
     return wrongTypeInLine(src.path, src.lines, ex);
   }
   return core::Status::ok();
@@ -147,7 +147,7 @@ core::Result<int> TrainerLogMerger::poll() {
       continue;
     }
     const double n = static_cast<double>(recs.size());
-    json line;
+    ojson line;
     line["round"] = it->first;
     const bool gap = static_cast<int>(recs.size()) < running;
     if (gap) line["logged_ranks"] = recs.size();
@@ -226,7 +226,7 @@ std::map<int, uint64_t> TrainerLogMerger::lastRoundByRank() const {
 
 std::string TrainerLogMerger::progressDetail() const {
   if (lastLine_.empty()) return "";
-  const auto j = json::parse(lastLine_);
+  const auto j = ojson::parse(lastLine_);
   std::string out;
   char buf[96];
   if (!j["consensus_distance"].is_null()) {
@@ -250,8 +250,8 @@ std::optional<RootCause> TrainerLogMerger::rootCause() const {
 
 core::Status TrainerLogMerger::writeSummary() const {
   if (lastLine_.empty()) return core::failedPrecondition("no round to summarize");
-  const json final = json::parse(lastLine_);
-  json j{{"scenario", s_.name},
+  const ojson final = ojson::parse(lastLine_);
+  ojson j{{"scenario", s_.name},
          {"scenario_file", s_.file},
          {"mode", "run"},
          {"trainer", true},
@@ -267,7 +267,7 @@ core::Status TrainerLogMerger::writeSummary() const {
   }
   j["x_mean"] = xMean_;
   // How far each rank got: the merged rounds stop at the last any rank logged.
-  json reached = json::object();
+  ojson reached = ojson::object();
   for (const auto& [rank, round] : lastRoundByRank()) reached[std::to_string(rank)] = round;
   j["last_round_by_rank"] = reached;
   return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");

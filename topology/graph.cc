@@ -25,11 +25,6 @@ BoostGraph toBoost(const Graph& g) {
   return bg;
 }
 
-std::string formatDouble(double x) {
-  std::ostringstream os;
-  os << x;
-  return os.str();
-}
 
 // Three significant digits, for sizes and probabilities in messages; whole numbers from 1000.
 std::string threeDigits(double x) {
@@ -347,6 +342,12 @@ int diameter(const Graph& g) {
     best = std::max(best, *std::max_element(dist.begin(), dist.end()));
   }
   return best;
+}
+
+std::string formatDouble(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
 }
 
 }  // namespace starling::topology

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,9 @@
 #include "topology/spec.h"
 
 namespace starling::topology {
+
+// A number as an ostream writes it ("0.5", "1e-05"), for error messages.
+std::string formatDouble(double x);
 
 class Graph {
  public:

@@ -23,11 +23,6 @@ core::Status atField(const core::Status& st, std::string_view where) {
   return core::Status(st.code(), std::string(where) + "/" + st.message());
 }
 
-std::string formatDouble(double x) {
-  std::ostringstream os;
-  os << x;
-  return os.str();
-}
 
 core::Status disconnected(std::string_view where, const GraphSpec& spec, int nodes) {
   return core::invalidArgument(std::string(where) + ": graph is disconnected (" +

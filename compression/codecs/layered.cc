@@ -16,7 +16,7 @@
 namespace starling::compression::codecs {
 namespace {
 
-constexpr size_t kParamsBytes = 8;  // u32 groups, u32 segments
+constexpr size_t kLayeredParamsBytes = 8;  // u32 groups, u32 segments
 constexpr size_t kLengthBytes = 8;  // the u64 before each inner frame
 
 constexpr size_t pad8(size_t n) { return (n + 7) & ~size_t{7}; }
@@ -93,7 +93,7 @@ class Layered final : public Compressor<T> {
 
   // The codec is built for vectors of total_ elements; the bound is for those.
   size_t maxEncodedBytes(size_t /*d*/) const override {
-    size_t n = kFrameHeaderBytes + pad8(kParamsBytes) + pad8(map_.size()) + kFrameTrailerBytes;
+    size_t n = kFrameHeaderBytes + pad8(kLayeredParamsBytes) + pad8(map_.size()) + kFrameTrailerBytes;
     for (const Group& g : groups_) n += kLengthBytes + pad8(g.bound);
     return n;
   }
@@ -263,7 +263,7 @@ class Layered final : public Compressor<T> {
                                 std::span<T> gathered, std::span<T> seenScratch,
                                 EncodeGroup&& encodeGroup) const {
     assert(x.size() == total_);
-    const size_t payloadAt = kFrameHeaderBytes + pad8(kParamsBytes);
+    const size_t payloadAt = kFrameHeaderBytes + pad8(kLayeredParamsBytes);
     size_t pos = payloadAt + pad8(map_.size());
     if (out.size() < pos + kFrameTrailerBytes) return tooSmall(out.size());
     std::memset(out.data() + payloadAt, 0, pos - payloadAt);
@@ -304,7 +304,7 @@ class Layered final : public Compressor<T> {
         }
       }
     }
-    writeFrameHead(CodecId::kLayered, elementTypeOf<T>(), total_, {params_, kParamsBytes},
+    writeFrameHead(CodecId::kLayered, elementTypeOf<T>(), total_, {params_, kLayeredParamsBytes},
                    pos - payloadAt, out.data());
     const size_t size = pos + kFrameTrailerBytes;
     sealFrame(out.first(size));
@@ -334,8 +334,8 @@ class Layered final : public Compressor<T> {
                               " elements (the layout holds " + std::to_string(total_) +
                               "), frame has " + std::to_string(v.elementCount));
     }
-    if (v.params.size() != kParamsBytes ||
-        std::memcmp(v.params.data(), params_, kParamsBytes) != 0) {
+    if (v.params.size() != kLayeredParamsBytes ||
+        std::memcmp(v.params.data(), params_, kLayeredParamsBytes) != 0) {
       return core::corruption("layered frame: its group and segment counts are not this "
                               "layout's");
     }
@@ -415,7 +415,7 @@ class Layered final : public Compressor<T> {
   std::vector<LayeredSegment> segments_;
   std::vector<Group> groups_;
   std::vector<std::byte> map_;  // the segment map as the payload carries it
-  std::byte params_[kParamsBytes] = {};
+  std::byte params_[kLayeredParamsBytes] = {};
   uint64_t total_ = 0;
   size_t widest_ = 0;  // the most elements of a scattered group (the gather scratch)
 };
