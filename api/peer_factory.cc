@@ -10,8 +10,8 @@
 #include "runtime/peer.h"
 #include "runtime/peer_placement.h"
 #include "runtime/scenario_writer.h"
-#include "runtime/transport/factory.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/factory.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling {
 namespace {

@@ -22,7 +22,7 @@
 #include "runtime/rejoin.h"
 #include "runtime/scenario.h"
 #include "runtime/survival.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 #include "topology/schedule.h"
 
 namespace starling::transport::inproc {

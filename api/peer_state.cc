@@ -11,7 +11,7 @@
 #include "api/peer_impl.h"
 #include "runtime/metrics.h"
 #include "runtime/peer.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 
 namespace starling {
 namespace {

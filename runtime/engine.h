@@ -24,7 +24,7 @@
 #include "runtime/line_file.h"
 #include "runtime/node.h"
 #include "runtime/scenario.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 #include "topology/schedule.h"
 
 namespace starling::runtime {

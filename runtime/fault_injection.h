@@ -37,7 +37,7 @@
 
 #include "core/rng.h"
 #include "runtime/scenario.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 
 namespace starling::runtime {
 

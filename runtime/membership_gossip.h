@@ -27,7 +27,7 @@
 
 #include "core/state.h"
 #include "core/status.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 #include "topology/graph.h"
 
 namespace starling::runtime {

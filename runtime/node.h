@@ -27,8 +27,8 @@
 #include "compression/compressor.h"
 #include "optim/algorithm.h"
 #include "core/status.h"
-#include "runtime/transport/buffer_pool.h"
-#include "runtime/transport/transport.h"
+#include "transport/buffer_pool.h"
+#include "transport/transport.h"
 #include "topology/schedule.h"
 
 namespace starling::runtime {

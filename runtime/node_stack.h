@@ -11,7 +11,7 @@
 #include "optim/problem.h"
 #include "runtime/experiment.h"
 #include "runtime/node.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 
 namespace starling::runtime {
 

@@ -26,7 +26,7 @@
 #include "runtime/rejoin.h"
 #include "runtime/scenario_writer.h"
 #include "runtime/survival.h"
-#include "runtime/transport/factory.h"
+#include "transport/factory.h"
 
 namespace starling::runtime {
 namespace {

@@ -28,7 +28,7 @@
 
 #include "core/status.h"
 #include "runtime/experiment.h"
-#include "runtime/transport/factory.h"
+#include "transport/factory.h"
 
 namespace starling::runtime {
 

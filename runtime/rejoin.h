@@ -25,7 +25,7 @@
 
 #include "core/status.h"
 #include "runtime/membership_gossip.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 #include "topology/graph.h"
 
 namespace starling::runtime {

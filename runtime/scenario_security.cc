@@ -1,6 +1,6 @@
 // /security: the cluster's key (scenarios/README.md, docs/security.md).
 #include "runtime/scenario_reader.h"
-#include "runtime/transport/auth.h"
+#include "transport/auth.h"
 
 namespace starling::runtime::scenario_detail {
 

@@ -11,7 +11,7 @@
 #include "runtime/membership.h"
 #include "runtime/node_stack.h"
 #include "runtime/progress.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {

@@ -10,9 +10,9 @@
 #include <fstream>
 
 #include "compression/frame.h"
-#include "runtime/transport/buffer_pool.h"
-#include "runtime/transport/factory.h"
-#include "runtime/transport/transport.h"
+#include "transport/buffer_pool.h"
+#include "transport/factory.h"
+#include "transport/transport.h"
 #include "tools/bench_gossip_round.h"
 
 namespace starling::bench::gossip {

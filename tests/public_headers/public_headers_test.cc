@@ -11,7 +11,7 @@
 #include "runtime/node.h"
 #include "runtime/scenario.h"
 #include "runtime/simulator.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 #include "topology/graph.h"
 #include "topology/mixing.h"
 #include "topology/schedule.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/node.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {

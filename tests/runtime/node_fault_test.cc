@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "compression/frame.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 #include "tests/runtime/node_testing.h"
 #include "topology/schedule.h"
 

@@ -14,7 +14,7 @@
 
 #include "compression/frame.h"
 #include "optim/algorithm.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 #include "tests/runtime/node_testing.h"
 #include "topology/schedule.h"
 

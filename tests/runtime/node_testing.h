@@ -12,7 +12,7 @@
 
 #include "optim/algorithm.h"
 #include "runtime/node.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 #include "topology/schedule.h"
 
 namespace starling::runtime::node_testing {

@@ -12,7 +12,7 @@
 #include "runtime/membership_gossip.h"
 #include "runtime/merge.h"
 #include "runtime/rejoin.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 #include "topology/graph.h"
 
 namespace fs = std::filesystem;

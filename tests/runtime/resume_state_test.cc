@@ -15,7 +15,7 @@
 #include "runtime/experiment.h"
 #include "runtime/fault_injection.h"
 #include "runtime/node_stack.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/transport/factory.h"
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/factory.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::transport {
 namespace {

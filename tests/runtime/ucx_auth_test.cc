@@ -8,7 +8,7 @@
 #include <cstring>
 #include <optional>
 
-#include "runtime/transport/auth.h"
+#include "transport/auth.h"
 #include "tests/runtime/ucx_testing.h"
 
 namespace starling::transport {

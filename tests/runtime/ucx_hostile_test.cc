@@ -1,7 +1,7 @@
 // Tests of the UCX transport against hostile or wrong input: garbage on a listening port,
 // malformed and forged active messages, queue limits, bad ranks (ucx_transport_test.cc has the
 // rest; the two files make one executable). Real UCX peers over loopback, driven from this thread.
-#include "runtime/transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 #include "tests/runtime/ucx_testing.h"
 
 namespace starling::transport {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/transport/transport.h"
-#include "runtime/transport/ucx/ucx_transport.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
 #include "tests/runtime/ucx_testing.h"
 
 

@@ -1,4 +1,4 @@
-// Tests of the UCX transport's shared-memory frames (runtime/transport/ucx/ucx_shm.h): same-host
+// Tests of the UCX transport's shared-memory frames (transport/ucx/ucx_shm.h): same-host
 // neighbours hand each other views of sealed segments instead of copies, the handshake decides
 // who may, and releases recycle the segments (ucx_shm_hostile_test.cc has hostile handshakes and
 // descriptors; the two files make one executable).

@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/transport/auth.h"
-#include "runtime/transport/transport.h"
-#include "runtime/transport/ucx/ucx_transport.h"
+#include "transport/auth.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace starling::transport::ucx_testing {
 

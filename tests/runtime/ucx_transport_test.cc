@@ -1,7 +1,7 @@
 // Tests of the UCX transport: real UCX peers over loopback, several transports in this one
 // process, driven alternately from this one thread. Every test picks its own free ports so that
 // the suite can run beside others.
-#include "runtime/transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 #include "tests/runtime/ucx_testing.h"
 
 namespace starling::transport {

@@ -1,4 +1,4 @@
-#include "runtime/transport/inproc/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 
 #include <condition_variable>
 #include <deque>

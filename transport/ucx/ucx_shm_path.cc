@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/transport/ucx/ucx_transport_impl.h"
+#include "transport/ucx/ucx_transport_impl.h"
 
 namespace starling::transport::ucx::detail {
 namespace {

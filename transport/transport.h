@@ -10,7 +10,7 @@
 // kPeerGone (the peer disconnected or failed), kCancelled (the transport was shut down), or
 // kCorruption (bytes that broke the transport's own framing; counted in stats()).
 //
-// Backends: runtime/transport/inproc (this process; the simulator and tests). Each backend folder
+// Backends: transport/inproc (this process; the simulator and tests). Each backend folder
 // has a single construction point and nothing outside it includes its headers.
 //
 // Thread-safety: one Transport object is driven by one thread (its node's); see each backend for

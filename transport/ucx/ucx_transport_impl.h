@@ -1,4 +1,4 @@
-// Internal to runtime/transport/ucx: the UCX transport's class and the records of its operations,
+// Internal to transport/ucx: the UCX transport's class and the records of its operations,
 // shared by ucx_transport.cc (setup, progress, shutdown), ucx_endpoints.cc (connections and sends)
 // and ucx_receive.cc (active messages in, matching). See ucx_transport.h for the contract.
 #pragma once
@@ -17,12 +17,12 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/transport/auth.h"
-#include "runtime/transport/buffer_pool.h"
-#include "runtime/transport/ucx/ucx_bootstrap.h"
-#include "runtime/transport/ucx/ucx_shm.h"
-#include "runtime/transport/ucx/ucx_status.h"
-#include "runtime/transport/ucx/ucx_transport.h"
+#include "transport/auth.h"
+#include "transport/buffer_pool.h"
+#include "transport/ucx/ucx_bootstrap.h"
+#include "transport/ucx/ucx_shm.h"
+#include "transport/ucx/ucx_status.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace starling::transport::ucx::detail {
 

@@ -1,6 +1,6 @@
 // Shared-memory frame segments: memfd staging on the sender, sealed read-only mappings on the
 // receiver. See ucx_shm.h.
-#include "runtime/transport/ucx/ucx_shm.h"
+#include "transport/ucx/ucx_shm.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 
 namespace starling::transport {
 

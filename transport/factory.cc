@@ -1,11 +1,11 @@
-#include "runtime/transport/factory.h"
+#include "transport/factory.h"
 
 #include <sched.h>
 
 #include <algorithm>
 
 #if STARLING_HAVE_UCX
-#include "runtime/transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 #endif
 
 namespace starling::transport {

@@ -1,4 +1,4 @@
-#include "runtime/transport/auth.h"
+#include "transport/auth.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>

@@ -17,7 +17,7 @@
 // dropped, logged once each and counted in stats().corruptMessages.
 //
 // Thread-safety: a transport is driven by one thread (its node's), which calls progress().
-// This header is internal to runtime/; nothing outside runtime/transport/ucx includes UCX.
+// This header is internal to runtime/; nothing outside transport/ucx includes UCX.
 #pragma once
 
 #include <chrono>
@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/transport/auth.h"
-#include "runtime/transport/transport.h"
+#include "transport/auth.h"
+#include "transport/transport.h"
 
 namespace starling::transport::ucx {
 

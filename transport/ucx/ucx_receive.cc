@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "runtime/transport/ucx/ucx_transport_impl.h"
+#include "transport/ucx/ucx_transport_impl.h"
 
 namespace starling::transport::ucx::detail {
 

@@ -17,7 +17,7 @@
 // of bounds. The bytes themselves belong to a process of the same user on the same host, which
 // could attach a debugger to us anyway; frame CRCs are still checked by the decoder.
 //
-// Internal to runtime/transport/ucx; no UCX types here.
+// Internal to transport/ucx; no UCX types here.
 #pragma once
 
 #include <array>
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 
 namespace starling::transport::ucx::detail {
 

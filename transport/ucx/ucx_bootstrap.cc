@@ -1,5 +1,5 @@
 // The bootstrap handshake in front of UCX (see ucx_bootstrap.h for the protocol).
-#include "runtime/transport/ucx/ucx_bootstrap.h"
+#include "transport/ucx/ucx_bootstrap.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-// Internal to runtime/transport/ucx: the bootstrap that stands in front of UCX.
+// Internal to transport/ucx: the bootstrap that stands in front of UCX.
 //
 // Every rank listens on its scenario address with a plain TCP socket of its own (not UCX's
 // sockaddr listener, whose connection manager in UCX 1.13 aborts the process on 17 zero bytes).
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/transport/auth.h"
+#include "transport/auth.h"
 
 namespace starling::transport::ucx::detail {
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <optional>
 
-#include "runtime/transport/ucx/ucx_transport_impl.h"
+#include "transport/ucx/ucx_transport_impl.h"
 
 namespace starling::transport::ucx::detail {
 

@@ -2,7 +2,7 @@
 // sender's tags, the receiver's checks and replay window. See ucx_transport_impl.h.
 #include <cstring>
 
-#include "runtime/transport/ucx/ucx_transport_impl.h"
+#include "transport/ucx/ucx_transport_impl.h"
 
 namespace starling::transport::ucx::detail {
 

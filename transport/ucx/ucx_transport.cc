@@ -1,4 +1,4 @@
-#include "runtime/transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-#include "runtime/transport/ucx/ucx_transport_impl.h"
+#include "transport/ucx/ucx_transport_impl.h"
 
 namespace starling::transport::ucx {
 namespace detail {

@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "runtime/transport/transport.h"
+#include "transport/transport.h"
 
 namespace starling::transport::inproc {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/transport/auth.h"
-#include "runtime/transport/transport.h"
+#include "transport/auth.h"
+#include "transport/transport.h"
 
 namespace starling::transport {
 
