@@ -1,5 +1,5 @@
 // starling::Peer's rounds: step() through the scenario's algorithm with the trainer's gradients,
-// mix() through gossip, both on the same engine (runtime/engine.h) that `node-launcher peer` runs.
+// mix() through gossip, both on the same engine (engine/engine.h) that `node-launcher peer` runs.
 // What the rounds share between calls (the engine built at the first call, rejoining, the round
 // lines of the peer log, close) is in api/peer_state.cc.
 #include <cstring>
@@ -22,7 +22,7 @@ constexpr uint64_t kSharedCodecSalt = 0x7368617265;
 // `layout`: the trainer's tensor sizes (empty: one tensor), which the compression's layers
 // rules index.
 template <typename T>
-Result<std::unique_ptr<compression::Compressor<T>>> makeCodec(const runtime::Scenario& s,
+Result<std::unique_ptr<compression::Compressor<T>>> makeCodec(const scenario::Scenario& s,
                                                               std::span<const size_t> layout,
                                                               size_t dim, const char* call) {
   if (compression::sendsIdentityOnly(s.compression)) {
@@ -174,8 +174,8 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     st.stepCodec = std::move(*codec);
     takeRejoinModel(params);
     auto algorithm = makeStepAlgorithm<T>(st, params);
-    st.stepNode = std::make_unique<runtime::Node<T>>(
-        rank, std::move(algorithm), *net, typename runtime::Node<T>::LogFn{}, st.stepCodec.get(),
+    st.stepNode = std::make_unique<engine::Node<T>>(
+        rank, std::move(algorithm), *net, typename engine::Node<T>::LogFn{}, st.stepCodec.get(),
         core::deriveSeed(scenario.seed, kStepCodecSalt, rank),
         core::deriveSeed(scenario.seed, kSharedCodecSalt));
     st.stepNode->setChannel(kStepChannel);
@@ -187,7 +187,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     }
     // A membership change: the algorithm starts afresh from the current model, with the
     // trainer's gradients (through the same local optimizer, whose moments carry on).
-    STARLING_RETURN_IF_ERROR(st.survival.add(*st.stepNode, [this, &st](runtime::Node<T>& n) {
+    STARLING_RETURN_IF_ERROR(st.survival.add(*st.stepNode, [this, &st](engine::Node<T>& n) {
       const auto x = n.model();
       const std::vector<T> x0(x.begin(), x.end());
       n.restartAlgorithm(makeStepAlgorithm<T>(st, x0));
@@ -224,7 +224,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   // algorithm, which exact diffusion, NIDS and LEAD converge from all the same;
   // docs/algorithms.md §19.)
   STARLING_RETURN_IF_ERROR(writePending(st));
-  runtime::Node<T>& node = *st.stepNode;
+  engine::Node<T>& node = *st.stepNode;
   killIfScripted(st.engine.rounds());
   std::optional<optim::AdaScaleSample> sample;
   if (stats.gradientVariance) sample = {*stats.gradientVariance, *stats.gradientSquaredMean};
@@ -283,8 +283,8 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying);
     st.gossip = gossip.get();
-    st.mixNode = std::make_unique<runtime::Node<T>>(
-        rank, std::move(gossip), *net, typename runtime::Node<T>::LogFn{}, st.mixCodec.get(),
+    st.mixNode = std::make_unique<engine::Node<T>>(
+        rank, std::move(gossip), *net, typename engine::Node<T>::LogFn{}, st.mixCodec.get(),
         core::deriveSeed(scenario.seed, kMixCodecSalt, rank),
         core::deriveSeed(scenario.seed, kSharedCodecSalt, 1));
     st.mixNode->setChannel(kMixChannel);
@@ -294,7 +294,7 @@ Status Peer::Impl::mixStart(std::span<T> params) {
       st.mixNode->setAsynchronous(scenario.asynchronous.maxStaleness);
     }
     // A membership change: gossip starts afresh from the current parameters.
-    STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](runtime::Node<T>& n) {
+    STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](engine::Node<T>& n) {
       const auto x = n.model();
       const std::vector<T> x0(x.begin(), x.end());
       auto fresh = optim::createGossip<T>(scenario.algorithm.gamma, x0.size(),

@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
-#include "runtime/experiment.h"
 #include "runtime/peer.h"
 #include "runtime/peer_placement.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/experiment.h"
+#include "scenario/scenario_writer.h"
 #include "transport/factory.h"
 #include "transport/inproc/inproc_transport.h"
 
@@ -18,10 +18,10 @@ namespace {
 
 // In-process runs: the Peers of one scenario in this process share a hub, found by the
 // scenario's hash. Weak: the hub goes with its last Peer.
-std::shared_ptr<transport::inproc::InprocHub> sharedHub(const runtime::Scenario& s) {
+std::shared_ptr<transport::inproc::InprocHub> sharedHub(const scenario::Scenario& s) {
   static std::mutex mu;
   static std::map<std::string, std::weak_ptr<transport::inproc::InprocHub>> hubs;
-  const std::string key = runtime::scenarioHashHex(runtime::scenarioHash(s));
+  const std::string key = scenario::scenarioHashHex(scenario::scenarioHash(s));
   std::lock_guard<std::mutex> lock(mu);
   if (auto hub = hubs[key].lock()) return hub;
   std::shared_ptr<transport::inproc::InprocHub> hub = transport::inproc::createHub(s.nodes);
@@ -47,7 +47,7 @@ Result<int> parseRank(const std::string& value, const char* var) {
 
 }  // namespace
 
-Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
+Result<std::unique_ptr<Peer::Impl>> makePeerImpl(scenario::Scenario s, int rank,
                                                  const PeerOptions& options) {
   if (rank < 0 || rank >= s.nodes) {
     return core::invalidArgument("rank " + std::to_string(rank) + " is not in 0.." +
@@ -59,12 +59,12 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
   auto schedule = topology::Schedule::create(s.topology);
   if (!schedule) return schedule.status().withContext(s.file + ": /topology");
   impl->schedule = std::move(*schedule);
-  STARLING_RETURN_IF_ERROR(runtime::resolveLeaderDiameter(s, *impl->schedule));
+  STARLING_RETURN_IF_ERROR(scenario::resolveLeaderDiameter(s, *impl->schedule));
   impl->rank = rank;
   impl->outDir = options.outDir;
   impl->rejoin = options.rejoin;
   impl->layout = options.layout;
-  if (s.transport.kind == runtime::TransportConfig::Kind::kInproc) {
+  if (s.transport.kind == scenario::TransportConfig::Kind::kInproc) {
     impl->hub = sharedHub(s);
     impl->net = transport::inproc::createTransport(*impl->hub, rank);
     impl->address = "inproc";
@@ -76,12 +76,12 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario s, int rank,
     impl->net = std::move(*net);
     impl->address = no->addresses[rank];
   }
-  if (runtime::FaultInjector::wanted(s)) {
+  if (engine::FaultInjector::wanted(s.faults.script)) {
     // The script's link faults, on the messages of step() and mix() alike.
-    const bool realTime = s.transport.kind != runtime::TransportConfig::Kind::kInproc;
+    const bool realTime = s.transport.kind != scenario::TransportConfig::Kind::kInproc;
     impl->rawNet = std::move(impl->net);
-    auto f = std::make_unique<runtime::FaultInjector>(*impl->rawNet, s.faults.script, s.seed,
-                                                      kStepChannel, realTime);
+    auto f = std::make_unique<engine::FaultInjector>(*impl->rawNet, s.faults.script, s.seed,
+                                                     kStepChannel, realTime);
     f->addChannel(kMixChannel);
     impl->faults = f.get();
     impl->net = std::move(f);
@@ -96,7 +96,7 @@ Result<std::unique_ptr<Peer>> Peer::fromScenario(const std::string& path, int ra
 
 Result<std::unique_ptr<Peer>> Peer::fromScenario(const std::string& path, int rank,
                                                  const PeerOptions& options) {
-  auto s = runtime::loadScenario(path);
+  auto s = scenario::loadScenario(path);
   if (!s) return s.status();
   auto impl = makePeerImpl(std::move(*s), rank, options);
   if (!impl) return impl.status();
@@ -128,7 +128,7 @@ Result<std::unique_ptr<Peer>> Peer::fromEnv() {
   PeerOptions options;
   options.outDir = env("STARLING_OUT").value_or("");
   options.rejoin = env("STARLING_REJOIN").value_or("") == "1";
-  auto s = runtime::loadScenario(*scenario);
+  auto s = scenario::loadScenario(*scenario);
   if (!s) return s.status();
   if (auto nodes = env("STARLING_NODES"); nodes && *nodes != std::to_string(s->nodes)) {
     return core::invalidArgument("STARLING_NODES=" + *nodes + " but " + *scenario + " has " +
@@ -217,7 +217,7 @@ std::string scenarioJson(const PeerConfig& c) {
   using json = nlohmann::ordered_json;
   using C = PeerConfig;
   json j;
-  j["schema_version"] = runtime::kScenarioSchemaVersion;
+  j["schema_version"] = scenario::kScenarioSchemaVersion;
   j["name"] = c.name;
   j["nodes"] = c.nodes;
   j["seed"] = c.seed;
@@ -294,7 +294,7 @@ std::string scenarioJson(const PeerConfig& c) {
 }  // namespace
 
 Result<std::unique_ptr<Peer>> Peer::fromConfig(const PeerConfig& config) {
-  auto s = runtime::parseScenario(scenarioJson(config), "PeerConfig", ".");
+  auto s = scenario::parseScenario(scenarioJson(config), "PeerConfig", ".");
   if (!s) return s.status();
   PeerOptions options;
   options.outDir = config.outDir;

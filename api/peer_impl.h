@@ -1,5 +1,5 @@
 // starling::Peer's insides: a scenario, its schedule, one transport, and per element type the
-// engine (runtime/engine.h) with up to two nodes: the algorithm's (step) and the gossip's (mix).
+// engine (engine/engine.h) with up to two nodes: the algorithm's (step) and the gossip's (mix).
 // Internal: nothing here is installed.
 #pragma once
 
@@ -13,17 +13,17 @@
 
 #include "api/external_oracle.h"
 #include "compression/compressor.h"
+#include "engine/engine.h"
+#include "engine/fault_injection.h"
+#include "engine/node.h"
+#include "engine/rejoin.h"
+#include "engine/survival.h"
 #include "optim/codistillation_gossip.h"
 #include "optim/gossip.h"
 #include "optim/local_optimizer.h"
-#include "runtime/engine.h"
-#include "runtime/fault_injection.h"
-#include "runtime/node.h"
-#include "runtime/rejoin.h"
-#include "runtime/scenario.h"
-#include "runtime/survival.h"
-#include "transport/transport.h"
+#include "scenario/scenario.h"
 #include "topology/schedule.h"
+#include "transport/transport.h"
 
 namespace starling::transport::inproc {
 class InprocHub;
@@ -32,24 +32,25 @@ class InprocHub;
 namespace starling {
 
 // Channels of the two nodes a Peer may drive over its one transport.
-inline constexpr uint32_t kStepChannel = runtime::kModelChannel;
+inline constexpr uint32_t kStepChannel = engine::kModelChannel;
 inline constexpr uint32_t kMixChannel = 1;
 
 template <typename T>
 struct PeerState {
-  PeerState(const runtime::Scenario& s, const topology::Schedule& schedule,
-            transport::Transport& net, runtime::EngineOptions options, size_t dimension)
+  PeerState(const engine::Options& run, const topology::Schedule& schedule,
+            transport::Transport& net, engine::EngineOptions options, size_t dimension)
       : dim(dimension),
-        engine(s, schedule, net, options),
-        survival(s, schedule, options.rank, net, "starling peer " + std::to_string(options.rank)) {
+        engine(run, schedule, net, options),
+        survival(run, schedule, options.rank, net,
+                 "starling peer " + std::to_string(options.rank)) {
     survival.install(engine);
   }
 
   size_t dim;
-  runtime::Engine<T> engine;
+  engine::Engine<T> engine;
   // faults.on_peer_loss "continue": both nodes stand in for lost neighbours and restart at a
-  // membership change (runtime/survival.h); otherwise plain engine rounds.
-  runtime::Survival<T> survival;
+  // membership change (engine/survival.h); otherwise plain engine rounds.
+  engine::Survival<T> survival;
   // step(): the scenario's algorithm fed with the trainer's gradients.
   api::ExternalOracle<T> oracle;
   // The scenario's local optimizer around `oracle` (none for plain SGD without weight decay):
@@ -63,18 +64,18 @@ struct PeerState {
   // Codistillation: the neighbours' copies the step algorithm refreshes (neighbourModels()).
   std::unique_ptr<optim::NeighborModels<T>> neighbors;
   std::unique_ptr<compression::Compressor<T>> stepCodec;
-  std::unique_ptr<runtime::Node<T>> stepNode;
+  std::unique_ptr<engine::Node<T>> stepNode;
   // mix(): gossip only.
   optim::GossipAlgorithm<T>* gossip = nullptr;  // owned by mixNode
   std::unique_ptr<compression::Compressor<T>> mixCodec;
-  std::unique_ptr<runtime::Node<T>> mixNode;
+  std::unique_ptr<engine::Node<T>> mixNode;
   std::span<T> mixParams;  // between mixStart and mixWait
   bool mixSkipped = false;  // a rejoined trainer's first mix() that only loaded the model
   bool mixAbandoned = false;  // ~Peer finishes the round without touching mixParams
-  const runtime::Node<T>* last = nullptr;  // the node of the last round (its model is logged)
+  const engine::Node<T>* last = nullptr;  // the node of the last round (its model is logged)
 
-  std::vector<const runtime::Node<T>*> nodes() const {
-    std::vector<const runtime::Node<T>*> out;
+  std::vector<const engine::Node<T>*> nodes() const {
+    std::vector<const engine::Node<T>*> out;
     if (stepNode) out.push_back(stepNode.get());
     if (mixNode) out.push_back(mixNode.get());
     return out;
@@ -83,7 +84,7 @@ struct PeerState {
 
 class Peer::Impl {
  public:
-  runtime::Scenario scenario;
+  scenario::Scenario scenario;
   std::unique_ptr<topology::Schedule> schedule;
   int rank = 0;
   std::string address;
@@ -92,7 +93,7 @@ class Peer::Impl {
   // With scripted link faults `net` is a FaultInjector around `rawNet` (faults points to it).
   std::unique_ptr<transport::Transport> rawNet;
   std::unique_ptr<transport::Transport> net;
-  runtime::FaultInjector* faults = nullptr;
+  engine::FaultInjector* faults = nullptr;
   std::variant<std::monostate, PeerState<float>, PeerState<double>> state;
   std::map<std::string, double> metrics;  // logged since the last round line
   std::optional<uint64_t> pendingRecord;  // a round whose line waits for the trainer's metrics
@@ -150,21 +151,21 @@ class Peer::Impl {
   Status writePendingAny();
   template <typename T>
   Status record(PeerState<T>& st);
-  // The first call of a rejoining trainer: asks the neighbours (runtime/rejoin.h) and returns
+  // The first call of a rejoining trainer: asks the neighbours (engine/rejoin.h) and returns
   // the state they agreed on; the engine starts at its round.
-  Result<runtime::JoinState> requestRejoin(size_t dim);
+  Result<engine::JoinState> requestRejoin(size_t dim);
   // Copies the neighbours' model into `params` (once).
   template <typename T>
   bool takeRejoinModel(std::span<T> params);
   // The fault script's kill of this rank before `round`: a real SIGKILL, as `node-launcher peer`.
   void killIfScripted(uint64_t round) const;
-  // A scripted link fault dropped a message of this round (runtime/fault_injection.h): with
+  // A scripted link fault dropped a message of this round (engine/fault_injection.h): with
   // on_peer_loss "stop" the run stops naming the link (with "continue" Survival makes this rank
   // leave).
   template <typename T>
-  Status stopOnDrop(PeerState<T>& st, runtime::Node<T>& node);
+  Status stopOnDrop(PeerState<T>& st, engine::Node<T>& node);
   // What Survival asks after a round's sends: the scripted drops (none without a script).
-  std::function<std::vector<runtime::FaultInjector::Drop>()> takeDrops() const {
+  std::function<std::vector<engine::FaultInjector::Drop>()> takeDrops() const {
     if (faults == nullptr) return nullptr;
     return [f = faults] { return f->takeDropped(); };
   }
@@ -175,7 +176,7 @@ class Peer::Impl {
 Status checkLayoutSizes(const std::vector<size_t>& sizes);
 
 // Builds a Peer's Impl for `rank` of `scenario` (validated), with its transport.
-Result<std::unique_ptr<Peer::Impl>> makePeerImpl(runtime::Scenario scenario, int rank,
+Result<std::unique_ptr<Peer::Impl>> makePeerImpl(scenario::Scenario scenario, int rank,
                                                  const PeerOptions& options);
 
 }  // namespace starling

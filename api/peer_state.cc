@@ -48,22 +48,25 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
   if (closed) return core::failedPrecondition(std::string(call) + " after close()");
   if (dim == 0) return core::invalidArgument(std::string(call) + ": empty parameter buffer");
   if (std::holds_alternative<std::monostate>(state)) {
-    runtime::EngineOptions eo{rank, outDir, address, nullptr, {}, std::nullopt, 0, 0, true};
-    std::optional<runtime::JoinState> joined;
+    engine::EngineOptions eo;
+    eo.rank = rank;
+    eo.outDir = outDir;
+    // A trainer's peer: its log header says so, and `merge SCENARIO` refuses it.
+    eo.logHeader = runtime::peerLogHeader(scenario, rank, address, /*trainer=*/true);
+    std::optional<engine::JoinState> joined;
     if (rejoin) {
       auto got = requestRejoin(dim);
       if (!got) return got.status();
       if (!outDir.empty()) {
-        auto bytes = runtime::rejoinLogBytes(runtime::peerLogPath(outDir, rank),
-                                             runtime::peerLogHeader(scenario, rank, address,
-                                                                     /*trainer=*/true));
+        auto bytes = engine::rejoinLogBytes(engine::peerLogPath(outDir, rank), eo.logHeader);
         if (!bytes) return bytes.status();
         eo.resumeLogBytes = *bytes;
       }
       eo.resumeRound = got->round;
       joined = std::move(*got);
     }
-    state.template emplace<PeerState<T>>(scenario, *schedule, *net, std::move(eo), dim);
+    state.template emplace<PeerState<T>>(scenario::engineOptions(scenario), *schedule, *net,
+                                         std::move(eo), dim);
     auto& st = std::get<PeerState<T>>(state);
     STARLING_RETURN_IF_ERROR(st.engine.open());
     // A survivor sends a rejoining neighbour the model of its last round.
@@ -99,13 +102,13 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
   return st;
 }
 
-Result<runtime::JoinState> Peer::Impl::requestRejoin(size_t dim) {
+Result<engine::JoinState> Peer::Impl::requestRejoin(size_t dim) {
   rejoin = false;  // asked once
-  if (scenario.faults.onPeerLoss != runtime::OnPeerLoss::kContinue) {
+  if (scenario.faults.onPeerLoss != engine::OnPeerLoss::kContinue) {
     return core::invalidArgument("rejoin: a lost rank comes back only with faults.on_peer_loss "
                                  "\"continue\"");
   }
-  runtime::RejoinOptions ro;
+  engine::RejoinOptions ro;
   ro.rank = rank;
   ro.nodes = scenario.nodes;
   ro.dim = dim;
@@ -116,7 +119,7 @@ Result<runtime::JoinState> Peer::Impl::requestRejoin(size_t dim) {
   ro.log = [r = rank](const std::string& line) {
     std::fprintf(stderr, "starling peer %d: %s\n", r, line.c_str());
   };
-  auto got = runtime::requestRejoin(*net, ro);
+  auto got = engine::requestRejoin(*net, ro);
   if (!got) {
     return Status(got.status().code(), "rank " + std::to_string(rank) +
                                            " could not rejoin: " + got.status().message());
@@ -130,8 +133,8 @@ Result<runtime::JoinState> Peer::Impl::requestRejoin(size_t dim) {
 }
 
 void Peer::Impl::killIfScripted(uint64_t round) const {
-  for (const runtime::FaultEvent& ev : scenario.faults.script) {
-    if (ev.kind == runtime::FaultEvent::Kind::kKill && ev.kill == rank && ev.atRound == round) {
+  for (const engine::FaultEvent& ev : scenario.faults.script) {
+    if (ev.kind == engine::FaultEvent::Kind::kKill && ev.kill == rank && ev.atRound == round) {
       // A real crash: no goodbye, no flush; what the log has is on disk already.
       std::fprintf(stderr, "starling peer %d: killed by the fault script before round %llu\n", rank,
                    static_cast<unsigned long long>(round));
@@ -141,11 +144,11 @@ void Peer::Impl::killIfScripted(uint64_t round) const {
 }
 
 template <typename T>
-Status Peer::Impl::stopOnDrop(PeerState<T>& st, runtime::Node<T>& node) {
+Status Peer::Impl::stopOnDrop(PeerState<T>& st, engine::Node<T>& node) {
   if (faults == nullptr || st.survival.enabled()) return Status::ok();
-  for (const runtime::FaultInjector::Drop& d : faults->takeDropped()) {
+  for (const engine::FaultInjector::Drop& d : faults->takeDropped()) {
     return st.engine.fail(
-        core::unavailable(runtime::FaultInjector::dropStopMessage(rank, d.to, d.tag.round)), &node);
+        core::unavailable(engine::FaultInjector::dropStopMessage(rank, d.to, d.tag.round)), &node);
   }
   return Status::ok();
 }
@@ -173,7 +176,7 @@ Status Peer::Impl::record(PeerState<T>& st) {
   nlohmann::ordered_json j;
   uint64_t bytes = 0, corrupt = net->stats().corruptMessages, errCount = 0;
   double errSum = 0;
-  for (const runtime::Node<T>* n : st.nodes()) {
+  for (const engine::Node<T>* n : st.nodes()) {
     bytes += n->bytesSent();
     corrupt += n->corruptMessages();
     errSum += n->compressionErrorSum();
@@ -279,8 +282,8 @@ Status Peer::Impl::close(bool fromDestructor) {
 // What api/peer.cc's rounds call.
 template Result<PeerState<float>*> Peer::Impl::stateFor<float>(size_t, const char*);
 template Result<PeerState<double>*> Peer::Impl::stateFor<double>(size_t, const char*);
-template Status Peer::Impl::stopOnDrop<float>(PeerState<float>&, runtime::Node<float>&);
-template Status Peer::Impl::stopOnDrop<double>(PeerState<double>&, runtime::Node<double>&);
+template Status Peer::Impl::stopOnDrop<float>(PeerState<float>&, engine::Node<float>&);
+template Status Peer::Impl::stopOnDrop<double>(PeerState<double>&, engine::Node<double>&);
 template bool Peer::Impl::takeRejoinModel<float>(std::span<float>);
 template bool Peer::Impl::takeRejoinModel<double>(std::span<double>);
 template Status Peer::Impl::writePending<float>(PeerState<float>&);

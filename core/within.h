@@ -1,5 +1,5 @@
 // The engine's finiteness and divergence check, |v| <= limit for every value (NaN never is), as
-// one vectorised pass. Node (runtime/node.cc) checks its messages with it, and the algorithms
+// one vectorised pass. Node (engine/node.cc) checks its messages with it, and the algorithms
 // (optim/) check their model with it inside their own last pass over it, while it is in cache.
 #pragma once
 

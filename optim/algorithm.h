@@ -1,6 +1,6 @@
 // Decentralized algorithms as pure state machines.
 //
-// Each round the engine (runtime/node.h) asks the algorithm for the message it sends to every
+// Each round the engine (engine/node.h) asks the algorithm for the message it sends to every
 // neighbour (prepare), moves the bytes, and hands back the neighbours' messages sorted by peer id
 // together with that round's mixing weights (absorb). The algorithm never sees a transport, a
 // thread, a file or a rank-to-address map, so the same object runs in a 1,000-node simulation, in

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "compression/frame.h"
-#include "runtime/read_file.h"
-#include "runtime/scenario_limits.h"
+#include "core/read_file.h"
+#include "scenario/scenario_limits.h"
 
 namespace starling::runtime {
 namespace {
@@ -363,9 +363,9 @@ core::Result<Checkpoint> decodeCheckpoint(std::string_view bytes, const std::str
 core::Result<Checkpoint> readCheckpoint(const std::filesystem::path& path) {
   // Untrusted: a regular file only (a FIFO would block, /dev/zero never end), and no larger
   // than the memory this process may use.
-  auto limit = memoryLimitBytes();
+  auto limit = core::memoryLimitBytes();
   if (!limit) return limit.status();
-  auto bytes = readRegularFile(path.string(), *limit, "checkpoint");
+  auto bytes = core::readRegularFile(path.string(), *limit, "checkpoint");
   if (!bytes) return bytes.status();
   return decodeCheckpoint(*bytes, path.string());
 }

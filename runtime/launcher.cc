@@ -108,9 +108,13 @@ std::string newRunId() {
 
 class Supervisor {
  public:
-  Supervisor(const Scenario& s, const LaunchOptions& opt, Merging merging)
-      : s_(s), opt_(opt), merging_(std::move(merging)), signals_(io_, SIGINT, SIGTERM, SIGCHLD),
-        timer_(io_), progress_(s.name, s.rounds, opt.progress) {}
+  Supervisor(const scenario::Scenario& s, const LaunchOptions& opt, Merging merging)
+      : s_(s),
+        opt_(opt),
+        merging_(std::move(merging)),
+        signals_(io_, SIGINT, SIGTERM, SIGCHLD),
+        timer_(io_),
+        progress_(s.name, s.rounds, opt.progress) {}
 
   core::Status spawn(const std::vector<std::string>& addresses);
   core::Status run();
@@ -128,7 +132,7 @@ class Supervisor {
   bool allDone() const;
   std::string failureReport() const;
 
-  const Scenario& s_;
+  const scenario::Scenario& s_;
   const LaunchOptions& opt_;
   Merging merging_;
   Guardian guardian_;  // before the children: started first
@@ -333,7 +337,7 @@ void Supervisor::reap() {
                         (!trainer && WIFEXITED(status) && WEXITSTATUS(status) == kExitLeftRun) ||
                         (!trainer && c->rejoining);
       if (c->failed() && loss && !cancelled_ &&
-          s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
+          s_.faults.onPeerLoss == engine::OnPeerLoss::kContinue && phase_ == Phase::kRunning) {
         lostChildren_.insert(c->rank);
         // Restarted only while others still run: a run whose survivors are done has nothing
         // to rejoin (and its stuck peers are killed below, which must not start them again).
@@ -439,7 +443,8 @@ void Supervisor::tick() {
   }
   // Continue mode: once every peer has exited or was declared lost by the others, a lost peer
   // that still runs (stopped, or stuck) has no run to return to: it is killed.
-  if (s_.faults.onPeerLoss == OnPeerLoss::kContinue && phase_ == Phase::kRunning && !killed_) {
+  if (s_.faults.onPeerLoss == engine::OnPeerLoss::kContinue && phase_ == Phase::kRunning &&
+      !killed_) {
     const auto lost = merging_.lost();
     bool settled = true, anyStuck = false;
     for (const auto& c : children_) {
@@ -566,7 +571,7 @@ core::Result<std::vector<uint16_t>> freeLoopbackPorts(int count) {
 namespace {
 
 // The scenario's addresses, or free loopback ports.
-core::Result<std::vector<std::string>> prepareRun(const Scenario& s) {
+core::Result<std::vector<std::string>> prepareRun(const scenario::Scenario& s) {
   std::vector<std::string> addresses;
   if (s.peers.explicitAddresses) {
     addresses = s.peers.addresses;
@@ -583,7 +588,7 @@ core::Result<std::vector<std::string>> prepareRun(const Scenario& s) {
 
 }  // namespace
 
-core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& opt) {
+core::Result<LaunchResult> launchPeers(const scenario::Experiment& e, const LaunchOptions& opt) {
   auto addresses = prepareRun(e.scenario);
   if (!addresses) return addresses.status();
   auto log = MetricsLog::create(opt.outDir);
@@ -623,7 +628,8 @@ core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions&
   return result;
 }
 
-core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOptions& opt) {
+core::Result<TrainerRunResult> launchTrainers(const scenario::Scenario& s,
+                                              const LaunchOptions& opt) {
   if (opt.command.empty()) return core::invalidArgument("no trainer command");
   auto addresses = prepareRun(s);
   if (!addresses) return addresses.status();
@@ -647,7 +653,8 @@ core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOpt
   return result;
 }
 
-AsyncReport asyncReportFromPeerLogs(const Scenario& s, const std::filesystem::path& outDir) {
+AsyncReport asyncReportFromPeerLogs(const scenario::Scenario& s,
+                                    const std::filesystem::path& outDir) {
   AsyncReport report;
   report.finishUnit = "s";
   report.finish.assign(static_cast<size_t>(s.nodes), 0.0);
@@ -655,7 +662,7 @@ AsyncReport asyncReportFromPeerLogs(const Scenario& s, const std::filesystem::pa
     // Untrusted like every file in the run folder: what cannot be read counts as nothing logged.
     uint64_t offset = 0;
     std::string partial;
-    auto lines = readNewLines(peerLogPath(outDir, rank), offset, partial);
+    auto lines = readNewLines(engine::peerLogPath(outDir, rank), offset, partial);
     if (!lines) continue;
     for (const std::string& line : *lines) {
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

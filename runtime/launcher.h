@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/experiment.h"
 #include "runtime/metrics.h"
+#include "scenario/experiment.h"
 
 namespace starling::runtime {
 
@@ -49,12 +49,13 @@ struct LaunchResult {
 
 // Errors: kUnavailable when a peer failed (the message names it and quotes its last lines),
 // kCancelled after SIGINT/SIGTERM, kIoError when a process could not be started.
-core::Result<LaunchResult> launchPeers(const Experiment& e, const LaunchOptions& options);
+core::Result<LaunchResult> launchPeers(const scenario::Experiment& e, const LaunchOptions& options);
 
 // Asynchronous gossip's account of a run from its peer logs in outDir/peers (runtime/peer.h):
 // the largest "staleness_max" and each peer's wall_s at the scenario's last round (0 where its
 // log stops short). What `run` and `merge` write as summary.json's "asynchronous".
-AsyncReport asyncReportFromPeerLogs(const Scenario& s, const std::filesystem::path& outDir);
+AsyncReport asyncReportFromPeerLogs(const scenario::Scenario& s,
+                                    const std::filesystem::path& outDir);
 
 struct TrainerRunResult {
   std::optional<uint64_t> rounds;  // the last round every trainer logged (none: no round)
@@ -66,7 +67,8 @@ struct TrainerRunResult {
 // `node-launcher run SCENARIO -- COMMAND`: starts COMMAND once per node (options.command), with
 // the same supervision as launchPeers, and merges what their starling::Peer objects log into
 // metrics.jsonl and summary.json (runtime/trainer_merge.h). Errors as launchPeers.
-core::Result<TrainerRunResult> launchTrainers(const Scenario& s, const LaunchOptions& options);
+core::Result<TrainerRunResult> launchTrainers(const scenario::Scenario& s,
+                                              const LaunchOptions& options);
 
 // Where the launcher keeps everything rank `rank`'s process printed (stdout and stderr, in
 // order; a restarted process appends after a "[node-launcher] rank R restarted" line):

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/peer_log_reader.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario_writer.h"
 
 namespace starling::runtime {
 namespace {
@@ -19,9 +19,9 @@ bool isHeader(const json& j) { return j.is_object() && j.contains("peer_log"); }
 core::Result<PeerLogHeader> parseHeader(const json& j, const std::string& where) {
   const auto bad = [&](const std::string& why) { return core::corruption(where + ": " + why); };
   if (!isHeader(j)) return bad("the first line is not a peer log header (an older Starling's log?)");
-  if (j["peer_log"] != kPeerLogVersion) {
+  if (j["peer_log"] != engine::kPeerLogVersion) {
     return bad("peer log version " + j["peer_log"].dump() + "; this build reads version " +
-               std::to_string(kPeerLogVersion));
+               std::to_string(engine::kPeerLogVersion));
   }
   PeerLogHeader h;
   try {
@@ -53,7 +53,7 @@ core::Result<std::vector<PeerLogHeader>> readPeerLogHeaders(const std::filesyste
   std::vector<PeerLogHeader> headers;
   std::vector<int> missing;
   for (int r = 0; r < nodes; ++r) {
-    const auto path = peerLogPath(dir, r);
+    const auto path = engine::peerLogPath(dir, r);
     auto line = readFirstLine(path);
     if (!line && line.status().code() != core::StatusCode::kNotFound) return line.status();
     if (!line || line->empty()) {  // no file, or no complete first line
@@ -88,13 +88,16 @@ std::string RootCause::describe() const {
   return out;
 }
 
-PeerLogMerger::PeerLogMerger(const Experiment& e, std::filesystem::path dir, MetricsLog& log)
-    : e_(e), dir_(std::move(dir)), log_(log),
-      expectedHash_(scenarioHashHex(scenarioHash(e.scenario))),
+PeerLogMerger::PeerLogMerger(const scenario::Experiment& e, std::filesystem::path dir,
+                             MetricsLog& log)
+    : e_(e),
+      dir_(std::move(dir)),
+      log_(log),
+      expectedHash_(scenario::scenarioHashHex(scenario::scenarioHash(e.scenario))),
       membership_(dir_, e.scenario.nodes) {
   for (int r = 0; r < e.scenario.nodes; ++r) {
     Source src;
-    src.path = peerLogPath(dir_, r);
+    src.path = engine::peerLogPath(dir_, r);
     sources_.push_back(std::move(src));
   }
 }
@@ -240,7 +243,7 @@ core::Result<bool> MembershipReports::read(const std::string& line, int reporter
 
 core::Status MembershipReports::note(const std::string& line) {
   if (!log_) {
-    auto created = LineFile::create(dir_ / "membership.jsonl");
+    auto created = core::LineFile::create(dir_ / "membership.jsonl");
     if (!created) return created.status();
     log_ = std::move(*created);
   }
@@ -402,12 +405,13 @@ core::Result<int> PeerLogMerger::poll() {
 }
 
 std::optional<RootCause> PeerLogMerger::rootCause() const {
-  std::vector<std::optional<PeerFailure>> failures;
+  std::vector<std::optional<engine::PeerFailure>> failures;
   for (const auto& src : sources_) failures.push_back(src.failure);
   return rootCauseOf(failures);
 }
 
-std::optional<RootCause> rootCauseOf(const std::vector<std::optional<PeerFailure>>& failures) {
+std::optional<RootCause> rootCauseOf(
+    const std::vector<std::optional<engine::PeerFailure>>& failures) {
   // Each failure is an event at a round: a peer failing on its own, or a neighbour lost. The
   // earliest wins; at the same round a peer's own failure comes before its neighbours losing it
   // (they lose it because it failed), then the peer lost by the most.
@@ -421,7 +425,7 @@ std::optional<RootCause> rootCauseOf(const std::vector<std::optional<PeerFailure
   std::map<std::pair<uint64_t, int>, RootCause> losses;  // (round, lost rank)
   for (const auto& failure : failures) {
     if (!failure || failure->code == "cancelled") continue;
-    const PeerFailure& f = *failure;
+    const engine::PeerFailure& f = *failure;
     if (f.lostRank) {
       auto [it, fresh] = losses.try_emplace({f.round, *f.lostRank});
       RootCause& c = it->second;

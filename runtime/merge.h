@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "core/line_file.h"
 #include "core/status.h"
-#include "runtime/experiment.h"
-#include "runtime/line_file.h"
 #include "runtime/metrics.h"
 #include "runtime/peer.h"
+#include "scenario/experiment.h"
 
 namespace starling::runtime {
 
@@ -86,7 +86,7 @@ class MembershipReports {
   std::map<int, uint64_t> lostNow_;
   std::map<uint64_t, std::string> changes_;  // epoch -> its membership line
   std::set<std::pair<int, uint64_t>> noted_;  // absences (rank, round) in membership.jsonl
-  std::unique_ptr<LineFile> log_;            // dir/membership.jsonl, once there is news
+  std::unique_ptr<core::LineFile> log_;       // dir/membership.jsonl, once there is news
 };
 
 // Where a run's failure started: the peer that failed on its own, or the one its neighbours lost,
@@ -102,12 +102,13 @@ struct RootCause {
 
 // The root cause among the peers' failure lines (indexed by rank; nullopt: none): the earliest
 // event, a peer's own failure before its neighbours losing it.
-std::optional<RootCause> rootCauseOf(const std::vector<std::optional<PeerFailure>>& failures);
+std::optional<RootCause> rootCauseOf(
+    const std::vector<std::optional<engine::PeerFailure>>& failures);
 
 class PeerLogMerger {
  public:
   // `e` and `log` are borrowed. `dir` is the run's output folder (peer logs in dir/peers/).
-  PeerLogMerger(const Experiment& e, std::filesystem::path dir, MetricsLog& log);
+  PeerLogMerger(const scenario::Experiment& e, std::filesystem::path dir, MetricsLog& log);
 
   // Merges what is complete. Returns the number of rounds written by this call. kCorruption for a
   // peer log line that is not what a peer writes, or a log written for another run.
@@ -124,7 +125,9 @@ class PeerLogMerger {
   // What each peer's log says so far: the last round it logged (nullopt: none yet) and its
   // failure line, if it wrote one.
   std::optional<uint64_t> lastRoundOf(int rank) const { return sources_[rank].lastRound; }
-  const std::optional<PeerFailure>& failureOf(int rank) const { return sources_[rank].failure; }
+  const std::optional<engine::PeerFailure>& failureOf(int rank) const {
+    return sources_[rank].failure;
+  }
   std::optional<RootCause> rootCause() const;
 
   // Why the logs stop before the scenario's last round, one line per rank that stops short
@@ -155,12 +158,12 @@ class PeerLogMerger {
     bool sawHeader = false;
     uint64_t lines = 0;  // read so far (for messages)
     std::optional<uint64_t> lastRound;
-    std::optional<PeerFailure> failure;
+    std::optional<engine::PeerFailure> failure;
   };
 
   core::Status readPeer(int rank);
 
-  const Experiment& e_;
+  const scenario::Experiment& e_;
   std::filesystem::path dir_;
   MetricsLog& log_;
   std::string expectedHash_;

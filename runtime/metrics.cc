@@ -13,7 +13,7 @@
 #include "optim/algorithm.h"
 #include "optim/mlp.h"
 #include "runtime/run_folder.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario_writer.h"
 #include "topology/spec.h"
 
 namespace starling::runtime {
@@ -79,7 +79,7 @@ std::vector<std::pair<std::string, double>> meanMethodMetrics(
 }
 
 template <typename T>
-double peerTestAccuracy(const Experiment& e, std::span<const T> xi) {
+double peerTestAccuracy(const scenario::Experiment& e, std::span<const T> xi) {
   if (!e.scenario.problem.isMlp() || e.testImages.samples() == 0) return NAN;
   std::vector<size_t> first(std::min(kPeerEvalSamples, e.testImages.samples()));
   for (size_t j = 0; j < first.size(); ++j) first[j] = j;
@@ -88,14 +88,14 @@ double peerTestAccuracy(const Experiment& e, std::span<const T> xi) {
   return optim::evaluateMlp(e.scenario.problem.layers, x, probe).accuracy;
 }
 
-template double peerTestAccuracy<float>(const Experiment&, std::span<const float>);
-template double peerTestAccuracy<double>(const Experiment&, std::span<const double>);
+template double peerTestAccuracy<float>(const scenario::Experiment&, std::span<const float>);
+template double peerTestAccuracy<double>(const scenario::Experiment&, std::span<const double>);
 
 namespace {
 
 // The mlp problem's metrics at x_mean and at every node's model.
 template <typename T>
-void measureClassifier(const Experiment& e, const std::vector<std::span<const T>>& models,
+void measureClassifier(const scenario::Experiment& e, const std::vector<std::span<const T>>& models,
                        const std::vector<double>& xMean, RoundMetrics& m) {
   const auto& layers = e.scenario.problem.layers;
   m.classification = true;
@@ -136,7 +136,8 @@ double objectiveAt(const optim::ProblemSpec& spec, const optim::Dataset& data,
 }  // namespace
 
 template <typename T>
-RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
+RoundMetrics measureModels(const scenario::Experiment& e,
+                           const std::vector<std::span<const T>>& models,
                            std::vector<double>& xMean, const SurvivorProblem* survivors) {
   const std::vector<double>& xStar = survivors ? survivors->xStar : e.xStar;
   const size_t n = models.size();
@@ -179,13 +180,15 @@ RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<cons
   return m;
 }
 
-template RoundMetrics measureModels<float>(const Experiment&, const std::vector<std::span<const float>>&,
+template RoundMetrics measureModels<float>(const scenario::Experiment&,
+                                           const std::vector<std::span<const float>>&,
                                            std::vector<double>&, const SurvivorProblem*);
-template RoundMetrics measureModels<double>(const Experiment&,
+template RoundMetrics measureModels<double>(const scenario::Experiment&,
                                             const std::vector<std::span<const double>>&,
                                             std::vector<double>&, const SurvivorProblem*);
 
-core::Result<SurvivorProblem> survivorProblem(const Experiment& e, const std::vector<bool>& alive) {
+core::Result<SurvivorProblem> survivorProblem(const scenario::Experiment& e,
+                                              const std::vector<bool>& alive) {
   SurvivorProblem p;
   p.alive = alive;
   if (e.scenario.problem.isMlp()) return p;
@@ -231,7 +234,7 @@ std::vector<double> modelSketch(std::span<const T> x, uint64_t seed) {
 template std::vector<double> modelSketch<float>(std::span<const float>, uint64_t);
 template std::vector<double> modelSketch<double>(std::span<const double>, uint64_t);
 
-uint64_t sketchSeed(const Scenario& s) { return core::deriveSeed(s.seed, kSketchSalt); }
+uint64_t sketchSeed(const scenario::Scenario& s) { return core::deriveSeed(s.seed, kSketchSalt); }
 
 double sketchConsensusDistance(const std::vector<std::vector<double>>& sketches) {
   if (sketches.empty()) return NAN;
@@ -254,7 +257,7 @@ core::Result<std::unique_ptr<MetricsLog>> MetricsLog::create(const std::filesyst
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return core::ioError("cannot create output folder " + dir.string() + ": " + ec.message());
-  auto out = LineFile::create(dir / "metrics.jsonl");
+  auto out = core::LineFile::create(dir / "metrics.jsonl");
   if (!out) return out.status();
   return std::unique_ptr<MetricsLog>(new MetricsLog(dir, std::move(*out)));
 }
@@ -263,21 +266,21 @@ core::Status MetricsLog::append(const RoundMetrics& m) {
   return out_->append(metricsLine(m));
 }
 
-core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& last,
+core::Status MetricsLog::writeSummary(const scenario::Scenario& s, const RoundMetrics& last,
                                       std::span<const double> xMean, const std::string& mode,
                                       const AsyncReport* async) {
   ojson j{{"scenario", s.name},
-         {"scenario_file", s.file},
-         {"mode", mode},
-         {"nodes", s.nodes},
-         {"rounds", s.rounds},
-         {"seed", s.seed},
-         {"precision", precisionName(s.precision)},
-         {"algorithm", optim::algorithmKindName(s.algorithm.kind)},
-         {"topology", topology::graphKindName(s.topology.base.kind)},
-         {"schedule", topology::scheduleKindName(s.topology.schedule.kind)},
-         {"final", metricsJson(last)},
-         {"x_mean", std::vector<double>(xMean.begin(), xMean.end())}};
+          {"scenario_file", s.file},
+          {"mode", mode},
+          {"nodes", s.nodes},
+          {"rounds", s.rounds},
+          {"seed", s.seed},
+          {"precision", scenario::precisionName(s.precision)},
+          {"algorithm", optim::algorithmKindName(s.algorithm.kind)},
+          {"topology", topology::graphKindName(s.topology.base.kind)},
+          {"schedule", topology::scheduleKindName(s.topology.schedule.kind)},
+          {"final", metricsJson(last)},
+          {"x_mean", std::vector<double>(xMean.begin(), xMean.end())}};
   // The final values also at the top level, where scripts look first.
   const ojson final = j["final"];  // a copy: inserting into j would invalidate a reference
   for (const auto& [k, v] : final.items()) {
@@ -292,16 +295,16 @@ core::Status MetricsLog::writeSummary(const Scenario& s, const RoundMetrics& las
                          {"finish", async->finish},
                          {"finish_last", last}};
   }
-  return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
+  return core::writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
 }
 
-core::Status writeRunInfo(const std::filesystem::path& dir, const Scenario& s,
+core::Status writeRunInfo(const std::filesystem::path& dir, const scenario::Scenario& s,
                           const std::string& mode, const std::vector<std::string>& command) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return core::ioError("cannot create output folder " + dir.string() + ": " + ec.message());
-  STARLING_RETURN_IF_ERROR(
-      writeFileAtomically(dir / "scenario.resolved.json", resolvedScenarioJson(s) + "\n"));
+  STARLING_RETURN_IF_ERROR(core::writeFileAtomically(dir / "scenario.resolved.json",
+                                                     scenario::resolvedScenarioJson(s) + "\n"));
   char started[32] = "";
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -315,13 +318,13 @@ core::Status writeRunInfo(const std::filesystem::path& dir, const Scenario& s,
   j["started"] = started;
   j["host"] = host;
   j["scenario_file"] = s.file;
-  j["scenario_hash"] = scenarioHashHex(scenarioHash(s));
+  j["scenario_hash"] = scenario::scenarioHashHex(scenario::scenarioHash(s));
   j["seed"] = s.seed;
   j["rounds"] = s.rounds;
   j["nodes"] = s.nodes;
   // What in this folder is Starling's: all a later fresh run on it may remove (run_folder.h).
   j["files"] = runFolderFiles();
-  return writeFileAtomically(dir / "run.json", j.dump(2) + "\n");
+  return core::writeFileAtomically(dir / "run.json", j.dump(2) + "\n");
 }
 
 }  // namespace starling::runtime

@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/line_file.h"
 #include "core/status.h"
 #include "optim/algorithm.h"
-#include "runtime/experiment.h"
-#include "runtime/line_file.h"
+#include "scenario/experiment.h"
 
 namespace starling::runtime {
 
@@ -74,9 +74,9 @@ std::vector<double> modelSketch(std::span<const T> x, uint64_t seed);
 // images, as test_accuracy_peers_* average it. Peers that log sketches log this too, so that
 // `run` has the per-peer accuracies at every logged round (NaN without a test set).
 template <typename T>
-double peerTestAccuracy(const Experiment& e, std::span<const T> x);
+double peerTestAccuracy(const scenario::Experiment& e, std::span<const T> x);
 // Seed of the sketch matrix for a scenario.
-uint64_t sketchSeed(const Scenario& s);
+uint64_t sketchSeed(const scenario::Scenario& s);
 // (1/n) sum_i ||s_i - s_mean||^2 over the nodes' sketches (all of one length).
 double sketchConsensusDistance(const std::vector<std::vector<double>>& sketches);
 
@@ -110,12 +110,13 @@ struct SurvivorProblem {
   optim::ProblemSpec spec;
   double kappa = 1.0;
 };
-core::Result<SurvivorProblem> survivorProblem(const Experiment& e, const std::vector<bool>& alive);
+core::Result<SurvivorProblem> survivorProblem(const scenario::Experiment& e,
+                                              const std::vector<bool>& alive);
 
 template <typename T>
-RoundMetrics measureModels(const Experiment& e, const std::vector<std::span<const T>>& models,
-                           std::vector<double>& xMean,
-                           const SurvivorProblem* survivors = nullptr);
+RoundMetrics measureModels(const scenario::Experiment& e,
+                           const std::vector<std::span<const T>>& models,
+                           std::vector<double>& xMean, const SurvivorProblem* survivors = nullptr);
 
 // Asynchronous gossip's account of a run (docs/algorithms.md §26), in summary.json's
 // "asynchronous": the largest staleness any node mixed with, and when each node finished its
@@ -137,23 +138,23 @@ class MetricsLog {
 
   // Writes dir/summary.json (through a temporary file and a rename, so it is never half written).
   // With `async`, also its "asynchronous" section.
-  core::Status writeSummary(const Scenario& s, const RoundMetrics& last,
+  core::Status writeSummary(const scenario::Scenario& s, const RoundMetrics& last,
                             std::span<const double> xMean, const std::string& mode,
                             const AsyncReport* async = nullptr);
 
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
-  MetricsLog(std::filesystem::path dir, std::unique_ptr<LineFile> out)
+  MetricsLog(std::filesystem::path dir, std::unique_ptr<core::LineFile> out)
       : dir_(std::move(dir)), out_(std::move(out)) {}
   std::filesystem::path dir_;
-  std::unique_ptr<LineFile> out_;
+  std::unique_ptr<core::LineFile> out_;
 };
 
 // Makes a run folder self-describing: writes dir/scenario.resolved.json (the scenario with every
 // default filled in, runnable as it is) and dir/run.json (Starling's version, the mode, the
 // command line, start time, host, scenario file and hash, seed, rounds, nodes).
-core::Status writeRunInfo(const std::filesystem::path& dir, const Scenario& s,
+core::Status writeRunInfo(const std::filesystem::path& dir, const scenario::Scenario& s,
                           const std::string& mode, const std::vector<std::string>& command);
 
 // The JSON object of one metrics.jsonl line (NaN and infinity are written as null).

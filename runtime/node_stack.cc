@@ -12,14 +12,14 @@ constexpr uint64_t kCodecSalt = 0x636f646563;
 constexpr uint64_t kSharedCodecSalt = 0x7368617265;
 }  // namespace
 
-uint64_t gradientSeed(const Scenario& s, int rank) {
+uint64_t gradientSeed(const scenario::Scenario& s, int rank) {
   return core::deriveSeed(s.seed, kGradientSalt, rank);
 }
 
 template <typename T>
-core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
+core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
                                      transport::Transport& transport) {
-  const Scenario& s = e.scenario;
+  const scenario::Scenario& s = e.scenario;
   NodeStack<T> stack;
   if (s.problem.isMlp()) {
     stack.objective = optim::MlpObjective<T>::create({s.problem.layers, s.problem.spec.l2},
@@ -71,25 +71,24 @@ core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank,
     if (!codec) return codec.status();
     stack.codec = std::move(*codec);
   }
-  const std::vector<double> start = initialModel(e);
+  const std::vector<double> start = scenario::initialModel(e);
   const std::vector<T> x0(start.begin(), start.end());
-  stack.node = std::make_unique<Node<T>>(
+  stack.node = std::make_unique<engine::Node<T>>(
       rank,
       s.algorithm.codistillation
           ? optim::createCodistillationGossip<T>(s.algorithm, x0, *stack.oracle, *stack.neighbors)
           : optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle),
-      transport,
-      typename Node<T>::LogFn{}, stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
-      core::deriveSeed(s.seed, kSharedCodecSalt));
+      transport, typename engine::Node<T>::LogFn{}, stack.codec.get(),
+      core::deriveSeed(s.seed, kCodecSalt, rank), core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->setSupport(&e.schedule->support());
   stack.node->setDivergenceLimit(s.divergenceMaxAbs);
   if (s.asynchronous.enabled) stack.node->setAsynchronous(s.asynchronous.maxStaleness);
   return stack;
 }
 
-template core::Result<NodeStack<float>> buildNode<float>(const Experiment&, int,
+template core::Result<NodeStack<float>> buildNode<float>(const scenario::Experiment&, int,
                                                          transport::Transport&);
-template core::Result<NodeStack<double>> buildNode<double>(const Experiment&, int,
+template core::Result<NodeStack<double>> buildNode<double>(const scenario::Experiment&, int,
                                                            transport::Transport&);
 
 }  // namespace starling::runtime

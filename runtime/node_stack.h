@@ -6,11 +6,11 @@
 #include <memory>
 
 #include "compression/compressor.h"
+#include "engine/node.h"
 #include "optim/codistillation_gossip.h"
 #include "optim/oracle.h"
 #include "optim/problem.h"
-#include "runtime/experiment.h"
-#include "runtime/node.h"
+#include "scenario/experiment.h"
 #include "transport/transport.h"
 
 namespace starling::runtime {
@@ -29,15 +29,16 @@ struct NodeStack {
   // by the estimator (optim/codistillation_gossip.h). Null otherwise.
   std::unique_ptr<optim::NeighborModels<T>> neighbors;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
-  std::unique_ptr<Node<T>> node;
+  std::unique_ptr<engine::Node<T>> node;
 };
 
 // The seed of node `rank`'s gradient estimator (its minibatch draws), for tests that replay them.
-uint64_t gradientSeed(const Scenario& s, int rank);
+uint64_t gradientSeed(const scenario::Scenario& s, int rank);
 
 // Node `rank` of the experiment, starting from initialModel(e), on the borrowed `transport`. Errors only for
 // a codec the scenario validated but this build cannot make (kInvalidArgument).
 template <typename T>
-core::Result<NodeStack<T>> buildNode(const Experiment& e, int rank, transport::Transport& transport);
+core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
+                                     transport::Transport& transport);
 
 }  // namespace starling::runtime

@@ -6,26 +6,26 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/line_file.h"
+#include "engine/engine.h"
+#include "engine/fault_injection.h"
+#include "engine/membership.h"
+#include "engine/membership_gossip.h"
+#include "engine/rejoin.h"
+#include "engine/survival.h"
 #include "runtime/checkpoint.h"
-#include "runtime/engine.h"
-#include "runtime/fault_injection.h"
-#include "runtime/membership.h"
-#include "runtime/membership_gossip.h"
-#include "runtime/line_file.h"
 #include "runtime/metrics.h"
 #include "runtime/node_stack.h"
-#include "runtime/rejoin.h"
-#include "runtime/scenario_writer.h"
-#include "runtime/survival.h"
+#include "scenario/scenario_writer.h"
 #include "transport/factory.h"
 
 namespace starling::runtime {
@@ -39,8 +39,8 @@ namespace {
 template <typename T>
 struct PeerState {
   NodeStack<T>& stack;
-  FaultInjector* faults;
-  Survival<T>& survival;
+  engine::FaultInjector* faults;
+  engine::Survival<T>& survival;
   double wallS = 0;
   uint64_t transportCorrupt = 0;
 
@@ -64,27 +64,27 @@ struct PeerState {
 };
 
 template <typename T>
-core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Transport& net,
-                   FaultInjector* faults, const std::string& address) {
-  const Scenario& s = e.scenario;
+core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transport::Transport& net,
+                   engine::FaultInjector* faults, const std::string& address) {
+  const scenario::Scenario& s = e.scenario;
   auto built = buildNode<T>(e, opt.rank, net);
   if (!built) return built.status();
   NodeStack<T> stack = std::move(*built);
-  Node<T>& node = *stack.node;
-  const bool continueOnLoss = s.faults.onPeerLoss == OnPeerLoss::kContinue;
-  const uint64_t hash = scenarioHash(s);
+  engine::Node<T>& node = *stack.node;
+  const bool continueOnLoss = s.faults.onPeerLoss == engine::OnPeerLoss::kContinue;
+  const uint64_t hash = scenario::scenarioHash(s);
   // Peer loss (docs/algorithms.md §18): survivors stand in for lost neighbours, agree on the
   // change by gossip and apply it at the same round, restarting the algorithm from their models.
-  Survival<T> survival(s, *e.schedule, opt.rank, net,
-                       "node-launcher peer " + std::to_string(opt.rank), opt.leftRun);
+  engine::Survival<T> survival(scenario::engineOptions(s), *e.schedule, opt.rank, net,
+                               "node-launcher peer " + std::to_string(opt.rank), opt.leftRun);
   PeerState<T> state{stack, faults, survival};
 
-  // The same round loop as a starling::Peer in a user's trainer (runtime/engine.h); here the
+  // The same round loop as a starling::Peer in a user's trainer (engine/engine.h); here the
   // gradients come from the scenario's own problem (the NodeStack's oracle).
-  EngineOptions eo;
+  engine::EngineOptions eo;
   eo.rank = opt.rank;
   eo.outDir = opt.outDir;
-  eo.address = address;
+  eo.logHeader = peerLogHeader(s, opt.rank, address);
   eo.stop = opt.stop;
   eo.log = opt.log;
   std::string resumedFrom;
@@ -94,11 +94,12 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     if (!ck) return ck.status();
     const CheckpointHeader& h = ck->header;
     if (h.scenarioHash != hash || h.rank != opt.rank || h.round != *opt.resumeRound) {
-      return core::invalidArgument(
-          path.string() + ": written by rank " + std::to_string(h.rank) + " at round " +
-          std::to_string(h.round) + " of scenario hash " + scenarioHashHex(h.scenarioHash) +
-          "; this is rank " + std::to_string(opt.rank) + " resuming at round " +
-          std::to_string(*opt.resumeRound) + " of scenario hash " + scenarioHashHex(hash));
+      return core::invalidArgument(path.string() + ": written by rank " + std::to_string(h.rank) +
+                                   " at round " + std::to_string(h.round) + " of scenario hash " +
+                                   scenario::scenarioHashHex(h.scenarioHash) + "; this is rank " +
+                                   std::to_string(opt.rank) + " resuming at round " +
+                                   std::to_string(*opt.resumeRound) + " of scenario hash " +
+                                   scenario::scenarioHashHex(hash));
     }
     if (h.round > s.rounds) {
       return core::invalidArgument(path.string() + ": round " + std::to_string(h.round) +
@@ -112,15 +113,15 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     eo.wallOffset = state.wallS;
     resumedFrom = path.string();
   }
-  // A restarted process of a lost rank (runtime/rejoin.h): the neighbours' state, not a replay.
-  std::optional<JoinState> joined;
+  // A restarted process of a lost rank (engine/rejoin.h): the neighbours' state, not a replay.
+  std::optional<engine::JoinState> joined;
   if (opt.rejoin) {
     if (!continueOnLoss) {
       return core::invalidArgument("--rejoin: a lost peer can come back only with "
                                    "faults.on_peer_loss \"continue\"");
     }
     if (opt.resumeRound) return core::invalidArgument("--rejoin and --resume-round exclude each other");
-    RejoinOptions ro;
+    engine::RejoinOptions ro;
     ro.rank = opt.rank;
     ro.nodes = s.nodes;
     ro.dim = e.modelDim();
@@ -134,7 +135,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     ro.log = [&](const std::string& line) {
       if (opt.log) opt.log(who + ": " + line); else std::fprintf(stderr, "%s: %s\n", who.c_str(), line.c_str());
     };
-    auto state = requestRejoin(net, ro);
+    auto state = engine::requestRejoin(net, ro);
     if (!state) {
       if (opt.leftRun && state.status().code() != core::StatusCode::kCancelled) *opt.leftRun = true;
       return state.status().withContext("rank " + std::to_string(opt.rank) + " could not rejoin");
@@ -147,8 +148,8 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     node.restartAlgorithm(optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle));
     STARLING_RETURN_IF_ERROR(survival.adopt(*state));
     if (!opt.outDir.empty()) {
-      auto logBytes = rejoinLogBytes(peerLogPath(opt.outDir, opt.rank),
-                                     peerLogHeader(s, opt.rank, address));
+      auto logBytes = engine::rejoinLogBytes(engine::peerLogPath(opt.outDir, opt.rank),
+                                             peerLogHeader(s, opt.rank, address));
       if (!logBytes) return logBytes.status();
       eo.resumeLogBytes = *logBytes;
     }
@@ -164,7 +165,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
                                  ": " + ec.message());
   }
   const uint64_t transportCorruptBefore = state.transportCorrupt;
-  Engine<T> engine(s, *e.schedule, net, eo);
+  engine::Engine<T> engine(scenario::engineOptions(s), *e.schedule, net, eo);
   STARLING_RETURN_IF_ERROR(engine.open());
 
   // A checkpoint of `done` completed rounds: the peer log on disk first (the checkpoint records
@@ -243,7 +244,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
     const auto x = node.model();
     return std::vector<double>(x.begin(), x.end());
   });
-  STARLING_RETURN_IF_ERROR(survival.add(node, [&](Node<T>& n) {
+  STARLING_RETURN_IF_ERROR(survival.add(node, [&](engine::Node<T>& n) {
     const auto x = n.model();
     const std::vector<T> x0(x.begin(), x.end());
     n.restartAlgorithm(optim::createAlgorithm<T>(e.scenario.algorithm, x0, *stack.oracle));
@@ -251,8 +252,8 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   }));
   while (engine.rounds() < s.rounds) {
     const uint64_t r = engine.rounds();
-    for (const FaultEvent& ev : s.faults.script) {
-      if (ev.kind == FaultEvent::Kind::kKill && ev.kill == opt.rank && ev.atRound == r) {
+    for (const engine::FaultEvent& ev : s.faults.script) {
+      if (ev.kind == engine::FaultEvent::Kind::kKill && ev.kill == opt.rank && ev.atRound == r) {
         // A real crash: no goodbye, no flush; what the log has is on disk already (LineFile).
         engine.say("node-launcher peer " + std::to_string(opt.rank) +
                    ": killed by the fault script before round " + std::to_string(r));
@@ -280,8 +281,8 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       if (faults) {
         // A dropped message: its receiver would wait out the deadline and stop, naming this
         // peer; this peer knows why and says so at once.
-        for (const FaultInjector::Drop& d : faults->takeDropped()) {
-          return engine.fail(core::unavailable(FaultInjector::dropStopMessage(
+        for (const engine::FaultInjector::Drop& d : faults->takeDropped()) {
+          return engine.fail(core::unavailable(engine::FaultInjector::dropStopMessage(
                                  opt.rank, d.to, d.tag.round)),
                              &node);
         }
@@ -289,7 +290,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
       STARLING_RETURN_IF_ERROR(engine.complete(node));
     } else {
       STARLING_RETURN_IF_ERROR(survival.prepare());
-      typename Survival<T>::TakeDrops drops;
+      typename engine::Survival<T>::TakeDrops drops;
       if (faults) drops = [faults] { return faults->takeDropped(); };
       STARLING_RETURN_IF_ERROR(survival.begin(node, std::nullopt, drops));
       STARLING_RETURN_IF_ERROR(survival.complete(node));
@@ -310,7 +311,7 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
   std::string line = done;
   if (faults) {
     // What the script did to this peer's messages (and the spare copies it collected).
-    const FaultInjector::Counts c = faults->counts();
+    const engine::FaultInjector::Counts c = faults->counts();
     line += "; link faults: " + std::to_string(c.corrupted) + " corrupted, " +
             std::to_string(c.delayed) + " delayed, " + std::to_string(c.duplicated) +
             " duplicated, " + std::to_string(c.reordered) + " reordered, " +
@@ -321,10 +322,6 @@ core::Status runAs(const Experiment& e, const PeerOptions& opt, transport::Trans
 }
 
 }  // namespace
-
-std::filesystem::path peerLogPath(const std::filesystem::path& outDir, int rank) {
-  return outDir / "peers" / ("rank-" + std::to_string(rank) + ".jsonl");
-}
 
 std::string currentRunId() {
   const auto env = [](const char* name) -> std::string {
@@ -340,14 +337,15 @@ std::string currentRunId() {
   return "";
 }
 
-std::string peerLogHeader(const Scenario& s, int rank, const std::string& address, bool trainer) {
+std::string peerLogHeader(const scenario::Scenario& s, int rank, const std::string& address,
+                          bool trainer) {
   nlohmann::ordered_json j;
-  j["peer_log"] = kPeerLogVersion;
+  j["peer_log"] = engine::kPeerLogVersion;
   j["rank"] = rank;
   j["nodes"] = s.nodes;
   j["seed"] = s.seed;
   j["rounds"] = s.rounds;
-  j["scenario_hash"] = scenarioHashHex(scenarioHash(s));
+  j["scenario_hash"] = scenario::scenarioHashHex(scenario::scenarioHash(s));
   j["address"] = address;
   j["version"] = STARLING_VERSION;
   j["run_id"] = currentRunId();
@@ -355,28 +353,20 @@ std::string peerLogHeader(const Scenario& s, int rank, const std::string& addres
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string peerFailureLine(const PeerFailure& f) {
-  nlohmann::ordered_json j;
-  j["round"] = f.round;
-  j["code"] = f.code;
-  if (f.lostRank) j["lost_rank"] = *f.lostRank;
-  j["message"] = f.message;
-  return nlohmann::ordered_json{{"failed", j}}.dump(-1, ' ', false,
-                                                    nlohmann::json::error_handler_t::replace);
-}
-
-core::Status checkBeforeStart(const Scenario& s, bool local) {
+core::Status checkBeforeStart(const scenario::Scenario& s, bool local) {
   const std::string file = s.file.empty() ? std::string("scenario") : s.file;
   if (s.security.keyFile.empty()) {
-    const char* env = std::getenv(kKeyFileEnv);
+    const char* env = std::getenv(scenario::kKeyFileEnv);
     if (env != nullptr && *env != '\0') {
       if (auto key = transport::auth::loadKeyFile(env); !key) {
-        return core::invalidArgument(std::string(kKeyFileEnv) + ": " + key.status().message());
+        return core::invalidArgument(std::string(scenario::kKeyFileEnv) + ": " +
+                                     key.status().message());
       }
     } else if (s.security.encrypt) {
-      return core::invalidArgument(file + ": /security/encrypt: needs the cluster's key, and "
+      return core::invalidArgument(file +
+                                   ": /security/encrypt: needs the cluster's key, and "
                                    "neither /security/key_file nor the environment variable " +
-                                   std::string(kKeyFileEnv) + " names one");
+                                   std::string(scenario::kKeyFileEnv) + " names one");
     }
   }
   if (!local || !s.peers.explicitAddresses) return core::Status::ok();
@@ -421,11 +411,11 @@ core::Status checkBeforeStart(const Scenario& s, bool local) {
   return core::Status::ok();
 }
 
-core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int rank,
+core::Result<transport::NetworkOptions> networkOptions(const scenario::Scenario& s, int rank,
                                                        std::vector<std::string> addresses) {
   transport::NetworkOptions no;
   no.rank = rank;
-  no.addresses = addresses.empty() ? peerAddresses(s) : std::move(addresses);
+  no.addresses = addresses.empty() ? scenario::peerAddresses(s) : std::move(addresses);
   if (static_cast<int>(no.addresses.size()) != s.nodes) {
     return core::invalidArgument("expected " + std::to_string(s.nodes) + " peer addresses, got " +
                                  std::to_string(no.addresses.size()));
@@ -437,14 +427,15 @@ core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int ra
   no.sharedMemoryFrames = s.transport.shmFrames;
   no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
   no.spin = std::chrono::microseconds(s.transport.spinUs);
-  no.busyPoll = s.transport.busyPoll == TransportConfig::BusyPoll::kAuto
+  no.busyPoll = s.transport.busyPoll == scenario::TransportConfig::BusyPoll::kAuto
                     ? transport::coreForEachLocalRank(no.addresses, rank)
-                    : s.transport.busyPoll == TransportConfig::BusyPoll::kOn;
-  no.failReceivesOfLostPeers = s.faults.onPeerLoss == OnPeerLoss::kContinue;
+                    : s.transport.busyPoll == scenario::TransportConfig::BusyPoll::kOn;
+  no.failReceivesOfLostPeers = s.faults.onPeerLoss == engine::OnPeerLoss::kContinue;
   // The cluster's key: the scenario's key_file, or the file STARLING_KEY_FILE names.
   std::string keyFile = s.security.keyFile;
   if (keyFile.empty()) {
-    if (const char* env = std::getenv(kKeyFileEnv); env != nullptr && *env != '\0') keyFile = env;
+    if (const char* env = std::getenv(scenario::kKeyFileEnv); env != nullptr && *env != '\0')
+      keyFile = env;
   }
   if (!keyFile.empty()) {
     auto key = transport::auth::loadKeyFile(keyFile);
@@ -453,14 +444,14 @@ core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int ra
   } else if (s.security.encrypt) {
     return core::invalidArgument(
         "security.encrypt needs the cluster's key: set security.key_file or " +
-        std::string(kKeyFileEnv));
+        std::string(scenario::kKeyFileEnv));
   }
   no.encrypt = s.security.encrypt;
   return no;
 }
 
-core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
-  const Scenario& s = e.scenario;
+core::Status runPeer(const scenario::Experiment& e, const PeerOptions& opt) {
+  const scenario::Scenario& s = e.scenario;
   if (opt.rank < 0 || opt.rank >= s.nodes) {
     return core::invalidArgument("rank " + std::to_string(opt.rank) + " is not in 0.." +
                                  std::to_string(s.nodes - 1));
@@ -473,13 +464,14 @@ core::Status runPeer(const Experiment& e, const PeerOptions& opt) {
   if (!net) return net.status().withContext("rank " + std::to_string(opt.rank));
   const std::string& address = no.addresses[opt.rank];
   transport::Transport* use = net->get();
-  std::unique_ptr<FaultInjector> faults;  // scripted link faults (runtime/fault_injection.h)
-  if (FaultInjector::wanted(s)) {
-    faults = std::make_unique<FaultInjector>(**net, s.faults.script, s.seed, kModelChannel,
-                                             /*realTime=*/true);
+  std::unique_ptr<engine::FaultInjector> faults;  // scripted link faults (engine/fault_injection.h)
+  if (engine::FaultInjector::wanted(s.faults.script)) {
+    faults = std::make_unique<engine::FaultInjector>(**net, s.faults.script, s.seed,
+                                                     engine::kModelChannel,
+                                                     /*realTime=*/true);
     use = faults.get();
   }
-  if (s.precision == Precision::kFloat32) {
+  if (s.precision == scenario::Precision::kFloat32) {
     return runAs<float>(e, opt, *use, faults.get(), address);
   }
   return runAs<double>(e, opt, *use, faults.get(), address);

@@ -27,7 +27,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/experiment.h"
+#include "engine/peer_log.h"
+#include "scenario/experiment.h"
 #include "transport/factory.h"
 
 namespace starling::runtime {
@@ -49,7 +50,7 @@ struct PeerOptions {
   // Resume (runtime/checkpoint.h): load the state of outDir/checkpoints/rank-R/round-N.ckpt,
   // append to the peer log after the length that checkpoint recorded, and run rounds N onwards.
   std::optional<uint64_t> resumeRound;
-  // Rejoin (runtime/rejoin.h): this is a lost rank's restarted process. It asks its neighbours
+  // Rejoin (engine/rejoin.h): this is a lost rank's restarted process. It asks its neighbours
   // to take it back, starts at the round they name from the model they send, and appends to its
   // peer log. Failing to get back in is a loss (leftRun), not a failure of the run.
   bool rejoin = false;
@@ -60,9 +61,7 @@ struct PeerOptions {
 // (runtime/checkpoint.h). Errors name the round and the neighbour:
 // kTimeout (a neighbour's message did not come within round_timeout_ms), kUnavailable (a
 // neighbour could not be reached within connect_timeout_ms), kPeerGone, kCorruption.
-core::Status runPeer(const Experiment& e, const PeerOptions& options);
-
-std::filesystem::path peerLogPath(const std::filesystem::path& outDir, int rank);
+core::Status runPeer(const scenario::Experiment& e, const PeerOptions& options);
 
 // What would stop the peers of `s` once started, checked before any starts (`validate`, and the
 // launcher before it starts anything): security.encrypt without a key (neither
@@ -70,24 +69,13 @@ std::filesystem::path peerLogPath(const std::filesystem::path& outDir, int rank)
 // readable by others, the wrong size); and with `local` (every rank starts on this machine, as
 // `run` starts them) an address whose host no interface here holds, or whose port another
 // process holds. kInvalidArgument naming the scenario file and the JSON path (or the variable).
-core::Status checkBeforeStart(const Scenario& s, bool local);
+core::Status checkBeforeStart(const scenario::Scenario& s, bool local);
 
 // The network transport options of `rank` for scenario `s`: its `transport` section, and
 // `addresses` ("host:port" per rank; empty: the scenario's). kInvalidArgument when there are not
 // s.nodes addresses.
-core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int rank,
+core::Result<transport::NetworkOptions> networkOptions(const scenario::Scenario& s, int rank,
                                                        std::vector<std::string> addresses);
-
-inline constexpr int kPeerLogVersion = 1;
-
-// A peer's failure as its log records it.
-struct PeerFailure {
-  int rank = 0;
-  uint64_t round = 0;           // the round that failed
-  std::string code;             // statusCodeName: "timeout", "peer gone", "diverged", ...
-  std::optional<int> lostRank;  // the neighbour whose message did not come, if that was it
-  std::string message;
-};
 
 // The id of the run this process belongs to, for its peer log's header: STARLING_RUN_ID (set by
 // `node-launcher run` for every peer and trainer it starts), else the Slurm job and step, else
@@ -97,8 +85,7 @@ std::string currentRunId();
 
 // The peer log's first line, and its failure line. `trainer`: written by a trainer's
 // starling::Peer (run SCENARIO -- COMMAND), whose rounds are not the scenario's problem.
-std::string peerLogHeader(const Scenario& s, int rank, const std::string& address,
+std::string peerLogHeader(const scenario::Scenario& s, int rank, const std::string& address,
                           bool trainer = false);
-std::string peerFailureLine(const PeerFailure& f);
 
 }  // namespace starling::runtime

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "core/read_file.h"
 #include "core/status.h"
 #include "runtime/peer.h"
-#include "runtime/read_file.h"
 
 namespace starling::runtime {
 
@@ -31,7 +31,7 @@ inline constexpr size_t kMaxPeerLogLine = size_t{256} << 20;
 inline core::Result<std::vector<std::string>> readNewLines(const std::filesystem::path& path,
                                                            uint64_t& offset, std::string& partial) {
   std::vector<std::string> lines;
-  auto opened = openRegularFile(path.string(), "peer log");
+  auto opened = core::openRegularFile(path.string(), "peer log");
   if (!opened) {
     if (opened.status().code() == core::StatusCode::kNotFound) return lines;
     return opened.status();
@@ -65,7 +65,7 @@ inline core::Result<std::vector<std::string>> readNewLines(const std::filesystem
   partial.erase(0, start);
   if (partial.size() > kMaxPeerLogLine) {
     return core::corruption(path.string() + ": a line longer than " +
-                            formatBytes(static_cast<double>(kMaxPeerLogLine)) +
+                            core::formatBytes(static_cast<double>(kMaxPeerLogLine)) +
                             ": not a peer log");
   }
   return lines;
@@ -74,7 +74,7 @@ inline core::Result<std::vector<std::string>> readNewLines(const std::filesystem
 // The first line of `path` (at most 64 KiB), or "" when it has no complete first line yet.
 // Errors as readNewLines; kNotFound when there is no file.
 inline core::Result<std::string> readFirstLine(const std::filesystem::path& path) {
-  auto opened = openRegularFile(path.string(), "peer log");
+  auto opened = core::openRegularFile(path.string(), "peer log");
   if (!opened) return opened.status();
   std::string text(65536, '\0');
   size_t got = 0;
@@ -101,10 +101,10 @@ inline core::Status wrongTypeInLine(const std::filesystem::path& path, uint64_t 
 // A peer log's failure line ({"failed": {"round", "code", "lost_rank", "message"}}) of `rank`,
 // or nullopt when `j` is not one.
 template <typename Json>
-std::optional<PeerFailure> parseFailureLine(const Json& j, int rank) {
+std::optional<engine::PeerFailure> parseFailureLine(const Json& j, int rank) {
   if (!j.is_object() || !j.contains("failed") || !j["failed"].is_object()) return std::nullopt;
   const auto& f = j["failed"];
-  PeerFailure failure;
+  engine::PeerFailure failure;
   failure.rank = rank;
   // Typed: a field of the wrong type throws (readLogLine names the file and line).
   failure.round = f.value("round", uint64_t{0});

@@ -62,8 +62,8 @@ core::Result<std::string> interfaceAddress(const std::string& name) {
   return found;
 }
 
-core::Result<PeerPlacement> placePeer(const Scenario& s, const PeerPlacementRequest& request,
-                                      const EnvLookup& env) {
+core::Result<PeerPlacement> placePeer(const scenario::Scenario& s,
+                                      const PeerPlacementRequest& request, const EnvLookup& env) {
   PeerPlacement p;
   p.rank = request.rank.value_or(-1);
   const int base = s.peers.basePort;

@@ -15,7 +15,7 @@
 
 #include "core/status.h"
 #include "runtime/placement.h"
-#include "runtime/scenario.h"
+#include "scenario/scenario.h"
 
 namespace starling::runtime {
 
@@ -31,8 +31,8 @@ struct PeerPlacement {
   std::string source;  // what decided them, for the peer's log ("slurm step", "hostfile f", ...)
 };
 
-core::Result<PeerPlacement> placePeer(const Scenario& s, const PeerPlacementRequest& request,
-                                      const EnvLookup& env);
+core::Result<PeerPlacement> placePeer(const scenario::Scenario& s,
+                                      const PeerPlacementRequest& request, const EnvLookup& env);
 
 // The IPv4 address of network interface `name`, or (name empty) of the first interface that is
 // up, not loopback and has one. kNotFound names the interfaces there are.

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "runtime/read_file.h"
+#include "core/read_file.h"
 
 namespace starling::runtime {
 namespace {
@@ -552,7 +552,7 @@ std::optional<core::Result<std::vector<std::string>>> fromSlurm(const EnvLookup&
 core::Result<std::vector<std::string>> fromHostfile(const std::string& path, int nodes,
                                                     int basePort) {
   STARLING_RETURN_IF_ERROR(checkPorts(basePort, nodes));
-  auto text = readRegularFile(path, kMaxHostfileBytes, "hostfile");
+  auto text = core::readRegularFile(path, kMaxHostfileBytes, "hostfile");
   if (!text) return text.status();
   auto hosts = parseHostfile(*text, path);
   if (!hosts) return hosts.status();

@@ -10,10 +10,10 @@
 #include <optional>
 #include <set>
 
+#include "core/read_file.h"
 #include "runtime/checkpoint.h"
 #include "runtime/peer.h"
-#include "runtime/read_file.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario_writer.h"
 
 namespace starling::runtime {
 namespace {
@@ -26,7 +26,8 @@ struct Found {
 
 // Whether `path` has at least `bytes` bytes and byte `bytes` ends a line (or bytes == 0).
 std::string checkLog(const std::filesystem::path& path, uint64_t bytes) {
-  auto opened = openRegularFile(path.string(), "peer log");  // never a FIFO's open that blocks
+  auto opened =
+      core::openRegularFile(path.string(), "peer log");  // never a FIFO's open that blocks
   if (!opened) return "its peer log cannot be read: " + opened.status().message();
   const int fd = *opened;
   const off_t size = ::lseek(fd, 0, SEEK_END);
@@ -57,9 +58,10 @@ std::string listRounds(const std::vector<uint64_t>& rounds) {
 
 }  // namespace
 
-core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::path& outDir,
+core::Result<ResumePlan> planResume(const scenario::Scenario& s,
+                                    const std::filesystem::path& outDir,
                                     const std::function<void(const std::string&)>& say) {
-  const uint64_t hash = scenarioHash(s);
+  const uint64_t hash = scenario::scenarioHash(s);
   const int n = s.nodes;
   std::vector<std::map<uint64_t, Found>> valid(n);  // rank -> round -> checkpoint
   bool any = false;
@@ -77,7 +79,7 @@ core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::pa
       const CheckpointHeader& h = ck->header;
       if (h.scenarioHash != hash) {
         foreign.push_back(path.string() + " was written for scenario hash " +
-                          scenarioHashHex(h.scenarioHash));
+                          scenario::scenarioHashHex(h.scenarioHash));
         continue;
       }
       if (h.rank != r || h.round != round) {
@@ -90,19 +92,20 @@ core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::pa
             std::to_string(h.round) + " is past the scenario's " + std::to_string(s.rounds));
         continue;
       }
-      if (const std::string why = checkLog(peerLogPath(outDir, r), h.peerLogBytes); !why.empty()) {
+      if (const std::string why = checkLog(engine::peerLogPath(outDir, r), h.peerLogBytes);
+          !why.empty()) {
         say("node-launcher: skipping checkpoint " + path.string() + ": " + why);
         continue;
       }
       Found f{h, {}};
-      if (s.faults.onPeerLoss == OnPeerLoss::kContinue) {
+      if (s.faults.onPeerLoss == engine::OnPeerLoss::kContinue) {
         auto fields = checkpointFields(ck->payload);
         if (!fields) {
           say("node-launcher: skipping checkpoint " + path.string() + ": " +
               fields.status().message());
           continue;
         }
-        // Out at that round: a rank whose latest change (runtime/membership_gossip.h) is a
+        // Out at that round: a rank whose latest change (engine/membership_gossip.h) is a
         // departure, or a return not yet applied.
         auto ranks = checkpointU64s(*fields, "gossip/ranks");
         auto changes = checkpointU64s(*fields, "gossip/changes");
@@ -130,15 +133,17 @@ core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::pa
   bool verified = false;
   for (const auto& m : valid) verified = verified || !m.empty();
   if (!foreign.empty() && !verified) {
-    return core::invalidArgument(
-        "the checkpoints in " + (outDir / "checkpoints").string() +
-        " belong to another scenario: " + foreign.front() + ", this scenario's (with its seed "
-        "and rounds) is " + scenarioHashHex(hash) + "; pass the scenario file that run used (" +
-        (outDir / "scenario.resolved.json").string() + " is a copy)");
+    return core::invalidArgument("the checkpoints in " + (outDir / "checkpoints").string() +
+                                 " belong to another scenario: " + foreign.front() +
+                                 ", this scenario's (with its seed "
+                                 "and rounds) is " +
+                                 scenario::scenarioHashHex(hash) +
+                                 "; pass the scenario file that run used (" +
+                                 (outDir / "scenario.resolved.json").string() + " is a copy)");
   }
   for (const auto& f : foreign) {
     say("node-launcher: skipping checkpoint " + f + ", not this scenario's " +
-        scenarioHashHex(hash));
+        scenario::scenarioHashHex(hash));
   }
   // Candidate rounds, newest first.
   std::set<uint64_t, std::greater<>> rounds;
@@ -183,11 +188,11 @@ core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::pa
       "larger checkpoint.keep or checkpoint.every keeps a common round):" + have);
 }
 
-core::Status rewindToPlan(const Scenario& s, const std::filesystem::path& outDir,
+core::Status rewindToPlan(const scenario::Scenario& s, const std::filesystem::path& outDir,
                           const ResumePlan& plan) {
   for (int r = 0; r < s.nodes; ++r) {
     if (std::binary_search(plan.lost.begin(), plan.lost.end(), r)) continue;
-    const auto log = peerLogPath(outDir, r);
+    const auto log = engine::peerLogPath(outDir, r);
     std::error_code ec;
     std::filesystem::resize_file(log, plan.logBytes[r], ec);
     if (ec) return core::ioError("cannot cut " + log.string() + ": " + ec.message());

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/scenario.h"
+#include "scenario/scenario.h"
 
 namespace starling::runtime {
 
@@ -31,13 +31,14 @@ struct ResumePlan {
 // Chooses the round. `say` gets one line per checkpoint skipped (file and why). Errors
 // (kInvalidArgument, for exit status 2): no checkpoints in `outDir`; checkpoints written for
 // another scenario (hash); no round every rank has.
-core::Result<ResumePlan> planResume(const Scenario& s, const std::filesystem::path& outDir,
+core::Result<ResumePlan> planResume(const scenario::Scenario& s,
+                                    const std::filesystem::path& outDir,
                                     const std::function<void(const std::string&)>& say);
 
 // Puts `outDir` back to the plan's round: each restarted rank's peer log is cut after the
 // length its checkpoint recorded (a failure line the killed peer wrote goes with the rest), and
 // checkpoints of later rounds, which the resumed run writes again, are deleted.
-core::Status rewindToPlan(const Scenario& s, const std::filesystem::path& outDir,
+core::Status rewindToPlan(const scenario::Scenario& s, const std::filesystem::path& outDir,
                           const ResumePlan& plan);
 
 }  // namespace starling::runtime

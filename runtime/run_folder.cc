@@ -9,7 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "runtime/read_file.h"
+#include "core/read_file.h"
 
 namespace starling::runtime {
 namespace {
@@ -40,7 +40,7 @@ bool matches(std::string_view pattern, std::string_view text) {
 // older than the list).
 std::vector<std::string> listedPatterns(const fs::path& dir) {
   const auto& known = runFolderFiles();
-  auto text = readRegularFile((dir / "run.json").string(), 1 << 20, "run.json");
+  auto text = core::readRegularFile((dir / "run.json").string(), 1 << 20, "run.json");
   if (!text) return known;
   const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("files") || !j["files"].is_array()) return known;

@@ -6,9 +6,9 @@
 #include <limits>
 #include <map>
 
-#include "runtime/fault_injection.h"
-#include "runtime/line_file.h"
-#include "runtime/membership.h"
+#include "core/line_file.h"
+#include "engine/fault_injection.h"
+#include "engine/membership.h"
 #include "runtime/node_stack.h"
 #include "runtime/progress.h"
 #include "transport/inproc/inproc_transport.h"
@@ -17,21 +17,22 @@ namespace starling::runtime {
 namespace {
 
 template <typename T>
-core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptions& opt) {
-  const Scenario& s = e.scenario;
+core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const SimulateOptions& opt) {
+  const scenario::Scenario& s = e.scenario;
   const int n = s.nodes;
 
   auto hub = transport::inproc::createHub(n);
   std::vector<std::unique_ptr<transport::Transport>> owned;  // in-process, and fault wrappers
   std::vector<transport::Transport*> transports;             // what node i uses
-  std::vector<FaultInjector*> injectors(n, nullptr);
+  std::vector<engine::FaultInjector*> injectors(n, nullptr);
   std::vector<NodeStack<T>> stacks;
-  std::vector<Node<T>*> nodes;
+  std::vector<engine::Node<T>*> nodes;
   for (int i = 0; i < n; ++i) {
     owned.push_back(transport::inproc::createTransport(*hub, i, /*vouch=*/true));
-    if (FaultInjector::wanted(s)) {  // scripted link faults, applied as a peer applies them
-      auto injector = std::make_unique<FaultInjector>(*owned.back(), s.faults.script, s.seed,
-                                                      kModelChannel, /*realTime=*/false);
+    if (engine::FaultInjector::wanted(
+            s.faults.script)) {  // scripted link faults, applied as a peer applies them
+      auto injector = std::make_unique<engine::FaultInjector>(
+          *owned.back(), s.faults.script, s.seed, engine::kModelChannel, /*realTime=*/false);
       injectors[i] = injector.get();
       owned.push_back(std::move(injector));
     }
@@ -55,9 +56,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   // the others stand in for it at once (its neighbours' receives would fail that round), and the
   // membership changes `agreement` rounds later, when every survivor restarts its algorithm from
   // its own model over the repaired graph.
-  const bool continueOnLoss = s.faults.onPeerLoss == OnPeerLoss::kContinue;
-  Membership membership(n);
-  SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
+  const bool continueOnLoss = s.faults.onPeerLoss == engine::OnPeerLoss::kContinue;
+  engine::Membership membership(n);
+  engine::SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
   std::vector<bool> running(n, true);
   std::vector<int> killedBefore;  // ranks lost in earlier rounds (what a detector knows)
   std::map<uint64_t, std::vector<int>> changes;  // effective round -> ranks
@@ -66,13 +67,13 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   // logs has it (PeerLogMerger::poll).
   std::unique_ptr<SurvivorProblem> survivors;
   std::vector<bool> survivorsOf;  // the running mask `survivors` is for
-  std::unique_ptr<LineFile> membershipLog;
+  std::unique_ptr<core::LineFile> membershipLog;
   if (!opt.outDir.empty() && !s.faults.script.empty()) {
-    auto created = LineFile::create(opt.outDir / "membership.jsonl");
+    auto created = core::LineFile::create(opt.outDir / "membership.jsonl");
     if (!created) return created.status();
     membershipLog = std::move(*created);
   }
-  for (Node<T>* node : nodes) node->setTolerateLoss(continueOnLoss);
+  for (engine::Node<T>* node : nodes) node->setTolerateLoss(continueOnLoss);
   struct Counters {
     uint64_t bytes = 0, corrupt = 0;
     double errSum = 0;
@@ -155,7 +156,7 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       if (!injectors[i]) continue;
       const auto drops = injectors[i]->takeDropped();
       if (running[i] && !drops.empty()) {
-        leaving[i] = FaultInjector::dropMessage(i, drops.front().to, r);
+        leaving[i] = engine::FaultInjector::dropMessage(i, drops.front().to, r);
         running[i] = false;  // no finishRound: it has gone
       }
     }
@@ -181,9 +182,10 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       }
       std::vector<int> known = killedBefore;
       known.push_back(rank);
-      changes[r + agreementRounds(s, e.schedule->support(), known)].push_back(rank);
+      changes[r + engine::agreementRounds(s.faults.agreementRounds, e.schedule->support(), known)]
+          .push_back(rank);
       if (membershipLog) {
-        STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(r, rank, why)));
+        STARLING_RETURN_IF_ERROR(membershipLog->append(engine::membershipLostLine(r, rank, why)));
       }
     }
     killedBefore.insert(killedBefore.end(), left.begin(), left.end());
@@ -236,7 +238,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     core::Status failed = core::Status::ok();
     for (int t = 0; t < n; ++t) {
       const auto st = nodes[t]->startRound(r, topo, step, deadline);
-      if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(t));
+      if (!st.isOk())
+        return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(t));
       for (int b = bucketStart[t]; b < bucketStart[t + 1]; ++b) {
         const int i = completeOrder[b];
         core::Status st2 = core::Status::ok();
@@ -246,7 +249,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
         }
         if (st2.isOk()) {
           st2 = nodes[i]->finishRound();
-          if (!st2.isOk()) st2 = explainRoundFailure(s, st2, "node " + std::to_string(i));
+          if (!st2.isOk())
+            st2 = scenario::explainRoundFailure(s.algorithm, st2, "node " + std::to_string(i));
         }
         if (!st2.isOk() && i < failedRank) {
           failedRank = i;
@@ -286,7 +290,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
         if (sendAt[i] != t) continue;
         const uint64_t r = round[i];
         const auto st = nodes[i]->startRound(r, *topo, s.algorithm.stepSize.at(r), deadline);
-        if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
+        if (!st.isOk())
+          return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
         waiting[i] = true;
         sendAt[i] = kNever;
       }
@@ -299,7 +304,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
         }
         if (!nodes[i]->roundComplete()) continue;
         const auto st = nodes[i]->finishRound();
-        if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
+        if (!st.isOk())
+          return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
         waiting[i] = false;
         result.maxStalenessSeen = std::max(result.maxStalenessSeen, nodes[i]->lastStaleness());
         const uint64_t done = ++round[i];
@@ -337,9 +343,10 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
   if (s.asynchronous.enabled) STARLING_RETURN_IF_ERROR(asyncRun());
   for (uint64_t r = 0; r < s.rounds && !s.asynchronous.enabled; ++r) {
     std::vector<int> killedNow;
-    for (const FaultEvent& ev : s.faults.script) {
+    for (const engine::FaultEvent& ev : s.faults.script) {
       // (A rank that already left, after a dropped message, has no process left to kill.)
-      if (ev.kind != FaultEvent::Kind::kKill || ev.atRound != r || !running[ev.kill]) continue;
+      if (ev.kind != engine::FaultEvent::Kind::kKill || ev.atRound != r || !running[ev.kill])
+        continue;
       const std::string why = "killed by the fault script before round " + std::to_string(r);
       if (!continueOnLoss) {
         return core::peerGone("rank " + std::to_string(ev.kill) + " was " + why +
@@ -353,9 +360,11 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       // A peer that notices this loss knows of those before it, not of others in this round.
       std::vector<int> known = killedBefore;
       known.push_back(ev.kill);
-      changes[r + agreementRounds(s, e.schedule->support(), known)].push_back(ev.kill);
+      changes[r + engine::agreementRounds(s.faults.agreementRounds, e.schedule->support(), known)]
+          .push_back(ev.kill);
       if (membershipLog) {
-        STARLING_RETURN_IF_ERROR(membershipLog->append(membershipLostLine(r, ev.kill, why)));
+        STARLING_RETURN_IF_ERROR(
+            membershipLog->append(engine::membershipLostLine(r, ev.kill, why)));
       }
     }
     killedBefore.insert(killedBefore.end(), killedNow.begin(), killedNow.end());
@@ -374,8 +383,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
       for (int rank : it->second) {
         why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " lost";
       }
-      MembershipChange change{r, membership.epoch(), it->second, {}, why};
-      if (membershipLog) STARLING_RETURN_IF_ERROR(membershipLog->append(membershipChangeLine(change)));
+      engine::MembershipChange change{r, membership.epoch(), it->second, {}, why};
+      if (membershipLog)
+        STARLING_RETURN_IF_ERROR(membershipLog->append(engine::membershipChangeLine(change)));
       result.changes.push_back(change);
     }
     auto topo = survivorSchedule.at(r, membership);
@@ -391,19 +401,20 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
     for (int i = 0; i < n; ++i) {
       if (!running[i]) continue;
       const auto st = nodes[i]->startRound(r, **topo, step, deadline);
-      if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
+      if (!st.isOk())
+        return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
     }
     // Every node has sent: messages held back for reordering go now (a peer lets them go when it
     // waits; here a node driven before their sender would wait for them in vain).
-    for (FaultInjector* injector : injectors) {
+    for (engine::FaultInjector* injector : injectors) {
       if (injector) injector->releaseHeld();
     }
     if (!continueOnLoss) {
       // A dropped message stops the run, as its sender stops a peer at once (runtime/peer.cc).
       for (int i = 0; i < n; ++i) {
         if (!injectors[i]) continue;
-        for (const FaultInjector::Drop& d : injectors[i]->takeDropped()) {
-          return core::unavailable(FaultInjector::dropStopMessage(i, d.to, d.tag.round));
+        for (const engine::FaultInjector::Drop& d : injectors[i]->takeDropped()) {
+          return core::unavailable(engine::FaultInjector::dropStopMessage(i, d.to, d.tag.round));
         }
       }
     }
@@ -416,7 +427,8 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
         if (!ran) return ran.status();
       }
       const auto st = nodes[i]->finishRound();
-      if (!st.isOk()) return explainRoundFailure(s, st, "node " + std::to_string(i));
+      if (!st.isOk())
+        return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
     }
     if (continueOnLoss) STARLING_RETURN_IF_ERROR(settleLeavers(r, std::move(leavers)));
     const uint64_t done = r + 1;
@@ -437,8 +449,9 @@ core::Result<SimulateResult> simulateAs(const Experiment& e, const SimulateOptio
 
 }  // namespace
 
-core::Result<SimulateResult> simulate(const Experiment& e, const SimulateOptions& options) {
-  if (e.scenario.precision == Precision::kFloat32) return simulateAs<float>(e, options);
+core::Result<SimulateResult> simulate(const scenario::Experiment& e,
+                                      const SimulateOptions& options) {
+  if (e.scenario.precision == scenario::Precision::kFloat32) return simulateAs<float>(e, options);
   return simulateAs<double>(e, options);
 }
 

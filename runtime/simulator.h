@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/experiment.h"
-#include "runtime/membership.h"
+#include "engine/membership.h"
 #include "runtime/metrics.h"
+#include "scenario/experiment.h"
 
 namespace starling::runtime {
 
@@ -37,13 +37,14 @@ struct SimulateResult {
   RoundMetrics last;
   std::vector<double> xMean;
   std::vector<std::vector<double>> models;  // final x_i of every node still running
-  std::vector<MembershipChange> changes;    // peers lost (faults.on_peer_loss "continue")
+  std::vector<engine::MembershipChange> changes;  // peers lost (faults.on_peer_loss "continue")
   // Asynchronous gossip (docs/algorithms.md §26): the largest staleness any node mixed with, and
   // the virtual time at which each node finished its last round (a speed-1 round is one unit).
   uint64_t maxStalenessSeen = 0;
   std::vector<double> asyncFinish;
 };
 
-core::Result<SimulateResult> simulate(const Experiment& experiment, const SimulateOptions& options);
+core::Result<SimulateResult> simulate(const scenario::Experiment& experiment,
+                                      const SimulateOptions& options);
 
 }  // namespace starling::runtime

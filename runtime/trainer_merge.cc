@@ -5,11 +5,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "runtime/peer_log_reader.h"
-
 #include "optim/algorithm.h"
 #include "runtime/metrics.h"
-#include "runtime/scenario_writer.h"
+#include "runtime/peer_log_reader.h"
+#include "scenario/scenario_writer.h"
 #include "topology/spec.h"
 
 namespace starling::runtime {
@@ -21,24 +20,26 @@ ojson number(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
 
 }  // namespace
 
-TrainerLogMerger::TrainerLogMerger(const Scenario& s, std::filesystem::path dir,
-                                   std::unique_ptr<LineFile> out)
-    : s_(s), dir_(std::move(dir)), out_(std::move(out)),
-      expectedHash_(scenarioHashHex(scenarioHash(s))),
+TrainerLogMerger::TrainerLogMerger(const scenario::Scenario& s, std::filesystem::path dir,
+                                   std::unique_ptr<core::LineFile> out)
+    : s_(s),
+      dir_(std::move(dir)),
+      out_(std::move(out)),
+      expectedHash_(scenario::scenarioHashHex(scenario::scenarioHash(s))),
       membership_(dir_, s.nodes) {
   for (int r = 0; r < s.nodes; ++r) {
     Source src;
-    src.path = peerLogPath(dir_, r);
+    src.path = engine::peerLogPath(dir_, r);
     sources_.push_back(std::move(src));
   }
 }
 
 core::Result<std::unique_ptr<TrainerLogMerger>> TrainerLogMerger::create(
-    const Scenario& s, std::filesystem::path dir) {
+    const scenario::Scenario& s, std::filesystem::path dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return core::ioError("cannot create output folder " + dir.string() + ": " + ec.message());
-  auto out = LineFile::create(dir / "metrics.jsonl");
+  auto out = core::LineFile::create(dir / "metrics.jsonl");
   if (!out) return out.status();
   return std::unique_ptr<TrainerLogMerger>(new TrainerLogMerger(s, std::move(dir), std::move(*out)));
 }
@@ -243,7 +244,7 @@ std::string TrainerLogMerger::progressDetail() const {
 }
 
 std::optional<RootCause> TrainerLogMerger::rootCause() const {
-  std::vector<std::optional<PeerFailure>> failures;
+  std::vector<std::optional<engine::PeerFailure>> failures;
   for (const auto& src : sources_) failures.push_back(src.failure);
   return rootCauseOf(failures);
 }
@@ -270,7 +271,7 @@ core::Status TrainerLogMerger::writeSummary() const {
   ojson reached = ojson::object();
   for (const auto& [rank, round] : lastRoundByRank()) reached[std::to_string(rank)] = round;
   j["last_round_by_rank"] = reached;
-  return writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
+  return core::writeFileAtomically(dir_ / "summary.json", j.dump(2) + "\n");
 }
 
 }  // namespace starling::runtime

@@ -22,18 +22,18 @@
 #include <string>
 #include <vector>
 
+#include "core/line_file.h"
 #include "core/status.h"
-#include "runtime/line_file.h"
 #include "runtime/merge.h"
 #include "runtime/peer.h"
-#include "runtime/scenario.h"
+#include "scenario/scenario.h"
 
 namespace starling::runtime {
 
 class TrainerLogMerger {
  public:
   // `s` is borrowed. Creates dir/metrics.jsonl.
-  static core::Result<std::unique_ptr<TrainerLogMerger>> create(const Scenario& s,
+  static core::Result<std::unique_ptr<TrainerLogMerger>> create(const scenario::Scenario& s,
                                                                 std::filesystem::path dir);
 
   // Merges what is complete; returns the number of rounds written by this call. kCorruption for
@@ -74,15 +74,16 @@ class TrainerLogMerger {
     bool sawHeader = false;
     uint64_t lines = 0;  // read so far (for messages)
     std::optional<uint64_t> lastRound;
-    std::optional<PeerFailure> failure;
+    std::optional<engine::PeerFailure> failure;
   };
 
-  TrainerLogMerger(const Scenario& s, std::filesystem::path dir, std::unique_ptr<LineFile> out);
+  TrainerLogMerger(const scenario::Scenario& s, std::filesystem::path dir,
+                   std::unique_ptr<core::LineFile> out);
   core::Status readPeer(int rank);
 
-  const Scenario& s_;
+  const scenario::Scenario& s_;
   std::filesystem::path dir_;
-  std::unique_ptr<LineFile> out_;
+  std::unique_ptr<core::LineFile> out_;
   std::string expectedHash_;
   std::optional<std::string> runId_;  // the run id of the first header read
   std::vector<Source> sources_;

@@ -8,7 +8,7 @@
 // holds x (CRC32C), send it to both neighbours, receive theirs, decode them (CRC-checked, in
 // place, each as soon as it arrives) and combine (x + left + right) / 3 in one pass, reading the
 // receive buffers where they are and writing straight into the payload of a fresh frame for the
-// next round: what runtime/node.cc does in training (the algorithm writes its message into the
+// next round: what engine/node.cc does in training (the algorithm writes its message into the
 // frame), without the algorithm.
 //
 //   bench-gossip [--peers 4,8] [--dims 1e3,1e5,1e6,1e7] [--tls shm,tcp] [--rounds-max 200]

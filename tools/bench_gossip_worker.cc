@@ -1,5 +1,5 @@
 // One Starling worker of bench-gossip: a rank of the ring over the UCX transport, doing what
-// runtime/node.cc does in a round (see bench_gossip.cc for the round and docs/bench_gossip.md).
+// engine/node.cc does in a round (see bench_gossip.cc for the round and docs/bench_gossip.md).
 #include "tools/bench_gossip_worker.h"
 
 #include <sched.h>

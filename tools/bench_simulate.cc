@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/experiment.h"
-#include "runtime/scenario.h"
 #include "runtime/simulator.h"
+#include "scenario/experiment.h"
+#include "scenario/scenario.h"
 
 namespace {
 
@@ -51,7 +51,7 @@ std::string scenarioJson(int nodes, int dim, int rounds, const std::string& topo
 
 // Seconds per round of the bare combine on the experiment's own mixing matrices (best of three,
 // wall and thread CPU time each).
-Timing bareSecondsPerRound(const runtime::Experiment& e, int rounds) {
+Timing bareSecondsPerRound(const scenario::Experiment& e, int rounds) {
   const int n = e.scenario.nodes;
   const size_t d = static_cast<size_t>(e.data.features);
   std::vector<double> x(n * d), y(n * d);
@@ -117,12 +117,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown topology %s\n", t.c_str());
       return 2;
     }
-    auto s = runtime::parseScenario(scenarioJson(nodes, dim, rounds, spec), "bench.json", ".");
+    auto s = scenario::parseScenario(scenarioJson(nodes, dim, rounds, spec), "bench.json", ".");
     if (!s) {
       std::fprintf(stderr, "%s\n", s.status().message().c_str());
       return 2;
     }
-    auto e = runtime::prepareExperiment(*s, {.solve = false});
+    auto e = scenario::prepareExperiment(*s, {.solve = false});
     if (!e) {
       std::fprintf(stderr, "%s\n", e.status().message().c_str());
       return 2;

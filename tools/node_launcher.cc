@@ -24,18 +24,18 @@
 #include <optional>
 #include <string>
 
-#include "runtime/experiment.h"
+#include "core/line_file.h"
 #include "runtime/launcher.h"
-#include "runtime/line_file.h"
 #include "runtime/merge.h"
 #include "runtime/peer.h"
 #include "runtime/peer_placement.h"
 #include "runtime/resume.h"
 #include "runtime/run_folder.h"
-#include "runtime/scenario.h"
-#include "runtime/scenario_writer.h"
 #include "runtime/simulator.h"
 #include "runtime/topology_report.h"
+#include "scenario/experiment.h"
+#include "scenario/scenario.h"
+#include "scenario/scenario_writer.h"
 
 namespace {
 
@@ -54,7 +54,7 @@ std::optional<int> rankFromEnvironment() {
     if (const char* v = std::getenv(var); v && *v) {
       char* end = nullptr;
       const long r = std::strtol(v, &end, 10);
-      if (*end == '\0' && r >= 0 && r < runtime::kMaxNodes) return static_cast<int>(r);
+      if (*end == '\0' && r >= 0 && r < scenario::kMaxNodes) return static_cast<int>(r);
     }
   }
   return std::nullopt;
@@ -91,7 +91,7 @@ struct Numbers {
 core::Result<Numbers> checkNumbers(const NumberFlags& f) {
   Numbers n;
   if (f.rounds) {
-    auto v = parseCount("--rounds", *f.rounds, 1, runtime::kMaxRounds);
+    auto v = parseCount("--rounds", *f.rounds, 1, scenario::kMaxRounds);
     if (!v) return v.status();
     n.rounds = *v;
   }
@@ -101,17 +101,17 @@ core::Result<Numbers> checkNumbers(const NumberFlags& f) {
     n.seed = *v;
   }
   if (f.rank) {
-    auto v = parseCount("--rank", *f.rank, 0, runtime::kMaxNodes - 1);
+    auto v = parseCount("--rank", *f.rank, 0, scenario::kMaxNodes - 1);
     if (!v) return v.status();
     n.rank = static_cast<int>(*v);
   }
   if (f.round) {
-    auto v = parseCount("--round", *f.round, 0, runtime::kMaxRounds);
+    auto v = parseCount("--round", *f.round, 0, scenario::kMaxRounds);
     if (!v) return v.status();
     n.round = *v;
   }
   if (f.resumeRound) {
-    auto v = parseCount("--resume-round", *f.resumeRound, 1, runtime::kMaxRounds);
+    auto v = parseCount("--resume-round", *f.resumeRound, 1, scenario::kMaxRounds);
     if (!v) return v.status();
     n.resumeRound = *v;
   }
@@ -139,7 +139,7 @@ runtime::LaunchOptions peerLaunch(const std::string& scenarioPath, std::optional
   return lo;
 }
 
-void printResult(const runtime::Experiment& e, const runtime::RoundMetrics& m,
+void printResult(const scenario::Experiment& e, const runtime::RoundMetrics& m,
                  const std::filesystem::path& out, const char* how) {
   // A classification problem has no x*: its loss and test accuracy instead of rel_error.
   char quality[96];
@@ -190,7 +190,7 @@ core::Result<runtime::RunFolderLock> claimRunFolder(const std::filesystem::path&
 
 // A scenario without a problem or without rounds is for a trainer that owns model, data and step
 // count (starling::Peer); only `run SCENARIO -- COMMAND` can run it.
-core::Status needsTrainer(const runtime::Scenario& s, const std::string& path) {
+core::Status needsTrainer(const scenario::Scenario& s, const std::string& path) {
   const char* missing = !s.hasProblem ? "\"problem\"" : s.rounds == 0 ? "\"rounds\"" : nullptr;
   if (missing == nullptr) return core::Status::ok();
   return core::invalidArgument(path + ": no " + missing +
@@ -199,20 +199,20 @@ core::Status needsTrainer(const runtime::Scenario& s, const std::string& path) {
                                " -- COMMAND [ARGS...]`");
 }
 
-core::Result<runtime::Experiment> load(const std::string& path, std::optional<uint64_t> rounds,
-                                       std::optional<uint64_t> seed, bool solve) {
-  auto scenario = runtime::loadScenario(path);
+core::Result<scenario::Experiment> load(const std::string& path, std::optional<uint64_t> rounds,
+                                        std::optional<uint64_t> seed, bool solve) {
+  auto scenario = scenario::loadScenario(path);
   if (!scenario) return scenario.status();
-  runtime::applyOverrides(*scenario, rounds, seed);
+  scenario::applyOverrides(*scenario, rounds, seed);
   STARLING_RETURN_IF_ERROR(needsTrainer(*scenario, path));
-  return runtime::prepareExperiment(*scenario, {.solve = solve});
+  return scenario::prepareExperiment(*scenario, {.solve = solve});
 }
 
 // `node-launcher merge`: the peer logs say what the peers ran (seed, rounds, scenario hash); the
 // scenario file must be the one they ran, and --seed/--rounds, if given, must agree.
 int mergeRun(const std::string& scenarioPath, const std::string& outDir, const Numbers& num,
              const std::vector<std::string>& command) {
-  auto scenario = runtime::loadScenario(scenarioPath);
+  auto scenario = scenario::loadScenario(scenarioPath);
   if (!scenario) return report(scenario.status());
   // Not while a launcher still writes into the folder (or another merge does).
   auto lock = claimRunFolder(outDir, /*fresh=*/false);
@@ -248,26 +248,28 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
     }
     if (h.trainer) {
       return report(core::invalidArgument(
-          runtime::peerLogPath(outDir, h.rank).string() + " is a trainer's log (run SCENARIO -- "
-          "COMMAND): its rounds are the trainer's model, not the problem in " + scenarioPath +
+          engine::peerLogPath(outDir, h.rank).string() +
+          " is a trainer's log (run SCENARIO -- "
+          "COMMAND): its rounds are the trainer's model, not the problem in " +
+          scenarioPath +
           "; that run's launcher wrote its metrics.jsonl and summary.json, and `merge` leaves "
           "them alone"));
     }
   }
   if (num.seed && *num.seed != h0.seed) {
-    return report(core::invalidArgument(
-        "--seed " + std::to_string(*num.seed) + ": the peers ran with seed " +
-        std::to_string(h0.seed) + " (" + runtime::peerLogPath(outDir, 0).string() +
-        "); leave --seed out, merge reads it from the logs"));
+    return report(core::invalidArgument("--seed " + std::to_string(*num.seed) +
+                                        ": the peers ran with seed " + std::to_string(h0.seed) +
+                                        " (" + engine::peerLogPath(outDir, 0).string() +
+                                        "); leave --seed out, merge reads it from the logs"));
   }
   if (num.rounds && *num.rounds != h0.rounds) {
-    return report(core::invalidArgument(
-        "--rounds " + std::to_string(*num.rounds) + ": the peers ran " +
-        std::to_string(h0.rounds) + " rounds (" + runtime::peerLogPath(outDir, 0).string() +
-        "); leave --rounds out, merge reads it from the logs"));
+    return report(core::invalidArgument("--rounds " + std::to_string(*num.rounds) +
+                                        ": the peers ran " + std::to_string(h0.rounds) +
+                                        " rounds (" + engine::peerLogPath(outDir, 0).string() +
+                                        "); leave --rounds out, merge reads it from the logs"));
   }
-  runtime::applyOverrides(*scenario, h0.rounds, h0.seed);
-  const std::string hash = runtime::scenarioHashHex(runtime::scenarioHash(*scenario));
+  scenario::applyOverrides(*scenario, h0.rounds, h0.seed);
+  const std::string hash = scenario::scenarioHashHex(scenario::scenarioHash(*scenario));
   if (hash != h0.scenarioHash) {
     return report(core::invalidArgument(
         scenarioPath + ": not the scenario the peers in " + outDir + " ran (its hash with their "
@@ -275,7 +277,7 @@ int mergeRun(const std::string& scenarioPath, const std::string& outDir, const N
         "): pass the same scenario file, unchanged; " + outDir +
         "/scenario.resolved.json is a copy when `run` or a previous merge wrote one"));
   }
-  auto e = runtime::prepareExperiment(*scenario, {.solve = true});
+  auto e = scenario::prepareExperiment(*scenario, {.solve = true});
   if (!e) return report(e.status());
   if (auto st = runtime::writeRunInfo(outDir, e->scenario, "merge", command); !st.isOk()) {
     return runFailed(st);
@@ -329,7 +331,7 @@ int resumeRun(const std::string& scenarioPath, const std::string& dir, const std
   if (!std::filesystem::is_directory(dir)) {
     return report(core::invalidArgument("--resume " + dir + ": no such folder"));
   }
-  auto scenario = runtime::loadScenario(scenarioPath);
+  auto scenario = scenario::loadScenario(scenarioPath);
   if (!scenario) return report(scenario.status());
   auto lock = claimRunFolder(dir, /*fresh=*/false);
   if (!lock) return report(lock.status());
@@ -341,7 +343,7 @@ int resumeRun(const std::string& scenarioPath, const std::string& dir, const std
   }
   auto e = load(scenarioPath, rounds, seed, /*solve=*/true);
   if (!e) return report(e.status());
-  if (e->scenario.transport.kind != runtime::TransportConfig::Kind::kUcx) {
+  if (e->scenario.transport.kind != scenario::TransportConfig::Kind::kUcx) {
     return report(core::invalidArgument(
         scenarioPath + ": /transport/kind: --resume continues a run of peer processes "
         "(\"ucx\"); `simulate` and the inproc transport write no checkpoints"));
@@ -380,7 +382,7 @@ int resumeRun(const std::string& scenarioPath, const std::string& dir, const std
 }  // namespace
 
 int launcherMain(int argc, char** argv) {
-  runtime::ignoreFileSizeSignal();  // a full disk or file-size limit is an error, not a crash
+  core::ignoreFileSizeSignal();  // a full disk or file-size limit is an error, not a crash
   const std::vector<std::string> command(argv, argv + argc);
   CLI::App app{"Starling node launcher: decentralized training without a server"};
   app.require_subcommand(1);
@@ -390,7 +392,7 @@ int launcherMain(int argc, char** argv) {
   std::string outDir;
   NumberFlags flags;
   const std::string roundsHelp =
-      "override the scenario's rounds (1.." + std::to_string(runtime::kMaxRounds) + ")";
+      "override the scenario's rounds (1.." + std::to_string(scenario::kMaxRounds) + ")";
   auto* sim = app.add_subcommand("simulate", "run every node of SCENARIO in this process");
   sim->add_option("scenario", scenarioPath, "scenario JSON file")->required();
   sim->add_option("--out", outDir, "output folder (default runs/<scenario name>)");
@@ -464,7 +466,7 @@ int launcherMain(int argc, char** argv) {
   if (*val) {
     int rc = 0;
     for (const auto& path : validatePaths) {
-      if (auto s = runtime::loadScenario(path); s && !s->hasProblem) {
+      if (auto s = scenario::loadScenario(path); s && !s->hasProblem) {
         if (auto st = runtime::checkBeforeStart(*s, /*local=*/false); !st.isOk()) {
           rc = std::max(rc, report(st));
           continue;
@@ -488,7 +490,7 @@ int launcherMain(int argc, char** argv) {
   }
 
   if (*topo) {
-    auto scenario = runtime::loadScenario(scenarioPath);
+    auto scenario = scenario::loadScenario(scenarioPath);
     if (!scenario) return report(scenario.status());
     auto schedule = topology::Schedule::create(scenario->topology);
     if (!schedule) return report(core::invalidArgument(scenarioPath + ": /topology: " +
@@ -547,7 +549,7 @@ int launcherMain(int argc, char** argv) {
     return 0;
   }
 
-  const auto outFor = [&](const runtime::Experiment& e) {
+  const auto outFor = [&](const scenario::Experiment& e) {
     return outDir.empty() ? std::filesystem::path("runs") / e.scenario.name
                           : std::filesystem::path(outDir);
   };
@@ -558,13 +560,13 @@ int launcherMain(int argc, char** argv) {
                                                    trainerCommand, command);
 
   if (*run && !trainerCommand.empty()) {
-    auto scenario = runtime::loadScenario(scenarioPath);
+    auto scenario = scenario::loadScenario(scenarioPath);
     if (!scenario) return report(scenario.status());
     if (rounds || seed) {
       return report(core::invalidArgument("--rounds and --seed do not apply to a trainer's run (the "
                                           "trainer decides its steps; set seed in the scenario)"));
     }
-    if (scenario->transport.kind != runtime::TransportConfig::Kind::kUcx) {
+    if (scenario->transport.kind != scenario::TransportConfig::Kind::kUcx) {
       return report(core::invalidArgument(scenarioPath + ": /transport/kind: a trainer's run needs "
                                           "\"ucx\" (one process per node)"));
     }
@@ -616,7 +618,7 @@ int launcherMain(int argc, char** argv) {
   auto e = load(scenarioPath, rounds, seed, /*solve=*/true);
   if (!e) return report(e.status());
 
-  if (*run && e->scenario.transport.kind == runtime::TransportConfig::Kind::kUcx) {
+  if (*run && e->scenario.transport.kind == scenario::TransportConfig::Kind::kUcx) {
     if (auto st = runtime::checkBeforeStart(e->scenario, /*local=*/true); !st.isOk()) {
       return report(st);
     }
@@ -656,7 +658,7 @@ int launcherMain(int argc, char** argv) {
   return 0;
 }
 
-// Sizes are checked before anything large is allocated (runtime/scenario_limits.h), but that is
+// Sizes are checked before anything large is allocated (scenario/scenario_limits.h), but that is
 // an estimate: running out of memory anyway is a clear error, not an abort.
 int main(int argc, char** argv) {
   try {
@@ -664,7 +666,7 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr,
                  "node-launcher: out of memory (the scenario's sizes passed the estimate of "
-                 "runtime/scenario_limits.h; STARLING_MEMORY_LIMIT_GIB lowers the limit it checks "
+                 "scenario/scenario_limits.h; STARLING_MEMORY_LIMIT_GIB lowers the limit it checks "
                  "against)\n");
     return kExitFailure;
   }

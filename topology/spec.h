@@ -1,6 +1,6 @@
 // Plain descriptions of a communication graph and of how it changes from round to round.
 //
-// These are values parsed once from a scenario (runtime/scenario.cc) and handed to the topology
+// These are values parsed once from a scenario (scenario/scenario.cc) and handed to the topology
 // module; nothing here knows JSON. Every field has the scenario's default.
 #pragma once
 

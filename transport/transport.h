@@ -169,7 +169,7 @@ class Transport {
   // is gone), kPeerGone (another process of that rank answers, a restarted one: the process this
   // transport was connected to is gone), or kTimeout (no answer by `deadline`: a host that is
   // gone, or a process stopped).
-  // Used to tell a dead neighbour's neighbours from live ones (runtime/survival.h). The default
+  // Used to tell a dead neighbour's neighbours from live ones (engine/survival.h). The default
   // answers ok: a transport without a way to ask says every peer is alive.
   using PingCallback = std::function<void(const core::Status&)>;
   virtual void ping(int /*peer*/, Clock::time_point /*deadline*/, PingCallback done) {

@@ -312,7 +312,7 @@ void unpackAlignedFast(const std::byte* in, size_t n, int width, uint8_t* c) {
 // float64, so the fused multiply-add rounds as the separate add does; a partial last group loads
 // zeros into the lanes it does not reach, and adding +0 leaves a lane as it was; the pairwise
 // tree stays in registers. What it saves is the loop's bookkeeping and the tree's trip through
-// memory (docs/bench_codecs.md, ninth pass: +12-22% on the l2 quantizers' encodes).
+// memory (docs/bench_codecs.md, "Current results": +12-22% on the l2 quantizers' encodes).
 #pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_undefined_* in intrinsics

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "optim/problem.h"
-#include "runtime/experiment.h"
-#include "runtime/launcher.h"
-#include "runtime/scenario.h"
-#include "runtime/simulator.h"
 #include "peer_testing.h"
+#include "runtime/launcher.h"
+#include "runtime/simulator.h"
 #include "runtime/trainer_merge.h"
+#include "scenario/experiment.h"
+#include "scenario/scenario.h"
 
 using namespace starling;
 using Catch::Matchers::Contains;
@@ -32,10 +32,10 @@ namespace {
 
 // Each rank trains with the gradient of its own shard of `e` (what the simulator's node computes)
 // through Peer::step, and returns its final model.
-std::vector<std::vector<double>> trainWithPeers(const runtime::Experiment& e,
+std::vector<std::vector<double>> trainWithPeers(const scenario::Experiment& e,
                                                 const std::string& path, uint64_t steps,
                                                 const std::vector<std::string>& addresses = {}) {
-  const runtime::Scenario& s = e.scenario;
+  const scenario::Scenario& s = e.scenario;
   std::vector<std::vector<double>> models(s.nodes);
   const auto statuses = onThreads(s.nodes, [&](int rank) -> Status {
     PeerOptions po;
@@ -61,11 +61,11 @@ std::vector<std::vector<double>> trainWithPeers(const runtime::Experiment& e,
   return models;
 }
 
-runtime::Experiment experiment(const std::filesystem::path& path) {
-  auto s = runtime::loadScenario(path.string());
+scenario::Experiment experiment(const std::filesystem::path& path) {
+  auto s = scenario::loadScenario(path.string());
   INFO(s.status().toString());
   REQUIRE(s.isOk());
-  auto e = runtime::prepareExperiment(*s);
+  auto e = scenario::prepareExperiment(*s);
   INFO(e.status().toString());
   REQUIRE(e.isOk());
   return std::move(*e);
@@ -313,7 +313,7 @@ TEST_CASE("a trainer's peer logs merge into consensus distance and averaged metr
     INFO(st.toString());
     REQUIRE(st.isOk());
   }
-  auto s = runtime::loadScenario(path.string());
+  auto s = scenario::loadScenario(path.string());
   REQUIRE(s.isOk());
   auto merger = runtime::TrainerLogMerger::create(*s, out);
   REQUIRE(merger.isOk());

@@ -1,5 +1,5 @@
 // libFuzzer target for the wire frame itself: parseFrame(), which every received message goes
-// through first, and decodeDense(), which runtime/node.cc uses for uncompressed messages.
+// through first, and decodeDense(), which engine/node.cc uses for uncompressed messages.
 //
 // Properties checked for every input (fuzz_input.h describes the input):
 //  - parseFrame() returns a view or kCorruption, reading only inside the frame;

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "run_helpers.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario_writer.h"
 
 using namespace starling;
 using testing::experimentFrom;
@@ -38,15 +38,15 @@ std::string asyncKey(int staleness, const std::string& speeds = kSlow) {
          "}";
 }
 
-runtime::Scenario parsed(const std::string& json) {
-  auto s = runtime::parseScenario(json, "t.json", ".");
+scenario::Scenario parsed(const std::string& json) {
+  auto s = scenario::parseScenario(json, "t.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
   return *s;
 }
 
 std::string parseError(const std::string& json) {
-  auto s = runtime::parseScenario(json, "t.json", ".");
+  auto s = scenario::parseScenario(json, "t.json", ".");
   REQUIRE_FALSE(s.isOk());
   return s.status().message();
 }
@@ -141,7 +141,8 @@ TEST_CASE("asynchronous simulation is deterministic: two runs write the same fil
 
 TEST_CASE("Fashion-MNIST MLP, 8 peers: asynchronous DSGD trains and stays deterministic",
           "[integration][async]") {
-  const std::string images = std::string(runtime::kFashionMnistDir) + "/train-images-idx3-ubyte.gz";
+  const std::string images =
+      std::string(scenario::kFashionMnistDir) + "/train-images-idx3-ubyte.gz";
   if (access(images.c_str(), R_OK) != 0) {
     WARN("dataset-fashion-mnist is not installed: nothing to check");
     return;
@@ -183,16 +184,17 @@ TEST_CASE("the asynchronous keys round-trip through the writer and leave other h
   CHECK(s.asynchronous.maxStaleness == 3);
   CHECK(s.asynchronous.speeds[3] == 0.5);
   CHECK(s.asynchronous.computeMs == 2.5);
-  const auto again = parsed(runtime::resolvedScenarioJson(s));
-  CHECK(runtime::resolvedScenarioJson(again) == runtime::resolvedScenarioJson(s));
-  CHECK(runtime::scenarioHash(again) == runtime::scenarioHash(s));
+  const auto again = parsed(scenario::resolvedScenarioJson(s));
+  CHECK(scenario::resolvedScenarioJson(again) == scenario::resolvedScenarioJson(s));
+  CHECK(scenario::scenarioHash(again) == scenario::scenarioHash(s));
   // Defaults: speeds all 1, compute_ms 0.
   const auto d = parsed(ring8(R"(, "asynchronous": {"max_staleness": 0})"));
   CHECK(d.asynchronous.speeds == std::vector<double>(8, 1.0));
   CHECK(d.asynchronous.computeMs == 0.0);
-  CHECK(runtime::scenarioHash(d) != runtime::scenarioHash(parsed(ring8(""))));
+  CHECK(scenario::scenarioHash(d) != scenario::scenarioHash(parsed(ring8(""))));
   // A synchronous scenario's resolved form has no trace of the key (its hash is unchanged).
-  CHECK(runtime::resolvedScenarioJson(parsed(ring8(""))).find("asynchronous") == std::string::npos);
+  CHECK(scenario::resolvedScenarioJson(parsed(ring8(""))).find("asynchronous") ==
+        std::string::npos);
 }
 
 TEST_CASE("asynchronous gossip refuses what it cannot run, naming the JSON path",

@@ -21,7 +21,7 @@ using testing::run;
 namespace {
 
 const bool kHaveData = [] {
-  const std::string f = std::string(runtime::kFashionMnistDir) + "/train-images-idx3-ubyte.gz";
+  const std::string f = std::string(scenario::kFashionMnistDir) + "/train-images-idx3-ubyte.gz";
   if (access(f.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "%s is not installed (apt-get install dataset-fashion-mnist): skipped\n",
                  f.c_str());
@@ -37,7 +37,7 @@ struct Setup {
   int batch;
 };
 
-std::string scenario(const Setup& s, const std::string& algorithm) {
+std::string scenarioJson(const Setup& s, const std::string& algorithm) {
   return R"({"schema_version": 1, "name": "codistil", "nodes": )" + std::to_string(s.nodes) +
          R"(, "seed": 1, "rounds": )" + std::to_string(s.rounds) + R"(, "log_every": )" +
          std::to_string(s.logEvery) + R"(, "precision": "float32", "topology": {"kind": "ring"},
@@ -68,7 +68,7 @@ TEST_CASE("codistillation through simulate is the recursion written out by hand,
   // rounds 2, 4, 6 (0 is skipped: its copies would be replaced before round 3), the term on from
   // round 3 with the copies of the last exchange before it.
   const Setup s{2, "[784, 8, 10]", 400, 100, 9, 9, 4};
-  std::string json = scenario(s, R"({"kind": "dsgd", "step_size": 0.1, "codistillation":
+  std::string json = scenarioJson(s, R"({"kind": "dsgd", "step_size": 0.1, "codistillation":
       {"alpha": 0.7, "period": 2, "burn_in": 3}})");
   json.replace(json.find(R"("float32")"), 9, R"("float64")");
   json.replace(json.find(R"({"kind": "ring"})"), 16, R"({"kind": "complete"})");
@@ -79,7 +79,7 @@ TEST_CASE("codistillation through simulate is the recursion written out by hand,
   const optim::CodistillationSpec spec{0.7, optim::CodistillationSpec::Distance::kCrossEntropy};
   std::vector<std::unique_ptr<optim::MlpObjective<double>>> f;
   std::vector<core::Rng> rng;
-  std::vector<std::vector<double>> x(2, runtime::initialModel(e)), copies(2);
+  std::vector<std::vector<double>> x(2, scenario::initialModel(e)), copies(2);
   for (size_t i = 0; i < 2; ++i) {
     f.push_back(optim::MlpObjective<double>::create({e.scenario.problem.layers, 0.0001},
                                                     e.images.subset(e.parts[i]),
@@ -110,21 +110,21 @@ TEST_CASE("codistillation through simulate is the recursion written out by hand,
 TEST_CASE("codistillation sends one model per tau rounds, none before it is needed, and never "
           "averages", "[fast][codistillation]") {
   REQUIRE(kHaveData);
-  const auto dsgd = run(experimentFrom(scenario(kSmall, R"({"kind": "dsgd", "step_size": 0.2})")));
-  const auto every4 = run(experimentFrom(scenario(kSmall, codistil(R"("period": 4)"))));
+  const auto dsgd = run(experimentFrom(scenarioJson(kSmall, R"({"kind": "dsgd", "step_size": 0.2})")));
+  const auto every4 = run(experimentFrom(scenarioJson(kSmall, codistil(R"("period": 4)"))));
   // burn_in 20: exchanges at 16, 20, ..., 36 (6 of them) instead of 0, 4, ..., 36 (10).
   const auto late =
-      run(experimentFrom(scenario(kSmall, codistil(R"("period": 4, "burn_in": 20)"))));
-  const auto alone = run(experimentFrom(scenario(kSmall, codistil(R"("period": 4, "alpha": 0)"))));
+      run(experimentFrom(scenarioJson(kSmall, codistil(R"("period": 4, "burn_in": 20)"))));
+  const auto alone = run(experimentFrom(scenarioJson(kSmall, codistil(R"("period": 4, "alpha": 0)"))));
   // The copies may travel through a codec (each replaces the last whole): fp16 halves them.
   const auto half = run(experimentFrom(
-      scenario(kSmall, codistil(R"("period": 4)") + R"(, "compression": {"kind": "fp16"})")));
+      scenarioJson(kSmall, codistil(R"("period": 4)") + R"(, "compression": {"kind": "fp16"})")));
   // Every message is one model frame of the same size: bytes are proportional to exchanges.
   CHECK(dsgd.last.bytesSent == 4 * every4.last.bytesSent);
   CHECK(half.last.bytesSent * 10 < every4.last.bytesSent * 6);
   // A time-varying graph: the copies are of whoever is a neighbour in the exchange round (one
   // peer a round here, so half the ring's bytes).
-  std::string onePeer = scenario(kSmall, codistil(R"("period": 4)"));
+  std::string onePeer = scenarioJson(kSmall, codistil(R"("period": 4)"));
   onePeer.replace(onePeer.find(R"({"kind": "ring"})"), 16,
                   R"({"kind": "ring", "schedule": {"kind": "one_peer_exponential"}})");
   const auto varying = run(experimentFrom(onePeer));
@@ -142,7 +142,7 @@ TEST_CASE("codistillation: two simulate runs give the same metrics and models, b
           "[fast][codistillation]") {
   REQUIRE(kHaveData);
   const std::string json =
-      scenario(kSmall, codistil(R"("period": 3, "burn_in": 5, "distance": "kl")"));
+      scenarioJson(kSmall, codistil(R"("period": 3, "burn_in": 5, "distance": "kl")"));
   std::vector<runtime::RoundMetrics> logs[2];
   std::vector<std::vector<double>> models[2];
   for (int k = 0; k < 2; ++k) {
@@ -175,9 +175,9 @@ TEST_CASE("Fashion-MNIST, 8 peers on a ring: codistillation trains every peer at
   const Setup s{8, "[784, 32, 10]", 20000, 2000, 600, 600, 32};
   const std::string co10 = R"({"kind": "dsgd", "step_size": 0.05, "codistillation":
       {"period": 10, "burn_in": 100)";
-  const auto dsgd = run(experimentFrom(scenario(s, R"({"kind": "dsgd", "step_size": 0.05})")));
-  const auto co = run(experimentFrom(scenario(s, co10 + R"(, "alpha": 1}})")));
-  const auto alone = run(experimentFrom(scenario(s, co10 + R"(, "alpha": 0}})")));
+  const auto dsgd = run(experimentFrom(scenarioJson(s, R"({"kind": "dsgd", "step_size": 0.05})")));
+  const auto co = run(experimentFrom(scenarioJson(s, co10 + R"(, "alpha": 1}})")));
+  const auto alone = run(experimentFrom(scenarioJson(s, co10 + R"(, "alpha": 0}})")));
   std::printf("fashion-mnist %s, 8 peers, %llu rounds: per-peer test accuracy mean/min: "
               "dsgd %.4f/%.4f (%.1f MB), codistillation tau 10 %.4f/%.4f (%.1f MB), alone "
               "%.4f/%.4f\n",

@@ -101,11 +101,11 @@ def main():
     # An internal header is out of reach of a trainer built that way.
     probe = os.path.join(tmp, "probe.cc")
     with open(probe, "w") as f:
-        f.write('#include "runtime/node.h"\nint main() { return 0; }\n')
+        f.write('#include "engine/node.h"\nint main() { return 0; }\n')
     cflags = run(["pkg-config", "--cflags", "starling"], env=env).stdout.split()
     p = run(["c++", "-std=c++20", "-fsyntax-only", probe] + cflags, env=env, check=False,
             cwd=tmp)
-    expect(p.returncode != 0 and "runtime/node.h" in p.stderr,
+    expect(p.returncode != 0 and "engine/node.h" in p.stderr,
            "an internal header does not compile against the installed package")
 
     # 3. Four trainers under the launcher.

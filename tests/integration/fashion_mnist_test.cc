@@ -23,7 +23,7 @@ namespace {
 
 // Before Catch2 runs anything: no data set, no test.
 const bool kHaveData = [] {
-  const std::string f = std::string(runtime::kFashionMnistDir) + "/train-images-idx3-ubyte.gz";
+  const std::string f = std::string(scenario::kFashionMnistDir) + "/train-images-idx3-ubyte.gz";
   if (access(f.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "%s is not installed (apt-get install dataset-fashion-mnist): skipped\n",
                  f.c_str());
@@ -38,7 +38,7 @@ struct Setup {
   int batch;  // per node; the centralized run takes 8 x batch
 };
 
-std::string scenario(const Setup& s, int nodes, int batch, const std::string& algorithm,
+std::string scenarioJson(const Setup& s, int nodes, int batch, const std::string& algorithm,
                      const std::string& compression = "") {
   return R"({"schema_version": 1, "name": "fmnist", "nodes": )" + std::to_string(nodes) +
          R"(, "seed": 1, "rounds": )" + std::to_string(s.rounds) + R"(, "log_every": )" +
@@ -65,10 +65,10 @@ Outcome train(const std::string& json) {
 void compare(const Setup& s, double minAccuracy, double chocoSlack) {
   REQUIRE(kHaveData);
   const std::string dsgd = R"({"kind": "dsgd", "step_size": 0.2})";
-  const Outcome dec = train(scenario(s, 8, s.batch, dsgd));
-  const Outcome cen = train(scenario(s, 1, 8 * s.batch, dsgd));
+  const Outcome dec = train(scenarioJson(s, 8, s.batch, dsgd));
+  const Outcome cen = train(scenarioJson(s, 1, 8 * s.batch, dsgd));
   const Outcome choco =
-      train(scenario(s, 8, s.batch, R"({"kind": "choco", "step_size": 0.2, "gamma": 0.05})",
+      train(scenarioJson(s, 8, s.batch, R"({"kind": "choco", "step_size": 0.2, "gamma": 0.05})",
                      R"(, "compression": {"kind": "topk", "ratio": 0.05})"));
   std::printf("fashion-mnist %s, %llu rounds: centralized %.4f; ring of 8: dsgd %.4f (%.1f MB), "
               "choco top-5%% %.4f (%.1f MB, %.1fx fewer bytes)\n",
@@ -125,7 +125,7 @@ TEST_CASE("Fashion-MNIST, ring of 8: each of the seeds' methods trains, and simu
                     "leader": {"local_period": 4, "global_period": 16}})", 0.82},
   };
   for (const Method& m : methods) {
-    const std::string json = scenario(s, 8, s.batch, m.algorithm);
+    const std::string json = scenarioJson(s, 8, s.batch, m.algorithm);
     const auto a = run(experimentFrom(json));
     std::printf("fashion-mnist %s, ring of 8, %s: test accuracy %.4f\n", s.layers.c_str(), m.name,
                 a.last.testAccuracy);
@@ -143,9 +143,9 @@ TEST_CASE("Fashion-MNIST, ring of 8: sketched gossip within 2 points of DSGD, it
   REQUIRE(kHaveData);
   // 20,000 images, [784, 32, 10] (d = 25,450), 600 rounds of 32 per node: the first case's run.
   const Setup s{"[784, 32, 10]", 20000, 2000, 600, 32};
-  const Outcome dsgd = train(scenario(s, 8, s.batch, R"({"kind": "dsgd", "step_size": 0.2})"));
+  const Outcome dsgd = train(scenarioJson(s, 8, s.batch, R"({"kind": "dsgd", "step_size": 0.2})"));
   // c = d / 10, k = c / 10, 5 rows: 12,725 values a message, half the model.
-  const Outcome sketched = train(scenario(s, 8, s.batch, R"({"kind": "dsgd", "step_size": 0.2,
+  const Outcome sketched = train(scenarioJson(s, 8, s.batch, R"({"kind": "dsgd", "step_size": 0.2,
       "gamma": 0.1, "sketch": {"rows": 5, "cols": 2545, "k": 254, "momentum": 0}})"));
   std::printf("fashion-mnist %s, ring of 8, %llu rounds: dsgd %.4f (%.1f MB), sketched 5 x 2545 "
               "%.4f (%.1f MB)\n",
@@ -168,9 +168,9 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO with the learned codec (LGC) trains w
   // version every 50 rounds. Measured 2026-11-25: DSGD 0.848, CHOCO + LGC 0.838 (2,000 test
   // images), 31x fewer bytes, mean compression error 0.90 (top-k's alone, at 5%, is 0.64).
   const Setup s{"[784, 32, 10]", 20000, 2000, 600, 32};
-  const auto dsgd = run(experimentFrom(scenario(s, 8, s.batch, R"({"kind": "dsgd", "step_size": 0.2})")));
+  const auto dsgd = run(experimentFrom(scenarioJson(s, 8, s.batch, R"({"kind": "dsgd", "step_size": 0.2})")));
   const auto lgc = run(experimentFrom(
-      scenario(s, 8, s.batch, R"({"kind": "choco", "step_size": 0.2, "gamma": 0.05})",
+      scenarioJson(s, 8, s.batch, R"({"kind": "choco", "step_size": 0.2, "gamma": 0.05})",
                R"(, "compression": {"kind": "lgc", "ratio": 0.05, "warmup": 100})")));
   std::printf("fashion-mnist %s, ring of 8: dsgd %.4f (%.1f MB), choco + lgc %.4f (%.1f MB), "
               "compression error %.3f\n",
@@ -218,8 +218,8 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO top-5% with the first and last layers
   // identity and the top 5% of W_2, b_2 (k = 53 of 1,056).
   const Setup s{"[784, 32, 32, 10]", 20000, 2000, 600, 32};
   const std::string choco = R"({"kind": "choco", "step_size": 0.2, "gamma": 0.05})";
-  const Outcome plain = train(scenario(s, 8, s.batch, choco));
-  const Outcome layered = train(scenario(
+  const Outcome plain = train(scenarioJson(s, 8, s.batch, choco));
+  const Outcome layered = train(scenarioJson(
       s, 8, s.batch, choco,
       R"(, "compression": {"kind": "topk", "ratio": 0.05, "uncompressed": ["first", "last"]})"));
   std::printf("fashion-mnist %s, ring of 8, %llu rounds, choco: uncompressed %.4f (%llu bytes), "
@@ -251,7 +251,7 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO top-5% with the first and last layers
   // Exactly, where the index gaps cannot reach 128: top-4 of b_2 (32 values) alone, the rest
   // uncompressed, for 20 rounds.
   const Setup few{"[784, 32, 32, 10]", 20000, 2000, 20, 32};
-  const Outcome exact = train(scenario(
+  const Outcome exact = train(scenarioJson(
       few, 8, few.batch, choco,
       R"(, "compression": {"kind": "identity", "layers": [{"tensors": [3], "kind": "topk", "k": 4}]})"));
   const std::vector<std::pair<uint64_t, uint64_t>> exactMap = {{26144, 0}, {32, 1}, {330, 0}};

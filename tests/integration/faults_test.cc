@@ -26,7 +26,7 @@ std::string faultScenario(const std::string& topology, const std::string& algori
 }
 
 // ||sum_{i alive} grad f_i(x)|| / max(1, ||sum_{i alive} grad f_i(0)||).
-double survivorsStationarity(const runtime::Experiment& e, const std::vector<bool>& alive,
+double survivorsStationarity(const scenario::Experiment& e, const std::vector<bool>& alive,
                              const std::vector<double>& x) {
   const size_t d = x.size();
   std::vector<double> g(d, 0.0), g0(d, 0.0), gi(d), zero(d, 0.0);
@@ -50,10 +50,10 @@ double survivorsStationarity(const runtime::Experiment& e, const std::vector<boo
 
 // The error of a scenario that simulate must refuse to finish.
 std::string simulateFailure(const std::string& json) {
-  auto s = runtime::parseScenario(json, "t.json", ".");
+  auto s = scenario::parseScenario(json, "t.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
-  auto e = runtime::prepareExperiment(*s);
+  auto e = scenario::prepareExperiment(*s);
   REQUIRE(e.isOk());
   auto r = runtime::simulate(*e, {});
   REQUIRE_FALSE(r.isOk());
@@ -143,7 +143,7 @@ TEST_CASE("a loss that disconnects the graph is reported; a ring closes over the
   SECTION("repairGraph: a ring of 8 without 3 and 4 is the ring 0-1-2-5-6-7") {
     const auto ring = topology::Graph::fromEdges(
         8, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
-    auto g = runtime::repairGraph(ring, aliveWithout(8, {3, 4}), runtime::RepairKind::kReconnect);
+    auto g = engine::repairGraph(ring, aliveWithout(8, {3, 4}), engine::RepairKind::kReconnect);
     REQUIRE(g.isOk());
     CHECK(g->edges() ==
           std::vector<std::pair<int, int>>{{0, 1}, {0, 7}, {1, 2}, {2, 5}, {5, 6}, {6, 7}});
@@ -162,7 +162,7 @@ TEST_CASE("with on_peer_loss \"stop\" a scripted kill stops the run, naming the 
 namespace {
 
 // Every logged round's numbers (all but the wall time), for comparing two runs exactly.
-std::vector<std::vector<double>> loggedRounds(const runtime::Experiment& e,
+std::vector<std::vector<double>> loggedRounds(const scenario::Experiment& e,
                                               runtime::SimulateResult* result = nullptr) {
   std::vector<std::vector<double>> rows;
   runtime::SimulateOptions opt;

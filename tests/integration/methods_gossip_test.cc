@@ -3,9 +3,8 @@
 // every node's minibatch draws are replayed from its seed, and the test carries its own copy of
 // the mixing weights, the consensus on AdaScale's statistics, the smoothed gain and its
 // scale-invariant schedule, the running losses, the max-consensus election and the pulls.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -16,7 +15,7 @@
 #include "optim/problem.h"
 #include "run_helpers.h"
 #include "runtime/node_stack.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario_writer.h"
 
 using namespace starling;
 using namespace starling::testing;
@@ -31,7 +30,7 @@ struct Nodes {
   std::vector<Vec> x;
 };
 
-Nodes nodesOf(const runtime::Experiment& e) {
+Nodes nodesOf(const scenario::Experiment& e) {
   Nodes r;
   const int n = e.scenario.nodes;
   for (int i = 0; i < n; ++i) {
@@ -318,9 +317,9 @@ TEST_CASE("the running loss an sgd estimator reports is the drawn samples' mean 
 TEST_CASE("AdaScale and Leader SGD refuse what they cannot do, naming the JSON path",
           "[integration][methods]") {
   const auto errorOf = [](const std::string& json) {
-    auto s = runtime::parseScenario(json, "test.json", ".");
+    auto s = scenario::parseScenario(json, "test.json", ".");
     if (!s) return s.status().message();
-    auto e = runtime::prepareExperiment(*s);
+    auto e = scenario::prepareExperiment(*s);
     return e ? std::string("accepted") : e.status().message();
   };
   const std::string ada = R"("adascale": {"micro_batches": 2})";
@@ -371,15 +370,15 @@ TEST_CASE("AdaScale and Leader SGD scenarios write back as they were read",
                       "proximal_global": 0.01, "local_period": 3, "global_period": 9,
                       "loss_window": 5})"}) {
     INFO(extra);
-    auto s = runtime::parseScenario(
+    auto s = scenario::parseScenario(
         lineScenario(3, 5, "4", R"({"kind": "dsgd", "step_size": 0.1, )" + extra + "}"),
         "test.json", ".");
     REQUIRE(s.isOk());
-    const std::string written = runtime::resolvedScenarioJson(*s);
-    auto again = runtime::parseScenario(written, "test.json", ".");
+    const std::string written = scenario::resolvedScenarioJson(*s);
+    auto again = scenario::parseScenario(written, "test.json", ".");
     INFO(written);
     REQUIRE(again.isOk());
-    CHECK(runtime::resolvedScenarioJson(*again) == written);
+    CHECK(scenario::resolvedScenarioJson(*again) == written);
     CHECK(again->algorithm.adascale.has_value() == s->algorithm.adascale.has_value());
     if (s->algorithm.adascale) {
       CHECK(again->algorithm.adascale->microBatches == s->algorithm.adascale->microBatches);

@@ -2,13 +2,12 @@
 // `simulate` and checked against the update equations written out by hand here: a node's local
 // optimizer (Adam, momentum) and the LEGW step-size schedule, on two nodes of DSGD.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
 #include "optim/problem.h"
 #include "run_helpers.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario_writer.h"
 
 using namespace starling;
 using namespace starling::testing;
@@ -34,7 +33,7 @@ struct Reference {
   std::vector<std::vector<double>> x;
 };
 
-Reference referenceOf(const runtime::Experiment& e) {
+Reference referenceOf(const scenario::Experiment& e) {
   Reference r;
   for (int i = 0; i < 2; ++i) {
     r.f.push_back(optim::LocalObjective<double>::create(
@@ -143,19 +142,19 @@ TEST_CASE("the LEGW schedule ramps to base_lr x sqrt(k) over k x warmup_epochs e
   requireClose(result.models[0], ref.x[0]);
   requireClose(result.models[1], ref.x[1]);
   // The defaults LEGW took from the data do not change the scenario's hash (merge compares it).
-  auto parsed = runtime::parseScenario(
+  auto parsed = scenario::parseScenario(
       twoNodes(R"({"kind": "legw", "base_lr": 0.02, "base_batch": 50, "warmup_epochs": 2})", "",
                kRounds),
       "test.json", ".");
   REQUIRE(parsed);
-  CHECK(runtime::scenarioHash(*parsed) == runtime::scenarioHash(e.scenario));
+  CHECK(scenario::scenarioHash(*parsed) == scenario::scenarioHash(e.scenario));
   CHECK(e.scenario.algorithm.stepSize.batch == 200.0);
 }
 
 TEST_CASE("local optimizers and LEGW refuse what they cannot do, naming the JSON path",
           "[integration][methods]") {
   const auto refuse = [](const std::string& json, const std::string& words) {
-    auto s = runtime::parseScenario(json, "m.json", ".");
+    auto s = scenario::parseScenario(json, "m.json", ".");
     REQUIRE_FALSE(s);
     INFO(s.status().message());
     CHECK(s.status().message().find(words) != std::string::npos);

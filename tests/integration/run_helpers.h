@@ -4,23 +4,23 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "runtime/experiment.h"
-#include "runtime/scenario.h"
 #include "runtime/simulator.h"
+#include "scenario/experiment.h"
+#include "scenario/scenario.h"
 
 namespace starling::testing {
 
-inline runtime::Experiment experimentFrom(const std::string& json) {
-  auto s = runtime::parseScenario(json, "test.json", ".");
+inline scenario::Experiment experimentFrom(const std::string& json) {
+  auto s = scenario::parseScenario(json, "test.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
-  auto e = runtime::prepareExperiment(*s);
+  auto e = scenario::prepareExperiment(*s);
   INFO(e.status().toString());
   REQUIRE(e.isOk());
   return std::move(*e);
 }
 
-inline runtime::SimulateResult run(const runtime::Experiment& e,
+inline runtime::SimulateResult run(const scenario::Experiment& e,
                                    const runtime::SimulateOptions& opt = {}) {
   auto r = runtime::simulate(e, opt);
   INFO(r.status().toString());

@@ -5,7 +5,7 @@
 
 #include "compression/compressor.h"
 #include "run_helpers.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario_writer.h"
 
 using namespace starling;
 using namespace starling::testing;
@@ -24,9 +24,9 @@ std::string lineScenario(const std::string& algorithm, const std::string& extra 
 }
 
 std::string errorOf(const std::string& json) {
-  auto s = runtime::parseScenario(json, "test.json", ".");
+  auto s = scenario::parseScenario(json, "test.json", ".");
   if (!s) return s.status().message();
-  auto e = runtime::prepareExperiment(*s);
+  auto e = scenario::prepareExperiment(*s);
   return e ? std::string("accepted") : e.status().message();
 }
 
@@ -106,13 +106,13 @@ TEST_CASE("sketched gossip scenarios write back as they were read", "[integratio
   for (const std::string sketch : {R"({"rows": 3, "cols": 12, "k": 3})",
                                    R"({"cols": 20, "ratio": 0.05, "momentum": 0.5})"}) {
     INFO(sketch);
-    auto s = runtime::parseScenario(lineScenario(dsgd(sketch)), "test.json", ".");
+    auto s = scenario::parseScenario(lineScenario(dsgd(sketch)), "test.json", ".");
     REQUIRE(s.isOk());
-    const std::string written = runtime::resolvedScenarioJson(*s);
-    auto again = runtime::parseScenario(written, "test.json", ".");
+    const std::string written = scenario::resolvedScenarioJson(*s);
+    auto again = scenario::parseScenario(written, "test.json", ".");
     INFO(written);
     REQUIRE(again.isOk());
-    CHECK(runtime::resolvedScenarioJson(*again) == written);
+    CHECK(scenario::resolvedScenarioJson(*again) == written);
     REQUIRE(again->algorithm.sketch.has_value());
     const auto &a = *again->algorithm.sketch, &b = *s->algorithm.sketch;
     CHECK(a.rows == b.rows);
@@ -124,10 +124,10 @@ TEST_CASE("sketched gossip scenarios write back as they were read", "[integratio
     CHECK(again->algorithm.gamma == s->algorithm.gamma);
   }
   // The hashes' seed follows the scenario's seed.
-  auto s1 = runtime::parseScenario(lineScenario(dsgd(kSketch)), "a.json", ".");
+  auto s1 = scenario::parseScenario(lineScenario(dsgd(kSketch)), "a.json", ".");
   std::string other = lineScenario(dsgd(kSketch));
   other.replace(other.find(R"("seed": 21)"), 10, R"("seed": 22)");
-  auto s2 = runtime::parseScenario(other, "a.json", ".");
+  auto s2 = scenario::parseScenario(other, "a.json", ".");
   REQUIRE(s1.isOk());
   REQUIRE(s2.isOk());
   CHECK(s1->algorithm.sketch->seed != s2->algorithm.sketch->seed);

@@ -3,19 +3,19 @@
 // meson.build). Boost, nlohmann/json and ISA-L headers live in /usr/include, where any compile can
 // reach them, so the include guards below prove that no public header pulls them in.
 #include "compression/frame.h"
+#include "core/rng.h"
+#include "core/status.h"
+#include "engine/node.h"
 #include "optim/algorithm.h"
 #include "optim/dataset.h"
 #include "optim/problem.h"
-#include "core/rng.h"
-#include "core/status.h"
-#include "runtime/node.h"
-#include "runtime/scenario.h"
 #include "runtime/simulator.h"
-#include "transport/transport.h"
+#include "scenario/scenario.h"
 #include "topology/graph.h"
 #include "topology/mixing.h"
 #include "topology/schedule.h"
 #include "topology/spec.h"
+#include "transport/transport.h"
 // The installed front door (include/starling/), which a trainer compiles against.
 #include <starling/peer.h>
 #include <starling/status.h>

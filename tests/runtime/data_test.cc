@@ -1,4 +1,4 @@
-#include "runtime/data.h"
+#include "scenario/data.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,7 +31,7 @@ TEST_CASE("parseLibsvm reads sparse lines, comments and blank lines", "[runtime]
       "-1\t2:3.25   3:1e2 # trailing 5:9\n"
       "0.5 7:-1\r\n"
       "2";  // no final newline, no features
-  const auto d = parseLibsvm(text, "t.svm", std::nullopt);
+  const auto d = scenario::parseLibsvm(text, "t.svm", std::nullopt);
   REQUIRE(d.isOk());
   CHECK(d->features == 7);
   CHECK(d->labels == std::vector<double>{1.0, -1.0, 0.5, 2.0});
@@ -39,7 +39,7 @@ TEST_CASE("parseLibsvm reads sparse lines, comments and blank lines", "[runtime]
   CHECK(d->colIdx == std::vector<int32_t>{0, 3, 1, 2, 6});
   CHECK(d->values == std::vector<double>{0.5, -2.0, 3.25, 100.0, -1.0});
 
-  const auto wide = parseLibsvm(text, "t.svm", 10);
+  const auto wide = scenario::parseLibsvm(text, "t.svm", 10);
   REQUIRE(wide.isOk());
   CHECK(wide->features == 10);
   CHECK(wide->colIdx == d->colIdx);
@@ -69,7 +69,7 @@ TEST_CASE("parseLibsvm rejects malformed lines with their line number", "[runtim
       {"1 3", "expected index:value, got \"3\""},
   }));
   const std::string text = std::string("1 1:1\n# ok\n") + bad.line + "\n1 1:1\n";
-  const auto d = parseLibsvm(text, "x.svm", 5);
+  const auto d = scenario::parseLibsvm(text, "x.svm", 5);
   REQUIRE_FALSE(d.isOk());
   CHECK(d.status().code() == core::StatusCode::kCorruption);
   CHECK_THAT(d.status().message(), Catch::StartsWith("x.svm:3: "));
@@ -78,17 +78,17 @@ TEST_CASE("parseLibsvm rejects malformed lines with their line number", "[runtim
 
 TEST_CASE("parseLibsvm rejects inputs without samples", "[runtime][unit]") {
   for (const char* text : {"", "\n\n", "# only a comment\n   # another\n"}) {
-    const auto d = parseLibsvm(text, "e.svm", 3);
+    const auto d = scenario::parseLibsvm(text, "e.svm", 3);
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().code() == core::StatusCode::kCorruption);
     CHECK_THAT(d.status().message(), Catch::Contains("e.svm") && Catch::Contains("no samples"));
   }
-  CHECK_FALSE(parseLibsvm("1 1:1\n", "f.svm", 0).isOk());
+  CHECK_FALSE(scenario::parseLibsvm("1 1:1\n", "f.svm", 0).isOk());
 }
 
 TEST_CASE("readLibsvm reads a file and names a missing one", "[runtime][unit]") {
   const std::string dir = STARLING_TEST_DATA;
-  const auto d = readLibsvm(dir + "/small.svm", std::nullopt);
+  const auto d = scenario::readLibsvm(dir + "/small.svm", std::nullopt);
   REQUIRE(d.isOk());
   CHECK(d->features == 6);
   CHECK(d->labels == std::vector<double>{1.0, -1.0, 1.5, 0.0});
@@ -96,12 +96,12 @@ TEST_CASE("readLibsvm reads a file and names a missing one", "[runtime][unit]") 
   CHECK(d->colIdx == std::vector<int32_t>{0, 2, 5, 1, 0, 1, 2});
   CHECK(d->values == std::vector<double>{0.5, -2.0, 1e-3, 4.0, 1.0, 2.0, 3.0});
 
-  const auto narrow = readLibsvm(dir + "/small.svm", 5);
+  const auto narrow = scenario::readLibsvm(dir + "/small.svm", 5);
   REQUIRE_FALSE(narrow.isOk());
   CHECK_THAT(narrow.status().message(), Catch::Contains("small.svm:2: "));
 
   const std::string missing = dir + "/no_such_file.svm";
-  const auto m = readLibsvm(missing, std::nullopt);
+  const auto m = scenario::readLibsvm(missing, std::nullopt);
   REQUIRE_FALSE(m.isOk());
   CHECK(m.status().code() == core::StatusCode::kNotFound);
   CHECK_THAT(m.status().message(), Catch::Contains(missing + ": no such data file"));
@@ -110,12 +110,12 @@ TEST_CASE("readLibsvm reads a file and names a missing one", "[runtime][unit]") 
 TEST_CASE("parseLibsvm holds indices to 2^28 when the scenario does not fix features",
           "[runtime][unit]") {
   // The documented limit; the parser used to accept anything up to 2^31 - 1.
-  const auto atLimit = parseLibsvm("1 268435456:1\n", "w.svm", std::nullopt);
+  const auto atLimit = scenario::parseLibsvm("1 268435456:1\n", "w.svm", std::nullopt);
   REQUIRE(atLimit.isOk());
-  CHECK(atLimit->features == kMaxFeatures);
+  CHECK(atLimit->features == scenario::kMaxFeatures);
   CHECK(atLimit->nonZeros() == 1);
   for (const char* line : {"1 268435457:1\n", "1 2147483647:1\n", "1 9223372036854775807:1\n"}) {
-    const auto d = parseLibsvm(line, "w.svm", std::nullopt);
+    const auto d = scenario::parseLibsvm(line, "w.svm", std::nullopt);
     INFO(line);
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().code() == core::StatusCode::kCorruption);
@@ -124,7 +124,7 @@ TEST_CASE("parseLibsvm holds indices to 2^28 when the scenario does not fix feat
                    Catch::Contains("exceeds the limit of 268435456 (2^28) features"));
   }
   // A scenario's `features` still names itself as the limit.
-  const auto fixed = parseLibsvm("1 9:1\n", "w.svm", 8);
+  const auto fixed = scenario::parseLibsvm("1 9:1\n", "w.svm", 8);
   REQUIRE_FALSE(fixed.isOk());
   CHECK_THAT(fixed.status().message(), Catch::Contains("exceeds features = 8"));
 }
@@ -152,7 +152,7 @@ TEST_CASE("readLibsvm reads only regular files: a FIFO, a device or a folder is 
   };
   for (const Case& c : {Case{fifo, "a FIFO"}, Case{"/dev/zero", "a character device"},
                         Case{dir.path.string(), "a directory"}}) {
-    const auto d = readLibsvm(c.path, std::nullopt);
+    const auto d = scenario::readLibsvm(c.path, std::nullopt);
     INFO(c.path);
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().code() == core::StatusCode::kInvalidArgument);
@@ -170,10 +170,10 @@ TEST_CASE("readLibsvm refuses a file larger than an eighth of the memory limit",
     std::ofstream out(path);
     for (int i = 0; i < 20000; ++i) out << "1 1:0.5 2:0.25\n";  // 300,000 bytes
   }
-  REQUIRE(readLibsvm(path, std::nullopt).isOk());
+  REQUIRE(scenario::readLibsvm(path, std::nullopt).isOk());
   // 0.001 GiB: an eighth is 134,217 bytes.
   ::setenv("STARLING_MEMORY_LIMIT_GIB", "0.001", 1);
-  const auto d = readLibsvm(path, std::nullopt);
+  const auto d = scenario::readLibsvm(path, std::nullopt);
   ::unsetenv("STARLING_MEMORY_LIMIT_GIB");
   REQUIRE_FALSE(d.isOk());
   CHECK(d.status().code() == core::StatusCode::kInvalidArgument);
@@ -189,14 +189,14 @@ bool sameDataset(const Dataset& a, const Dataset& b) {
 
 TEST_CASE("makeSynthetic is deterministic in its seed", "[runtime][unit]") {
   const LossKind loss = GENERATE(LossKind::kLeastSquares, LossKind::kLogistic);
-  SyntheticSpec spec;
+  scenario::SyntheticSpec spec;
   spec.samples = 300;
   spec.features = 8;
   spec.heterogeneity = 0.5;
   spec.density = 0.4;
-  const auto a = makeSynthetic(spec, loss, 3, 42);
-  const auto b = makeSynthetic(spec, loss, 3, 42);
-  const auto c = makeSynthetic(spec, loss, 3, 43);
+  const auto a = scenario::makeSynthetic(spec, loss, 3, 42);
+  const auto b = scenario::makeSynthetic(spec, loss, 3, 42);
+  const auto c = scenario::makeSynthetic(spec, loss, 3, 43);
   REQUIRE((a.isOk() && b.isOk() && c.isOk()));
   CHECK(sameDataset(*a, *b));
   CHECK_FALSE(sameDataset(*a, *c));
@@ -208,13 +208,13 @@ TEST_CASE("makeSynthetic is deterministic in its seed", "[runtime][unit]") {
 }
 
 TEST_CASE("makeSynthetic honours density and scales labels to O(1)", "[runtime][unit]") {
-  SyntheticSpec spec;
+  scenario::SyntheticSpec spec;
   spec.samples = 4000;
   spec.features = 50;
   spec.noise = 0.0;
   const double density = GENERATE(1.0, 0.2, 0.01);
   spec.density = density;
-  const auto d = makeSynthetic(spec, LossKind::kLeastSquares, 1, 7);
+  const auto d = scenario::makeSynthetic(spec, LossKind::kLeastSquares, 1, 7);
   REQUIRE(d.isOk());
   const double cells = double(spec.samples) * spec.features;
   // Each cell is non-zero with probability density, plus one forced entry for each empty row
@@ -239,13 +239,13 @@ TEST_CASE("makeSynthetic honours density and scales labels to O(1)", "[runtime][
 }
 
 TEST_CASE("makeSynthetic validates its spec", "[runtime][unit]") {
-  const auto check = [](SyntheticSpec s, LossKind loss, const std::string& want) {
-    const auto d = makeSynthetic(s, loss, 2, 1);
+  const auto check = [](scenario::SyntheticSpec s, LossKind loss, const std::string& want) {
+    const auto d = scenario::makeSynthetic(s, loss, 2, 1);
     REQUIRE_FALSE(d.isOk());
     CHECK(d.status().code() == core::StatusCode::kInvalidArgument);
     CHECK_THAT(d.status().message(), Catch::Contains(want));
   };
-  SyntheticSpec s;
+  scenario::SyntheticSpec s;
   s.density = 0.0;
   check(s, LossKind::kLeastSquares, "synthetic/density: must be in (0, 1], got 0");
   s = {};
@@ -268,20 +268,21 @@ TEST_CASE("makeSynthetic validates its spec", "[runtime][unit]") {
   check(s, LossKind::kLogistic, "synthetic/noise");
   s = {};
   s.noise = 0.5;
-  CHECK(makeSynthetic(s, LossKind::kLeastSquares, 2, 1).isOk());  // a std-dev, not a rate
+  CHECK(scenario::makeSynthetic(s, LossKind::kLeastSquares, 2, 1).isOk());  // a std-dev, not a rate
 }
 
 // Distance between the least-squares optima of node 0's and node 1's contiguous shards.
 double localOptimaGap(double heterogeneity) {
-  SyntheticSpec spec;
+  scenario::SyntheticSpec spec;
   spec.samples = 4000;
   spec.features = 10;
   spec.noise = 0.1;
   spec.heterogeneity = heterogeneity;
   const int nodes = 4;
-  const auto d = makeSynthetic(spec, LossKind::kLeastSquares, nodes, 2024);
+  const auto d = scenario::makeSynthetic(spec, LossKind::kLeastSquares, nodes, 2024);
   REQUIRE(d.isOk());
-  const auto parts = partitionSamples(d->samples(), nodes, PartitionKind::kContiguous, 0);
+  const auto parts =
+      scenario::partitionSamples(d->samples(), nodes, scenario::PartitionKind::kContiguous, 0);
   REQUIRE(parts.isOk());
   const optim::ProblemSpec problem{LossKind::kLeastSquares, 0.0};
   const auto x0 = optim::solveCentral(problem, d->subset((*parts)[0]));
@@ -303,15 +304,15 @@ TEST_CASE("Heterogeneity moves the nodes' local optima apart", "[runtime][unit]"
 TEST_CASE("Synthetic groups coincide with contiguous shards", "[runtime][unit]") {
   // 12 samples over 5 nodes: shards of 3, 3, 2, 2, 2 (j * 5 / 12 would give 3, 2, 3, 2, 2).
   // Noise-free, one feature: a shard fits exactly iff all its samples share one model.
-  SyntheticSpec spec;
+  scenario::SyntheticSpec spec;
   spec.samples = 12;
   spec.features = 1;
   spec.noise = 0.0;
   spec.heterogeneity = 1.0;
   const int nodes = 5;
-  const auto d = makeSynthetic(spec, LossKind::kLeastSquares, nodes, 3);
+  const auto d = scenario::makeSynthetic(spec, LossKind::kLeastSquares, nodes, 3);
   REQUIRE(d.isOk());
-  const auto parts = partitionSamples(12, nodes, PartitionKind::kContiguous, 0);
+  const auto parts = scenario::partitionSamples(12, nodes, scenario::PartitionKind::kContiguous, 0);
   REQUIRE(parts.isOk());
   std::vector<double> slopes;
   for (const auto& idx : *parts) {
@@ -329,8 +330,9 @@ TEST_CASE("Synthetic groups coincide with contiguous shards", "[runtime][unit]")
 TEST_CASE("partitionSamples cuts near-equal blocks", "[runtime][unit]") {
   const size_t samples = GENERATE(size_t{5}, size_t{17}, size_t{100}, size_t{1001});
   const int nodes = GENERATE(1, 3, 5);
-  const PartitionKind kind = GENERATE(PartitionKind::kContiguous, PartitionKind::kRandom);
-  const auto p = partitionSamples(samples, nodes, kind, 9);
+  const scenario::PartitionKind kind =
+      GENERATE(scenario::PartitionKind::kContiguous, scenario::PartitionKind::kRandom);
+  const auto p = scenario::partitionSamples(samples, nodes, kind, 9);
   REQUIRE(p.isOk());
   REQUIRE(p->size() == size_t(nodes));
   std::vector<int> seen(samples, 0);
@@ -346,12 +348,12 @@ TEST_CASE("partitionSamples cuts near-equal blocks", "[runtime][unit]") {
     }
   }
   CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
-  if (kind == PartitionKind::kContiguous) {
+  if (kind == scenario::PartitionKind::kContiguous) {
     CHECK(inOrder);
   } else if (samples >= 17) {
     CHECK_FALSE(inOrder);
-    const auto again = partitionSamples(samples, nodes, kind, 9);
-    const auto other = partitionSamples(samples, nodes, kind, 10);
+    const auto again = scenario::partitionSamples(samples, nodes, kind, 9);
+    const auto other = scenario::partitionSamples(samples, nodes, kind, 10);
     REQUIRE((again.isOk() && other.isOk()));
     CHECK(*again == *p);
     CHECK(*other != *p);
@@ -359,11 +361,11 @@ TEST_CASE("partitionSamples cuts near-equal blocks", "[runtime][unit]") {
 }
 
 TEST_CASE("partitionSamples needs a sample per node", "[runtime][unit]") {
-  const auto p = partitionSamples(3, 4, PartitionKind::kContiguous, 0);
+  const auto p = scenario::partitionSamples(3, 4, scenario::PartitionKind::kContiguous, 0);
   REQUIRE_FALSE(p.isOk());
   CHECK(p.status().code() == core::StatusCode::kInvalidArgument);
-  CHECK(partitionSamples(4, 4, PartitionKind::kRandom, 0).isOk());
-  CHECK_FALSE(partitionSamples(10, 0, PartitionKind::kRandom, 0).isOk());
+  CHECK(scenario::partitionSamples(4, 4, scenario::PartitionKind::kRandom, 0).isOk());
+  CHECK_FALSE(scenario::partitionSamples(10, 0, scenario::PartitionKind::kRandom, 0).isOk());
 }
 
 }  // namespace

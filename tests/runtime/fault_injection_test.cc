@@ -1,6 +1,6 @@
 // FaultInjector over the in-process transport: what the wrapped transport is handed (drop,
 // duplicate, reorder), what a receiver gets, and that nothing is left queued behind.
-#include "runtime/fault_injection.h"
+#include "engine/fault_injection.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "runtime/node.h"
+#include "engine/node.h"
 #include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
@@ -47,8 +47,9 @@ class Recording final : public transport::Transport {
   std::unique_ptr<transport::Transport> inner_;
 };
 
-FaultEvent chance(FaultEvent::Kind kind, double p, uint64_t from = 0, uint64_t to = 1000000) {
-  FaultEvent e;
+engine::FaultEvent chance(engine::FaultEvent::Kind kind, double p, uint64_t from = 0,
+                          uint64_t to = 1000000) {
+  engine::FaultEvent e;
   e.kind = kind;
   e.probability = p;
   e.fromRound = from;
@@ -68,13 +69,13 @@ SharedBytes message(uint64_t round) {
 
 // Ranks 0..n-1 on one hub; rank r's node sends through injector[r], which wraps recording[r].
 struct Net {
-  Net(int n, std::vector<FaultEvent> events, bool realTime, uint64_t seed = 7)
+  Net(int n, std::vector<engine::FaultEvent> events, bool realTime, uint64_t seed = 7)
       : hub(transport::inproc::createHub(n)) {
     for (int r = 0; r < n; ++r) {
       recording.push_back(
           std::make_unique<Recording>(transport::inproc::createTransport(*hub, r)));
-      injector.push_back(std::make_unique<FaultInjector>(*recording.back(), events, seed,
-                                                         kModelChannel, realTime));
+      injector.push_back(std::make_unique<engine::FaultInjector>(*recording.back(), events, seed,
+                                                                 engine::kModelChannel, realTime));
     }
   }
   // Drives every endpoint once without waiting.
@@ -83,7 +84,7 @@ struct Net {
   }
   std::unique_ptr<transport::inproc::InprocHub> hub;
   std::vector<std::unique_ptr<Recording>> recording;
-  std::vector<std::unique_ptr<FaultInjector>> injector;
+  std::vector<std::unique_ptr<engine::FaultInjector>> injector;
 };
 
 // Whatever is still queued at `rank` from `from` for `tag`: receives with a deadline already
@@ -104,10 +105,10 @@ int leftQueued(transport::Transport& t, int from, Tag tag) {
 
 TEST_CASE("drop: about P of the messages never reach the wrapped transport", "[runtime][unit]") {
   constexpr int kMessages = 10000;
-  Net net(2, {chance(FaultEvent::Kind::kDrop, 0.3)}, /*realTime=*/true);
+  Net net(2, {chance(engine::FaultEvent::Kind::kDrop, 0.3)}, /*realTime=*/true);
   int completed = 0;
   for (int k = 0; k < kMessages; ++k) {
-    net.injector[0]->send(1, Tag{static_cast<uint64_t>(k), kModelChannel}, message(k),
+    net.injector[0]->send(1, Tag{static_cast<uint64_t>(k), engine::kModelChannel}, message(k),
                           [&](const core::Status& st) { completed += st.isOk(); });
   }
   net.pump();
@@ -128,11 +129,13 @@ TEST_CASE("drop: about P of the messages never reach the wrapped transport", "[r
   CHECK(net.injector[0]->takeDropped().empty());  // taken once
 
   // The same seed drops the same messages (simulate and run draw alike); another seed others.
-  Net again(2, {chance(FaultEvent::Kind::kDrop, 0.3)}, true);
-  Net other(2, {chance(FaultEvent::Kind::kDrop, 0.3)}, true, /*seed=*/8);
+  Net again(2, {chance(engine::FaultEvent::Kind::kDrop, 0.3)}, true);
+  Net other(2, {chance(engine::FaultEvent::Kind::kDrop, 0.3)}, true, /*seed=*/8);
   for (int k = 0; k < kMessages; ++k) {
-    again.injector[0]->send(1, Tag{static_cast<uint64_t>(k), kModelChannel}, message(k), ignore);
-    other.injector[0]->send(1, Tag{static_cast<uint64_t>(k), kModelChannel}, message(k), ignore);
+    again.injector[0]->send(1, Tag{static_cast<uint64_t>(k), engine::kModelChannel}, message(k),
+                            ignore);
+    other.injector[0]->send(1, Tag{static_cast<uint64_t>(k), engine::kModelChannel}, message(k),
+                            ignore);
   }
   std::set<uint64_t> droppedAgain, droppedOther;
   for (const auto& d : again.injector[0]->takeDropped()) droppedAgain.insert(d.tag.round);
@@ -142,13 +145,15 @@ TEST_CASE("drop: about P of the messages never reach the wrapped transport", "[r
 }
 
 TEST_CASE("drop: only the scripted rounds, link and channel", "[runtime][unit]") {
-  FaultEvent e = chance(FaultEvent::Kind::kDrop, 1.0, 5, 8);
+  engine::FaultEvent e = chance(engine::FaultEvent::Kind::kDrop, 1.0, 5, 8);
   e.linkA = 1;
   e.linkB = 0;
   Net net(3, {e}, true);
   for (uint64_t r = 0; r < 12; ++r) {
-    for (int to : {1, 2}) net.injector[0]->send(to, Tag{r, kModelChannel}, message(r), ignore);
-    net.injector[0]->send(1, Tag{r, kModelChannel + 2}, message(r), ignore);  // another channel
+    for (int to : {1, 2})
+      net.injector[0]->send(to, Tag{r, engine::kModelChannel}, message(r), ignore);
+    net.injector[0]->send(1, Tag{r, engine::kModelChannel + 2}, message(r),
+                          ignore);  // another channel
   }
   std::vector<uint64_t> rounds;
   for (const auto& d : net.injector[0]->takeDropped()) {
@@ -161,7 +166,7 @@ TEST_CASE("drop: only the scripted rounds, link and channel", "[runtime][unit]")
 
 TEST_CASE("drop: the receive fails at once in simulate, waits its deadline over a network",
           "[runtime][unit]") {
-  FaultEvent e = chance(FaultEvent::Kind::kDrop, 1.0, 3, 4);
+  engine::FaultEvent e = chance(engine::FaultEvent::Kind::kDrop, 1.0, 3, 4);
   for (const bool realTime : {false, true}) {
     DYNAMIC_SECTION("realTime " << realTime) {
       Net net(2, {e}, realTime);
@@ -198,11 +203,11 @@ TEST_CASE("drop: the receive fails at once in simulate, waits its deadline over 
 TEST_CASE("duplicate: two copies go out; the receiver uses one and collects the other",
           "[runtime][unit]") {
   constexpr uint64_t kRounds = 1000;
-  Net net(2, {chance(FaultEvent::Kind::kDuplicate, 0.5)}, false);
+  Net net(2, {chance(engine::FaultEvent::Kind::kDuplicate, 0.5)}, false);
   std::vector<int> received(kRounds, 0);
   for (uint64_t r = 0; r < kRounds; ++r) {
-    net.injector[0]->send(1, Tag{r, kModelChannel}, message(r), ignore);
-    net.injector[1]->recv(0, Tag{r, kModelChannel}, Clock::now() + 10s,
+    net.injector[0]->send(1, Tag{r, engine::kModelChannel}, message(r), ignore);
+    net.injector[1]->recv(0, Tag{r, engine::kModelChannel}, Clock::now() + 10s,
                           [&, r](const core::Status& st, SharedBytes b) {
                             REQUIRE(st.isOk());
                             CHECK(static_cast<uint64_t>((*b)[0]) == (r & 0xff));
@@ -230,7 +235,7 @@ TEST_CASE("duplicate: two copies go out; the receiver uses one and collects the 
   CHECK(c1.collected == c0.duplicated);
   size_t left = 0;
   for (uint64_t r = 0; r < kRounds; ++r) {
-    left += leftQueued(*net.recording[1], 0, Tag{r, kModelChannel});
+    left += leftQueued(*net.recording[1], 0, Tag{r, engine::kModelChannel});
   }
   CHECK(left == 0);
   CHECK(net.recording[1]->stats().corruptMessages == 0);
@@ -238,7 +243,9 @@ TEST_CASE("duplicate: two copies go out; the receiver uses one and collects the 
 
 TEST_CASE("duplicate after a corrupted copy: rejected, genuine, then the spare collected",
           "[runtime][unit]") {
-  Net net(2, {chance(FaultEvent::Kind::kCorrupt, 1.0), chance(FaultEvent::Kind::kDuplicate, 1.0)},
+  Net net(2,
+          {chance(engine::FaultEvent::Kind::kCorrupt, 1.0),
+           chance(engine::FaultEvent::Kind::kDuplicate, 1.0)},
           false);
   const SharedBytes genuine = message(9);
   net.injector[0]->send(1, Tag{9, 0}, genuine, ignore);
@@ -269,8 +276,9 @@ TEST_CASE("duplicate after a corrupted copy: rejected, genuine, then the spare c
 TEST_CASE("reorder: a held message leaves after the next one, or when the sender waits",
           "[runtime][unit]") {
   SECTION("every message: pairs swap") {
-    Net net(4, {chance(FaultEvent::Kind::kReorder, 1.0)}, true);
-    for (int to : {1, 2, 3}) net.injector[0]->send(to, Tag{0, kModelChannel}, message(to), ignore);
+    Net net(4, {chance(engine::FaultEvent::Kind::kReorder, 1.0)}, true);
+    for (int to : {1, 2, 3})
+      net.injector[0]->send(to, Tag{0, engine::kModelChannel}, message(to), ignore);
     // 1 held, 2 goes (the next), then 1; 3 held until the sender waits.
     const auto& sent = net.recording[0]->sent;
     REQUIRE(sent.size() == 2);
@@ -282,22 +290,23 @@ TEST_CASE("reorder: a held message leaves after the next one, or when the sender
     CHECK(net.injector[0]->counts().reordered == 2);
     // A message on another channel (the membership gossip) releases one too, to the same
     // neighbour: reordered on that link.
-    net.injector[0]->send(1, Tag{1, kModelChannel}, message(1), ignore);
+    net.injector[0]->send(1, Tag{1, engine::kModelChannel}, message(1), ignore);
     net.injector[0]->send(1, Tag{1, 2}, message(1), ignore);
     REQUIRE(sent.size() == 5);
     CHECK(sent[3].tag == Tag{1, 2});
-    CHECK(sent[4].tag == Tag{1, kModelChannel});
+    CHECK(sent[4].tag == Tag{1, engine::kModelChannel});
     // releaseHeld (the simulator, once every node has sent).
-    net.injector[0]->send(2, Tag{2, kModelChannel}, message(2), ignore);
+    net.injector[0]->send(2, Tag{2, engine::kModelChannel}, message(2), ignore);
     CHECK(sent.size() == 5);
     net.injector[0]->releaseHeld();
     CHECK(sent.size() == 6);
   }
   SECTION("half of them: each delivered once, not in send order") {
-    Net net(3, {chance(FaultEvent::Kind::kReorder, 0.5)}, false);
+    Net net(3, {chance(engine::FaultEvent::Kind::kReorder, 0.5)}, false);
     constexpr uint64_t kRounds = 200;
     for (uint64_t r = 0; r < kRounds; ++r) {
-      for (int to : {1, 2}) net.injector[0]->send(to, Tag{r, kModelChannel}, message(r), ignore);
+      for (int to : {1, 2})
+        net.injector[0]->send(to, Tag{r, engine::kModelChannel}, message(r), ignore);
     }
     net.injector[0]->releaseHeld();
     const auto& sent = net.recording[0]->sent;
@@ -315,7 +324,7 @@ TEST_CASE("reorder: a held message leaves after the next one, or when the sender
     // The receivers get every message all the same.
     for (int to : {1, 2}) {
       for (uint64_t r = 0; r < kRounds; ++r) {
-        CHECK(leftQueued(*net.recording[to], 0, Tag{r, kModelChannel}) == 1);
+        CHECK(leftQueued(*net.recording[to], 0, Tag{r, engine::kModelChannel}) == 1);
       }
     }
   }
@@ -329,8 +338,8 @@ TEST_CASE("corrupt: on a damaged link the receiver is told to check every frame'
   auto hub = transport::inproc::createHub(2);
   auto sender = transport::inproc::createTransport(*hub, 0, /*vouch=*/true);  // as the simulator's
   auto receiver = transport::inproc::createTransport(*hub, 1);
-  FaultInjector injector(*receiver, {chance(FaultEvent::Kind::kCorrupt, 1.0, 0, 5)}, 7,
-                         kModelChannel, false);
+  engine::FaultInjector injector(*receiver, {chance(engine::FaultEvent::Kind::kCorrupt, 1.0, 0, 5)},
+                                 7, engine::kModelChannel, false);
   const auto intactAt = [&](uint64_t round, uint32_t channel) {
     sender->send(1, Tag{round, channel}, message(round), ignore);
     bool done = false, intact = false;
@@ -346,9 +355,9 @@ TEST_CASE("corrupt: on a damaged link the receiver is told to check every frame'
     }
     return intact;
   };
-  CHECK_FALSE(intactAt(3, kModelChannel));  // a damaged round on the model channel
-  CHECK(intactAt(9, kModelChannel));        // past the script's rounds
-  CHECK(intactAt(3, kModelChannel + 1));    // another channel: never damaged
+  CHECK_FALSE(intactAt(3, engine::kModelChannel));  // a damaged round on the model channel
+  CHECK(intactAt(9, engine::kModelChannel));        // past the script's rounds
+  CHECK(intactAt(3, engine::kModelChannel + 1));    // another channel: never damaged
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "runtime/idx.h"
+#include "scenario/idx.h"
 
 #include <zlib.h>
 
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/partition.h"
-#include "runtime/scenario.h"
-#include "runtime/scenario_limits.h"
+#include "scenario/partition.h"
+#include "scenario/scenario.h"
+#include "scenario/scenario_limits.h"
 
 namespace starling::runtime {
 namespace {
@@ -68,18 +68,18 @@ TEST_CASE("IDX: gzip and plain files read back exactly", "[runtime][idx]") {
   for (const bool compressed : {true, false}) {
     const auto img = dir.write("img", compressed ? gzip(raw) : raw);
     const auto lab = dir.write("lab", compressed ? gzip(idxBytes({5}, labels)) : idxBytes({5}, labels));
-    auto a = readIdx(img, kLimit);
+    auto a = scenario::readIdx(img, kLimit);
     REQUIRE(a);
     CHECK(a->dims == std::vector<uint32_t>{5, 3, 2});
     CHECK(a->data == pixels);
-    auto d = readIdxImages(img, lab, kLimit);
+    auto d = scenario::readIdxImages(img, lab, kLimit);
     REQUIRE(d);
     CHECK(d->features == 6);
     CHECK(d->classes == 3);
     CHECK(d->pixels == pixels);
     CHECK(d->labels == labels);
     CHECK(d->sample(1)[0] == pixels[6]);
-    auto firstTwo = readIdxImages(img, lab, kLimit, 10, 2);
+    auto firstTwo = scenario::readIdxImages(img, lab, kLimit, 10, 2);
     REQUIRE(firstTwo);
     CHECK(firstTwo->samples() == 2);
     CHECK(firstTwo->classes == 10);
@@ -87,7 +87,7 @@ TEST_CASE("IDX: gzip and plain files read back exactly", "[runtime][idx]") {
   }
 }
 
-void expectError(const core::Result<IdxArray>& r, const std::string& path,
+void expectError(const core::Result<scenario::IdxArray>& r, const std::string& path,
                  const std::string& what) {
   REQUIRE_FALSE(r);
   INFO(r.status().toString());
@@ -100,64 +100,66 @@ TEST_CASE("IDX: malformed files give errors naming the file and the fault", "[ru
   const std::vector<uint8_t> six{1, 2, 3, 4, 5, 6};
   SECTION("bad magic") {
     const auto p = dir.write("a", gzip("\x01\x02\x08\x01" + std::string(10, 'x')));
-    expectError(readIdx(p, kLimit), p, "bad magic 0x01020801");
+    expectError(scenario::readIdx(p, kLimit), p, "bad magic 0x01020801");
   }
   SECTION("a gzip file that is not IDX inside, and zero dimensions") {
     const auto p = dir.write("a", gzip(std::string("\0\0\x08\0", 4)));
-    expectError(readIdx(p, kLimit), p, "bad magic");
+    expectError(scenario::readIdx(p, kLimit), p, "bad magic");
   }
   SECTION("unsupported element type") {
     const auto p = dir.write("a", idxBytes({6}, six, 0x0D));
-    expectError(readIdx(p, kLimit), p, "element type 0x0d (float) is not supported");
+    expectError(scenario::readIdx(p, kLimit), p, "element type 0x0d (float) is not supported");
   }
   SECTION("truncated data") {
     auto raw = idxBytes({2, 3}, six);
     raw.pop_back();
     const auto p = dir.write("a", gzip(raw));
-    expectError(readIdx(p, kLimit), p, "truncated: the header says 2 x 3 = 6 bytes of data, the file has 5");
+    expectError(scenario::readIdx(p, kLimit), p,
+                "truncated: the header says 2 x 3 = 6 bytes of data, the file has 5");
   }
   SECTION("truncated header") {
     const auto p = dir.write("a", idxBytes({2, 3}, {}).substr(0, 9));
-    expectError(readIdx(p, kLimit), p, "truncated: the header needs 12 bytes");
+    expectError(scenario::readIdx(p, kLimit), p, "truncated: the header needs 12 bytes");
   }
   SECTION("trailing bytes") {
     const auto p = dir.write("a", idxBytes({5}, six));
-    expectError(readIdx(p, kLimit), p, "trailing bytes");
+    expectError(scenario::readIdx(p, kLimit), p, "trailing bytes");
   }
   SECTION("truncated gzip stream") {
     auto z = gzip(idxBytes({6}, six));
     z.resize(z.size() / 2);
     const auto p = dir.write("a", z);
-    expectError(readIdx(p, kLimit), p, "truncated gzip stream");
+    expectError(scenario::readIdx(p, kLimit), p, "truncated gzip stream");
   }
   SECTION("corrupt gzip stream") {
     auto z = gzip(idxBytes({6}, six));
     z[10] = static_cast<char>(0xff);
     z[11] = static_cast<char>(0xff);
     const auto p = dir.write("a", z);
-    expectError(readIdx(p, kLimit), p, "gzip");
+    expectError(scenario::readIdx(p, kLimit), p, "gzip");
   }
   SECTION("dimensions whose product overflows 64 bits are refused before allocating") {
     const auto p = dir.write("a", idxBytes({0xffffffffu, 0xffffffffu, 0xffffffffu}, six));
-    expectError(readIdx(p, kLimit), p, "dimensions 4294967295 x 4294967295 x 4294967295 hold more than the limit");
+    expectError(scenario::readIdx(p, kLimit), p,
+                "dimensions 4294967295 x 4294967295 x 4294967295 hold more than the limit");
   }
   SECTION("a stream inflating beyond the limit (a gzip bomb) stops at the limit") {
     const auto p = dir.write("a", gzip(idxBytes({1 << 20}, std::vector<uint8_t>(1 << 20, 0))));
-    expectError(readIdx(p, 4096), p, "inflates to more than the limit of 4");
+    expectError(scenario::readIdx(p, 4096), p, "inflates to more than the limit of 4");
   }
   SECTION("images and labels that do not match") {
     const auto img = dir.write("i", idxBytes({3, 2}, six));
     const auto lab = dir.write("l", idxBytes({2}, {0, 1}));
-    auto d = readIdxImages(img, lab, kLimit);
+    auto d = scenario::readIdxImages(img, lab, kLimit);
     REQUIRE_FALSE(d);
     CHECK(d.status().message() == lab + ": 2 labels for 3 images in " + img);
     const auto lab3 = dir.write("l3", idxBytes({3}, {0, 9, 1}));
-    auto e = readIdxImages(img, lab3, kLimit, 5);
+    auto e = scenario::readIdxImages(img, lab3, kLimit, 5);
     REQUIRE_FALSE(e);
     CHECK(e.status().message().find("label 9 is not below the 5 classes") != std::string::npos);
   }
   SECTION("a missing file") {
-    auto r = readIdx((dir.path / "none").string(), kLimit);
+    auto r = scenario::readIdx((dir.path / "none").string(), kLimit);
     REQUIRE_FALSE(r);
     CHECK(r.status().message().find("none") != std::string::npos);
   }
@@ -199,8 +201,8 @@ TEST_CASE("Label partitions: dirichlet skew grows as alpha shrinks, shards give 
           "[runtime][partition]") {
   const size_t m = 20000;
   const auto y = balancedLabels(m, 10);
-  auto small = partitionDirichlet(y, 8, 0.1, 1);
-  auto large = partitionDirichlet(y, 8, 1000.0, 1);
+  auto small = scenario::partitionDirichlet(y, 8, 0.1, 1);
+  auto large = scenario::partitionDirichlet(y, 8, 1000.0, 1);
   REQUIRE(small);
   REQUIRE(large);
   checkCovers(*small, m);
@@ -210,10 +212,10 @@ TEST_CASE("Label partitions: dirichlet skew grows as alpha shrinks, shards give 
   CHECK(skewSmall > 0.5);
   CHECK(skewLarge < 0.05);
   // Deterministic in the seed, different for another.
-  CHECK(*partitionDirichlet(y, 8, 0.1, 1) == *small);
-  CHECK(*partitionDirichlet(y, 8, 0.1, 2) != *small);
+  CHECK(*scenario::partitionDirichlet(y, 8, 0.1, 1) == *small);
+  CHECK(*scenario::partitionDirichlet(y, 8, 0.1, 2) != *small);
 
-  auto shards = partitionShards(y, 8, 2, 3);
+  auto shards = scenario::partitionShards(y, 8, 2, 3);
   REQUIRE(shards);
   checkCovers(*shards, m);
   for (const auto& p : *shards) {
@@ -227,12 +229,12 @@ TEST_CASE("Label partitions: dirichlet skew grows as alpha shrinks, shards give 
 
   // Tiny data: every node still gets a sample, however the Dirichlet draw falls.
   const auto few = balancedLabels(10, 10);
-  auto tiny = partitionDirichlet(few, 10, 0.01, 5);
+  auto tiny = scenario::partitionDirichlet(few, 10, 0.01, 5);
   REQUIRE(tiny);
   checkCovers(*tiny, 10);
-  CHECK_FALSE(partitionDirichlet(few, 11, 0.1, 5));
-  CHECK_FALSE(partitionDirichlet(few, 2, 0.0, 5));
-  CHECK_FALSE(partitionShards(few, 6, 2, 5));
+  CHECK_FALSE(scenario::partitionDirichlet(few, 11, 0.1, 5));
+  CHECK_FALSE(scenario::partitionDirichlet(few, 2, 0.0, 5));
+  CHECK_FALSE(scenario::partitionShards(few, 6, 2, 5));
 }
 
 TEST_CASE("Gamma draws have the right mean and variance", "[runtime][partition]") {
@@ -241,7 +243,7 @@ TEST_CASE("Gamma draws have the right mean and variance", "[runtime][partition]"
     double sum = 0, sq = 0;
     const int n = 200000;
     for (int k = 0; k < n; ++k) {
-      const double g = gammaDraw(shape, rng);
+      const double g = scenario::gammaDraw(shape, rng);
       REQUIRE(g >= 0.0);
       sum += g;
       sq += g * g;
@@ -265,9 +267,9 @@ TEST_CASE("Memory estimate: the mlp problem's vectors hold its parameters", "[ru
     "problem": {"kind": "mlp", "layers": [784, 4096, 4096, 10],
                 "estimator": {"kind": "sgd", "batch": 8}, "data": {"dataset": "fashion-mnist"}},
     "algorithm": {"kind": "dsgd", "step_size": 0.1}})";
-  auto s = parseScenario(json, "huge.json", ".");
+  auto s = scenario::parseScenario(json, "huge.json", ".");
   // 20,037,642 parameters on 1,000 nodes: refused (at parse time, or by checkMemory).
-  const core::Status st = s ? checkMemory(*s, scenarioShape(*s)) : s.status();
+  const core::Status st = s ? scenario::checkMemory(*s, scenario::scenarioShape(*s)) : s.status();
   REQUIRE_FALSE(st.isOk());
   CHECK(st.message().find("/problem/layers") != std::string::npos);
   CHECK(st.message().find("20037642 parameters") != std::string::npos);

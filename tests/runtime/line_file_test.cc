@@ -1,18 +1,18 @@
 // LineFile: whole lines or none, even when the disk fills up in the middle of a line.
-#include <catch2/catch.hpp>
+#include "core/line_file.h"
+
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
-#include "runtime/line_file.h"
-
 namespace fs = std::filesystem;
-using starling::runtime::LineFile;
+using starling::core::LineFile;
 
 namespace {
 
@@ -49,7 +49,7 @@ TEST_CASE("LineFile cuts a line that did not fit back off", "[runtime][unit]") {
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    starling::runtime::ignoreFileSizeSignal();
+    starling::core::ignoreFileSizeSignal();
     rlimit lim{100, 100};
     if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(200);
     auto f = LineFile::create(path);
@@ -79,14 +79,14 @@ TEST_CASE("LineFile cuts a line that did not fit back off", "[runtime][unit]") {
 TEST_CASE("writeFileAtomically leaves the old file when the new one does not fit",
           "[runtime][unit]") {
   const auto path = tempFile("summary.json");
-  REQUIRE(starling::runtime::writeFileAtomically(path, "old\n").isOk());
+  REQUIRE(starling::core::writeFileAtomically(path, "old\n").isOk());
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    starling::runtime::ignoreFileSizeSignal();
+    starling::core::ignoreFileSizeSignal();
     rlimit lim{50, 50};
     if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(200);
-    const auto st = starling::runtime::writeFileAtomically(path, std::string(80, 'n'));
+    const auto st = starling::core::writeFileAtomically(path, std::string(80, 'n'));
     _exit(st.isOk() ? 1 : 0);
   }
   int status = 0;

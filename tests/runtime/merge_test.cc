@@ -1,18 +1,19 @@
 // PeerLogMerger on hand-written peer logs: which peer a failed run's root cause is, and logs that
 // belong to another run.
-#include <catch2/catch.hpp>
+#include "runtime/merge.h"
+
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/merge.h"
 #include "runtime/peer.h"
-#include "runtime/scenario.h"
+#include "scenario/scenario.h"
 
 namespace fs = std::filesystem;
 using namespace starling;
-using runtime::PeerFailure;
+using engine::PeerFailure;
 
 namespace {
 
@@ -22,10 +23,10 @@ const char* kScenario = R"({"schema_version": 1, "name": "m", "nodes": 4, "seed"
               "data": {"synthetic": {"samples": 40, "features": 3}}},
   "algorithm": {"kind": "exact_diffusion", "step_size": 0.3}})";
 
-runtime::Experiment experiment() {
-  auto s = runtime::parseScenario(kScenario, "m.json", ".");
+scenario::Experiment experiment() {
+  auto s = scenario::parseScenario(kScenario, "m.json", ".");
   REQUIRE(s);
-  auto e = runtime::prepareExperiment(*s);
+  auto e = scenario::prepareExperiment(*s);
   REQUIRE(e);
   return std::move(*e);
 }
@@ -39,7 +40,7 @@ struct Logs {
     fs::create_directories(dir / "peers");
   }
   void write(int rank, const std::string& header, const std::vector<std::string>& lines) {
-    std::ofstream out(runtime::peerLogPath(dir, rank));
+    std::ofstream out(engine::peerLogPath(dir, rank));
     out << header << "\n";
     for (const auto& l : lines) out << l << "\n";
   }
@@ -51,7 +52,7 @@ struct Merged {
   std::unique_ptr<runtime::PeerLogMerger> merger;
 };
 
-Merged merge(const runtime::Experiment& e, const fs::path& dir) {
+Merged merge(const scenario::Experiment& e, const fs::path& dir) {
   auto log = runtime::MetricsLog::create(dir);
   REQUIRE(log);
   Merged m{std::move(*log), nullptr};
@@ -64,8 +65,8 @@ std::string roundLine(uint64_t round) {
 }
 
 std::string failed(int rank, uint64_t round, std::optional<int> lost, const std::string& code) {
-  return runtime::peerFailureLine(PeerFailure{rank, round, code, lost, code + " at " +
-                                                                         std::to_string(round)});
+  return engine::peerFailureLine(
+      PeerFailure{rank, round, code, lost, code + " at " + std::to_string(round)});
 }
 
 }  // namespace
@@ -151,8 +152,8 @@ TEST_CASE("a peer log of another run is refused, naming the file", "[runtime][un
   CHECK(polled.status().message().find("seed 4") != std::string::npos);
 
   // readPeerLogHeaders names the ranks without a log.
-  fs::remove(runtime::peerLogPath(logs.dir, 1));
-  fs::remove(runtime::peerLogPath(logs.dir, 3));
+  fs::remove(engine::peerLogPath(logs.dir, 1));
+  fs::remove(engine::peerLogPath(logs.dir, 3));
   const auto headers = runtime::readPeerLogHeaders(logs.dir, 4);
   REQUIRE_FALSE(headers);
   CHECK(headers.status().message().find("no peer log for ranks 1, 3 in") == 0);

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/node.h"
 #include "optim/algorithm.h"
-#include "runtime/node.h"
-#include "transport/inproc/inproc_transport.h"
 #include "topology/schedule.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {
@@ -68,7 +68,7 @@ struct AsyncCluster {
       : hub(transport::inproc::createHub(n)) {
     for (int r = 0; r < n; ++r) transports.push_back(transport::inproc::createTransport(*hub, r));
     for (int r = 0; r < n; ++r) {
-      nodes.push_back(std::make_unique<Node<double>>(r, make(r), *transports[r]));
+      nodes.push_back(std::make_unique<engine::Node<double>>(r, make(r), *transports[r]));
       nodes.back()->setAsynchronous(staleness);
     }
   }
@@ -95,7 +95,7 @@ struct AsyncCluster {
 
   std::unique_ptr<transport::inproc::InprocHub> hub;
   std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<Node<double>>> nodes;
+  std::vector<std::unique_ptr<engine::Node<double>>> nodes;
 };
 
 TEST_CASE(

@@ -1,8 +1,6 @@
 // Node's divergence check (Node::setDivergenceLimit) with the algorithms' own combine: a
 // neighbour's message that makes the model non-finite or too large fails the round, naming the
 // coordinate; a model within the limit passes (node_test.cc has the rest).
-#include "runtime/node.h"
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -13,10 +11,11 @@
 #include <vector>
 
 #include "compression/frame.h"
+#include "engine/node.h"
 #include "optim/algorithm.h"
-#include "transport/inproc/inproc_transport.h"
 #include "tests/runtime/node_testing.h"
 #include "topology/schedule.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {
@@ -54,7 +53,7 @@ TEST_CASE("a model a neighbour's message makes non-finite or too large fails the
   const std::vector<double> x0(kDim, 0.0);
   auto algo = optim::createAlgorithm<double>(spec, x0, oracle);
   const size_t size = algo->messageSize();
-  Node<double> node(0, std::move(algo), *t0, {});
+  engine::Node<double> node(0, std::move(algo), *t0, {});
   node.setDivergenceLimit(1e6);
   // Every coordinate 1, one poisoned: NaN, +inf, -inf, or 1e9, which every one of these
   // algorithms puts into the model times a weight of at least 1/4 (> 1e6).
@@ -65,7 +64,8 @@ TEST_CASE("a model a neighbour's message makes non-finite or too large fails the
   message[at] = values[poison];
   auto frame = std::make_shared<transport::Bytes>();
   compression::encodeDense<double>(message, *frame);
-  t1->send(0, transport::Tag{0, kModelChannel}, transport::SharedBytes(frame), [](const Status&) {});
+  t1->send(0, transport::Tag{0, engine::kModelChannel}, transport::SharedBytes(frame),
+           [](const Status&) {});
   REQUIRE(node.startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
   const auto stop = Clock::now() + 5s;
   while (!node.roundComplete()) {
@@ -99,7 +99,7 @@ TEST_CASE("a model within divergence.max_abs everywhere passes the check", "[run
   optim::AlgorithmSpec spec;
   spec.kind = kind;
   auto algo = optim::createAlgorithm<double>(spec, std::vector<double>(kDim, 0.0), oracle);
-  Node<double> node(0, std::move(algo), *t0, {});
+  engine::Node<double> node(0, std::move(algo), *t0, {});
   // The limit itself is within (|x| <= max_abs): the model is w_01 = 1/2 of the neighbour's
   // message (DSGD), or half that (exact diffusion's (I + W) / 2), everywhere.
   const double model = kind == optim::AlgorithmKind::kDsgd ? 5e5 : 2.5e5;
@@ -107,7 +107,8 @@ TEST_CASE("a model within divergence.max_abs everywhere passes the check", "[run
   std::vector<double> message(kDim, 1e6);
   auto frame = std::make_shared<transport::Bytes>();
   compression::encodeDense<double>(message, *frame);
-  t1->send(0, transport::Tag{0, kModelChannel}, transport::SharedBytes(frame), [](const Status&) {});
+  t1->send(0, transport::Tag{0, engine::kModelChannel}, transport::SharedBytes(frame),
+           [](const Status&) {});
   REQUIRE(node.startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
   const auto stop = Clock::now() + 5s;
   while (!node.roundComplete()) {

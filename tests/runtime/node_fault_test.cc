@@ -2,8 +2,6 @@
 // frame, cut short, a flipped bit, the wrong length or precision, empty) are counted, logged and
 // skipped for the genuine message behind them, or time the round out naming the sender; a
 // neighbour that never sends times the round out (node_test.cc has the rest).
-#include "runtime/node.h"
-
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
@@ -11,9 +9,10 @@
 #include <vector>
 
 #include "compression/frame.h"
-#include "transport/inproc/inproc_transport.h"
+#include "engine/node.h"
 #include "tests/runtime/node_testing.h"
 #include "topology/schedule.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {
@@ -69,8 +68,8 @@ TEST_CASE("a corrupt frame is rejected and the genuine one behind it absorbed", 
   const auto topo = schedule->at(0);
   Cluster c(1, 2);
   transport::Transport& manual = *c.transports[1];
-  Node<double>& victim = *c.nodes[0];
-  const transport::Tag tag{0, kModelChannel};
+  engine::Node<double>& victim = *c.nodes[0];
+  const transport::Tag tag{0, engine::kModelChannel};
   uint64_t garbageSent = 0;
   // How the forgeries and the genuine message reach the node: 0 forgeries queued in front of it
   // before the round starts, 1 as many as fit in front of it, 2 one at a time while it waits.
@@ -122,9 +121,9 @@ TEST_CASE("a corrupt frame with nothing behind it times the round out naming the
   const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
   Cluster c(1, 2);
   transport::Transport& manual = *c.transports[1];
-  Node<double>& victim = *c.nodes[0];
+  engine::Node<double>& victim = *c.nodes[0];
 
-  manual.send(0, transport::Tag{0, kModelChannel}, garbage(kind), [](const Status&) {});
+  manual.send(0, transport::Tag{0, engine::kModelChannel}, garbage(kind), [](const Status&) {});
   const auto deadline = Clock::now() + 300ms;
   REQUIRE(victim.startRound(0, *schedule->at(0), 0.1, deadline).isOk());
   REQUIRE(c.driveUntilComplete());
@@ -142,7 +141,7 @@ TEST_CASE("a corrupt frame with nothing behind it times the round out naming the
   CHECK_THAT(c.log[0], Contains("rank 1"));
 
   // The node recovers: the next round with a good frame is absorbed normally.
-  manual.send(0, transport::Tag{1, kModelChannel}, goodFrame(1), [](const Status&) {});
+  manual.send(0, transport::Tag{1, engine::kModelChannel}, goodFrame(1), [](const Status&) {});
   REQUIRE(victim.startRound(1, *schedule->at(1), 0.1, Clock::now() + 10s).isOk());
   REQUIRE(c.driveUntilComplete());
   const Status next = victim.finishRound();
@@ -159,8 +158,8 @@ TEST_CASE("a node without a log callback still rejects a corrupt frame", "[runti
   const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
   Cluster c(1, 2, /*logging=*/false);
   transport::Transport& manual = *c.transports[1];
-  Node<double>& victim = *c.nodes[0];
-  const transport::Tag tag{0, kModelChannel};
+  engine::Node<double>& victim = *c.nodes[0];
+  const transport::Tag tag{0, engine::kModelChannel};
   manual.send(0, tag, garbage(2), [](const Status&) {});
   manual.send(0, tag, goodFrame(0), [](const Status&) {});
   REQUIRE(victim.startRound(0, *schedule->at(0), 0.1, Clock::now() + 10s).isOk());
@@ -177,7 +176,7 @@ TEST_CASE("a node without a log callback still rejects a corrupt frame", "[runti
 TEST_CASE("a neighbour that never sends times the round out", "[runtime][unit]") {
   const auto schedule = mustSchedule(staticSpec(2, topology::GraphKind::kLine));
   Cluster c(1, 2);
-  Node<double>& victim = *c.nodes[0];
+  engine::Node<double>& victim = *c.nodes[0];
   const auto deadline = Clock::now() + 100ms;
   REQUIRE(victim.startRound(0, *schedule->at(0), 0.1, deadline).isOk());
   CHECK_FALSE(victim.roundComplete());

@@ -2,7 +2,7 @@
 // with the round's weights) on static and time-varying schedules, what it sends, rounds called
 // out of order, and linear codecs summed in sketch space. Corrupt frames and timeouts are in
 // node_fault_test.cc, the divergence check in node_divergence_test.cc (helpers: node_testing.h).
-#include "runtime/node.h"
+#include "engine/node.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -14,9 +14,9 @@
 
 #include "compression/frame.h"
 #include "optim/algorithm.h"
-#include "transport/inproc/inproc_transport.h"
 #include "tests/runtime/node_testing.h"
 #include "topology/schedule.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
 namespace {
@@ -105,7 +105,7 @@ TEST_CASE("the frame a node sends decodes to what its algorithm prepared", "[run
   const auto topo = schedule->at(0);
   REQUIRE(c.nodes[0]->startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());
   transport::SharedBytes frame;
-  manual.recv(0, transport::Tag{0, kModelChannel}, Clock::now() + 5s,
+  manual.recv(0, transport::Tag{0, engine::kModelChannel}, Clock::now() + 5s,
               [&](const Status& st, transport::SharedBytes b) {
                 CHECK(st.isOk());
                 frame = std::move(b);
@@ -205,16 +205,16 @@ TEST_CASE("with a linear codec, nodes sum their neighbours' frames in sketch spa
   for (bool combined : {true, false}) {
     auto hub = transport::inproc::createHub(n);
     std::vector<std::unique_ptr<transport::Transport>> transports;
-    std::vector<std::unique_ptr<Node<double>>> nodes;
+    std::vector<std::unique_ptr<engine::Node<double>>> nodes;
     std::vector<SumAlgorithm*> algos;
     for (int r = 0; r < n; ++r) {
       transports.push_back(transport::inproc::createTransport(*hub, r));
       auto algo = std::make_unique<SumAlgorithm>(r, combined);
       algos.push_back(algo.get());
-      nodes.push_back(std::make_unique<Node<double>>(r, std::move(algo), *transports[r],
-                                                     Node<double>::LogFn{}, codec->get(),
-                                                     /*codecSeed=*/100 + r,
-                                                     /*codecSharedSeed=*/77));
+      nodes.push_back(std::make_unique<engine::Node<double>>(
+          r, std::move(algo), *transports[r], engine::Node<double>::LogFn{}, codec->get(),
+          /*codecSeed=*/100 + r,
+          /*codecSharedSeed=*/77));
     }
     for (uint64_t round = 0; round < 3; ++round) {
       const auto topo = schedule->at(round);
@@ -283,7 +283,7 @@ TEST_CASE("an algorithm is told its message is lent only where it writes the len
       CAPTURE(lending, codec != nullptr);
       auto hub = transport::inproc::createHub(n);
       std::vector<std::unique_ptr<transport::Transport>> transports;
-      std::vector<std::unique_ptr<Node<double>>> nodes;
+      std::vector<std::unique_ptr<engine::Node<double>>> nodes;
       std::vector<FakeAlgorithm*> algos;
       for (int r = 0; r < n; ++r) {
         auto inner = transport::inproc::createTransport(*hub, r);
@@ -291,8 +291,8 @@ TEST_CASE("an algorithm is told its message is lent only where it writes the len
                                      : std::make_unique<NonLendingTransport>(std::move(inner)));
         auto algo = std::make_unique<FakeAlgorithm>(r);
         algos.push_back(algo.get());
-        nodes.push_back(std::make_unique<Node<double>>(r, std::move(algo), *transports[r],
-                                                       Node<double>::LogFn{}, codec, 100 + r));
+        nodes.push_back(std::make_unique<engine::Node<double>>(
+            r, std::move(algo), *transports[r], engine::Node<double>::LogFn{}, codec, 100 + r));
       }
       const auto topo = schedule->at(0);
       for (auto& node : nodes) REQUIRE(node->startRound(0, *topo, 0.1, Clock::now() + 10s).isOk());

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/node.h"
 #include "optim/algorithm.h"
-#include "runtime/node.h"
-#include "transport/inproc/inproc_transport.h"
 #include "topology/schedule.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime::node_testing {
 
@@ -92,10 +92,10 @@ struct Cluster {
     for (int r = 0; r < nodes; ++r) {
       auto algo = std::make_unique<FakeAlgorithm>(r);
       fakes.push_back(algo.get());
-      Node<double>::LogFn logFn;
+      engine::Node<double>::LogFn logFn;
       if (logging) logFn = [this](const std::string& line) { log.push_back(line); };
-      this->nodes.push_back(
-          std::make_unique<Node<double>>(r, std::move(algo), *transports[r], std::move(logFn)));
+      this->nodes.push_back(std::make_unique<engine::Node<double>>(
+          r, std::move(algo), *transports[r], std::move(logFn)));
     }
   }
 
@@ -116,7 +116,7 @@ struct Cluster {
 
   std::unique_ptr<transport::inproc::InprocHub> hub;
   std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<Node<double>>> nodes;
+  std::vector<std::unique_ptr<engine::Node<double>>> nodes;
   std::vector<FakeAlgorithm*> fakes;
   std::vector<std::string> log;
 };

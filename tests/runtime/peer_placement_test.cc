@@ -30,8 +30,8 @@ PeerPlacementRequest request(std::string peers, std::string hostfile, std::optio
   return r;
 }
 
-Scenario fourNodes() {
-  Scenario s;
+scenario::Scenario fourNodes() {
+  scenario::Scenario s;
   s.nodes = 4;
   return s;
 }
@@ -56,7 +56,7 @@ std::filesystem::path writeHostfile() {
 }  // namespace
 
 TEST_CASE("without a launcher every rank is on loopback at base_port + rank", "[peer_placement]") {
-  Scenario s = fourNodes();
+  scenario::Scenario s = fourNodes();
   s.peers.basePort = 31000;
   auto p = placePeer(s, request("", "", 1), fakeEnv({}));
   REQUIRE(p);
@@ -76,7 +76,7 @@ TEST_CASE("a Slurm step places the ranks on its nodes", "[peer_placement]") {
 
 TEST_CASE("the sources take precedence in the documented order", "[peer_placement]") {
   const auto hostfile = writeHostfile().string();
-  Scenario s = fourNodes();
+  scenario::Scenario s = fourNodes();
   SECTION("--peers over everything") {
     s.peers.explicitAddresses = true;
     s.peers.addresses = {"a:1", "a:2", "a:3", "a:4"};

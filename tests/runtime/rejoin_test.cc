@@ -1,29 +1,30 @@
-// Rejoining (runtime/rejoin.h, docs/algorithms.md §19), the parts that need no process: the join
+// Rejoining (engine/rejoin.h, docs/algorithms.md §19), the parts that need no process: the join
 // frames (and what a hostile one gets), the membership gossip's numbered changes, and the
 // launcher's reading of a return in the peers' logs.
-#include <catch2/catch.hpp>
+#include "engine/rejoin.h"
+
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "compression/frame.h"
-#include "runtime/membership_gossip.h"
+#include "engine/membership_gossip.h"
 #include "runtime/merge.h"
-#include "runtime/rejoin.h"
-#include "transport/inproc/inproc_transport.h"
 #include "topology/graph.h"
+#include "transport/inproc/inproc_transport.h"
 
 namespace fs = std::filesystem;
 using namespace starling;
 using namespace starling::runtime;
-using Entry = MembershipGossip::Entry;
+using Entry = engine::MembershipGossip::Entry;
 
 namespace {
 
-JoinState sample() {
-  JoinState s;
+engine::JoinState sample() {
+  engine::JoinState s;
   s.round = 140;
   s.epoch = 2;
   s.alive = {true, true, false, true};
@@ -47,9 +48,9 @@ bool sameEntries(const std::vector<Entry>& a, const std::vector<Entry>& b) {
 }  // namespace
 
 TEST_CASE("join frames: a state and a request come through whole", "[runtime][unit][rejoin]") {
-  const JoinState s = sample();
-  const auto bytes = encodeJoinState(s);
-  auto got = decodeJoinState(bytes, 4, 3);
+  const engine::JoinState s = sample();
+  const auto bytes = engine::encodeJoinState(s);
+  auto got = engine::decodeJoinState(bytes, 4, 3);
   REQUIRE(got.isOk());
   CHECK(got->round == 140);
   CHECK(got->epoch == 2);
@@ -58,29 +59,31 @@ TEST_CASE("join frames: a state and a request come through whole", "[runtime][un
   CHECK(got->model == s.model);
   CHECK(got->channel == 1);
   // A refusal carries no model.
-  JoinState no;
+  engine::JoinState no;
   no.alive.assign(4, false);
-  auto refusal = decodeJoinState(encodeJoinState(no), 4, 3);
+  auto refusal = engine::decodeJoinState(engine::encodeJoinState(no), 4, 3);
   REQUIRE(refusal.isOk());
   CHECK(refusal->round == 0);
   CHECK(refusal->model.empty());
   const uint64_t attempt = 0xfedcba9876543210ULL;
-  auto req = decodeJoinRequest(encodeJoinRequest(attempt));
+  auto req = engine::decodeJoinRequest(engine::encodeJoinRequest(attempt));
   REQUIRE(req.isOk());
   CHECK(*req == attempt);
 }
 
 TEST_CASE("join frames: anything else is refused, never trusted", "[runtime][unit][rejoin]") {
-  const auto good = encodeJoinState(sample());
-  CHECK(decodeJoinState(good, 5, 3).status().code() == core::StatusCode::kCorruption);  // nodes
-  CHECK(decodeJoinState(good, 4, 4).status().code() == core::StatusCode::kCorruption);  // dim
+  const auto good = engine::encodeJoinState(sample());
+  CHECK(engine::decodeJoinState(good, 5, 3).status().code() ==
+        core::StatusCode::kCorruption);  // nodes
+  CHECK(engine::decodeJoinState(good, 4, 4).status().code() ==
+        core::StatusCode::kCorruption);  // dim
   auto flipped = good;
   flipped[flipped.size() / 2] ^= std::byte{1};  // the frame's checksum
-  CHECK_FALSE(decodeJoinState(flipped, 4, 3).isOk());
+  CHECK_FALSE(engine::decodeJoinState(flipped, 4, 3).isOk());
   auto cut = good;
   cut.resize(cut.size() - 8);
-  CHECK_FALSE(decodeJoinState(cut, 4, 3).isOk());
-  CHECK_FALSE(decodeJoinState({}, 4, 3).isOk());
+  CHECK_FALSE(engine::decodeJoinState(cut, 4, 3).isOk());
+  CHECK_FALSE(engine::decodeJoinState({}, 4, 3).isOk());
   // Well-framed but wrong inside: each field checked.
   const auto frameOf = [](std::vector<double> v) {
     transport::Bytes out;
@@ -89,7 +92,7 @@ TEST_CASE("join frames: anything else is refused, never trusted", "[runtime][uni
   };
   const double magic = 0x4a535441;
   const std::vector<double> ok = {magic, 140, 2, 2, 1, 1, 0, 1, 1, 1, 1, 68, 1, 0.5};
-  CHECK(decodeJoinState(frameOf(ok), 2, 1).isOk());
+  CHECK(engine::decodeJoinState(frameOf(ok), 2, 1).isOk());
   for (const auto& [k, v] : std::vector<std::pair<size_t, double>>{
            {0, 1.0},          // magic
            {1, -1},           // round
@@ -108,18 +111,19 @@ TEST_CASE("join frames: anything else is refused, never trusted", "[runtime][uni
     auto bad = ok;
     bad[k] = v;
     INFO("field " << k << " = " << v);
-    CHECK(decodeJoinState(frameOf(bad), 2, 1).status().code() == core::StatusCode::kCorruption);
+    CHECK(engine::decodeJoinState(frameOf(bad), 2, 1).status().code() ==
+          core::StatusCode::kCorruption);
   }
-  CHECK_FALSE(decodeJoinRequest(frameOf({1, 2, 3})).isOk());
-  CHECK_FALSE(decodeJoinRequest(frameOf({0x52454a4e, 1})).isOk());
-  CHECK_FALSE(decodeJoinRequest(frameOf({0x52454a4e, -1, 2})).isOk());
+  CHECK_FALSE(engine::decodeJoinRequest(frameOf({1, 2, 3})).isOk());
+  CHECK_FALSE(engine::decodeJoinRequest(frameOf({0x52454a4e, 1})).isOk());
+  CHECK_FALSE(engine::decodeJoinRequest(frameOf({0x52454a4e, -1, 2})).isOk());
 }
 
 TEST_CASE("membership gossip: a rank's changes are numbered, leave and return in turn",
           "[runtime][unit][rejoin]") {
   auto hub = transport::inproc::createHub(3);
   auto net = transport::inproc::createTransport(*hub, 0);
-  MembershipGossip g(0, 3, *net);
+  engine::MembershipGossip g(0, 3, *net);
   CHECK_FALSE(g.isKnownLost(2));
   CHECK_FALSE(g.proposeJoin(2, 5, 3));  // it never left
   g.propose(2, 10, 3);
@@ -147,7 +151,7 @@ TEST_CASE("membership gossip: a rank's changes are numbered, leave and return in
                                   Entry{2, 3, 43, false}}));
   // A returning peer takes them over as they are.
   auto net1 = transport::inproc::createTransport(*hub, 1);
-  MembershipGossip h(1, 3, *net1);
+  engine::MembershipGossip h(1, 3, *net1);
   REQUIRE(h.adopt(g.entries()).isOk());
   CHECK(sameEntries(h.entries(), g.entries()));
   CHECK(h.isKnownLost(2));
@@ -162,13 +166,13 @@ TEST_CASE("membership gossip: a returned peer is not excluded by news of its old
   auto n1 = transport::inproc::createTransport(*hub, 1);
   const auto g = topology::Graph::fromEdges(2, {{0, 1}});
   // Rank 1 left (change 1, at round 13) and came back (change 2, at 23); it knows.
-  MembershipGossip b(1, 2, *n1);
+  engine::MembershipGossip b(1, 2, *n1);
   REQUIRE(b.adopt({Entry{1, 1, 13, true}, Entry{1, 2, 23, true}}).isOk());
   // Rank 0's gossip of round r, as [rank, change, at] triples.
   const auto round = [&](uint64_t r, std::vector<double> triples) {
     auto frame = std::make_shared<transport::Bytes>();
     compression::encodeDense<double>(triples, *frame);
-    n0->send(1, transport::Tag{r, kMembershipChannel}, frame, [](const core::Status&) {});
+    n0->send(1, transport::Tag{r, engine::kMembershipChannel}, frame, [](const core::Status&) {});
     const auto deadline = transport::Clock::now() + std::chrono::seconds(5);
     b.start(r, g, deadline);
     while (!b.complete() && transport::Clock::now() < deadline) {

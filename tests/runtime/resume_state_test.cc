@@ -5,16 +5,15 @@
 // oracle's stream and tables, the fault injector's stream) ends elsewhere, so a checkpoint that
 // forgot one would fail here.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/fault_injection.h"
 #include "runtime/checkpoint.h"
-#include "runtime/experiment.h"
-#include "runtime/fault_injection.h"
 #include "runtime/node_stack.h"
+#include "scenario/experiment.h"
 #include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
@@ -26,19 +25,20 @@ using transport::Clock;
 // does (no peer loss).
 template <typename T>
 struct Swarm {
-  const Experiment& e;
+  const scenario::Experiment& e;
   std::unique_ptr<transport::inproc::InprocHub> hub;
   std::vector<std::unique_ptr<transport::Transport>> owned;
-  std::vector<FaultInjector*> faults;
+  std::vector<engine::FaultInjector*> faults;
   std::vector<NodeStack<T>> stacks;
 
-  explicit Swarm(const Experiment& ex) : e(ex), hub(transport::inproc::createHub(ex.scenario.nodes)) {
+  explicit Swarm(const scenario::Experiment& ex)
+      : e(ex), hub(transport::inproc::createHub(ex.scenario.nodes)) {
     for (int i = 0; i < e.scenario.nodes; ++i) {
       owned.push_back(transport::inproc::createTransport(*hub, i));
       faults.push_back(nullptr);
-      if (FaultInjector::wanted(e.scenario)) {
-        auto f = std::make_unique<FaultInjector>(*owned.back(), e.scenario.faults.script,
-                                                 e.scenario.seed, kModelChannel, false);
+      if (engine::FaultInjector::wanted(e.scenario.faults.script)) {
+        auto f = std::make_unique<engine::FaultInjector>(
+            *owned.back(), e.scenario.faults.script, e.scenario.seed, engine::kModelChannel, false);
         faults.back() = f.get();
         owned.push_back(std::move(f));
       }
@@ -210,9 +210,9 @@ bool sameBits(const std::vector<std::vector<T>>& a, const std::vector<std::vecto
   return true;
 }
 
-Experiment experiment(const std::string& topology, const std::string& problemExtra,
-                      const std::string& algorithm, const std::string& extra,
-                      const std::string& precision = "float64") {
+scenario::Experiment experiment(const std::string& topology, const std::string& problemExtra,
+                                const std::string& algorithm, const std::string& extra,
+                                const std::string& precision = "float64") {
   const std::string json =
       R"({"schema_version": 1, "name": "state", "nodes": 6, "seed": 11, "rounds": 40,
           "precision": ")" + precision + R"(", "topology": )" + topology + R"(,
@@ -220,10 +220,10 @@ Experiment experiment(const std::string& topology, const std::string& problemExt
                       "data": {"synthetic": {"samples": 240, "features": 9,
                                              "heterogeneity": 1.0}})" + problemExtra + R"(},
           "algorithm": )" + algorithm + extra + "}";
-  auto s = parseScenario(json, "state.json", ".");
+  auto s = scenario::parseScenario(json, "state.json", ".");
   INFO(s.status().toString());
   REQUIRE(s);
-  auto e = prepareExperiment(*s, {.solve = false});
+  auto e = scenario::prepareExperiment(*s, {.solve = false});
   INFO(e.status().toString());
   REQUIRE(e);
   return std::move(*e);
@@ -231,7 +231,7 @@ Experiment experiment(const std::string& topology, const std::string& problemExt
 
 // Runs the check of the file comment; `parts` are the state's parts that must each matter.
 template <typename T>
-void checkResume(const Experiment& e, const std::vector<std::string>& parts) {
+void checkResume(const scenario::Experiment& e, const std::vector<std::string>& parts) {
   constexpr uint64_t R = 12, end = 30;
   Swarm<T> a(e);
   a.run(0, R);

@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "runtime/scenario.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario.h"
+#include "scenario/scenario_writer.h"
 #include "tests/runtime/scenario_testing.h"
 
 namespace starling::runtime {
@@ -23,12 +23,13 @@ std::string chocoMlp(const std::string& compression) {
 TEST_CASE("compression layers: the rules and the uncompressed shorthand", "[runtime][unit]") {
   using Kind = compression::CompressorSpec::Kind;
   // Three layers: six tensors.
-  const auto s = parseScenario(with(R"("layers": [784, 16, 10])", R"("layers": [784, 16, 16, 10])",
-                                    chocoMlp(R"({"kind": "topk", "ratio": 0.05,
+  const auto s =
+      scenario::parseScenario(with(R"("layers": [784, 16, 10])", R"("layers": [784, 16, 16, 10])",
+                                   chocoMlp(R"({"kind": "topk", "ratio": 0.05,
       "layers": [{"tensors": [2], "kind": "qsgd", "bits": 3},
                  {"tensors": [3], "kind": "fp16"}],
       "uncompressed": ["last", "first"]})")),
-                               "s.json", ".");
+                              "s.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
   const auto& c = s->compression;
@@ -42,23 +43,23 @@ TEST_CASE("compression layers: the rules and the uncompressed shorthand", "[runt
   CHECK(c.layers[2].tensors == std::vector<int64_t>{0, 1, -2, -1});
   CHECK(c.layers[2].codec.kind == Kind::kIdentity);
   // A one-layer mlp: first and last are the same two tensors, named once.
-  CHECK(parseScenario(with(R"("layers": [784, 16, 10])", R"("layers": [784, 10])",
-                           chocoMlp(R"({"kind": "topk", "ratio": 0.1,
+  CHECK(scenario::parseScenario(with(R"("layers": [784, 16, 10])", R"("layers": [784, 10])",
+                                     chocoMlp(R"({"kind": "topk", "ratio": 0.1,
                                         "uncompressed": ["first", "last"]})")),
-                      "s.json", ".")
+                                "s.json", ".")
             .isOk());
   // A linear model is one tensor: 0 and -1 name it, and its rule is then the whole codec.
-  CHECK(parseScenario(with("\"kind\": \"exact_diffusion\", \"step_size\": 0.3",
-                           "\"kind\": \"choco\", \"step_size\": 0.3",
-                           with("}}}", R"(}}}, "compression": {"kind": "topk", "k": 1,
+  CHECK(scenario::parseScenario(with("\"kind\": \"exact_diffusion\", \"step_size\": 0.3",
+                                     "\"kind\": \"choco\", \"step_size\": 0.3",
+                                     with("}}}", R"(}}}, "compression": {"kind": "topk", "k": 1,
                                  "layers": [{"tensors": [-1], "kind": "fp16"}]})")),
-                      "s.json", ".")
+                                "s.json", ".")
             .isOk());
   // A trainer's layout is not known while validating: indices are checked at its first step.
   const std::string trainer = R"({"schema_version": 1, "nodes": 4, "topology": {"kind": "ring"},
       "algorithm": {"kind": "choco", "step_size": 0.1},
       "compression": {"kind": "topk", "ratio": 0.1, "layers": [{"tensors": [7, -9], "kind": "identity"}]}})";
-  CHECK(parseScenario(trainer, "s.json", ".").isOk());
+  CHECK(scenario::parseScenario(trainer, "s.json", ".").isOk());
 }
 
 TEST_CASE("compression layers: every refusal names its JSON path", "[runtime][unit]") {
@@ -99,10 +100,10 @@ TEST_CASE("compression layers: every refusal names its JSON path", "[runtime][un
   CHECK_THAT(refusal(mlpScenario(dsgd, R"(, "compression": {"kind": "topk", "ratio": 0.1,
       "error_feedback": true, "layers": [{"tensors": [0], "kind": "sign"}]})")),
              Contains("s.json: /compression/layers/0/kind: dsgd sends raw vectors"));
-  CHECK(parseScenario(mlpScenario(dsgd, R"(, "compression": {"kind": "topk", "ratio": 0.1,
+  CHECK(scenario::parseScenario(mlpScenario(dsgd, R"(, "compression": {"kind": "topk", "ratio": 0.1,
       "error_feedback": true, "layers": [{"tensors": [0], "kind": "sign", "error_feedback": true}],
       "uncompressed": ["last"]})"),
-                      "s.json", ".")
+                                "s.json", ".")
             .isOk());
   // exact diffusion takes identity only, in a rule too.
   CHECK_THAT(refusal(with("}}}", R"(}}}, "compression": {"kind": "identity",
@@ -165,7 +166,7 @@ std::string lgcScenario(const std::string& keys, const std::string& extra = "") 
 
 TEST_CASE("lgc: the keys, their defaults, the writer round trip and the refusals",
           "[runtime][unit]") {
-  const auto d = parseScenario(lgcScenario(R"("ratio": 0.01)"), "s.json", ".");
+  const auto d = scenario::parseScenario(lgcScenario(R"("ratio": 0.01)"), "s.json", ".");
   INFO(d.status().toString());
   REQUIRE(d.isOk());
   const auto& c = d->compression;
@@ -180,9 +181,10 @@ TEST_CASE("lgc: the keys, their defaults, the writer round trip and the refusals
   CHECK(c.learningRate == 1e-3);
 
   // Every key given, then written back and read again: the same scenario (hash included).
-  const auto g = parseScenario(lgcScenario(R"("k": 300, "chunk": 16, "hidden": 8, "latent": 3,
+  const auto g =
+      scenario::parseScenario(lgcScenario(R"("k": 300, "chunk": 16, "hidden": 8, "latent": 3,
       "warmup": 7, "refresh": 0, "share_every": 2, "learning_rate": 0.01)"),
-                               "s.json", ".");
+                              "s.json", ".");
   REQUIRE(g.isOk());
   CHECK(g->compression.k == 300);
   CHECK(g->compression.chunk == 16);
@@ -192,9 +194,9 @@ TEST_CASE("lgc: the keys, their defaults, the writer round trip and the refusals
   CHECK(g->compression.refresh == 0);
   CHECK(g->compression.shareEvery == 2);
   CHECK(g->compression.learningRate == 0.01);
-  const auto back = parseScenario(resolvedScenarioJson(*g), "r.json", ".");
+  const auto back = scenario::parseScenario(scenario::resolvedScenarioJson(*g), "r.json", ".");
   REQUIRE(back.isOk());
-  CHECK(scenarioHash(*back) == scenarioHash(*g));
+  CHECK(scenario::scenarioHash(*back) == scenario::scenarioHash(*g));
   CHECK(back->compression.shareEvery == 2);
   CHECK(back->compression.refresh == 0);
 

@@ -1,7 +1,7 @@
 // Scenario input that used to crash, hang, allocate without bound or be silently misread:
 // duplicate keys, names that are not folder names, FIFOs and devices, oversized files, sizes
 // whose product does not fit in memory, hopeless random graphs.
-#include "runtime/scenario.h"
+#include "scenario/scenario.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,10 +13,10 @@
 #include <optional>
 #include <string>
 
-#include "runtime/experiment.h"
-#include "runtime/fault_injection.h"
-#include "runtime/read_file.h"
-#include "runtime/scenario_limits.h"
+#include "core/read_file.h"
+#include "engine/fault_injection.h"
+#include "scenario/experiment.h"
+#include "scenario/scenario_limits.h"
 #include "tests/runtime/scenario_testing.h"
 
 namespace starling::runtime {
@@ -46,11 +46,11 @@ struct ScopedEnv {
 };
 
 TEST_CASE("the base scenario of these tests is valid", "[runtime][unit]") {
-  const auto s = parseScenario(kGood, "s.json", ".");
+  const auto s = scenario::parseScenario(kGood, "s.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
   CHECK(s->name == "good");
-  CHECK(checkMemory(*s, scenarioShape(*s)).isOk());
+  CHECK(scenario::checkMemory(*s, scenario::scenarioShape(*s)).isOk());
 }
 
 TEST_CASE("a key given twice in one object is refused at its JSON path", "[runtime][unit]") {
@@ -68,7 +68,7 @@ TEST_CASE("a key given twice in one object is refused at its JSON path", "[runti
                           "\"ring\"}]}}")),
              Contains("/topology/schedule/graphs/3/kind: duplicate key \"kind\""));
   // The same key in different objects is not a duplicate (kGood has "kind" in four).
-  CHECK(parseScenario(kGood, "s.json", ".").isOk());
+  CHECK(scenario::parseScenario(kGood, "s.json", ".").isOk());
 }
 
 TEST_CASE("JSON nested deeper than any scenario is refused", "[runtime][unit]") {
@@ -103,12 +103,13 @@ TEST_CASE("names that become folders are checked as one path component", "[runti
     CHECK_THAT(refusal(with("\"name\": \"good\"", "\"name\": \"" + c.name + "\"")),
                Contains("s.json: /name: ") && Contains(c.what));
   }
-  CHECK(parseScenario(with("\"name\": \"good\"", "\"name\": \"" + std::string(128, 'a') + "\""),
-                      "s.json", ".")
-            .isOk());
+  CHECK(
+      scenario::parseScenario(
+          with("\"name\": \"good\"", "\"name\": \"" + std::string(128, 'a') + "\""), "s.json", ".")
+          .isOk());
   // Without "name" the file's stem is the name, and is held to the same rules.
   const std::string unnamed = with("\"name\": \"good\", ", "");
-  CHECK(parseScenario(unnamed, "dir/plain.json", ".")->name == "plain");
+  CHECK(scenario::parseScenario(unnamed, "dir/plain.json", ".")->name == "plain");
   CHECK_THAT(refusal(unnamed, "dir/bell\x07.json"), Contains("/name: ") &&
                                                         Contains("control characters") &&
                                                         Contains("taken from the file name"));
@@ -129,7 +130,7 @@ TEST_CASE("scenario files: only regular files of at most 1 MiB are read", "[runt
   };
   for (const Case& c : {Case{fifo, "a FIFO"}, Case{"/dev/zero", "a character device"},
                         Case{dir.path.string(), "a directory"}}) {
-    const auto s = loadScenario(c.path);
+    const auto s = scenario::loadScenario(c.path);
     INFO(c.path);
     REQUIRE_FALSE(s.isOk());
     CHECK(s.status().code() == core::StatusCode::kInvalidArgument);
@@ -143,36 +144,36 @@ TEST_CASE("scenario files: only regular files of at most 1 MiB are read", "[runt
     for (int i = 0; i < 600000; ++i) out << "0,";  // 1.2 MB
     out << "0]";
   }
-  const auto s = loadScenario(big);
+  const auto s = scenario::loadScenario(big);
   REQUIRE_FALSE(s.isOk());
   CHECK(s.status().code() == core::StatusCode::kInvalidArgument);
   CHECK_THAT(s.status().message(),
              Contains(big + ": the scenario file is 1.1 MiB, larger than the limit of 1 MiB"));
   // parseScenario holds text handed to it in code to the same limit.
-  CHECK_THAT(refusal(std::string(kMaxScenarioFileBytes + 1, ' ')),
+  CHECK_THAT(refusal(std::string(scenario::kMaxScenarioFileBytes + 1, ' ')),
              Contains("s.json: the scenario is 1.0 MiB, larger than the limit of 1 MiB"));
 
-  const auto missing = loadScenario((dir.path / "absent.json").string());
+  const auto missing = scenario::loadScenario((dir.path / "absent.json").string());
   CHECK(missing.status().code() == core::StatusCode::kNotFound);
 }
 
 TEST_CASE("readRegularFile reads at most maxBytes, also from files that report size 0",
           "[runtime][unit]") {
   // /proc files are regular, report st_size 0 and have content.
-  const auto status = readRegularFile("/proc/self/status", 1 << 20, "test file");
+  const auto status = core::readRegularFile("/proc/self/status", 1 << 20, "test file");
   REQUIRE(status.isOk());
   CHECK_THAT(*status, Contains("Name:"));
-  const auto cut = readRegularFile("/proc/self/status", 16, "test file");
+  const auto cut = core::readRegularFile("/proc/self/status", 16, "test file");
   REQUIRE_FALSE(cut.isOk());
   CHECK_THAT(cut.status().message(),
              Contains("/proc/self/status: the test file is larger than the limit of 16 bytes"));
 }
 
 TEST_CASE("formatBytes", "[runtime][unit]") {
-  CHECK(formatBytes(100) == "100 bytes");
-  CHECK(formatBytes(1 << 20) == "1 MiB");
-  CHECK(formatBytes(1.5 * (1 << 30)) == "1.5 GiB");
-  CHECK(formatBytes(16.0 * (uint64_t{1} << 40)) == "16 TiB");
+  CHECK(core::formatBytes(100) == "100 bytes");
+  CHECK(core::formatBytes(1 << 20) == "1 MiB");
+  CHECK(core::formatBytes(1.5 * (1 << 30)) == "1.5 GiB");
+  CHECK(core::formatBytes(16.0 * (uint64_t{1} << 40)) == "16 TiB");
 }
 
 TEST_CASE("sizes whose memory needs exceed the limit are refused before allocating",
@@ -213,41 +214,41 @@ TEST_CASE("sizes whose memory needs exceed the limit are refused before allocati
 }
 
 TEST_CASE("the memory estimate counts what the runtime holds", "[runtime][unit]") {
-  auto s = parseScenario(kGood, "s.json", ".");
+  auto s = scenario::parseScenario(kGood, "s.json", ".");
   REQUIRE(s.isOk());
-  DataShape shape;
+  scenario::DataShape shape;
   shape.samples = 1000;
   shape.features = 100;
   shape.nonZeros = 1000 * 100;
   shape.rowNonZerosSquared = 1000 * 100 * 100;
-  MemoryEstimate e = estimateMemory(*s, shape);
+  scenario::MemoryEstimate e = scenario::estimateMemory(*s, shape);
   CHECK(e.data == 5 * (12.0 * 100000 + 16 * 1000) + 24 * 1000);
   CHECK(e.solver == 36.0 * 100 * 100);  // min(d^2, sum of squares + d)
   // Exact diffusion keeps 3 vectors, the node 4 more; 4 nodes of d = 100 doubles.
   CHECK(e.models == 8.0 * 100 * 7 * 4);
   CHECK(e.sketch == 0);
   // float32 halves the models; prox_lead keeps 8; L-SVRG adds 2.
-  s->precision = Precision::kFloat32;
-  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * 7 * 4);
+  s->precision = scenario::Precision::kFloat32;
+  CHECK(scenario::estimateMemory(*s, shape).models == 4.0 * 100 * 7 * 4);
   s->algorithm.kind = optim::AlgorithmKind::kProxLead;
   s->problem.estimator.kind = optim::EstimatorSpec::Kind::kLsvrg;
-  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * 14 * 4);
+  CHECK(scenario::estimateMemory(*s, shape).models == 4.0 * 100 * 14 * 4);
   // A lossy codec: 3 more per node and a decode buffer per neighbour (ring: 2 each).
   s->compression.kind = compression::CompressorSpec::Kind::kCountSketch;
   s->compression.rows = 5;
   s->compression.cols = 1000;
-  e = estimateMemory(*s, shape);
+  e = scenario::estimateMemory(*s, shape);
   CHECK(e.models == 4.0 * 100 * (17 * 4 + 2 * 4));
   CHECK(e.sketch == 4.0 * 4 * 4 * 5 * 1000);
   // Time-varying prox_lead also tracks every neighbour of the support graph.
   s->topology.schedule.kind = topology::ScheduleKind::kEdgeDropout;
-  CHECK(estimateMemory(*s, shape).models == 4.0 * 100 * (17 * 4 + 2 * 2 * 4));
+  CHECK(scenario::estimateMemory(*s, shape).models == 4.0 * 100 * (17 * 4 + 2 * 2 * 4));
 
   // Expected synthetic shapes: dense rows have exactly d non-zeros.
-  SyntheticSpec syn;
+  scenario::SyntheticSpec syn;
   syn.samples = 50;
   syn.features = 20;
-  const DataShape dense = expectedShape(syn);
+  const scenario::DataShape dense = scenario::expectedShape(syn);
   CHECK(dense.nonZeros == 1000);
   CHECK(dense.rowNonZerosSquared == 50 * 400);
 }
@@ -256,18 +257,18 @@ TEST_CASE("STARLING_MEMORY_LIMIT_GIB moves the limit; a bad value is an error", 
   // 100,000 x 100 dense samples: about 0.57 GiB for the data.
   const std::string big =
       with("\"samples\": 40, \"features\": 3", "\"samples\": 100000, \"features\": 100");
-  REQUIRE(parseScenario(big, "s.json", ".").isOk());
+  REQUIRE(scenario::parseScenario(big, "s.json", ".").isOk());
   {
-    ScopedEnv env(kMemoryLimitEnv, "0.25");
+    ScopedEnv env(core::kMemoryLimitEnv, "0.25");
     CHECK_THAT(refusal(big), Contains("/problem/data/synthetic/samples: this run needs") &&
                                  Contains("more than the limit of 256 MiB"));
   }
   {
-    ScopedEnv env(kMemoryLimitEnv, "lots");
+    ScopedEnv env(core::kMemoryLimitEnv, "lots");
     CHECK_THAT(refusal(kGood), Contains("s.json: STARLING_MEMORY_LIMIT_GIB=lots: expected the "
                                         "memory limit in GiB"));
   }
-  CHECK(memoryLimitBytes().value() == uint64_t{16} << 30);
+  CHECK(core::memoryLimitBytes().value() == uint64_t{16} << 30);
 }
 
 TEST_CASE("LIBSVM data is checked against the limit once read", "[runtime][unit]") {
@@ -288,9 +289,9 @@ TEST_CASE("LIBSVM data is checked against the limit once read", "[runtime][unit]
     INFO(c.file);
     const std::string json = with("{\"synthetic\": {\"samples\": 40, \"features\": 3}}",
                                   "{\"format\": \"libsvm\", \"path\": \"" + c.file + "\"}");
-    const auto s = parseScenario(json, (dir.path / "s.json").string(), dir.path);
+    const auto s = scenario::parseScenario(json, (dir.path / "s.json").string(), dir.path);
     REQUIRE(s.isOk());  // the scenario alone does not know d
-    const auto e = prepareExperiment(*s);
+    const auto e = scenario::prepareExperiment(*s);
     REQUIRE_FALSE(e.isOk());
     CHECK(e.status().code() == core::StatusCode::kInvalidArgument);
     CHECK_THAT(e.status().message(),
@@ -326,7 +327,8 @@ TEST_CASE("adacomp with error_feedback is refused while validating, not when the
   const auto dsgd = with("\"kind\": \"exact_diffusion\", \"step_size\": 0.3",
                          "\"kind\": \"dsgd\", \"step_size\": 0.3");
   const auto base = dsgd.substr(0, dsgd.rfind('}'));
-  CHECK(parseScenario(base + R"(, "compression": {"kind": "adacomp"}})", "s.json", ".").isOk());
+  CHECK(scenario::parseScenario(base + R"(, "compression": {"kind": "adacomp"}})", "s.json", ".")
+            .isOk());
   CHECK(refusal(base + R"(, "compression": {"kind": "adacomp", "error_feedback": true}})")
             .find("s.json: /compression/error_feedback: adacomp keeps its own residue") == 0);
 }
@@ -339,22 +341,24 @@ namespace {
 using namespace scenario_testing;
 
 TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit]") {
-  const auto plain = parseScenario(kGood, "s.json", ".");
+  const auto plain = scenario::parseScenario(kGood, "s.json", ".");
   REQUIRE(plain.isOk());
-  CHECK(plain->faults.onPeerLoss == OnPeerLoss::kStop);  // today's clear stop is the default
-  CHECK(plain->faults.repair == RepairKind::kReconnect);
+  CHECK(plain->faults.onPeerLoss ==
+        engine::OnPeerLoss::kStop);  // today's clear stop is the default
+  CHECK(plain->faults.repair == engine::RepairKind::kReconnect);
   CHECK(plain->faults.script.empty());
   const std::string alg = R"("step_size": 0.3}})";
   const auto withFaults = [&](const std::string& faults) {
     return with(alg, R"("step_size": 0.3}, "faults": )" + faults + "}");
   };
-  const auto s = parseScenario(withFaults(R"({"on_peer_loss": "continue", "repair": "none",
+  const auto s =
+      scenario::parseScenario(withFaults(R"({"on_peer_loss": "continue", "repair": "none",
       "agreement_rounds": 9, "script": [{"kill": 2, "at_round": 30}, {"kill": 1, "at_round": 5}]})"),
-                               "s.json", ".");
+                              "s.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
-  CHECK(s->faults.onPeerLoss == OnPeerLoss::kContinue);
-  CHECK(s->faults.repair == RepairKind::kNone);
+  CHECK(s->faults.onPeerLoss == engine::OnPeerLoss::kContinue);
+  CHECK(s->faults.repair == engine::RepairKind::kNone);
   CHECK(s->faults.agreementRounds == 9);
   REQUIRE(s->faults.script.size() == 2);
   CHECK(s->faults.script[0].kill == 1);  // sorted by round
@@ -376,12 +380,15 @@ TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit
              Contains("/faults/script/0/signal: unknown key"));
   CHECK_THAT(refusal(withFaults(R"({"script": {"kill": 1}})")),
              Contains("/faults/script: expected an array"));
-  const auto links = parseScenario(withFaults(R"({"script": [{"corrupt": 0.25, "from_round": 3,
-      "to_round": 9, "link": [0, 2]}, {"delay_ms": 40}]})"), "s.json", ".");
+  const auto links =
+      scenario::parseScenario(withFaults(R"({"script": [{"corrupt": 0.25, "from_round": 3,
+      "to_round": 9, "link": [0, 2]}, {"delay_ms": 40}]})"),
+                              "s.json", ".");
   INFO(links.status().toString());
   REQUIRE(links.isOk());
   REQUIRE(links->faults.script.size() == 2);
-  CHECK(links->faults.script[1].kind == FaultEvent::Kind::kCorrupt);  // sorted by first round
+  CHECK(links->faults.script[1].kind ==
+        engine::FaultEvent::Kind::kCorrupt);  // sorted by first round
   CHECK(links->faults.script[1].probability == 0.25);
   CHECK(links->faults.script[1].linkB == 2);
   CHECK(links->faults.script[0].delayMs == 40);
@@ -397,19 +404,20 @@ TEST_CASE("faults: the keys, their defaults and their refusals", "[runtime][unit
 }
 
 TEST_CASE("checkpoint: the keys, their defaults and their refusals", "[runtime][unit]") {
-  const auto plain = parseScenario(kGood, "s.json", ".");
+  const auto plain = scenario::parseScenario(kGood, "s.json", ".");
   REQUIRE(plain.isOk());
   CHECK(plain->checkpoint.every == 0);  // off
   const std::string alg = R"("step_size": 0.3}})";
   const auto withCheckpoint = [&](const std::string& c) {
     return with(alg, R"("step_size": 0.3}, "checkpoint": )" + c + "}");
   };
-  const auto s = parseScenario(withCheckpoint(R"({"every": 10})"), "s.json", ".");
+  const auto s = scenario::parseScenario(withCheckpoint(R"({"every": 10})"), "s.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
   CHECK(s->checkpoint.every == 10);
   CHECK(s->checkpoint.keep == 2);
-  const auto kept = parseScenario(withCheckpoint(R"({"every": 1, "keep": 5})"), "s.json", ".");
+  const auto kept =
+      scenario::parseScenario(withCheckpoint(R"({"every": 1, "keep": 5})"), "s.json", ".");
   REQUIRE(kept.isOk());
   CHECK(kept->checkpoint.keep == 5);
   CHECK_THAT(refusal(withCheckpoint(R"({})")),
@@ -435,26 +443,27 @@ TEST_CASE("faults: drop, duplicate and reorder events", "[runtime][unit]") {
   const auto withFaults = [&](const std::string& faults) {
     return with(alg, R"("step_size": 0.3}, "faults": )" + faults + "}");
   };
-  const auto s = parseScenario(withFaults(R"({"on_peer_loss": "continue", "script": [
+  const auto s = scenario::parseScenario(withFaults(R"({"on_peer_loss": "continue", "script": [
       {"drop": 0.01, "link": [1, 3], "from_round": 5, "to_round": 6},
-      {"duplicate": 0.5}, {"reorder": 1, "from_round": 2, "link": [0, 1]}]})"), "s.json", ".");
+      {"duplicate": 0.5}, {"reorder": 1, "from_round": 2, "link": [0, 1]}]})"),
+                                         "s.json", ".");
   INFO(s.status().toString());
   REQUIRE(s.isOk());
   REQUIRE(s->faults.script.size() == 3);
   // Sorted by first round: duplicate (0), reorder (2), drop (5).
-  CHECK(s->faults.script[0].kind == FaultEvent::Kind::kDuplicate);
+  CHECK(s->faults.script[0].kind == engine::FaultEvent::Kind::kDuplicate);
   CHECK(s->faults.script[0].probability == 0.5);
   CHECK(s->faults.script[0].linkA == -1);
   CHECK(s->faults.script[0].toRound == 40);
-  CHECK(s->faults.script[1].kind == FaultEvent::Kind::kReorder);
+  CHECK(s->faults.script[1].kind == engine::FaultEvent::Kind::kReorder);
   CHECK(s->faults.script[1].probability == 1.0);
   CHECK(s->faults.script[1].fromRound == 2);
-  CHECK(s->faults.script[2].kind == FaultEvent::Kind::kDrop);
+  CHECK(s->faults.script[2].kind == engine::FaultEvent::Kind::kDrop);
   CHECK(s->faults.script[2].probability == 0.01);
   CHECK(s->faults.script[2].linkA == 1);
   CHECK(s->faults.script[2].linkB == 3);
   CHECK(s->faults.script[2].toRound == 6);
-  CHECK(FaultInjector::wanted(*s));
+  CHECK(engine::FaultInjector::wanted(s->faults.script));
 
   // Exactly one kind per event; the message names them all.
   CHECK_THAT(refusal(withFaults(R"({"script": [{"drop": 0.5, "duplicate": 0.5}]})")),
@@ -496,7 +505,7 @@ std::string codistilling(const std::string& keys, const std::string& more = "",
 }
 
 TEST_CASE("codistillation: the keys, their defaults and their refusals", "[runtime][unit]") {
-  const auto defaults = parseScenario(mlpScenario(codistilling("")), "s.json", ".");
+  const auto defaults = scenario::parseScenario(mlpScenario(codistilling("")), "s.json", ".");
   INFO(defaults.status().toString());
   REQUIRE(defaults.isOk());
   REQUIRE(defaults->algorithm.codistillation.has_value());
@@ -505,7 +514,7 @@ TEST_CASE("codistillation: the keys, their defaults and their refusals", "[runti
   CHECK(d.loss.distance == optim::CodistillationSpec::Distance::kCrossEntropy);
   CHECK(d.period == 1);
   CHECK(d.burnIn == 0);
-  const auto given = parseScenario(
+  const auto given = scenario::parseScenario(
       mlpScenario(codistilling(R"("alpha": 0.5, "distance": "kl", "period": 10, "burn_in": 100)"),
                   R"(, "compression": {"kind": "fp16"})"),
       "s.json", ".");
@@ -517,7 +526,7 @@ TEST_CASE("codistillation: the keys, their defaults and their refusals", "[runti
   CHECK(g.period == 10);
   CHECK(g.burnIn == 100);
   const auto plain =
-      parseScenario(mlpScenario(R"({"kind": "dsgd", "step_size": 0.1})"), "s.json", ".");
+      scenario::parseScenario(mlpScenario(R"({"kind": "dsgd", "step_size": 0.1})"), "s.json", ".");
   REQUIRE(plain.isOk());
   CHECK_FALSE(plain->algorithm.codistillation.has_value());
 
@@ -564,16 +573,17 @@ TEST_CASE("transport: busy_poll, its default and its refusals", "[runtime][unit]
   const auto withTransport = [&](const std::string& t) {
     return with(alg, R"("step_size": 0.3}, "transport": )" + t + "}");
   };
-  using BusyPoll = TransportConfig::BusyPoll;
-  const auto plain = parseScenario(withTransport(R"({"kind": "ucx"})"), "s.json", ".");
+  using BusyPoll = scenario::TransportConfig::BusyPoll;
+  const auto plain = scenario::parseScenario(withTransport(R"({"kind": "ucx"})"), "s.json", ".");
   INFO(plain.status().toString());
   REQUIRE(plain.isOk());
   CHECK(plain->transport.busyPoll == BusyPoll::kAuto);
   CHECK(plain->transport.spinUs == 50);
   for (const auto& [text, want] : {std::pair{"auto", BusyPoll::kAuto}, std::pair{"on", BusyPoll::kOn},
                                    std::pair{"off", BusyPoll::kOff}}) {
-    const auto s = parseScenario(
-        withTransport(R"({"kind": "ucx", "busy_poll": ")" + std::string(text) + "\"}"), "s.json", ".");
+    const auto s = scenario::parseScenario(
+        withTransport(R"({"kind": "ucx", "busy_poll": ")" + std::string(text) + "\"}"), "s.json",
+        ".");
     REQUIRE(s.isOk());
     CHECK(s->transport.busyPoll == want);
   }

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "runtime/scenario.h"
+#include "scenario/scenario.h"
 
 namespace starling::runtime::scenario_testing {
 
@@ -24,7 +24,7 @@ inline std::string with(const std::string& from, const std::string& to, std::str
 
 // The message of a scenario that must be refused (kInvalidArgument).
 inline std::string refusal(const std::string& json, const std::string& file = "s.json") {
-  const auto s = parseScenario(json, file, ".");
+  const auto s = scenario::parseScenario(json, file, ".");
   REQUIRE_FALSE(s.isOk());
   CHECK(s.status().code() == core::StatusCode::kInvalidArgument);
   return s.status().message();

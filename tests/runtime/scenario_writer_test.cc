@@ -2,26 +2,26 @@
 // every kind written back, parsed again and written again gives the same text and the same
 // Scenario; defaults are spelled out, numbers round-trip bit for bit, data paths are absolute;
 // the hash ignores spelling and labels and sees every change to the run.
-#include <catch2/catch.hpp>
+#include "scenario/scenario_writer.h"
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/scenario.h"
-#include "runtime/scenario_writer.h"
+#include "scenario/scenario.h"
 
 namespace fs = std::filesystem;
-using namespace starling::runtime;
+using namespace starling;
 using nlohmann::json;
 
 namespace {
 
-Scenario parse(const std::string& text, const std::string& file = "t.json",
-               const fs::path& baseDir = SCENARIO_DIR) {
-  auto s = parseScenario(text, file, baseDir);
+scenario::Scenario parse(const std::string& text, const std::string& file = "t.json",
+                         const fs::path& baseDir = SCENARIO_DIR) {
+  auto s = scenario::parseScenario(text, file, baseDir);
   INFO(text);
   if (!s) FAIL(s.status().message());
   return *s;
@@ -47,7 +47,7 @@ void requireSameGraph(const starling::topology::GraphSpec& a, const starling::to
 }
 
 // Every field that changes a run, compared between a scenario and its written-back copy.
-void requireSameRun(const Scenario& a, const Scenario& b) {
+void requireSameRun(const scenario::Scenario& a, const scenario::Scenario& b) {
   CHECK(a.name == b.name);
   CHECK(a.description == b.description);
   CHECK(a.nodes == b.nodes);
@@ -86,7 +86,7 @@ void requireSameRun(const Scenario& a, const Scenario& b) {
   CHECK(same(p.data.synthetic.heterogeneity, q.data.synthetic.heterogeneity));
   CHECK(same(p.data.synthetic.noise, q.data.synthetic.noise));
   CHECK(same(p.data.synthetic.density, q.data.synthetic.density));
-  if (p.data.kind == DataSource::Kind::kLibsvm) {
+  if (p.data.kind == scenario::DataSource::Kind::kLibsvm) {
     CHECK(fs::path(q.data.path).is_absolute());
     CHECK(fs::absolute(p.data.path).lexically_normal() == fs::path(q.data.path));
   }
@@ -162,12 +162,12 @@ void requireSameRun(const Scenario& a, const Scenario& b) {
 
 // Writes, parses the result (from another folder: the paths in it are absolute) and writes
 // again: the two texts must be equal and the two Scenarios the same run.
-std::string requireFixpoint(const Scenario& s) {
-  const std::string once = resolvedScenarioJson(s);
+std::string requireFixpoint(const scenario::Scenario& s) {
+  const std::string once = scenario::resolvedScenarioJson(s);
   INFO(once);
-  const Scenario again = parse(once, "elsewhere/resolved.json", "/nonexistent");
-  REQUIRE(resolvedScenarioJson(again) == once);
-  CHECK(scenarioHash(again) == scenarioHash(s));
+  const scenario::Scenario again = parse(once, "elsewhere/resolved.json", "/nonexistent");
+  REQUIRE(scenario::resolvedScenarioJson(again) == once);
+  CHECK(scenario::scenarioHash(again) == scenario::scenarioHash(s));
   requireSameRun(s, again);
   return once;
 }
@@ -198,7 +198,7 @@ void requireKeysKept(const std::string& input, const std::string& written) {
   }
 }
 
-std::string scenario(const std::string& topology, const std::string& algorithm,
+std::string scenarioJson(const std::string& topology, const std::string& algorithm,
                      const std::string& extra = "", const std::string& problem = "") {
   return R"({"schema_version": 1, "name": "w", "nodes": 8, "seed": 3, "rounds": 10,
     "topology": )" + topology + R"(, "algorithm": )" + algorithm + R"(,
@@ -227,7 +227,7 @@ TEST_CASE("every shipped scenario is a fixpoint of write and parse", "[runtime][
   for (const auto& entry : fs::directory_iterator(SCENARIO_DIR)) {
     if (entry.path().extension() != ".json") continue;
     INFO(entry.path().string());
-    auto s = loadScenario(entry.path().string());
+    auto s = scenario::loadScenario(entry.path().string());
     if (!s) FAIL(s.status().message());
     requireKeysKept(readText(entry.path()), requireFixpoint(*s));
     ++count;
@@ -280,7 +280,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"({"kind": "ring", "schedule": {"kind": "edge_dropout", "p": 0.25}})",
            R"({"kind": "exponential", "schedule": {"kind": "static"}})",
        }) {
-    canonical.push_back(scenario(t, dsgd));
+    canonical.push_back(scenarioJson(t, dsgd));
   }
   for (const std::string a : {
            R"({"kind": "dsgd", "step_size": 0.1, "gamma": 0.5})",
@@ -298,7 +298,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5, "local_optimizer": {"kind": "adam", "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.99, "eps": 1e-07, "bias_correction": false}})",
            R"({"kind": "dsgd", "step_size": 0.1, "combine": "adasum", "local_optimizer": {"kind": "lamb", "weight_decay": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-06, "bias_correction": true}})",
        }) {
-    canonical.push_back(scenario(ring, a));
+    canonical.push_back(scenarioJson(ring, a));
   }
   // Every codec, on the algorithms that take it: CHOCO and LEAD send compressed differences;
   // DSGD needs error feedback (or adacomp's residue).
@@ -319,13 +319,13 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"({"kind": "countsketch", "cols": 64, "estimate": "mean"})",
            R"({"kind": "dqsgd", "min_bits": 3, "max_bits": 6, "target": 0.5, "bucket": 64})",
        }) {
-    canonical.push_back(scenario(ring, R"({"kind": "choco", "step_size": 0.1})", R"(, "compression": )" + c));
-    canonical.push_back(scenario(ring, R"({"kind": "lead", "step_size": 0.1})", R"(, "compression": )" + c));
-    canonical.push_back(scenario(ring, dsgd,
+    canonical.push_back(scenarioJson(ring, R"({"kind": "choco", "step_size": 0.1})", R"(, "compression": )" + c));
+    canonical.push_back(scenarioJson(ring, R"({"kind": "lead", "step_size": 0.1})", R"(, "compression": )" + c));
+    canonical.push_back(scenarioJson(ring, dsgd,
                                  R"(, "compression": )" + c.substr(0, c.size() - 1) +
                                      R"(, "error_feedback": true})"));
   }
-  canonical.push_back(scenario(ring, dsgd, R"(, "compression": {"kind": "adacomp", "bin": 40})"));
+  canonical.push_back(scenarioJson(ring, dsgd, R"(, "compression": {"kind": "adacomp", "bin": 40})"));
   for (const std::string p : {
            R"({"kind": "least_squares", "l2": 0.1, "partition": "random",
                "estimator": {"kind": "sgd", "batch": 4},
@@ -340,7 +340,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"({"kind": "logistic", "estimator": {"kind": "full"}, "regularizer": {"box": {"upper": 3}},
                "data": {"format": "libsvm", "path": "data/sparse-logistic.svm"}})",
        }) {
-    canonical.push_back(scenario(ring, R"({"kind": "prox_lead", "step_size": 0.1})", "", p));
+    canonical.push_back(scenarioJson(ring, R"({"kind": "prox_lead", "step_size": 0.1})", "", p));
   }
   for (const std::string x : {
            R"(, "transport": {"kind": "inproc"})",
@@ -351,7 +351,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"(, "precision": "float32", "log_every": 3, "description": "d", "divergence": {"max_abs": 5})",
            R"(, "checkpoint": {"every": 7, "keep": 3})",
        }) {
-    canonical.push_back(scenario(ring, dsgd, x));
+    canonical.push_back(scenarioJson(ring, dsgd, x));
   }
   for (const auto& text : canonical) {
     INFO(text);
@@ -365,7 +365,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"({"kind": "dsgd", "step_size": 0.1, "codistillation": {"alpha": 0.5, "distance": "kl", "period": 10, "burn_in": 30}})",
            R"({"kind": "dsgd", "step_size": 0.1, "codistillation": {"alpha": 1.0, "distance": "cross_entropy", "period": 1, "burn_in": 0}, "local_optimizer": {"kind": "momentum", "weight_decay": 0.0, "momentum": 0.9, "nesterov": false}})",
        }) {
-    const std::string text = scenario(ring, a, "", mlp);
+    const std::string text = scenarioJson(ring, a, "", mlp);
     INFO(text);
     const std::string written = requireFixpoint(parse(text));
     requireKeysKept(text, written);
@@ -376,13 +376,13 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
            R"({"kind": "topk", "ratio": 0.05, "error_feedback": false, "layers": [{"tensors": [0, 1, -2, -1], "kind": "identity", "error_feedback": false}]})",
            R"({"kind": "identity", "error_feedback": false, "layers": [{"tensors": [2], "kind": "qsgd", "bits": 3, "norm": "linf", "bucket": 16, "error_feedback": false}, {"tensors": [-1, 0], "kind": "fp16", "error_feedback": false}]})",
        }) {
-    const std::string text = scenario(ring, R"({"kind": "choco", "step_size": 0.1})",
+    const std::string text = scenarioJson(ring, R"({"kind": "choco", "step_size": 0.1})",
                                       R"(, "compression": )" + c, mlp);
     INFO(text);
     requireKeysKept(text, requireFixpoint(parse(text)));
   }
   // The "uncompressed" shorthand comes back as the identity rule it stands for.
-  const std::string uncompressed = scenario(
+  const std::string uncompressed = scenarioJson(
       ring, R"({"kind": "choco", "step_size": 0.1})",
       R"(, "compression": {"kind": "topk", "k": 5, "uncompressed": ["first", "last"]})", mlp);
   const auto uj = json::parse(requireFixpoint(parse(uncompressed)));
@@ -391,7 +391,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
   CHECK_FALSE(uj["compression"].contains("uncompressed"));
 
   // Other spellings of the same thing come back in the writer's spelling.
-  const std::string shorthand = scenario(ring, R"({"kind": "nids", "step_size": 0.1})", "",
+  const std::string shorthand = scenarioJson(ring, R"({"kind": "nids", "step_size": 0.1})", "",
       R"({"kind": "least_squares", "batch": 4, "regularizer": {"nonneg": true, "l1": 0.5},
           "data": {"synthetic": {"samples": 80, "features": 6}}})");
   auto j = json::parse(requireFixpoint(parse(shorthand)));
@@ -399,7 +399,7 @@ TEST_CASE("every kind of topology, algorithm, codec, estimator and regularizer w
   CHECK(j["problem"]["regularizer"] == json({{"l1", 0.5}, {"box", {{"lower", 0.0}}}}));
   CHECK_FALSE(j["problem"].contains("batch"));
   requireKeysKept(shorthand, j.dump());
-  const std::string hosts = scenario(ring, R"({"kind": "nids", "step_size": {"kind": "constant", "value": 0.25}})",
+  const std::string hosts = scenarioJson(ring, R"({"kind": "nids", "step_size": {"kind": "constant", "value": 0.25}})",
                                      R"(, "peers": {"hosts": ["a", "b"], "base_port": 4000})");
   j = json::parse(requireFixpoint(parse(hosts)));
   CHECK(j["algorithm"]["step_size"] == 0.25);
@@ -435,13 +435,13 @@ TEST_CASE("the resolved scenario spells out every default", "[runtime][unit][wri
   CHECK_FALSE(j.contains("peers"));  // run picks free ports: no section can say that
   CHECK(j["divergence"]["max_abs"] == 1e8);
   // Codec defaults too.
-  const auto q = json::parse(resolvedScenarioJson(
-      parse(scenario(R"({"kind": "ring"})", R"({"kind": "choco", "step_size": 0.1})",
+  const auto q = json::parse(scenario::resolvedScenarioJson(
+      parse(scenarioJson(R"({"kind": "ring"})", R"({"kind": "choco", "step_size": 0.1})",
                      R"(, "compression": {"kind": "qsgd"})"))));
   CHECK(q["compression"] == json::parse(R"({"kind": "qsgd", "bits": 4, "norm": "l2",
                                              "bucket": 512, "error_feedback": false})"));
   // The keys come in the parser's order, whatever the file's.
-  const std::string text = resolvedScenarioJson(s);
+  const std::string text = scenario::resolvedScenarioJson(s);
   CHECK(text.find("\"schema_version\"") < text.find("\"name\""));
   CHECK(text.find("\"name\"") < text.find("\"nodes\""));
   CHECK(text.find("\"topology\"") < text.find("\"problem\""));
@@ -453,7 +453,7 @@ TEST_CASE("the resolved scenario spells out every default", "[runtime][unit][wri
 TEST_CASE("the resolved scenario keeps numbers bit for bit and makes data paths absolute",
           "[runtime][unit][writer]") {
   // Doubles whose shortest decimal form has 17 digits, and a subnormal.
-  const std::string text = scenario(
+  const std::string text = scenarioJson(
       R"({"kind": "ring", "schedule": {"kind": "edge_dropout", "p": 0.30000000000000004}})",
       R"({"kind": "prox_lead", "step_size": 4.9406564584124654e-324, "gamma": 0.1234567890123456789,
           "alpha": 0.99999999999999989})",
@@ -461,7 +461,7 @@ TEST_CASE("the resolved scenario keeps numbers bit for bit and makes data paths 
       R"({"kind": "logistic", "l2": 1e-300, "regularizer": {"box": {"lower": -1e300, "upper": 2.5e-8}},
           "data": {"synthetic": {"samples": 80, "features": 6, "noise": 0.49999999999999994,
                                  "heterogeneity": 123456.78901234567}}})");
-  const Scenario s = parse(text);
+  const scenario::Scenario s = parse(text);
   CHECK(same(s.algorithm.stepSize.value, 4.9406564584124654e-324));
   CHECK(same(s.topology.schedule.p, 0.1 + 0.2));
   requireFixpoint(s);  // compares every double bit for bit
@@ -471,8 +471,8 @@ TEST_CASE("the resolved scenario keeps numbers bit for bit and makes data paths 
   // from, which a run does not change).
   const fs::path cwd = fs::current_path();
   fs::current_path(SCENARIO_DIR);
-  auto rel = loadScenario("libsvm-ring8-logistic.json");
-  const std::string written = rel ? resolvedScenarioJson(*rel) : "";
+  auto rel = scenario::loadScenario("libsvm-ring8-logistic.json");
+  const std::string written = rel ? scenario::resolvedScenarioJson(*rel) : "";
   fs::current_path(cwd);
   REQUIRE(rel);
   CHECK(fs::path(rel->problem.data.path).is_relative());
@@ -487,7 +487,7 @@ TEST_CASE("the resolved scenario keeps numbers bit for bit and makes data paths 
 
 TEST_CASE("the scenario hash ignores spelling and labels and sees every change",
           "[runtime][unit][writer]") {
-  const auto base = parse(scenario(R"({"kind": "ring"})", R"({"kind": "lead", "step_size": 0.1})",
+  const auto base = parse(scenarioJson(R"({"kind": "ring"})", R"({"kind": "lead", "step_size": 0.1})",
                                    R"(, "compression": {"kind": "qsgd", "bits": 3})"));
   // The same run spelled differently: other key order, whitespace, defaults written out.
   const auto respelled = parse(R"({"algorithm": {"step_size": 0.1, "kind": "lead", "alpha": 0.5},
@@ -495,50 +495,53 @@ TEST_CASE("the scenario hash ignores spelling and labels and sees every change",
       "seed": 3, "rounds": 10, "nodes": 8, "name": "w", "schema_version": 1,
       "topology": {"weights": "metropolis", "kind": "ring", "schedule": {"kind": "static"}},
       "problem": {"data": {"synthetic": {"features": 6, "samples": 80}}, "l2": 0.1, "kind": "logistic"}})");
-  CHECK(scenarioHash(respelled) == scenarioHash(base));
-  CHECK(scenarioHashHex(scenarioHash(base)).size() == 16);
-  CHECK(scenarioHashHex(0x0123456789abcdefULL) == "0123456789abcdef");
-  CHECK(scenarioHashHex(0xfULL) == "000000000000000f");
+  CHECK(scenario::scenarioHash(respelled) == scenario::scenarioHash(base));
+  CHECK(scenario::scenarioHashHex(scenario::scenarioHash(base)).size() == 16);
+  CHECK(scenario::scenarioHashHex(0x0123456789abcdefULL) == "0123456789abcdef");
+  CHECK(scenario::scenarioHashHex(0xfULL) == "000000000000000f");
   // FNV-1a 64 of the resolved text without name and description.
   uint64_t fnv = 0xcbf29ce484222325ULL;
-  nlohmann::ordered_json o = nlohmann::ordered_json::parse(resolvedScenarioJson(base));
+  nlohmann::ordered_json o = nlohmann::ordered_json::parse(scenario::resolvedScenarioJson(base));
   o.erase("name");
   o.erase("description");
   for (const unsigned char c : o.dump(2)) fnv = (fnv ^ c) * 0x100000001b3ULL;
-  CHECK(scenarioHash(base) == fnv);
+  CHECK(scenario::scenarioHash(base) == fnv);
 
   auto changed = [&](auto&& edit) {
-    Scenario s = base;
+    scenario::Scenario s = base;
     edit(s);
-    return scenarioHash(s) != scenarioHash(base);
+    return scenario::scenarioHash(s) != scenario::scenarioHash(base);
   };
-  CHECK(changed([](Scenario& s) { s.seed = 4; }));
-  CHECK(changed([](Scenario& s) { s.rounds = 11; }));
-  CHECK(changed([](Scenario& s) { s.logEvery = 2; }));
-  CHECK(changed([](Scenario& s) { s.nodes = 9; }));
-  CHECK(changed([](Scenario& s) { s.precision = Precision::kFloat32; }));
-  CHECK(changed([](Scenario& s) { s.algorithm.stepSize.value = 0.1000001; }));
-  CHECK(changed([](Scenario& s) { s.algorithm.alpha = 0.25; }));
-  CHECK(changed([](Scenario& s) { s.algorithm.gamma = 0.5; }));
-  CHECK(changed([](Scenario& s) { s.compression.bits = 4; }));
-  CHECK(changed([](Scenario& s) { s.compression.bucket = 256; }));
-  CHECK(changed([](Scenario& s) { s.compression.linf = true; }));
-  CHECK(changed([](Scenario& s) { s.compression.errorFeedback = true; }));
-  CHECK(changed([](Scenario& s) {
+  CHECK(changed([](scenario::Scenario& s) { s.seed = 4; }));
+  CHECK(changed([](scenario::Scenario& s) { s.rounds = 11; }));
+  CHECK(changed([](scenario::Scenario& s) { s.logEvery = 2; }));
+  CHECK(changed([](scenario::Scenario& s) { s.nodes = 9; }));
+  CHECK(changed([](scenario::Scenario& s) { s.precision = scenario::Precision::kFloat32; }));
+  CHECK(changed([](scenario::Scenario& s) { s.algorithm.stepSize.value = 0.1000001; }));
+  CHECK(changed([](scenario::Scenario& s) { s.algorithm.alpha = 0.25; }));
+  CHECK(changed([](scenario::Scenario& s) { s.algorithm.gamma = 0.5; }));
+  CHECK(changed([](scenario::Scenario& s) { s.compression.bits = 4; }));
+  CHECK(changed([](scenario::Scenario& s) { s.compression.bucket = 256; }));
+  CHECK(changed([](scenario::Scenario& s) { s.compression.linf = true; }));
+  CHECK(changed([](scenario::Scenario& s) { s.compression.errorFeedback = true; }));
+  CHECK(changed([](scenario::Scenario& s) {
     s.compression.layers.push_back({{0}, starling::compression::CompressorSpec{}});
   }));
-  CHECK(changed([](Scenario& s) { s.problem.spec.l2 = 0.2; }));
-  CHECK(changed([](Scenario& s) { s.problem.data.synthetic.samples = 81; }));
-  CHECK(changed([](Scenario& s) { s.problem.partition = PartitionKind::kRandom; }));
-  CHECK(changed([](Scenario& s) { s.topology.base.weights = starling::topology::WeightRule::kUniform; }));
-  CHECK(changed([](Scenario& s) { s.divergenceMaxAbs = 1e6; }));
+  CHECK(changed([](scenario::Scenario& s) { s.problem.spec.l2 = 0.2; }));
+  CHECK(changed([](scenario::Scenario& s) { s.problem.data.synthetic.samples = 81; }));
+  CHECK(changed(
+      [](scenario::Scenario& s) { s.problem.partition = scenario::PartitionKind::kRandom; }));
+  CHECK(changed([](scenario::Scenario& s) {
+    s.topology.base.weights = starling::topology::WeightRule::kUniform;
+  }));
+  CHECK(changed([](scenario::Scenario& s) { s.divergenceMaxAbs = 1e6; }));
   // Not part of the run: where the file was, what it is called, what it says about itself.
-  CHECK_FALSE(changed([](Scenario& s) { s.file = "elsewhere.json"; }));
-  CHECK_FALSE(changed([](Scenario& s) { s.name = "other"; }));
-  CHECK_FALSE(changed([](Scenario& s) { s.description = "a note"; }));
+  CHECK_FALSE(changed([](scenario::Scenario& s) { s.file = "elsewhere.json"; }));
+  CHECK_FALSE(changed([](scenario::Scenario& s) { s.name = "other"; }));
+  CHECK_FALSE(changed([](scenario::Scenario& s) { s.description = "a note"; }));
   // Nor how often its state is saved: a run may be resumed with another checkpoint section.
-  CHECK_FALSE(changed([](Scenario& s) { s.checkpoint.every = 7; }));
-  CHECK_FALSE(changed([](Scenario& s) {
+  CHECK_FALSE(changed([](scenario::Scenario& s) { s.checkpoint.every = 7; }));
+  CHECK_FALSE(changed([](scenario::Scenario& s) {
     s.checkpoint.every = 3;
     s.checkpoint.keep = 9;
   }));
@@ -546,13 +549,14 @@ TEST_CASE("the scenario hash ignores spelling and labels and sees every change",
   const std::string unnamed = R"({"schema_version": 1, "nodes": 4, "rounds": 10,
       "topology": {"kind": "ring"}, "algorithm": {"kind": "nids", "step_size": 0.1},
       "problem": {"kind": "least_squares", "data": {"synthetic": {"samples": 40, "features": 3}}}})";
-  CHECK(scenarioHash(parse(unnamed, "a/first.json")) == scenarioHash(parse(unnamed, "b/second.json")));
+  CHECK(scenario::scenarioHash(parse(unnamed, "a/first.json")) ==
+        scenario::scenarioHash(parse(unnamed, "b/second.json")));
 
   // --rounds and --seed overrides change the hash; log_every stays what the file made it.
-  Scenario over = base;
-  applyOverrides(over, uint64_t{500}, uint64_t{9});
-  CHECK(scenarioHash(over) != scenarioHash(base));
-  const auto r = json::parse(resolvedScenarioJson(over));
+  scenario::Scenario over = base;
+  scenario::applyOverrides(over, uint64_t{500}, uint64_t{9});
+  CHECK(scenario::scenarioHash(over) != scenario::scenarioHash(base));
+  const auto r = json::parse(scenario::resolvedScenarioJson(over));
   CHECK(r["rounds"] == 500);
   CHECK(r["seed"] == 9);
   CHECK(r["log_every"] == base.logEvery);
