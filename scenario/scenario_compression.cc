@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/codec_keys.h"
 #include "scenario/scenario_limits.h"
 #include "scenario/scenario_reader.h"
 
@@ -26,75 +27,65 @@ void parseKeep(Obj& o, compression::CompressorSpec& c) {
   if (o.has("ratio")) c.ratio = o.number("ratio", 0.0, 1.0, std::nullopt, /*openLo=*/true);
 }
 
-// One codec's keys (kind, its parameters, error_feedback) into c; the caller finishes o.
+// countsketch's heavy hitters: with the median estimate exactly one of k, ratio or threshold;
+// with the mean estimate (every coordinate decoded) none.
+void parseSketchKeep(Obj& o, compression::CompressorSpec& c) {
+  if (c.meanEstimate) {
+    if (o.has("k") || o.has("ratio") || o.has("threshold")) {
+      throw ScenarioError{o.path(), "\"estimate\": \"mean\" decodes every coordinate; "
+                                    "\"k\", \"ratio\" and \"threshold\" apply to "
+                                    "\"median\" only"};
+    }
+  } else if (o.has("threshold")) {
+    if (o.has("k") || o.has("ratio")) {
+      throw ScenarioError{o.path(), "give one of \"k\", \"ratio\" or \"threshold\""};
+    }
+    c.threshold = o.number("threshold", 0.0, 1.0, std::nullopt, /*openLo=*/true);
+  } else {
+    parseKeep(o, c);
+  }
+}
+
+// One codec's keys (kind, its parameters from the codec key table, error_feedback) into c; the
+// caller finishes o.
 void parseCodecKeys(Obj& o, compression::CompressorSpec& c) {
   using Kind = compression::CompressorSpec::Kind;
+  using Type = compression::CodecKey::Type;
   static const std::vector<std::string> kCodecs = codecNames();
   c.kind = compression::compressorKinds()[o.choice("kind", "codec", kCodecs)].kind;
-  switch (c.kind) {
-    case Kind::kTopK:
-    case Kind::kRandK:
-      parseKeep(o, c);
-      if (c.kind == Kind::kRandK) c.scaled = o.boolean("scaled", true);
-      break;
-    case Kind::kQsgd:
-      c.bits = o.integer<int>("bits", 2, 8, 4);
-      c.linf = o.choice("norm", "norm", {"l2", "linf"}, 0) == 1;
-      c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
-      break;
-    case Kind::kNuqsgd:
-      c.bits = o.integer<int>("bits", 2, 8, 4);
-      c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
-      break;
-    case Kind::kNaturalDithering:
-      c.levels = o.integer<int>("levels", 1, 30, 4);
-      c.linf = o.choice("norm", "norm", {"l2", "linf"}, 0) == 1;
-      break;
-    case Kind::kTopKDithering:
-      parseKeep(o, c);
-      c.levels = o.integer<int>("levels", 1, 30, 4);
-      break;
-    case Kind::kCountSketch: {
-      c.rows = o.integer<uint64_t>("rows", 1, 64, uint64_t{5});
-      c.cols = o.integer<uint64_t>("cols", 1, uint64_t{1} << 31);
-      c.meanEstimate = o.choice("estimate", "estimate", {"median", "mean"}, 0) == 1;
-      if (c.meanEstimate) {
-        if (o.has("k") || o.has("ratio") || o.has("threshold")) {
-          throw ScenarioError{o.path(), "\"estimate\": \"mean\" decodes every coordinate; "
-                                        "\"k\", \"ratio\" and \"threshold\" apply to "
-                                        "\"median\" only"};
-        }
-      } else if (o.has("threshold")) {
-        if (o.has("k") || o.has("ratio")) {
-          throw ScenarioError{o.path(), "give one of \"k\", \"ratio\" or \"threshold\""};
-        }
-        c.threshold = o.number("threshold", 0.0, 1.0, std::nullopt, /*openLo=*/true);
-      } else {
+  for (const compression::CodecKey& key : compression::codecKeys(c.kind)) {
+    switch (key.type) {
+      case Type::kKeep:
         parseKeep(o, c);
+        break;
+      case Type::kSketchKeep:
+        parseSketchKeep(o, c);
+        break;
+      case Type::kInteger: {
+        const auto bound = [&](const char* other) {
+          return static_cast<uint64_t>(*compression::codecKeyValue(c, other));
+        };
+        const uint64_t lo = key.loKey ? bound(key.loKey) : static_cast<uint64_t>(key.lo);
+        const uint64_t hi = key.hiKey ? bound(key.hiKey) - 1 : static_cast<uint64_t>(key.hi);
+        std::optional<uint64_t> def;
+        if (key.def) def = std::min(static_cast<uint64_t>(*key.def), hi);
+        key.set(c, static_cast<double>(o.integer<uint64_t>(key.name, lo, hi, def)));
+        break;
       }
-      break;
+      case Type::kNumber:
+        key.set(c, o.number(key.name, key.lo, key.hi, key.def, key.openLo));
+        break;
+      case Type::kBoolean:
+        key.set(c, o.boolean(key.name, key.def.value_or(0) != 0) ? 1 : 0);
+        break;
+      case Type::kChoice: {
+        const std::vector<std::string> names(key.choices.begin(), key.choices.end());
+        std::optional<size_t> def;
+        if (key.def) def = static_cast<size_t>(*key.def);
+        key.set(c, static_cast<double>(o.choice(key.name, key.name, names, def)));
+        break;
+      }
     }
-    case Kind::kAdaComp:
-      c.bin = o.integer<uint64_t>("bin", 1, (uint64_t{1} << 32) - 1, uint64_t{500});
-      break;
-    case Kind::kDqsgd:
-      c.minBits = o.integer<int>("min_bits", 2, 8, 2);
-      c.maxBits = o.integer<int>("max_bits", c.minBits, 8, 8);
-      c.target = o.number("target", 0.0, 1e6, 1.0, /*openLo=*/true);
-      c.bucket = o.integer<uint64_t>("bucket", 1, (uint64_t{1} << 32) - 1, uint64_t{512});
-      break;
-    case Kind::kLgc:
-      parseKeep(o, c);
-      c.chunk = o.integer<uint32_t>("chunk", 2, 4096, 32u);
-      c.hidden = o.integer<uint32_t>("hidden", 1, 4096, 64u);
-      c.latent = o.integer<uint32_t>("latent", 1, c.chunk - 1, std::min<uint32_t>(4u, c.chunk - 1));
-      c.warmup = o.integer<uint64_t>("warmup", 0, kMaxRounds, uint64_t{100});
-      c.refresh = o.integer<uint64_t>("refresh", 0, kMaxRounds, uint64_t{50});
-      c.shareEvery = o.integer<uint64_t>("share_every", 1, kMaxRounds, uint64_t{10});
-      c.learningRate = o.number("learning_rate", 0.0, 1.0, 1e-3, /*openLo=*/true);
-      break;
-    default:
-      break;
   }
   c.errorFeedback = o.boolean("error_feedback", false);
   if (c.kind == Kind::kAdaComp && c.errorFeedback) {

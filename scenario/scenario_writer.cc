@@ -6,11 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "compression/codec_keys.h"
+
 namespace starling::scenario {
 namespace {
 
 using ojson = nlohmann::ordered_json;  // not `json`: scenario_reader.h has that name
-using CKind = compression::CompressorSpec::Kind;
 
 // The parser resolves a relative data path against the scenario's folder, which is itself
 // relative when the scenario was named by a relative path (`simulate scenarios/x.json`). Made
@@ -259,66 +260,37 @@ void keepJson(const compression::CompressorSpec& c, ojson& j) {
 }
 
 ojson compressionJson(const compression::CompressorSpec& c) {
+  using Type = compression::CodecKey::Type;
   ojson j;
   j["kind"] = compression::compressorKindName(c.kind);
-  switch (c.kind) {
-    case CKind::kTopK:
-      keepJson(c, j);
-      break;
-    case CKind::kRandK:
-      keepJson(c, j);
-      j["scaled"] = c.scaled;
-      break;
-    case CKind::kQsgd:
-      j["bits"] = c.bits;
-      j["norm"] = c.linf ? "linf" : "l2";
-      j["bucket"] = c.bucket;
-      break;
-    case CKind::kNuqsgd:
-      j["bits"] = c.bits;
-      j["bucket"] = c.bucket;
-      break;
-    case CKind::kNaturalDithering:
-      j["levels"] = c.levels;
-      j["norm"] = c.linf ? "linf" : "l2";
-      break;
-    case CKind::kTopKDithering:
-      keepJson(c, j);
-      j["levels"] = c.levels;
-      break;
-    case CKind::kCountSketch:
-      j["rows"] = c.rows;
-      j["cols"] = c.cols;
-      j["estimate"] = c.meanEstimate ? "mean" : "median";
-      if (!c.meanEstimate) {
-        if (c.threshold > 0) {
-          j["threshold"] = c.threshold;
-        } else {
-          keepJson(c, j);
+  // The codec's keys in the table's order (compression/codec_keys.h), as the reader reads them.
+  for (const compression::CodecKey& key : compression::codecKeys(c.kind)) {
+    switch (key.type) {
+      case Type::kKeep:
+        keepJson(c, j);
+        break;
+      case Type::kSketchKeep:
+        if (!c.meanEstimate) {
+          if (c.threshold > 0) {
+            j["threshold"] = c.threshold;
+          } else {
+            keepJson(c, j);
+          }
         }
-      }
-      break;
-    case CKind::kAdaComp:
-      j["bin"] = c.bin;
-      break;
-    case CKind::kDqsgd:
-      j["min_bits"] = c.minBits;
-      j["max_bits"] = c.maxBits;
-      j["target"] = c.target;
-      j["bucket"] = c.bucket;
-      break;
-    case CKind::kLgc:
-      keepJson(c, j);
-      j["chunk"] = c.chunk;
-      j["hidden"] = c.hidden;
-      j["latent"] = c.latent;
-      j["warmup"] = c.warmup;
-      j["refresh"] = c.refresh;
-      j["share_every"] = c.shareEvery;
-      j["learning_rate"] = c.learningRate;
-      break;
-    default:
-      break;
+        break;
+      case Type::kInteger:
+        j[key.name] = static_cast<uint64_t>(key.get(c));
+        break;
+      case Type::kNumber:
+        j[key.name] = key.get(c);
+        break;
+      case Type::kBoolean:
+        j[key.name] = key.get(c) != 0;
+        break;
+      case Type::kChoice:
+        j[key.name] = key.choices[static_cast<size_t>(key.get(c))];
+        break;
+    }
   }
   j["error_feedback"] = c.errorFeedback;
   // Only when given, so that the scenarios without layers keep their hashes. The "uncompressed"
