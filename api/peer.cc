@@ -187,12 +187,8 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     }
     // A membership change: the algorithm starts afresh from the current model, with the
     // trainer's gradients (through the same local optimizer, whose moments carry on).
-    STARLING_RETURN_IF_ERROR(st.survival.add(*st.stepNode, [this, &st](engine::Node<T>& n) {
-      const auto x = n.model();
-      const std::vector<T> x0(x.begin(), x.end());
-      n.restartAlgorithm(makeStepAlgorithm<T>(st, x0));
-      return Status::ok();
-    }));
+    STARLING_RETURN_IF_ERROR(st.survival.add(
+        *st.stepNode, [this, &st](std::vector<T> x0) { return makeStepAlgorithm<T>(st, x0); }));
     if (!st.last) st.last = st.stepNode.get();
   } else {
     const auto model = st.stepNode->model();
@@ -238,8 +234,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
       return st.engine.fail(s, &node);
     }
   } else {
-    STARLING_RETURN_IF_ERROR(st.survival.begin(node, lr, takeDrops()));
-    STARLING_RETURN_IF_ERROR(stopOnDrop(st, node));
+    STARLING_RETURN_IF_ERROR(st.survival.begin(node, lr, faults));
     STARLING_RETURN_IF_ERROR(st.survival.complete(node));
     pendingRecord = st.engine.rounds();
   }
@@ -294,15 +289,12 @@ Status Peer::Impl::mixStart(std::span<T> params) {
       st.mixNode->setAsynchronous(scenario.asynchronous.maxStaleness);
     }
     // A membership change: gossip starts afresh from the current parameters.
-    STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](engine::Node<T>& n) {
-      const auto x = n.model();
-      const std::vector<T> x0(x.begin(), x.end());
+    STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](std::vector<T> x0) {
       auto fresh = optim::createGossip<T>(scenario.algorithm.gamma, x0.size(),
                                           st.mixCodec != nullptr, scenario.algorithm.timeVarying);
       fresh->setModel(x0);
       st.gossip = fresh.get();
-      n.restartAlgorithm(std::move(fresh));
-      return Status::ok();
+      return std::unique_ptr<optim::Algorithm<T>>(std::move(fresh));
     }));
   }
   if (!st.last) st.last = st.mixNode.get();  // round 0's line: the model the trainer starts from
@@ -321,8 +313,7 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     killIfScripted(st.engine.rounds());
     s = st.survival.prepare(kMixChannel);  // a change due now restarts gossip
   }
-  if (s.isOk()) s = st.survival.begin(*st.mixNode, std::nullopt, takeDrops());
-  if (s.isOk()) s = stopOnDrop(st, *st.mixNode);
+  if (s.isOk()) s = st.survival.begin(*st.mixNode, std::nullopt, faults);
   if (!s.isOk()) {
     // The round never started: the gossip's model is the trainer's, as before a loan.
     if (!st.gossip->release()) st.gossip->setModel(params);

@@ -159,16 +159,6 @@ class Peer::Impl {
   bool takeRejoinModel(std::span<T> params);
   // The fault script's kill of this rank before `round`: a real SIGKILL, as `node-launcher peer`.
   void killIfScripted(uint64_t round) const;
-  // A scripted link fault dropped a message of this round (engine/fault_injection.h): with
-  // on_peer_loss "stop" the run stops naming the link (with "continue" Survival makes this rank
-  // leave).
-  template <typename T>
-  Status stopOnDrop(PeerState<T>& st, engine::Node<T>& node);
-  // What Survival asks after a round's sends: the scripted drops (none without a script).
-  std::function<std::vector<engine::FaultInjector::Drop>()> takeDrops() const {
-    if (faults == nullptr) return nullptr;
-    return [f = faults] { return f->takeDropped(); };
-  }
 };
 
 // kInvalidArgument naming the first tensor of size 0 in a layout (what its sum is checked

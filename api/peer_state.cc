@@ -144,16 +144,6 @@ void Peer::Impl::killIfScripted(uint64_t round) const {
 }
 
 template <typename T>
-Status Peer::Impl::stopOnDrop(PeerState<T>& st, engine::Node<T>& node) {
-  if (faults == nullptr || st.survival.enabled()) return Status::ok();
-  for (const engine::FaultInjector::Drop& d : faults->takeDropped()) {
-    return st.engine.fail(
-        core::unavailable(engine::FaultInjector::dropStopMessage(rank, d.to, d.tag.round)), &node);
-  }
-  return Status::ok();
-}
-
-template <typename T>
 Status Peer::Impl::restore(std::span<T> params) {
   if (!rejoin && !rejoinModel) return Status::ok();  // not rejoining, or restored already
   auto got = stateFor<T>(params.size(), "restore");
@@ -282,8 +272,6 @@ Status Peer::Impl::close(bool fromDestructor) {
 // What api/peer.cc's rounds call.
 template Result<PeerState<float>*> Peer::Impl::stateFor<float>(size_t, const char*);
 template Result<PeerState<double>*> Peer::Impl::stateFor<double>(size_t, const char*);
-template Status Peer::Impl::stopOnDrop<float>(PeerState<float>&, engine::Node<float>&);
-template Status Peer::Impl::stopOnDrop<double>(PeerState<double>&, engine::Node<double>&);
 template bool Peer::Impl::takeRejoinModel<float>(std::span<float>);
 template bool Peer::Impl::takeRejoinModel<double>(std::span<double>);
 template Status Peer::Impl::writePending<float>(PeerState<float>&);

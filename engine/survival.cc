@@ -157,7 +157,8 @@ core::Status Survival<T>::applyChange(const MembershipGossip::Due& due, uint64_t
     for (Registered& r : nodes_) r.node->setFound(j);
   }
   for (Registered& r : nodes_) {
-    if (auto st = r.restart(*r.node); !st.isOk()) return engine_->fail(st, r.node);
+    const auto x = r.node->model();
+    r.node->restartAlgorithm(r.restart(std::vector<T>(x.begin(), x.end())));
     r.node->setSupport(*support);
   }
   std::string why;
@@ -276,8 +277,17 @@ core::Status Survival<T>::leave(const std::string& why) {
 
 template <typename T>
 core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
-                                const TakeDrops& takeDrops) {
-  if (!enabled_) return engine_->begin(node, stepSize);
+                                FaultInjector* faults) {
+  if (!enabled_) {
+    STARLING_RETURN_IF_ERROR(engine_->begin(node, stepSize));
+    if (faults) {
+      for (const FaultInjector::Drop& d : faults->takeDropped()) {
+        return engine_->fail(
+            core::unavailable(FaultInjector::dropStopMessage(rank_, d.to, d.tag.round)), &node);
+      }
+    }
+    return core::Status::ok();
+  }
   const uint64_t r = engine_->rounds();
   auto topo = survivors_.at(r, membership_);
   if (!topo) return engine_->fail(topo.status(), &node);
@@ -291,7 +301,7 @@ core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
   pinging_.clear();
   STARLING_RETURN_IF_ERROR(engine_->begin(node, **topo, stepSize));
   std::vector<FaultInjector::Drop> drops;
-  if (takeDrops) drops = takeDrops();
+  if (faults) drops = faults->takeDropped();
   // A model message of this peer was dropped (docs/algorithms.md §18, "Dropped messages"): its
   // receiver will take this peer for lost. Out of the run either way, it leaves in this round,
   // once its other messages are on their way, rather than be found out by timeouts (two peers
@@ -319,6 +329,14 @@ core::Status Survival<T>::begin(Node<T>& node, std::optional<double> stepSize,
                  " takes this peer for lost, so it leaves the run");
   }
   return core::Status::ok();
+}
+
+template <typename T>
+core::Status Survival<T>::round(Node<T>& node, std::optional<double> stepSize,
+                                FaultInjector* faults, uint32_t channel) {
+  STARLING_RETURN_IF_ERROR(prepare(channel));
+  STARLING_RETURN_IF_ERROR(begin(node, stepSize, faults));
+  return complete(node);
 }
 
 template <typename T>

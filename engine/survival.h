@@ -43,9 +43,9 @@ inline constexpr int kPingExtendedWaits = 2;
 template <typename T>
 class Survival {
  public:
-  // Restarts `node`'s algorithm from its current model after a change (the owner knows the
-  // algorithm and its oracle): Node::restartAlgorithm.
-  using Restart = std::function<core::Status(Node<T>& node)>;
+  // The node's algorithm afresh from `x0` (a copy of its current model) after a change: the
+  // owner knows the algorithm and its oracle. Survival restarts the node with it.
+  using Restart = std::function<std::unique_ptr<optim::Algorithm<T>>(std::vector<T> x0)>;
 
   // `schedule` and `net` are borrowed. `who` names the peer in messages ("node-launcher
   // peer 3"). `leftRun` (may be null) is set when the peer leaves the run.
@@ -79,16 +79,22 @@ class Survival {
   // A restarted peer takes over the membership and proposals its sponsor sent (before
   // install(); its round is state.round).
   core::Status adopt(const JoinState& state);
-  // engine.begin on the survivors' topology, and the round's gossip. `takeDrops` (scripted link
-  // faults, runPeer only) is asked once the round's model messages are sent: when one of them
-  // was dropped, its receiver will take this peer for lost, so it proposes its own departure,
-  // writes its loss and leaves (kPeerGone).
-  using TakeDrops = std::function<std::vector<FaultInjector::Drop>()>;
+  // engine.begin on the survivors' topology, and the round's gossip. `faults` (the scripted
+  // link faults; may be null) is asked once the round's model messages are sent whether one of
+  // them was dropped: its receiver will take this peer for lost, so with on_peer_loss
+  // "continue" it proposes its own departure, writes its loss and leaves (kPeerGone); otherwise
+  // the run stops at once naming the link (kUnavailable), as the receiver would after its
+  // deadline. Every runner starts its rounds here (node-launcher peer, a trainer's step() and
+  // mix()).
   core::Status begin(Node<T>& node, std::optional<double> stepSize = std::nullopt,
-                     const TakeDrops& takeDrops = nullptr);
+                     FaultInjector* faults = nullptr);
   // engine.complete, then the losses of the round: proposed and logged, or this peer leaves
   // (kPeerGone) when the others went silent at once or declared it lost.
   core::Status complete(Node<T>& node);
+
+  // prepare(channel), begin(), complete(): one whole round.
+  core::Status round(Node<T>& node, std::optional<double> stepSize, FaultInjector* faults,
+                     uint32_t channel = kModelChannel);
 
  private:
   struct Registered {

@@ -244,11 +244,8 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     const auto x = node.model();
     return std::vector<double>(x.begin(), x.end());
   });
-  STARLING_RETURN_IF_ERROR(survival.add(node, [&](engine::Node<T>& n) {
-    const auto x = n.model();
-    const std::vector<T> x0(x.begin(), x.end());
-    n.restartAlgorithm(optim::createAlgorithm<T>(e.scenario.algorithm, x0, *stack.oracle));
-    return core::Status::ok();
+  STARLING_RETURN_IF_ERROR(survival.add(node, [&](std::vector<T> x0) {
+    return optim::createAlgorithm<T>(e.scenario.algorithm, x0, *stack.oracle);
   }));
   while (engine.rounds() < s.rounds) {
     const uint64_t r = engine.rounds();
@@ -276,25 +273,8 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
         if (!ran) return engine.fail(ran.status(), &node);
       }
     }
-    if (!continueOnLoss) {
-      STARLING_RETURN_IF_ERROR(engine.begin(node));  // a failure is already in the log
-      if (faults) {
-        // A dropped message: its receiver would wait out the deadline and stop, naming this
-        // peer; this peer knows why and says so at once.
-        for (const engine::FaultInjector::Drop& d : faults->takeDropped()) {
-          return engine.fail(core::unavailable(engine::FaultInjector::dropStopMessage(
-                                 opt.rank, d.to, d.tag.round)),
-                             &node);
-        }
-      }
-      STARLING_RETURN_IF_ERROR(engine.complete(node));
-    } else {
-      STARLING_RETURN_IF_ERROR(survival.prepare());
-      typename engine::Survival<T>::TakeDrops drops;
-      if (faults) drops = [faults] { return faults->takeDropped(); };
-      STARLING_RETURN_IF_ERROR(survival.begin(node, std::nullopt, drops));
-      STARLING_RETURN_IF_ERROR(survival.complete(node));
-    }
+    // A failure is in the log already.
+    STARLING_RETURN_IF_ERROR(survival.round(node, std::nullopt, faults));
     const uint64_t done = engine.rounds();
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
     if (s.checkpoint.every > 0 && (done % s.checkpoint.every == 0 || done == s.rounds)) {
