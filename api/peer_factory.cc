@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
-#include "runtime/peer.h"
+#include "scenario/compile.h"
 #include "runtime/peer_placement.h"
 #include "scenario/experiment.h"
 #include "scenario/scenario_writer.h"
@@ -69,7 +69,7 @@ Result<std::unique_ptr<Peer::Impl>> makePeerImpl(scenario::Scenario s, int rank,
     impl->net = transport::inproc::createTransport(*impl->hub, rank);
     impl->address = "inproc";
   } else {
-    auto no = runtime::networkOptions(s, rank, options.addresses);
+    auto no = scenario::networkOptions(s, rank, options.addresses);
     if (!no) return no.status();
     auto net = transport::createNetworkTransport(*no);
     if (!net) return net.status().withContext("rank " + std::to_string(rank));

@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "api/peer_impl.h"
+#include "engine/peer_log.h"
 #include "runtime/metrics.h"
-#include "runtime/peer.h"
+#include "scenario/compile.h"
 #include "transport/transport.h"
 
 namespace starling {
@@ -52,7 +53,7 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
     eo.rank = rank;
     eo.outDir = outDir;
     // A trainer's peer: its log header says so, and `merge SCENARIO` refuses it.
-    eo.logHeader = runtime::peerLogHeader(scenario, rank, address, /*trainer=*/true);
+    eo.logHeader = scenario::peerLogHeader(scenario, rank, address, /*trainer=*/true);
     std::optional<engine::JoinState> joined;
     if (rejoin) {
       auto got = requestRejoin(dim);

@@ -32,7 +32,7 @@ namespace starling::engine {
 struct EngineOptions {
   int rank = 0;
   std::filesystem::path outDir;  // peers/rank-R.jsonl goes here; empty: no peer log
-  std::string logHeader;         // the peer log's first line (runtime/peer.h, peerLogHeader)
+  std::string logHeader;         // the peer log's first line (scenario::peerLogHeader)
   // Polled between waits (at least every 200 ms); when it becomes true the round stops with
   // kCancelled. Owned by the caller (a signal handler's flag).
   const std::atomic<bool>* stop = nullptr;

@@ -1,6 +1,6 @@
 // What the engine (one peer's rounds, its survival of lost peers, its scripted faults) needs
 // to know about a run: a few typed numbers and the fault script, compiled from a scenario by
-// scenario::engineOptions (scenario/experiment.h) or filled in by a test. The engine never sees
+// scenario::engineOptions (scenario/compile.h) or filled in by a test. The engine never sees
 // a Scenario. Thread-safety: values.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The peer log (OUT/peers/rank-R.jsonl): one JSON line per event of one peer, written by its
-// Engine and read by `merge`. The header line comes from the runner (runtime/peer.h,
-// peerLogHeader: it names the scenario); the engine writes the failure line defined here.
+// Engine and read by `merge`. The header line comes from scenario::peerLogHeader
+// (scenario/compile.h: it names the scenario); the engine writes the failure line defined here.
 // Thread-safety: free functions.
 #pragma once
 

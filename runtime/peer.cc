@@ -25,6 +25,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/metrics.h"
 #include "runtime/node_stack.h"
+#include "scenario/compile.h"
 #include "scenario/scenario_writer.h"
 #include "transport/factory.h"
 
@@ -84,7 +85,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
   engine::EngineOptions eo;
   eo.rank = opt.rank;
   eo.outDir = opt.outDir;
-  eo.logHeader = peerLogHeader(s, opt.rank, address);
+  eo.logHeader = scenario::peerLogHeader(s, opt.rank, address);
   eo.stop = opt.stop;
   eo.log = opt.log;
   std::string resumedFrom;
@@ -149,7 +150,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     STARLING_RETURN_IF_ERROR(survival.adopt(*state));
     if (!opt.outDir.empty()) {
       auto logBytes = engine::rejoinLogBytes(engine::peerLogPath(opt.outDir, opt.rank),
-                                             peerLogHeader(s, opt.rank, address));
+                                             scenario::peerLogHeader(s, opt.rank, address));
       if (!logBytes) return logBytes.status();
       eo.resumeLogBytes = *logBytes;
     }
@@ -303,36 +304,6 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
 
 }  // namespace
 
-std::string currentRunId() {
-  const auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v != nullptr ? std::string(v).substr(0, 128) : std::string();
-  };
-  if (auto id = env("STARLING_RUN_ID"); !id.empty()) return id;
-  if (auto job = env("SLURM_JOB_ID"); !job.empty()) {
-    const auto step = env("SLURM_STEP_ID");
-    return "slurm-" + job + (step.empty() ? "" : "." + step);
-  }
-  if (auto ns = env("PMIX_NAMESPACE"); !ns.empty()) return "pmix-" + ns;
-  return "";
-}
-
-std::string peerLogHeader(const scenario::Scenario& s, int rank, const std::string& address,
-                          bool trainer) {
-  nlohmann::ordered_json j;
-  j["peer_log"] = engine::kPeerLogVersion;
-  j["rank"] = rank;
-  j["nodes"] = s.nodes;
-  j["seed"] = s.seed;
-  j["rounds"] = s.rounds;
-  j["scenario_hash"] = scenario::scenarioHashHex(scenario::scenarioHash(s));
-  j["address"] = address;
-  j["version"] = STARLING_VERSION;
-  j["run_id"] = currentRunId();
-  j["trainer"] = trainer;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 core::Status checkBeforeStart(const scenario::Scenario& s, bool local) {
   const std::string file = s.file.empty() ? std::string("scenario") : s.file;
   if (s.security.keyFile.empty()) {
@@ -391,52 +362,13 @@ core::Status checkBeforeStart(const scenario::Scenario& s, bool local) {
   return core::Status::ok();
 }
 
-core::Result<transport::NetworkOptions> networkOptions(const scenario::Scenario& s, int rank,
-                                                       std::vector<std::string> addresses) {
-  transport::NetworkOptions no;
-  no.rank = rank;
-  no.addresses = addresses.empty() ? scenario::peerAddresses(s) : std::move(addresses);
-  if (static_cast<int>(no.addresses.size()) != s.nodes) {
-    return core::invalidArgument("expected " + std::to_string(s.nodes) + " peer addresses, got " +
-                                 std::to_string(no.addresses.size()));
-  }
-  no.tls = s.transport.tls;
-  no.ucxTls = s.transport.ucxTls;
-  no.connectTimeout = std::chrono::milliseconds(s.transport.connectTimeoutMs);
-  no.maxEndpoints = s.transport.maxEndpoints;
-  no.sharedMemoryFrames = s.transport.shmFrames;
-  no.sharedMemoryThreshold = s.transport.shmThresholdBytes;
-  no.spin = std::chrono::microseconds(s.transport.spinUs);
-  no.busyPoll = s.transport.busyPoll == scenario::TransportConfig::BusyPoll::kAuto
-                    ? transport::coreForEachLocalRank(no.addresses, rank)
-                    : s.transport.busyPoll == scenario::TransportConfig::BusyPoll::kOn;
-  no.failReceivesOfLostPeers = s.faults.onPeerLoss == engine::OnPeerLoss::kContinue;
-  // The cluster's key: the scenario's key_file, or the file STARLING_KEY_FILE names.
-  std::string keyFile = s.security.keyFile;
-  if (keyFile.empty()) {
-    if (const char* env = std::getenv(scenario::kKeyFileEnv); env != nullptr && *env != '\0')
-      keyFile = env;
-  }
-  if (!keyFile.empty()) {
-    auto key = transport::auth::loadKeyFile(keyFile);
-    if (!key) return key.status();
-    no.key = std::make_shared<const transport::auth::ClusterKey>(std::move(*key));
-  } else if (s.security.encrypt) {
-    return core::invalidArgument(
-        "security.encrypt needs the cluster's key: set security.key_file or " +
-        std::string(scenario::kKeyFileEnv));
-  }
-  no.encrypt = s.security.encrypt;
-  return no;
-}
-
 core::Status runPeer(const scenario::Experiment& e, const PeerOptions& opt) {
   const scenario::Scenario& s = e.scenario;
   if (opt.rank < 0 || opt.rank >= s.nodes) {
     return core::invalidArgument("rank " + std::to_string(opt.rank) + " is not in 0.." +
                                  std::to_string(s.nodes - 1));
   }
-  auto options = networkOptions(s, opt.rank, opt.addresses);
+  auto options = scenario::networkOptions(s, opt.rank, opt.addresses);
   if (!options) return options.status();
   transport::NetworkOptions& no = *options;
   no.log = opt.log;

@@ -28,6 +28,7 @@
 
 #include "core/status.h"
 #include "engine/peer_log.h"
+#include "scenario/compile.h"
 #include "scenario/experiment.h"
 #include "transport/factory.h"
 
@@ -70,22 +71,5 @@ core::Status runPeer(const scenario::Experiment& e, const PeerOptions& options);
 // `run` starts them) an address whose host no interface here holds, or whose port another
 // process holds. kInvalidArgument naming the scenario file and the JSON path (or the variable).
 core::Status checkBeforeStart(const scenario::Scenario& s, bool local);
-
-// The network transport options of `rank` for scenario `s`: its `transport` section, and
-// `addresses` ("host:port" per rank; empty: the scenario's). kInvalidArgument when there are not
-// s.nodes addresses.
-core::Result<transport::NetworkOptions> networkOptions(const scenario::Scenario& s, int rank,
-                                                       std::vector<std::string> addresses);
-
-// The id of the run this process belongs to, for its peer log's header: STARLING_RUN_ID (set by
-// `node-launcher run` for every peer and trainer it starts), else the Slurm job and step, else
-// the PMIx namespace (mpirun), else "" (peers started by hand). `merge` refuses logs of
-// different runs mixed in one folder.
-std::string currentRunId();
-
-// The peer log's first line, and its failure line. `trainer`: written by a trainer's
-// starling::Peer (run SCENARIO -- COMMAND), whose rounds are not the scenario's problem.
-std::string peerLogHeader(const scenario::Scenario& s, int rank, const std::string& address,
-                          bool trainer = false);
 
 }  // namespace starling::runtime

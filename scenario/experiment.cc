@@ -163,21 +163,4 @@ core::Status explainRoundFailure(const optim::AlgorithmSpec& a, const core::Stat
   return core::diverged(st.message() + hint.str());
 }
 
-engine::Options engineOptions(const Scenario& s) {
-  engine::Options o;
-  o.nodes = s.nodes;
-  o.rounds = s.rounds;
-  o.stepSize = s.algorithm.stepSize;
-  o.connectTimeoutMs = s.transport.connectTimeoutMs;
-  o.roundTimeoutMs = s.transport.roundTimeoutMs;
-  o.onPeerLoss = s.faults.onPeerLoss;
-  o.repair = s.faults.repair;
-  o.agreementRounds = s.faults.agreementRounds;
-  o.faultScript = s.faults.script;
-  o.explainFailure = [algorithm = s.algorithm](const core::Status& st, const std::string& context) {
-    return explainRoundFailure(algorithm, st, context);
-  };
-  return o;
-}
-
 }  // namespace starling::scenario

@@ -55,8 +55,4 @@ core::Result<Experiment> prepareExperiment(const Scenario& scenario,
 core::Status explainRoundFailure(const optim::AlgorithmSpec& algorithm, const core::Status& st,
                                  const std::string& context);
 
-// What the engine (engine/engine.h, survival, fault injection) needs of `s`: its node and
-// round counts, step sizes, timeouts, `faults` section and explainRoundFailure for its algorithm.
-engine::Options engineOptions(const Scenario& s);
-
 }  // namespace starling::scenario

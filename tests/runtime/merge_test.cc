@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "runtime/peer.h"
+#include "scenario/compile.h"
 #include "scenario/scenario.h"
 
 namespace fs = std::filesystem;
@@ -82,7 +83,7 @@ TEST_CASE("the root cause is the peer the others lost first, not the first to fa
     if (r == 0 || r == 2) lines.push_back(failed(r, 12, 1, "timeout"));
     if (r == 3) lines.push_back(failed(r, 13, 2, "peer gone"));
     if (r == 1) lines.push_back(failed(r, 12, std::nullopt, "cancelled"));  // stopped later
-    logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
+    logs.write(r, scenario::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
   }
   auto merged = merge(e, logs.dir);
   auto& merger = *merged.merger;
@@ -109,7 +110,7 @@ TEST_CASE("a peer that fails on its own is the root cause, even at the round it 
     if (r == 2) lines.push_back(failed(r, 7, std::nullopt, "diverged"));
     if (r == 1 || r == 3) lines.push_back(failed(r, round, 2, "timeout"));
     if (r == 0) lines.push_back(failed(r, round + 1, 1, "peer gone"));
-    logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
+    logs.write(r, scenario::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
   }
   auto merged = merge(e, logs.dir);
   auto& merger = *merged.merger;
@@ -125,7 +126,7 @@ TEST_CASE("stopped peers are no root cause", "[runtime][unit]") {
   const auto e = experiment();
   Logs logs("cancel");
   for (int r = 0; r < 4; ++r) {
-    logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"),
+    logs.write(r, scenario::peerLogHeader(e.scenario, r, "127.0.0.1:1"),
                {roundLine(0), failed(r, 3, std::nullopt, "cancelled")});
   }
   auto merged = merge(e, logs.dir);
@@ -140,7 +141,7 @@ TEST_CASE("a peer log of another run is refused, naming the file", "[runtime][un
   other.seed = 4;
   Logs logs("other");
   for (int r = 0; r < 4; ++r) {
-    logs.write(r, runtime::peerLogHeader(r == 2 ? other : e.scenario, r, "127.0.0.1:1"),
+    logs.write(r, scenario::peerLogHeader(r == 2 ? other : e.scenario, r, "127.0.0.1:1"),
                {roundLine(0)});
   }
   auto merged = merge(e, logs.dir);
@@ -174,7 +175,7 @@ TEST_CASE("a rank lost in a logged round whose line never came is counted out on
       lines.push_back(roundLine(10));
       lines.push_back(roundLine(20));
     }
-    logs.write(r, runtime::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
+    logs.write(r, scenario::peerLogHeader(e.scenario, r, "127.0.0.1:1"), lines);
   }
   auto merged = merge(e, logs.dir);
   auto& merger = *merged.merger;
