@@ -1,4 +1,4 @@
-// Internal to runtime/: the JSON reader behind parseScenario (scenario.cc) and the parsers of
+// Internal to scenario/: the JSON reader behind parseScenario (scenario.cc) and the parsers of
 // the scenario's sections that live in their own files (scenario_problem.cc). Errors are thrown
 // as ScenarioError {JSON path, message}; parseScenario turns them into a Status.
 #pragma once
