@@ -76,7 +76,8 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
   const uint64_t hash = scenario::scenarioHash(s);
   // Peer loss (docs/algorithms.md §18): survivors stand in for lost neighbours, agree on the
   // change by gossip and apply it at the same round, restarting the algorithm from their models.
-  engine::Survival<T> survival(scenario::engineOptions(s), *e.schedule, opt.rank, net,
+  const engine::Options run = scenario::engineOptions(s);
+  engine::Survival<T> survival(run, *e.schedule, opt.rank, net,
                                "node-launcher peer " + std::to_string(opt.rank), opt.leftRun);
   PeerState<T> state{stack, faults, survival};
 
@@ -149,8 +150,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     node.restartAlgorithm(optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle));
     STARLING_RETURN_IF_ERROR(survival.adopt(*state));
     if (!opt.outDir.empty()) {
-      auto logBytes = engine::rejoinLogBytes(engine::peerLogPath(opt.outDir, opt.rank),
-                                             scenario::peerLogHeader(s, opt.rank, address));
+      auto logBytes = engine::rejoinLogBytes(engine::peerLogPath(opt.outDir, opt.rank), eo.logHeader);
       if (!logBytes) return logBytes.status();
       eo.resumeLogBytes = *logBytes;
     }
@@ -166,7 +166,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
                                  ": " + ec.message());
   }
   const uint64_t transportCorruptBefore = state.transportCorrupt;
-  engine::Engine<T> engine(scenario::engineOptions(s), *e.schedule, net, eo);
+  engine::Engine<T> engine(run, *e.schedule, net, eo);
   STARLING_RETURN_IF_ERROR(engine.open());
 
   // A checkpoint of `done` completed rounds: the peer log on disk first (the checkpoint records
