@@ -10,17 +10,12 @@
 #include <cstdint>
 #include <random>
 
+#include "core/hd.h"
 #include "core/state.h"
 
 namespace starling::core {
 
-// SplitMix64 finaliser: a bijective 64-bit mix. Used to derive independent seeds from tuples.
-constexpr uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// mix64 (core/hd.h): the SplitMix64 finaliser. Used to derive independent seeds from tuples.
 
 // Seed for a named stream: deriveSeed(seed, kTopologySalt, round) etc. Order matters.
 constexpr uint64_t deriveSeed(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0) {

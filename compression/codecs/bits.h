@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/codecs/elementwise.h"
 #include "compression/codecs/wire.h"
 #include "core/rng.h"
 #include "core/status.h"
@@ -194,7 +195,7 @@ struct ScaledCodes {
   // |decoded value| of level l under `scale`, in float64.
   double magnitude(double scale, uint32_t l) const {
     if (levels == LevelSet::kUniform) {
-      return scale * static_cast<double>(l) / static_cast<double>(s);
+      return elementwise::uniformMagnitude(scale, l, s);
     }
     return l == 0 ? 0.0 : std::ldexp(scale, static_cast<int>(l) - static_cast<int>(s));
   }
@@ -202,7 +203,7 @@ struct ScaledCodes {
 
 // The fixed-point precision of the stochastic rounding: an element rounds up with probability
 // round(p * 2^16) / 2^16 for its exact probability p (docs/bench_codecs.md, "Random numbers").
-inline constexpr int kRoundingBits = 16;
+inline constexpr int kRoundingBits = elementwise::kRoundingBits;
 
 // Writes the scaled codes of x into `out`, payloadBytes(x.size()) bytes that need not be zeroed.
 // Takes exactly one nextU64() from rng. A bucket whose scale is not positive and finite (zeros;

@@ -14,6 +14,7 @@
 #endif
 
 #include "compression/codecs/codecs.h"
+#include "compression/codecs/elementwise.h"
 #include "compression/codecs/float16.h"
 #include "compression/codecs/wire.h"
 
@@ -91,62 +92,11 @@ struct Binary16 {
 using Fp16 = Binary16<5, 10>;
 using Bf16 = Binary16<8, 7>;
 
-// ---------------------------------------------------------------------------------------------
-// Branch-free float32 paths. A float32 converts to double exactly, so rounding it straight to 16
-// bits gives fromDouble's result; these formulas were checked against fromDouble / toFloat on
-// all 2^32 float32 and all 2^16 16-bit patterns. Integer operations and exact float steps only,
-// so the rounding mode does not matter, as for fromDouble.
-
-// fp16 bits of the float32 with bits u.
-[[gnu::always_inline]] inline uint16_t halfFromFloatBits(uint32_t u) {
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t a = u & 0x7fffffffu;
-  // Normal fp16 (|x| >= 2^-14): rebias the exponent (127 -> 15, i.e. subtract 112 << 23) and
-  // round off the 13 low fraction bits to nearest even: adding 0xfff plus the kept lowest bit
-  // carries exactly when the dropped bits exceed half, or equal it with an odd kept part. A carry
-  // out of the fraction moves into the exponent, as it should.
-  const uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
-  // Subnormal fp16: the 24-bit significand in units of 2^-24 is m * 2^(e - 126) for the biased
-  // exponent e, so shift right by 126 - e (>= 14 here; 31 flushes float32 subnormals to zero)
-  // with the same round-to-nearest-even carry. Clamped so that no lane shifts out of range.
-  const uint32_t e = a >> 23;
-  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  const int rawShift = 126 - static_cast<int>(e);
-  const uint32_t shift = static_cast<uint32_t>(rawShift < 1 ? 1 : (rawShift > 31 ? 31 : rawShift));
-  const uint32_t sub = (m + ((1u << (shift - 1)) - 1u) + ((m >> shift) & 1u)) >> shift;
-  uint32_t h = a >= 0x38800000u ? normal : sub;
-  h = h > 0x7bffu ? 0x7bffu : h;  // finite values beyond 65504 saturate
-  if (a >= 0x7f800000u) h = a == 0x7f800000u ? 0x7c00u : 0x7e00u;  // infinity; NaN made quiet
-  return static_cast<uint16_t>(sign | h);
-}
-
-// bf16 bits of the float32 with bits u: its top half rounded to nearest even.
-[[gnu::always_inline]] inline uint16_t bf16FromFloatBits(uint32_t u) {
-  const uint32_t a = u & 0x7fffffffu;
-  // The same carry trick on the low 16 bits; bf16 has float32's exponent range, so this is also
-  // right for float32 subnormals and for a carry into the exponent. u + 0x8000 cannot wrap: the
-  // largest finite magnitude is below 0x7f800000.
-  uint32_t h = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  if ((h & 0x7fffu) == 0x7f80u && a < 0x7f800000u) --h;      // rounded up to infinity: saturate
-  if (a > 0x7f800000u) h = ((u >> 16) & 0x8000u) | 0x7fc0u;  // NaN made quiet
-  return static_cast<uint16_t>(h);
-}
-
-// float32 bits of fp16 bits h (exact).
-[[gnu::always_inline]] inline uint32_t floatBitsFromHalf(uint32_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t e = h & 0x7c00u;
-  const uint32_t m = h & 0x3ffu;
-  // Rebias the exponent (15 -> 127): add 112 << 23.
-  const uint32_t normal = ((h & 0x7fffu) << 13) + 0x38000000u;
-  const uint32_t special = 0x7f800000u | (m << 13);  // infinity, NaN with its payload
-  // Subnormals and zero: m units of 2^-24, an exact product in float32.
-  const uint32_t sub = std::bit_cast<uint32_t>(static_cast<float>(m) * 0x1p-24f);
-  // Selected with masks rather than branches, so that the loop vectorizes.
-  const uint32_t isSpecial = 0u - static_cast<uint32_t>(e == 0x7c00u);
-  const uint32_t isSub = 0u - static_cast<uint32_t>(e == 0);
-  return sign | (special & isSpecial) | (sub & isSub) | (normal & ~(isSpecial | isSub));
-}
+// Branch-free float32 paths: elementwise.h (halfFromFloatBits, bf16FromFloatBits,
+// floatBitsFromHalf), shared with the CUDA kernels.
+using elementwise::bf16FromFloatBits;
+using elementwise::floatBitsFromHalf;
+using elementwise::halfFromFloatBits;
 
 // The little-endian u16 payload of n float32 values, and back (little-endian hosts; the payload
 // is 8-byte aligned in the frame).

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "compression/codecs/bits.h"
+#include "compression/codecs/elementwise.h"
 #include "compression/codecs/wire.h"
 
 namespace starling::compression::codecs {
@@ -41,11 +42,7 @@ void fillRoundingBits(UniformBits& gen, size_t n, uint16_t* u) {
 STARLING_SIMD_CLONES
 void uniformLevelsFloat(const float* x, size_t n, float k, uint32_t maxR, const uint16_t* u,
                         uint32_t signBit, uint8_t* codes) {
-  for (size_t i = 0; i < n; ++i) {
-    const auto r = static_cast<uint32_t>(static_cast<int32_t>(std::fabs(x[i]) * k + 0.5f));
-    const uint32_t level = (std::min(r, maxR) + u[i]) >> kRoundingBits;
-    codes[i] = static_cast<uint8_t>(level | (x[i] < 0.0f && level != 0 ? signBit : 0u));
-  }
+  for (size_t i = 0; i < n; ++i) codes[i] = elementwise::uniformCodeFloat(x[i], k, maxR, u[i], signBit);
 }
 
 // The same in float64, for 8-bit codes and float64 states: R is off by at most s 2^16 2^-52.
@@ -55,9 +52,7 @@ template <typename T>
                                                            uint32_t signBit, uint8_t* codes) {
   for (size_t i = 0; i < n; ++i) {
     const double a = std::fabs(static_cast<double>(x[i]));
-    const auto r = static_cast<uint32_t>(static_cast<int32_t>(a * k + 0.5));
-    const uint32_t level = (std::min(r, maxR) + u[i]) >> kRoundingBits;
-    codes[i] = static_cast<uint8_t>(level | (x[i] < T(0) && level != 0 ? signBit : 0u));
+    codes[i] = elementwise::uniformCodeDouble(a, x[i] < T(0), k, maxR, u[i], signBit);
   }
 }
 STARLING_SIMD_CLONES
@@ -356,8 +351,9 @@ void decodeScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q,
     // divisions dominate the decode of small buckets): the same operations in the same order,
     // each magnitude computed once for its two signs.
     if (q.levels == LevelSet::kUniform) {
-      const double levels = static_cast<double>(q.s);
-      for (uint32_t l = 0; l <= q.s; ++l) magnitudes[l] = scale * static_cast<double>(l) / levels;
+      for (uint32_t l = 0; l <= q.s; ++l) {
+        magnitudes[l] = elementwise::uniformMagnitude(scale, l, q.s);
+      }
     } else {
       // ldexp(scale, l - s) as a product with the exact power 2^(l - s): scale is a float32
       // (>= 2^-149 or 0) and l - s >= -127, so the product stays far inside float64's normal

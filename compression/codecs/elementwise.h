@@ -1,0 +1,129 @@
+// The per-element math of the codecs that also run on a GPU, written once: the CPU codecs
+// (dense.cc, scaled_codes.cc) call these in their loops, and the CUDA kernels (cuda/kernels.cu)
+// call the same functions, so a kernel adds only the launch and the memory movement
+// (docs/cuda.md). Integer operations and exact or correctly rounded IEEE steps only: the result
+// does not depend on the rounding mode, the FPU or the device; a compiler must not fuse a * b + c
+// into an FMA here (the libraries are built with -ffp-contract=off, the kernels with the same or
+// nvcc's --fmad=false).
+#pragma once
+
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace starling::compression::elementwise {
+
+// ---------------------------------------------------------------------------------------------
+// fp16 and bf16. A float32 converts to double exactly, so rounding it straight to 16 bits gives
+// float16.h's halfFromDouble / bf16FromDouble; these formulas were checked against those on all
+// 2^32 float32 and all 2^16 16-bit patterns.
+
+// fp16 bits of the float32 with bits u: round to nearest even, finite overflow saturates to
+// 65504, NaN becomes a quiet NaN of the same sign.
+STARLING_HD uint16_t halfFromFloatBits(uint32_t u) {
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  // Normal fp16 (|x| >= 2^-14): rebias the exponent (127 -> 15, i.e. subtract 112 << 23) and
+  // round off the 13 low fraction bits to nearest even: adding 0xfff plus the kept lowest bit
+  // carries exactly when the dropped bits exceed half, or equal it with an odd kept part. A carry
+  // out of the fraction moves into the exponent, as it should.
+  const uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  // Subnormal fp16: the 24-bit significand in units of 2^-24 is m * 2^(e - 126) for the biased
+  // exponent e, so shift right by 126 - e (>= 14 here; 31 flushes float32 subnormals to zero)
+  // with the same round-to-nearest-even carry. Clamped so that no lane shifts out of range.
+  const uint32_t e = a >> 23;
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const int rawShift = 126 - static_cast<int>(e);
+  const uint32_t shift = static_cast<uint32_t>(rawShift < 1 ? 1 : (rawShift > 31 ? 31 : rawShift));
+  const uint32_t sub = (m + ((1u << (shift - 1)) - 1u) + ((m >> shift) & 1u)) >> shift;
+  uint32_t h = a >= 0x38800000u ? normal : sub;
+  h = h > 0x7bffu ? 0x7bffu : h;  // finite values beyond 65504 saturate
+  if (a >= 0x7f800000u) h = a == 0x7f800000u ? 0x7c00u : 0x7e00u;  // infinity; NaN made quiet
+  return static_cast<uint16_t>(sign | h);
+}
+
+// bf16 bits of the float32 with bits u: its top half rounded to nearest even.
+STARLING_HD uint16_t bf16FromFloatBits(uint32_t u) {
+  const uint32_t a = u & 0x7fffffffu;
+  // The same carry trick on the low 16 bits; bf16 has float32's exponent range, so this is also
+  // right for float32 subnormals and for a carry into the exponent. u + 0x8000 cannot wrap: the
+  // largest finite magnitude is below 0x7f800000.
+  uint32_t h = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  if ((h & 0x7fffu) == 0x7f80u && a < 0x7f800000u) --h;      // rounded up to infinity: saturate
+  if (a > 0x7f800000u) h = ((u >> 16) & 0x8000u) | 0x7fc0u;  // NaN made quiet
+  return static_cast<uint16_t>(h);
+}
+
+// float32 bits of fp16 bits h (exact).
+STARLING_HD uint32_t floatBitsFromHalf(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t e = h & 0x7c00u;
+  const uint32_t m = h & 0x3ffu;
+  // Rebias the exponent (15 -> 127): add 112 << 23.
+  const uint32_t normal = ((h & 0x7fffu) << 13) + 0x38000000u;
+  const uint32_t special = 0x7f800000u | (m << 13);  // infinity, NaN with its payload
+  // Subnormals and zero: m units of 2^-24, an exact product in float32.
+  const uint32_t sub = core::bitsOf(static_cast<float>(m) * 0x1p-24f);
+  // Selected with masks rather than branches, so that the loop vectorizes.
+  const uint32_t isSpecial = 0u - static_cast<uint32_t>(e == 0x7c00u);
+  const uint32_t isSub = 0u - static_cast<uint32_t>(e == 0);
+  return sign | (special & isSpecial) | (sub & isSub) | (normal & ~(isSpecial | isSub));
+}
+
+// float32 bits of bf16 bits h (exact: bf16 is float32's top half).
+STARLING_HD uint32_t floatBitsFromBf16(uint32_t h) { return h << 16; }
+
+// ---------------------------------------------------------------------------------------------
+// Uniform levels (QSGD, docs/wire_format.md "QSGD codes"). Stochastic rounding in fixed point:
+// R = round(|x| k), k = s 2^16 / scale, is the level times 2^16; with a 16-bit uniform u the code
+// rounds up when the dropped part plus u reaches 2^16, that is with probability frac(R / 2^16).
+// The code is the level with the sign bit above it; level 0 carries no sign.
+
+inline constexpr int kRoundingBits = 16;
+
+// In float32, for s <= 63 and k a normal float32: the two roundings (k, the product) are each
+// 2^-24 relative, so R is off by at most s 2^16 2^-23 < 0.5 and an exact level still gives
+// R = level 2^16 exactly. Products stay below 2^22, where adding 0.5 is exact, so truncation
+// rounds half up.
+STARLING_HD uint8_t uniformCodeFloat(float x, float k, uint32_t maxR, uint32_t u, uint32_t signBit) {
+  const float a = __builtin_fabsf(x);
+  const auto r = static_cast<uint32_t>(static_cast<int32_t>(a * k + 0.5f));
+  const uint32_t level = ((r < maxR ? r : maxR) + u) >> kRoundingBits;
+  return static_cast<uint8_t>(level | (x < 0.0f && level != 0 ? signBit : 0u));
+}
+
+// The same in float64, for 8-bit codes and float64 states: R is off by at most s 2^16 2^-52.
+STARLING_HD uint8_t uniformCodeDouble(double a, bool negative, double k, uint32_t maxR, uint32_t u,
+                                      uint32_t signBit) {
+  const auto r = static_cast<uint32_t>(static_cast<int32_t>(a * k + 0.5));
+  const uint32_t level = ((r < maxR ? r : maxR) + u) >> kRoundingBits;
+  return static_cast<uint8_t>(level | (negative && level != 0 ? signBit : 0u));
+}
+
+// The decoded value of uniform level l under `scale` (a float32's value), in float64:
+// scale * l / s, the format's definition.
+STARLING_HD double uniformMagnitude(double scale, uint32_t l, uint32_t s) {
+  return scale * static_cast<double>(l) / static_cast<double>(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The counter-based rounding bits of the GPU encoders (docs/cuda.md): element i's 16-bit uniform
+// is 16-bit lane i mod 4 (low bits first) of SplitMix64's output i / 4 from `seed`, that is
+// mix64(seed + (i / 4) * gamma). Any element's bits come without the ones before it, which a
+// GPU thread needs; the CPU codecs' sequential xoshiro256++ streams (bits.h) do not allow that,
+// so a GPU frame of a stochastic codec is a valid frame of the same codec whose rounding
+// differs from the CPU encoder's, and equals a CPU encoding with these bits byte for byte.
+STARLING_HD uint32_t counterUniform16(uint64_t seed, uint64_t i) {
+  const uint64_t word = core::mix64(seed + (i >> 2) * 0x9e3779b97f4a7c15ULL);
+  return static_cast<uint32_t>((word >> (16 * (i & 3))) & 0xffffu);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One neighbour's term of the gossip combine in difference form (optim/combine.h):
+//   out_k = start_k + sum_j c_j (m_jk - self_k), each element's terms added in neighbour order.
+template <typename T>
+STARLING_HD T combineTerm(T acc, T c, T m, T self) {
+  return acc + c * (m - self);
+}
+
+}  // namespace starling::compression::elementwise
