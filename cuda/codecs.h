@@ -1,0 +1,62 @@
+// GPU codecs and the gossip combine on float32 device vectors (docs/cuda.md): the frames on the
+// wire are the CPU codecs' (docs/wire_format.md), built in page-locked host memory from a payload
+// that the kernels write on the device, so only the compressed bytes cross to the host.
+//
+//   fp16, bf16: byte-identical to the CPU codecs (deterministic rounding, elementwise.h).
+//   qsgd:       the same scales as the CPU codec, bit for bit; the stochastic rounding takes its
+//               bits from the counter-based generator of elementwise.h (counterUniform16), so a
+//               frame is a valid qsgd frame that any peer decodes, byte-identical to a CPU
+//               encoding with those bits, not to the CPU codec's xoshiro stream.
+//   decode:     a frame is checked on the host by the CPU codec's own validation, then decoded
+//               on the device to the CPU decoder's values, bit for bit.
+//   combine:    optim/combine.h's difference form, bit for bit.
+//
+// Thread-safety: one GpuCodecs per thread (it owns staging buffers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "compression/compressor.h"
+#include "core/status.h"
+#include "cuda/driver.h"
+
+namespace starling::cuda {
+
+// Whether the GPU path implements this codec (fp16, bf16 and qsgd today).
+bool gpuSupports(const compression::CompressorSpec& spec);
+
+class GpuCodecs {
+ public:
+  explicit GpuCodecs(Gpu& gpu) : gpu_(gpu) {}
+
+  // The frame of the n float32 values at device address x, in this object's page-locked
+  // staging buffer (valid until the next encode); `seed` is the stochastic codecs' per-frame
+  // draw (the CPU codecs take one nextU64() from the caller's Rng for it).
+  core::Result<std::span<const std::byte>> encode(const compression::CompressorSpec& spec,
+                                                  DevicePtr x, uint64_t n, uint64_t seed);
+  // Decodes a frame (host memory) of n float32 values into device address out.
+  core::Status decode(const compression::CompressorSpec& spec, std::span<const std::byte> frame,
+                      DevicePtr out, uint64_t n);
+  // out_k = start_k + sum_j c[j] (m[j]_k - self_k) over n float32 (or float64) elements, terms in
+  // the order given; out may be start.
+  core::Status combine(DevicePtr out, DevicePtr start, DevicePtr self, std::span<const DevicePtr> m,
+                       std::span<const float> c, uint64_t n);
+  core::Status combine(DevicePtr out, DevicePtr start, DevicePtr self, std::span<const DevicePtr> m,
+                       std::span<const double> c, uint64_t n);
+
+ private:
+  core::Status reserve(DeviceBuffer& b, size_t bytes);
+  core::Status encodeQsgd(const compression::CompressorSpec& spec, DevicePtr x, uint64_t n,
+                          uint64_t seed, std::byte* payload, size_t payloadBytes);
+
+  Gpu& gpu_;
+  PinnedBuffer staging_;
+  DeviceBuffer payload_;
+  DeviceBuffer sums_;
+  DeviceBuffer maxBits_;
+};
+
+}  // namespace starling::cuda

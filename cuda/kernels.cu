@@ -1,0 +1,262 @@
+// The CUDA kernels of the GPU codecs and the gossip combine (docs/cuda.md). Each kernel's
+// per-element math is compression/codecs/elementwise.h, the very functions the CPU codecs run;
+// a kernel adds only the indexing, the reductions and the memory movement. Compiled to PTX by
+// the normal build (clang -x cuda --cuda-device-only, no CUDA Toolkit needed) or by nvcc where it
+// exists, never fusing a * b + c (-ffp-contract=off / --fmad=false), and loaded at run time
+// through the driver API (cuda/driver.h). Every kernel has C linkage so that its PTX name is its
+// source name, and a grid-stride loop so that any grid covers any n.
+#include "cuda/prelude.h"
+// clang-format off: prelude.h first, it defines the attributes that the shared math uses.
+#include "compression/codecs/elementwise.h"
+// clang-format on
+
+namespace ew = starling::compression::elementwise;
+using starling::core::bitsOf;
+using starling::core::floatOfBits;
+
+namespace {
+
+__device__ uint64_t globalThread() {
+  return static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ uint64_t threadCount() { return static_cast<uint64_t>(gridDim.x) * blockDim.x; }
+
+__device__ double sqrtRn(double v) {
+#if defined(__NVCC__)
+  return __dsqrt_rn(v);
+#else
+  return __builtin_sqrt(v);  // llvm.sqrt.f64: PTX sqrt.rn.f64, correctly rounded
+#endif
+}
+
+__device__ void atomicAddDouble(double* at, double v) {
+#if defined(__NVCC__)
+  atomicAdd(at, v);
+#else
+  __nvvm_atom_add_gen_d(at, v);
+#endif
+}
+
+__device__ void atomicMaxU32(uint32_t* at, uint32_t v) {
+#if defined(__NVCC__)
+  atomicMax(at, v);
+#else
+  __nvvm_atom_max_gen_ui(at, v);
+#endif
+}
+
+// v >= 0 (or NaN) rounded up to a float32: roundUpToFloat of compression/codecs/bits.h for the
+// non-negative values a bucket norm takes.
+__device__ float roundUpToFloat(double v) {
+  if (v != v) return floatOfBits(0x7fc00000u);
+  if (v > 3.4028234663852886e38) return floatOfBits(0x7f800000u);
+  float f = static_cast<float>(v);  // cvt.rn.f32.f64
+  if (static_cast<double>(f) < v) f = floatOfBits(bitsOf(f) + 1);
+  return f;
+}
+
+constexpr unsigned kBlock = 256;
+
+}  // namespace
+
+extern "C" {
+
+// ---------------------------------------------------------------------------------------------
+// fp16 / bf16: the payload is one little-endian u16 per element.
+
+__global__ void starling_encode_f16(const float* x, uint16_t* out, uint64_t n) {
+  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
+    out[i] = ew::halfFromFloatBits(bitsOf(x[i]));
+  }
+}
+
+__global__ void starling_encode_bf16(const float* x, uint16_t* out, uint64_t n) {
+  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
+    out[i] = ew::bf16FromFloatBits(bitsOf(x[i]));
+  }
+}
+
+__global__ void starling_decode_f16(const uint16_t* h, float* out, uint64_t n) {
+  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
+    out[i] = floatOfBits(ew::floatBitsFromHalf(h[i]));
+  }
+}
+
+__global__ void starling_decode_bf16(const uint16_t* h, float* out, uint64_t n) {
+  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
+    out[i] = floatOfBits(ew::floatBitsFromBf16(h[i]));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// QSGD (uniform levels) of float32 values, docs/wire_format.md "QSGD codes": per bucket a
+// float32 scale, then the codes as one little-endian bit stream.
+
+// Pass 1: per bucket the sum of squares in float64 (squares of float32 values are exact) and the
+// largest |x| as float32 bits. Block c of the grid covers elements [c * chunk, (c + 1) * chunk)
+// of one bucket (chunk divides nothing; a chunk never crosses a bucket: chunksPerBucket chunks
+// per bucket). `sums` and `maxBits` start at zero.
+__global__ void starling_bucket_norms(const float* x, uint64_t n, uint64_t bucket, uint64_t chunk,
+                                      uint64_t chunksPerBucket, double* sums, uint32_t* maxBits) {
+  __shared__ double partSum[kBlock];
+  __shared__ uint32_t partMax[kBlock];
+  const uint64_t b = blockIdx.x / chunksPerBucket;
+  const uint64_t c = blockIdx.x % chunksPerBucket;
+  const uint64_t bucketLo = b * bucket;
+  const uint64_t bucketHi = bucketLo + bucket < n ? bucketLo + bucket : n;
+  const uint64_t lo = bucketLo + c * chunk;
+  const uint64_t hi = lo + chunk < bucketHi ? lo + chunk : bucketHi;
+  double sum = 0.0;
+  uint32_t m = 0;
+  for (uint64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const double v = static_cast<double>(x[i]);
+    sum += v * v;
+    const uint32_t a = bitsOf(x[i]) & 0x7fffffffu;
+    m = a > m ? a : m;
+  }
+  partSum[threadIdx.x] = sum;
+  partMax[threadIdx.x] = m;
+  STARLING_SYNCTHREADS();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      partSum[threadIdx.x] += partSum[threadIdx.x + half];
+      const uint32_t other = partMax[threadIdx.x + half];
+      if (other > partMax[threadIdx.x]) partMax[threadIdx.x] = other;
+    }
+    STARLING_SYNCTHREADS();
+  }
+  if (threadIdx.x == 0 && lo < hi) {
+    atomicAddDouble(sums + b, partSum[0]);
+    atomicMaxU32(maxBits + b, partMax[0]);
+  }
+}
+
+// Pass 2: each bucket's scale, written into the payload's scale table: bucketScale<float> of
+// compression/codecs/bits.cc, the rounded-up square root of the serial float64 sum of squares
+// (or the largest |x| with `linf`, or when the sum is 0, infinite or NaN). The parallel sum lies
+// within m u S of the exact S (m terms, u = 2^-53, all terms non-negative), and so does the
+// serial one, so when the bounds 3 m u around it round to the same float32 that is the serial
+// sum's scale too; otherwise (rarely) this thread sums the bucket serially.
+__global__ void starling_bucket_scales(const float* x, uint64_t n, uint64_t bucket,
+                                       const double* sums, const uint32_t* maxBits, int linf,
+                                       uint32_t* scales) {
+  const uint64_t buckets = (n + bucket - 1) / bucket;
+  for (uint64_t b = globalThread(); b < buckets; b += threadCount()) {
+    const uint64_t lo = b * bucket;
+    const uint64_t hi = lo + bucket < n ? lo + bucket : n;
+    const double s = sums[b];
+    uint32_t scale;
+    if (!linf && s - s == 0.0 && s > 0.0) {
+      const double slack = 3.0 * static_cast<double>(hi - lo) * 0x1p-53;
+      const float down = roundUpToFloat(sqrtRn(s * (1.0 - slack)));
+      const float up = roundUpToFloat(sqrtRn(s * (1.0 + slack)));
+      if (bitsOf(down) == bitsOf(up)) {
+        scale = bitsOf(down);
+      } else {
+        double serial = 0.0;
+        for (uint64_t i = lo; i < hi; ++i) {
+          const double v = static_cast<double>(x[i]);
+          serial += v * v;
+        }
+        scale = bitsOf(roundUpToFloat(sqrtRn(serial)));
+      }
+    } else {
+      const uint32_t m = maxBits[b];
+      scale = m > 0x7f800000u ? 0x7fc00000u : m;  // a NaN anywhere: the quiet NaN
+    }
+    scales[b] = scale;
+  }
+}
+
+// Pass 3: codes and packing in one: thread t writes stream byte t, computing the codes of the
+// elements whose bits fall in it (a code that straddles two bytes is computed by both threads,
+// with the same counter-based rounding bits, so the same code). Element i rounds with
+// counterUniform16(seed, i).
+__global__ void starling_qsgd_codes(const float* x, uint64_t n, uint64_t bucket,
+                                    const uint32_t* scales, uint32_t s, uint32_t levelBits,
+                                    uint64_t seed, uint8_t* stream, uint64_t streamBytes) {
+  const uint32_t width = levelBits + 1;
+  const uint32_t signBit = 1u << levelBits;
+  const uint32_t maxR = s << ew::kRoundingBits;
+  for (uint64_t byte = globalThread(); byte < streamBytes; byte += threadCount()) {
+    const uint64_t firstBit = 8 * byte;
+    const uint64_t first = firstBit / width;
+    uint64_t last = (firstBit + 7) / width;
+    if (last >= n) last = n - 1;
+    uint32_t acc = 0;
+    for (uint64_t i = first; i <= last; ++i) {
+      const float scale = floatOfBits(scales[i / bucket]);
+      uint32_t code = 0;
+      if (scale - scale == 0.0f && scale > 0.0f) {
+        const double k = static_cast<double>(s) * 0x1p16 / static_cast<double>(scale);
+        const uint32_t u = ew::counterUniform16(seed, i);
+        if (s <= 63 && k <= 3.4028234663852886e38) {
+          code = ew::uniformCodeFloat(x[i], static_cast<float>(k), maxR, u, signBit);
+        } else {
+          const double v = static_cast<double>(x[i]);
+          code = ew::uniformCodeDouble(v < 0.0 ? -v : v, x[i] < 0.0f, k, maxR, u, signBit);
+        }
+      }
+      const int64_t shift = static_cast<int64_t>(i * width) - static_cast<int64_t>(firstBit);
+      acc |= shift >= 0 ? code << shift : code >> -shift;
+    }
+    stream[byte] = static_cast<uint8_t>(acc & 0xffu);
+  }
+}
+
+// Decode (the frame was validated on the host: levels <= s, no negative zero, zero padding):
+// element i is code i of the stream under its bucket's scale, the float64 magnitude of
+// elementwise.h rounded once to float32, as the CPU decoder's table holds it.
+__global__ void starling_qsgd_decode(const uint32_t* scales, const uint8_t* stream, uint64_t n,
+                                     uint64_t bucket, uint32_t s, uint32_t levelBits, float* out) {
+  const uint32_t width = levelBits + 1;
+  const uint32_t signBit = 1u << levelBits;
+  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
+    const uint64_t bit = i * width;
+    uint32_t word = stream[bit / 8];
+    if ((bit % 8) + width > 8) word |= static_cast<uint32_t>(stream[bit / 8 + 1]) << 8;
+    const uint32_t code = (word >> (bit % 8)) & ((1u << width) - 1);
+    const double scale = static_cast<double>(floatOfBits(scales[i / bucket]));
+    const double m = ew::uniformMagnitude(scale, code & (signBit - 1), s);
+    out[i] = static_cast<float>((code & signBit) != 0 ? -m : m);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gossip combine in difference form (optim/combine.h), for DSGD, exact diffusion, gradient
+// tracking and plain gossip: out_k = start_k + sum_j c_j (m_jk - self_k), each element's terms
+// in neighbour order. Up to kCombineMax neighbours a launch; the host chains launches (the next
+// one's start is this one's out) for more, which adds the terms in the same order.
+
+struct CombineF32 {
+  const float* m[16];
+  float c[16];
+  uint32_t count;
+};
+struct CombineF64 {
+  const double* m[16];
+  double c[16];
+  uint32_t count;
+};
+
+__global__ void starling_combine_f32(float* out, const float* start, const float* self,
+                                     CombineF32 nb, uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    const float sk = self[k];
+    float acc = start[k];
+    for (uint32_t j = 0; j < nb.count; ++j) acc = ew::combineTerm(acc, nb.c[j], nb.m[j][k], sk);
+    out[k] = acc;
+  }
+}
+
+__global__ void starling_combine_f64(double* out, const double* start, const double* self,
+                                     CombineF64 nb, uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    const double sk = self[k];
+    double acc = start[k];
+    for (uint32_t j = 0; j < nb.count; ++j) acc = ew::combineTerm(acc, nb.c[j], nb.m[j][k], sk);
+    out[k] = acc;
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,166 @@
+// The CUDA path's checks that need no GPU (docs/cuda.md): the per-element math the kernels share
+// with the CPU codecs against independent references, the counter-based rounding bits, the PTX
+// the build made, and the clear no-driver answer.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "compression/codecs/elementwise.h"
+#include "compression/codecs/float16.h"
+#include "cuda/driver.h"
+
+using namespace starling;
+namespace ew = starling::compression::elementwise;
+
+namespace {
+
+// Float32 inputs that cover every branch of the 16-bit conversions: zeros, subnormals of both
+// formats, the rounding boundaries around each exponent, overflow, infinities and NaNs, and
+// random patterns.
+std::vector<uint32_t> edgeFloatBits() {
+  std::vector<uint32_t> v = {0u, 0x80000000u, 1u, 0x7fffffu, 0x800000u, 0x7f7fffffu, 0x7f800000u,
+                             0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc00001u, 0x477fe000u,
+                             0x477ff000u, 0x477fefffu, 0x477ff001u, 0x33000000u, 0x33000001u,
+                             0x387fc000u, 0x38800000u, 0x7f7f8000u, 0x7f7f7fffu};
+  for (uint32_t e = 0; e < 256; ++e) {
+    for (uint32_t low : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffu, 0x8000u,
+                         0x8001u, 0x18000u, 0x7fffffu}) {
+      v.push_back((e << 23) | low);
+      v.push_back(0x80000000u | (e << 23) | low);
+    }
+  }
+  std::mt19937 gen(7);
+  for (int i = 0; i < 200000; ++i) v.push_back(gen());
+  return v;
+}
+
+// The reference conversions of float16.h (from double, written independently of elementwise.h).
+TEST_CASE("elementwise fp16/bf16 conversions equal the reference conversions", "[cuda][math]") {
+  for (uint32_t u : edgeFloatBits()) {
+    const double x = static_cast<double>(std::bit_cast<float>(u));
+    INFO("float bits " << std::hex << u);
+    REQUIRE(ew::halfFromFloatBits(u) == compression::codecs::halfFromDouble(x));
+    REQUIRE(ew::bf16FromFloatBits(u) == compression::codecs::bf16FromDouble(x));
+  }
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const double ref = compression::codecs::doubleFromHalf(static_cast<uint16_t>(h));
+    const float got = std::bit_cast<float>(ew::floatBitsFromHalf(h));
+    if (std::isnan(ref)) {
+      REQUIRE(std::isnan(got));
+    } else {
+      REQUIRE(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(static_cast<float>(ref)));
+    }
+    const double refB = compression::codecs::doubleFromBf16(static_cast<uint16_t>(h));
+    const float gotB = std::bit_cast<float>(ew::floatBitsFromBf16(h));
+    if (!std::isnan(refB)) REQUIRE(static_cast<double>(gotB) == refB);
+  }
+}
+
+// QSGD's uniform level, against the definition: level floor(|x| s / scale) plus one with
+// probability frac(|x| s / scale), decided by u < frac * 2^16 (to within the 2^-16 grid).
+TEST_CASE("elementwise uniform codes follow the stochastic rounding rule", "[cuda][math]") {
+  std::mt19937_64 gen(3);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  for (uint32_t s : {1u, 3u, 7u, 15u, 63u, 127u}) {
+    const uint32_t levelBits = static_cast<uint32_t>(std::bit_width(s));
+    const uint32_t signBit = 1u << levelBits;
+    const float scale = 1.0f;
+    const double k = static_cast<double>(s) * 0x1p16 / static_cast<double>(scale);
+    for (int i = 0; i < 20000; ++i) {
+      const float x = static_cast<float>(dist(gen));
+      const uint32_t u = static_cast<uint32_t>(gen() & 0xffff);
+      const double t = std::fabs(static_cast<double>(x)) * s / scale;  // in [0, s]
+      const double lower = std::floor(t);
+      const double frac16 = (t - lower) * 65536.0;
+      const uint8_t code = s <= 63 ? ew::uniformCodeFloat(x, static_cast<float>(k), s << 16, u, signBit)
+                                   : ew::uniformCodeDouble(std::fabs(static_cast<double>(x)), x < 0,
+                                                           k, s << 16, u, signBit);
+      const uint32_t level = code & (signBit - 1);
+      INFO("s " << s << " x " << x << " u " << u);
+      // Away from the 2^-16 grid's rounding, the rule decides exactly.
+      if (std::fabs(u + frac16 - 65536.0) > 1.0) {
+        REQUIRE(level == static_cast<uint32_t>(lower) + (u + frac16 >= 65536.0 ? 1u : 0u));
+      } else {
+        REQUIRE((level == lower || level == lower + 1));
+      }
+      REQUIRE(((code & signBit) != 0) == (x < 0 && level != 0));
+      // Decoding gives the level's value.
+      REQUIRE(ew::uniformMagnitude(1.0, level, s) == static_cast<double>(level) / s);
+    }
+  }
+}
+
+// The counter-based generator: SplitMix64 (Steele, Lea and Flood 2014), written out here from
+// its definition, sliced into four 16-bit lanes; and roughly uniform.
+TEST_CASE("counter-based rounding bits are SplitMix64's outputs in 16-bit lanes", "[cuda][math]") {
+  const uint64_t seed = 0x1234567890abcdefULL;
+  uint64_t state = seed;
+  auto splitmix = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  std::vector<uint32_t> counts(16, 0);
+  for (uint64_t w = 0; w < 50000; ++w) {
+    const uint64_t word = splitmix();
+    for (uint64_t lane = 0; lane < 4; ++lane) {
+      const uint32_t u = ew::counterUniform16(seed, 4 * w + lane);
+      REQUIRE(u == ((word >> (16 * lane)) & 0xffff));
+      ++counts[u >> 12];
+    }
+  }
+  for (uint32_t c : counts) REQUIRE(std::abs(static_cast<double>(c) - 12500.0) < 5 * std::sqrt(12500.0));
+}
+
+TEST_CASE("the combine term is the difference form's, in order", "[cuda][math]") {
+  const float acc = 0.25f, c = 0.3f, m = 1.5f, self = -0.75f;
+  const float want = acc + c * (m - self);
+  REQUIRE(std::bit_cast<uint32_t>(ew::combineTerm(acc, c, m, self)) == std::bit_cast<uint32_t>(want));
+  REQUIRE(ew::combineTerm(1.0, 0.5, 3.0, 1.0) == 2.0);
+}
+
+// The PTX the build made: every kernel, for sm_80, no fused multiply-add anywhere (the shared
+// math rounds each operation, as the CPU codecs do).
+TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][ptx]") {
+  const std::string ptx = cuda::kKernelsPtx;
+  REQUIRE(ptx.find(".target sm_80") != std::string::npos);
+  for (const char* k : {"starling_encode_f16", "starling_encode_bf16", "starling_decode_f16",
+                        "starling_decode_bf16", "starling_bucket_norms", "starling_bucket_scales",
+                        "starling_qsgd_codes", "starling_qsgd_decode", "starling_combine_f32",
+                        "starling_combine_f64"}) {
+    INFO(k);
+    REQUIRE(ptx.find(std::string(".entry ") + k + "(") != std::string::npos);
+  }
+  REQUIRE(ptx.find("fma.") == std::string::npos);
+  // The build left the PTX file in the build folder, and it is what the library embeds.
+  const char* file = std::getenv("STARLING_KERNELS_PTX_FILE");
+  REQUIRE(file != nullptr);
+  std::ifstream in(file);
+  REQUIRE(in.good());
+  std::ostringstream text;
+  text << in.rdbuf();
+  REQUIRE(text.str() == ptx);
+}
+
+// Without a driver (here: a library path that does not exist) the GPU path answers kUnavailable
+// and says why, and nothing crashes.
+TEST_CASE("no CUDA driver: Gpu::open says so", "[cuda][driver]") {
+  setenv("STARLING_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  auto gpu = cuda::Gpu::open(0);
+  REQUIRE_FALSE(gpu);
+  REQUIRE(gpu.status().code() == StatusCode::kUnavailable);
+  REQUIRE_THAT(gpu.status().message(), Catch::Contains("no CUDA driver") &&
+                                           Catch::Contains("/nonexistent/libcuda.so.1"));
+}
+
+}  // namespace
