@@ -59,6 +59,7 @@ struct DriverLoader {
     bind(f.cuCtxPushCurrent, {"cuCtxPushCurrent_v2"});
     bind(f.cuCtxPopCurrent, {"cuCtxPopCurrent_v2"});
     bind(f.cuCtxSynchronize, {"cuCtxSynchronize"});
+    bind(f.cuCtxGetCurrent, {"cuCtxGetCurrent"});
     bind(f.cuModuleLoadData, {"cuModuleLoadData"});
     bind(f.cuModuleUnload, {"cuModuleUnload"});
     bind(f.cuModuleGetFunction, {"cuModuleGetFunction"});
@@ -107,6 +108,24 @@ core::Status Driver::check(int result, std::string_view what) const {
 
 namespace {
 const Driver& driver() { return *Driver::get().value(); }  // only after a Gpu opened
+
+void* currentContext() {
+  api::CUcontext ctx = nullptr;
+  (void)driver().fn().cuCtxGetCurrent(&ctx);
+  return ctx;
+}
+
+// Frees with the context that allocated, current for the call (a destructor may run anywhere).
+template <typename Free>
+void freeIn(void* context, Free&& free) {
+  const api::Functions& f = driver().fn();
+  const bool push = context != nullptr && f.cuCtxPushCurrent(static_cast<api::CUcontext>(context)) == api::kSuccess;
+  free();
+  if (push) {
+    api::CUcontext previous = nullptr;
+    (void)f.cuCtxPopCurrent(&previous);
+  }
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -117,6 +136,7 @@ core::Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   STARLING_RETURN_IF_ERROR(driver().check(driver().fn().cuMemAlloc(&b.ptr_, bytes),
                                           "cuMemAlloc of " + std::to_string(bytes) + " bytes"));
   b.bytes_ = bytes;
+  b.context_ = currentContext();
   return b;
 }
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
@@ -124,13 +144,14 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     this->~DeviceBuffer();
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
+    context_ = o.context_;
     o.ptr_ = 0;
     o.bytes_ = 0;
   }
   return *this;
 }
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != 0) (void)driver().fn().cuMemFree(ptr_);
+  if (ptr_ != 0) freeIn(context_, [&] { (void)driver().fn().cuMemFree(ptr_); });
   ptr_ = 0;
 }
 
@@ -140,6 +161,7 @@ core::Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
   STARLING_RETURN_IF_ERROR(driver().check(driver().fn().cuMemAllocHost(&b.ptr_, bytes),
                                           "cuMemAllocHost of " + std::to_string(bytes) + " bytes"));
   b.bytes_ = bytes;
+  b.context_ = currentContext();
   return b;
 }
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
@@ -147,13 +169,14 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
     this->~PinnedBuffer();
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
+    context_ = o.context_;
     o.ptr_ = nullptr;
     o.bytes_ = 0;
   }
   return *this;
 }
 PinnedBuffer::~PinnedBuffer() {
-  if (ptr_ != nullptr) (void)driver().fn().cuMemFreeHost(ptr_);
+  if (ptr_ != nullptr) freeIn(context_, [&] { (void)driver().fn().cuMemFreeHost(ptr_); });
   ptr_ = nullptr;
 }
 

@@ -42,12 +42,16 @@ class Driver {
   friend struct DriverLoader;
 };
 
-// Device memory, freed on destruction.
+// Device memory, freed on destruction (in the context it was allocated in: allocate() with a
+// Gpu::Scope, or inside a Gpu method).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   static core::Result<DeviceBuffer> allocate(size_t bytes);
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; o.bytes_ = 0; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), context_(o.context_) {
+    o.ptr_ = 0;
+    o.bytes_ = 0;
+  }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
   ~DeviceBuffer();
   DevicePtr ptr() const { return ptr_; }
@@ -56,6 +60,7 @@ class DeviceBuffer {
  private:
   DevicePtr ptr_ = 0;
   size_t bytes_ = 0;
+  void* context_ = nullptr;  // CUcontext it was allocated in, current again to free it
 };
 
 // Page-locked host memory (the staging area of frames for the wire), freed on destruction.
@@ -63,7 +68,10 @@ class PinnedBuffer {
  public:
   PinnedBuffer() = default;
   static core::Result<PinnedBuffer> allocate(size_t bytes);
-  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), context_(o.context_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
   ~PinnedBuffer();
   std::byte* data() const { return static_cast<std::byte*>(ptr_); }
@@ -72,6 +80,7 @@ class PinnedBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  void* context_ = nullptr;
 };
 
 // One device: its retained primary context, the loaded kernels (the PTX the build made from

@@ -45,6 +45,7 @@ struct Functions {
   CUresult (*cuCtxPushCurrent)(CUcontext context);         // cuCtxPushCurrent_v2
   CUresult (*cuCtxPopCurrent)(CUcontext* context);         // cuCtxPopCurrent_v2
   CUresult (*cuCtxSynchronize)();
+  CUresult (*cuCtxGetCurrent)(CUcontext* context);
   CUresult (*cuModuleLoadData)(CUmodule* module, const void* image);
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuModuleGetFunction)(CUfunction* function, CUmodule module, const char* name);
