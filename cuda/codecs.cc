@@ -2,6 +2,7 @@
 #include "cuda/codecs.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -17,24 +18,105 @@ using compression::CompressorSpec;
 using Kind = CompressorSpec::Kind;
 namespace codecs = compression::codecs;
 
-constexpr size_t kQsgdParamsBytes = 6;  // bits, linf flag, bucket (u32): docs/wire_format.md
+// docs/wire_format.md: qsgd's params are bits, the linf flag and the bucket (u32); nuqsgd's bits
+// and the bucket; natural dithering's levels and the linf flag (one bucket, the whole vector).
+constexpr size_t kQsgdParamsBytes = 6;
+constexpr size_t kNuqsgdParamsBytes = 5;
+constexpr size_t kDitheringParamsBytes = 2;
+constexpr int kMaxDitheringLevels = 30;
 
-codecs::ScaledCodes qsgdCodes(const CompressorSpec& spec) {
+bool scaledKind(Kind k) { return k == Kind::kQsgd || k == Kind::kNuqsgd || k == Kind::kNaturalDithering; }
+
+CodecId codecIdOf(Kind k) {
+  switch (k) {
+    case Kind::kFp16: return CodecId::kFp16;
+    case Kind::kBf16: return CodecId::kBf16;
+    case Kind::kQsgd: return CodecId::kQsgd;
+    case Kind::kNuqsgd: return CodecId::kNuqsgd;
+    default: return CodecId::kNaturalDithering;
+  }
+}
+
+size_t paramsBytesOf(Kind k) {
+  return k == Kind::kQsgd ? kQsgdParamsBytes
+         : k == Kind::kNuqsgd ? kNuqsgdParamsBytes
+         : k == Kind::kNaturalDithering ? kDitheringParamsBytes : 0;
+}
+
+// The scaled codes of a spec for n elements, as the CPU codecs lay them out.
+codecs::ScaledCodes scaledCodes(const CompressorSpec& spec, uint64_t n) {
   codecs::ScaledCodes q;
-  q.levels = codecs::LevelSet::kUniform;
-  q.levelBits = spec.bits - 1;
-  q.s = (1u << (spec.bits - 1)) - 1;
-  q.bucket = spec.bucket;
-  q.linf = spec.linf;
+  if (spec.kind == Kind::kQsgd) {
+    q.levels = codecs::LevelSet::kUniform;
+    q.s = (1u << (spec.bits - 1)) - 1;
+    q.levelBits = spec.bits - 1;
+    q.bucket = spec.bucket;
+    q.linf = spec.linf;
+  } else {
+    q.levels = codecs::LevelSet::kExponential;
+    q.s = spec.kind == Kind::kNuqsgd ? (1u << (spec.bits - 1)) - 1 : static_cast<uint32_t>(spec.levels);
+    q.levelBits = std::bit_width(q.s);
+    q.bucket = spec.kind == Kind::kNuqsgd ? spec.bucket : std::max<uint64_t>(n, 1);
+    q.linf = spec.kind == Kind::kNaturalDithering && spec.linf;
+  }
   return q;
 }
+
+void writeParams(const CompressorSpec& spec, std::byte* params) {
+  if (spec.kind == Kind::kQsgd) {
+    params[0] = static_cast<std::byte>(spec.bits);
+    params[1] = static_cast<std::byte>(spec.linf ? 1 : 0);
+    codecs::storeLe<uint32_t>(params + 2, static_cast<uint32_t>(spec.bucket));
+  } else if (spec.kind == Kind::kNuqsgd) {
+    params[0] = static_cast<std::byte>(spec.bits);
+    codecs::storeLe<uint32_t>(params + 1, static_cast<uint32_t>(spec.bucket));
+  } else if (spec.kind == Kind::kNaturalDithering) {
+    params[0] = static_cast<std::byte>(spec.levels);
+    params[1] = static_cast<std::byte>(spec.linf ? 1 : 0);
+  }
+}
+
+// The spec a frame's params describe, checked as the CPU decoders check them.
+core::Result<CompressorSpec> specOfParams(Kind kind, std::span<const std::byte> params) {
+  CompressorSpec framed;
+  framed.kind = kind;
+  if (kind == Kind::kQsgd || kind == Kind::kNuqsgd) {
+    const char* name = kind == Kind::kQsgd ? "qsgd" : "nuqsgd";
+    framed.bits = std::to_integer<int>(params[0]);
+    if (framed.bits < 2 || framed.bits > 8) return core::corruption(std::string(name) + " bits " + std::to_string(framed.bits));
+    if (kind == Kind::kQsgd) {
+      const int linf = std::to_integer<int>(params[1]);
+      if (linf > 1) return core::corruption("qsgd norm flag " + std::to_string(linf));
+      framed.linf = linf == 1;
+    }
+    framed.bucket = codecs::loadLe<uint32_t>(params.data() + (kind == Kind::kQsgd ? 2 : 1));
+    if (framed.bucket == 0) return core::corruption(std::string(name) + " bucket size 0");
+  } else {
+    framed.levels = std::to_integer<int>(params[0]);
+    const int linf = std::to_integer<int>(params[1]);
+    if (framed.levels < 1 || framed.levels > kMaxDitheringLevels) {
+      return core::corruption("natural dithering levels " + std::to_string(framed.levels));
+    }
+    if (linf > 1) return core::corruption("natural dithering norm flag " + std::to_string(linf));
+    framed.linf = linf == 1;
+  }
+  return framed;
+}
+
+// Whether 16-byte vector accesses to both addresses are aligned (the kernels' vec4 path).
+int aligned16(DevicePtr a, DevicePtr b) { return (a % 16 == 0 && b % 16 == 0) ? 1 : 0; }
 
 }  // namespace
 
 bool gpuSupports(const CompressorSpec& spec) {
-  return spec.kind == Kind::kFp16 || spec.kind == Kind::kBf16 ||
-         (spec.kind == Kind::kQsgd && spec.bits >= 2 && spec.bits <= 8 && spec.bucket >= 1 &&
-          spec.bucket <= 0xffffffffu);
+  switch (spec.kind) {
+    case Kind::kFp16:
+    case Kind::kBf16: return true;
+    case Kind::kQsgd:
+    case Kind::kNuqsgd: return spec.bits >= 2 && spec.bits <= 8 && spec.bucket >= 1 && spec.bucket <= 0xffffffffu;
+    case Kind::kNaturalDithering: return spec.levels >= 1 && spec.levels <= kMaxDitheringLevels;
+    default: return false;
+  }
 }
 
 core::Status GpuCodecs::reserve(DeviceBuffer& b, size_t bytes) {
@@ -50,22 +132,17 @@ core::Status GpuCodecs::reserve(DeviceBuffer& b, size_t bytes) {
 core::Result<std::span<const std::byte>> GpuCodecs::encode(const CompressorSpec& spec, DevicePtr x,
                                                            uint64_t n, uint64_t seed) {
   if (!gpuSupports(spec)) {
-    return core::invalidArgument("this codec has no GPU encoder (fp16, bf16 and qsgd have)");
+    return core::invalidArgument(
+        "this codec has no GPU encoder (fp16, bf16, qsgd, nuqsgd and natural_dithering have)");
   }
-  const bool half = spec.kind != Kind::kQsgd;
-  const codecs::ScaledCodes q = qsgdCodes(spec);
-  std::byte params[kQsgdParamsBytes];
-  std::span<const std::byte> paramSpan;
-  size_t payloadBytes = 2 * n;
-  CodecId id = spec.kind == Kind::kFp16 ? CodecId::kFp16 : CodecId::kBf16;
-  if (!half) {
-    id = CodecId::kQsgd;
-    params[0] = static_cast<std::byte>(spec.bits);
-    params[1] = static_cast<std::byte>(spec.linf ? 1 : 0);
-    codecs::storeLe<uint32_t>(params + 2, static_cast<uint32_t>(spec.bucket));
-    paramSpan = params;
-    payloadBytes = q.payloadBytes(n);
-  }
+  const bool scaled = scaledKind(spec.kind);
+  const codecs::ScaledCodes q = scaledCodes(spec, n);
+  std::byte params[kQsgdParamsBytes] = {};
+  writeParams(spec, params);
+  const std::span<const std::byte> paramSpan(params, paramsBytesOf(spec.kind));
+  // Natural dithering of the empty vector: its norm alone, 0.
+  const bool emptyDithering = spec.kind == Kind::kNaturalDithering && n == 0;
+  const size_t payloadBytes = !scaled ? 2 * n : emptyDithering ? 4 : q.payloadBytes(n);
   const size_t frameBytes = codecs::frameBytesFor(paramSpan.size(), payloadBytes);
   if (staging_.bytes() < frameBytes) {
     Gpu::Scope scope(gpu_);
@@ -75,25 +152,41 @@ core::Result<std::span<const std::byte>> GpuCodecs::encode(const CompressorSpec&
     staging_ = std::move(*fresh);
   }
   codecs::FrameOut frame(std::span<std::byte>(staging_.data(), frameBytes));
-  std::byte* payload = frame.begin(id, compression::ElementType::kFloat32, n, paramSpan, payloadBytes);
+  std::byte* payload =
+      frame.begin(codecIdOf(spec.kind), compression::ElementType::kFloat32, n, paramSpan, payloadBytes);
   if (payload == nullptr) return frame.status();
-  STARLING_RETURN_IF_ERROR(reserve(payload_, payloadBytes));
-  DevicePtr out = payload_.ptr();
-  if (half) {
-    void* args[] = {&x, &out, &n};
-    STARLING_RETURN_IF_ERROR(gpu_.launch(spec.kind == Kind::kFp16 ? "starling_encode_f16" : "starling_encode_bf16", n, args));
-  } else {
-    STARLING_RETURN_IF_ERROR(encodeQsgd(spec, x, n, seed, payload, payloadBytes));
+  if (emptyDithering) {
+    codecs::storeLe<uint32_t>(payload, 0);
+  } else if (n > 0) {
+    auto written = encodePayload(spec, x, n, seed);
+    if (!written) return written.status();
+    STARLING_RETURN_IF_ERROR(gpu_.copyToHost(payload, payload_.ptr(), payloadBytes));
+    STARLING_RETURN_IF_ERROR(gpu_.sync());
   }
-  STARLING_RETURN_IF_ERROR(gpu_.copyToHost(payload, out, payloadBytes));
-  STARLING_RETURN_IF_ERROR(gpu_.sync());
   frame.seal();
   return std::span<const std::byte>(frame.frame());
 }
 
-core::Status GpuCodecs::encodeQsgd(const CompressorSpec& spec, DevicePtr x, uint64_t n, uint64_t seed,
-                                   std::byte*, size_t payloadBytes) {
-  const codecs::ScaledCodes q = qsgdCodes(spec);
+core::Result<size_t> GpuCodecs::encodePayload(const CompressorSpec& spec, DevicePtr x, uint64_t n,
+                                              uint64_t seed) {
+  if (!gpuSupports(spec) || n == 0) return core::invalidArgument("encodePayload: no GPU encoder or n = 0");
+  const codecs::ScaledCodes q = scaledCodes(spec, n);
+  const size_t payloadBytes = scaledKind(spec.kind) ? q.payloadBytes(n) : 2 * n;
+  STARLING_RETURN_IF_ERROR(reserve(payload_, payloadBytes));
+  DevicePtr out = payload_.ptr();
+  if (!scaledKind(spec.kind)) {
+    int vec4 = aligned16(x, out);
+    void* args[] = {&x, &out, &n, &vec4};
+    STARLING_RETURN_IF_ERROR(gpu_.launch(spec.kind == Kind::kFp16 ? "starling_encode_f16" : "starling_encode_bf16",
+                                         vec4 != 0 ? n / 4 + 3 : n, args));
+  } else {
+    STARLING_RETURN_IF_ERROR(encodeScaled(q, x, n, seed, payloadBytes));
+  }
+  return payloadBytes;
+}
+
+core::Status GpuCodecs::encodeScaled(const codecs::ScaledCodes& q, DevicePtr x, uint64_t n,
+                                     uint64_t seed, size_t payloadBytes) {
   uint64_t bucket = q.bucket;
   const uint64_t buckets = q.buckets(n);
   if (n == 0) return core::Status::ok();
@@ -117,55 +210,60 @@ core::Status GpuCodecs::encodeQsgd(const CompressorSpec& spec, DevicePtr x, uint
   }
   uint32_t s = q.s;
   uint32_t levelBits = static_cast<uint32_t>(q.levelBits);
+  int exponential = q.levels == codecs::LevelSet::kExponential ? 1 : 0;
   DevicePtr stream = scales + 4 * buckets;
   uint64_t streamBytes = payloadBytes - 4 * buckets;
-  void* args[] = {&x, &n, &bucket, &scales, &s, &levelBits, &seed, &stream, &streamBytes};
-  return gpu_.launch("starling_qsgd_codes", streamBytes, args);
+  void* args[] = {&x, &n, &bucket, &scales, &s, &levelBits, &exponential, &seed, &stream, &streamBytes};
+  return gpu_.launch("starling_scaled_codes", streamBytes, args);
 }
 
 core::Status GpuCodecs::decode(const CompressorSpec& spec, std::span<const std::byte> frame,
                                DevicePtr out, uint64_t n) {
   if (!gpuSupports(spec)) {
-    return core::invalidArgument("this codec has no GPU decoder (fp16, bf16 and qsgd have)");
+    return core::invalidArgument(
+        "this codec has no GPU decoder (fp16, bf16, qsgd, nuqsgd and natural_dithering have)");
   }
-  const bool half = spec.kind != Kind::kQsgd;
-  const CodecId id = spec.kind == Kind::kFp16 ? CodecId::kFp16
-                     : spec.kind == Kind::kBf16 ? CodecId::kBf16 : CodecId::kQsgd;
-  auto v = codecs::openFrame<float>(frame, id, n, half ? 0 : kQsgdParamsBytes);
+  const bool scaled = scaledKind(spec.kind);
+  auto v = codecs::openFrame<float>(frame, codecIdOf(spec.kind), n, paramsBytesOf(spec.kind));
   if (!v) return v.status();
   codecs::ScaledCodes q;
-  if (half) {
+  if (!scaled) {
     if (v->payload.size() != 2 * n) {
       return core::corruption("16-bit payload of " + std::to_string(v->payload.size()) +
                               " bytes for " + std::to_string(n) + " elements");
     }
   } else {
-    // The frame's own params, checked as the CPU decoder checks them.
-    CompressorSpec framed = spec;
-    framed.bits = std::to_integer<int>(v->params[0]);
-    const int linf = std::to_integer<int>(v->params[1]);
-    framed.bucket = codecs::loadLe<uint32_t>(v->params.data() + 2);
-    framed.linf = linf == 1;
-    if (framed.bits < 2 || framed.bits > 8) return core::corruption("qsgd bits " + std::to_string(framed.bits));
-    if (linf > 1) return core::corruption("qsgd norm flag " + std::to_string(linf));
-    if (framed.bucket == 0) return core::corruption("qsgd bucket size 0");
-    q = qsgdCodes(framed);
-    STARLING_RETURN_IF_ERROR(codecs::checkScaledCodes(v->payload, q, n, "qsgd"));
+    // The frame's own params, checked as the CPU decoder checks them, then its codes.
+    auto framed = specOfParams(spec.kind, v->params);
+    if (!framed) return framed.status();
+    q = scaledCodes(*framed, n);
+    if (spec.kind == Kind::kNaturalDithering && n == 0) {
+      if (v->payload.size() != 4) return core::corruption("natural dithering payload length");
+      if (!codecs::validScale(std::bit_cast<float>(codecs::loadLe<uint32_t>(v->payload.data())))) {
+        return core::corruption("natural dithering norm is negative, NaN or infinite");
+      }
+      return core::Status::ok();
+    }
+    const char* name = spec.kind == Kind::kQsgd ? "qsgd" : spec.kind == Kind::kNuqsgd ? "nuqsgd" : "natural dithering";
+    STARLING_RETURN_IF_ERROR(codecs::checkScaledCodes(v->payload, q, n, name));
   }
   if (n == 0) return core::Status::ok();
   STARLING_RETURN_IF_ERROR(reserve(payload_, v->payload.size()));
   DevicePtr in = payload_.ptr();
   STARLING_RETURN_IF_ERROR(gpu_.copyToDevice(in, v->payload.data(), v->payload.size()));
-  if (half) {
-    void* args[] = {&in, &out, &n};
-    STARLING_RETURN_IF_ERROR(gpu_.launch(spec.kind == Kind::kFp16 ? "starling_decode_f16" : "starling_decode_bf16", n, args));
+  if (!scaled) {
+    int vec4 = aligned16(in, out);
+    void* args[] = {&in, &out, &n, &vec4};
+    STARLING_RETURN_IF_ERROR(gpu_.launch(spec.kind == Kind::kFp16 ? "starling_decode_f16" : "starling_decode_bf16",
+                                         vec4 != 0 ? n / 4 + 3 : n, args));
   } else {
     uint64_t bucket = q.bucket;
     DevicePtr stream = in + 4 * q.buckets(n);
     uint32_t s = q.s;
     uint32_t levelBits = static_cast<uint32_t>(q.levelBits);
-    void* args[] = {&in, &stream, &n, &bucket, &s, &levelBits, &out};
-    STARLING_RETURN_IF_ERROR(gpu_.launch("starling_qsgd_decode", n, args));
+    int exponential = q.levels == codecs::LevelSet::kExponential ? 1 : 0;
+    void* args[] = {&in, &stream, &n, &bucket, &s, &levelBits, &exponential, &out};
+    STARLING_RETURN_IF_ERROR(gpu_.launch("starling_scaled_decode", n, args));
   }
   return gpu_.sync();
 }

@@ -3,9 +3,10 @@
 // that the kernels write on the device, so only the compressed bytes cross to the host.
 //
 //   fp16, bf16: byte-identical to the CPU codecs (deterministic rounding, elementwise.h).
-//   qsgd:       the same scales as the CPU codec, bit for bit; the stochastic rounding takes its
+//   qsgd, nuqsgd, natural_dithering (the scaled codes):
+//               the same scales as the CPU codec, bit for bit; the stochastic rounding takes its
 //               bits from the counter-based generator of elementwise.h (counterUniform16), so a
-//               frame is a valid qsgd frame that any peer decodes, byte-identical to a CPU
+//               frame is a valid frame of its codec that any peer decodes, byte-identical to a CPU
 //               encoding with those bits, not to the CPU codec's xoshiro stream.
 //   decode:     a frame is checked on the host by the CPU codec's own validation, then decoded
 //               on the device to the CPU decoder's values, bit for bit.
@@ -23,9 +24,14 @@
 #include "core/status.h"
 #include "cuda/driver.h"
 
+namespace starling::compression::codecs {
+struct ScaledCodes;
+}
+
 namespace starling::cuda {
 
-// Whether the GPU path implements this codec (fp16, bf16 and qsgd today).
+// Whether the GPU path implements this codec: fp16, bf16, and the scaled codes (qsgd, nuqsgd,
+// natural_dithering) today.
 bool gpuSupports(const compression::CompressorSpec& spec);
 
 class GpuCodecs {
@@ -37,6 +43,11 @@ class GpuCodecs {
   // draw (the CPU codecs take one nextU64() from the caller's Rng for it).
   core::Result<std::span<const std::byte>> encode(const compression::CompressorSpec& spec,
                                                   DevicePtr x, uint64_t n, uint64_t seed);
+  // The kernels alone: the payload of that frame left in device memory (payloadOnDevice()), its
+  // length returned; nothing is synchronized. n >= 1.
+  core::Result<size_t> encodePayload(const compression::CompressorSpec& spec, DevicePtr x,
+                                     uint64_t n, uint64_t seed);
+  DevicePtr payloadOnDevice() const { return payload_.ptr(); }
   // Decodes a frame (host memory) of n float32 values into device address out.
   core::Status decode(const compression::CompressorSpec& spec, std::span<const std::byte> frame,
                       DevicePtr out, uint64_t n);
@@ -49,8 +60,8 @@ class GpuCodecs {
 
  private:
   core::Status reserve(DeviceBuffer& b, size_t bytes);
-  core::Status encodeQsgd(const compression::CompressorSpec& spec, DevicePtr x, uint64_t n,
-                          uint64_t seed, std::byte* payload, size_t payloadBytes);
+  core::Status encodeScaled(const compression::codecs::ScaledCodes& q, DevicePtr x, uint64_t n,
+                            uint64_t seed, size_t payloadBytes);
 
   Gpu& gpu_;
   PinnedBuffer staging_;

@@ -59,38 +59,78 @@ constexpr unsigned kBlock = 256;
 
 }  // namespace
 
-extern "C" {
-
 // ---------------------------------------------------------------------------------------------
 // fp16 / bf16: the payload is one little-endian u16 per element.
 
-__global__ void starling_encode_f16(const float* x, uint16_t* out, uint64_t n) {
-  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
-    out[i] = ew::halfFromFloatBits(bitsOf(x[i]));
+// Four elements a thread: 16-byte loads of float32 and 8-byte stores of the codes (or the
+// reverse), the widest accesses both sides allow, when the host says both are aligned (vec4);
+// otherwise, and for the tail, one element at a time.
+struct alignas(16) U32x4 {
+  uint32_t v[4];
+};
+struct alignas(8) U16x4 {
+  uint16_t v[4];
+};
+
+template <typename Convert>
+__device__ void toHalves(const float* x, uint16_t* out, uint64_t n, int vec4, Convert convert) {
+  const uint64_t quads = vec4 != 0 ? n / 4 : 0;
+  for (uint64_t q = globalThread(); q < quads; q += threadCount()) {
+    const U32x4 in = reinterpret_cast<const U32x4*>(x)[q];
+    U16x4 h;
+    for (int j = 0; j < 4; ++j) h.v[j] = convert(in.v[j]);
+    reinterpret_cast<U16x4*>(out)[q] = h;
   }
+  for (uint64_t i = 4 * quads + globalThread(); i < n; i += threadCount()) out[i] = convert(bitsOf(x[i]));
 }
 
-__global__ void starling_encode_bf16(const float* x, uint16_t* out, uint64_t n) {
-  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
-    out[i] = ew::bf16FromFloatBits(bitsOf(x[i]));
+template <typename Convert>
+__device__ void fromHalves(const uint16_t* h, float* out, uint64_t n, int vec4, Convert convert) {
+  const uint64_t quads = vec4 != 0 ? n / 4 : 0;
+  for (uint64_t q = globalThread(); q < quads; q += threadCount()) {
+    const U16x4 in = reinterpret_cast<const U16x4*>(h)[q];
+    U32x4 f;
+    for (int j = 0; j < 4; ++j) f.v[j] = convert(in.v[j]);
+    reinterpret_cast<U32x4*>(out)[q] = f;
   }
+  for (uint64_t i = 4 * quads + globalThread(); i < n; i += threadCount()) out[i] = floatOfBits(convert(h[i]));
 }
 
-__global__ void starling_decode_f16(const uint16_t* h, float* out, uint64_t n) {
-  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
-    out[i] = floatOfBits(ew::floatBitsFromHalf(h[i]));
-  }
+struct HalfFrom {
+  __device__ uint16_t operator()(uint32_t u) const { return ew::halfFromFloatBits(u); }
+};
+struct Bf16From {
+  __device__ uint16_t operator()(uint32_t u) const { return ew::bf16FromFloatBits(u); }
+};
+struct FromHalf {
+  __device__ uint32_t operator()(uint32_t h) const { return ew::floatBitsFromHalf(h); }
+};
+struct FromBf16 {
+  __device__ uint32_t operator()(uint32_t h) const { return ew::floatBitsFromBf16(h); }
+};
+
+extern "C" {
+
+__global__ void starling_encode_f16(const float* x, uint16_t* out, uint64_t n, int vec4) {
+  toHalves(x, out, n, vec4, HalfFrom{});
 }
 
-__global__ void starling_decode_bf16(const uint16_t* h, float* out, uint64_t n) {
-  for (uint64_t i = globalThread(); i < n; i += threadCount()) {
-    out[i] = floatOfBits(ew::floatBitsFromBf16(h[i]));
-  }
+__global__ void starling_encode_bf16(const float* x, uint16_t* out, uint64_t n, int vec4) {
+  toHalves(x, out, n, vec4, Bf16From{});
+}
+
+__global__ void starling_decode_f16(const uint16_t* h, float* out, uint64_t n, int vec4) {
+  fromHalves(h, out, n, vec4, FromHalf{});
+}
+
+__global__ void starling_decode_bf16(const uint16_t* h, float* out, uint64_t n, int vec4) {
+  fromHalves(h, out, n, vec4, FromBf16{});
 }
 
 // ---------------------------------------------------------------------------------------------
-// QSGD (uniform levels) of float32 values, docs/wire_format.md "QSGD codes": per bucket a
-// float32 scale, then the codes as one little-endian bit stream.
+// Scaled codes of float32 values (docs/wire_format.md "QSGD codes", "Exponential levels"): QSGD,
+// NUQSGD and natural dithering. Per bucket a float32 scale, then the codes as one little-endian
+// bit stream.
 
 // Pass 1: per bucket the sum of squares in float64 (squares of float32 values are exact) and the
 // largest |x| as float32 bits. Block c of the grid covers elements [c * chunk, (c + 1) * chunk)
@@ -168,16 +208,19 @@ __global__ void starling_bucket_scales(const float* x, uint64_t n, uint64_t buck
   }
 }
 
-// Pass 3: codes and packing in one: thread t writes stream byte t, computing the codes of the
+// Pass 3: codes (uniform levels: QSGD; exponential: NUQSGD, natural dithering) and packing in one: thread t writes stream byte t, computing the codes of the
 // elements whose bits fall in it (a code that straddles two bytes is computed by both threads,
 // with the same counter-based rounding bits, so the same code). Element i rounds with
 // counterUniform16(seed, i).
-__global__ void starling_qsgd_codes(const float* x, uint64_t n, uint64_t bucket,
-                                    const uint32_t* scales, uint32_t s, uint32_t levelBits,
-                                    uint64_t seed, uint8_t* stream, uint64_t streamBytes) {
+__global__ void starling_scaled_codes(const float* x, uint64_t n, uint64_t bucket,
+                                      const uint32_t* scales, uint32_t s, uint32_t levelBits,
+                                      int exponential, uint64_t seed, uint8_t* stream,
+                                      uint64_t streamBytes) {
   const uint32_t width = levelBits + 1;
   const uint32_t signBit = 1u << levelBits;
   const uint32_t maxR = s << ew::kRoundingBits;
+  const double belowFactor = ew::exponentialBelowFactor(s);
+  const float belowFactorFloat = s <= 31 ? ew::exponentialBelowFactorFloat(s) : 0.0f;
   for (uint64_t byte = globalThread(); byte < streamBytes; byte += threadCount()) {
     const uint64_t firstBit = 8 * byte;
     const uint64_t first = firstBit / width;
@@ -187,7 +230,17 @@ __global__ void starling_qsgd_codes(const float* x, uint64_t n, uint64_t bucket,
     for (uint64_t i = first; i <= last; ++i) {
       const float scale = floatOfBits(scales[i / bucket]);
       uint32_t code = 0;
-      if (scale - scale == 0.0f && scale > 0.0f) {
+      if (scale - scale == 0.0f && scale > 0.0f && exponential != 0) {
+        // scaled_codes.cc's choice: float32 when s <= 31 and 1 / scale is a normal float32.
+        const double invScale = 1.0 / static_cast<double>(scale);
+        const uint32_t u = ew::counterUniform16(seed, i);
+        if (s <= 31 && invScale >= 1.1754943508222875e-38 && invScale <= 3.4028234663852886e38) {
+          code = ew::exponentialCodeFloat(x[i], static_cast<float>(invScale), s, belowFactorFloat, u, signBit);
+        } else {
+          const double v = static_cast<double>(x[i]);
+          code = ew::exponentialCodeDouble(v < 0.0 ? -v : v, x[i] < 0.0f, invScale, s, belowFactor, u, signBit);
+        }
+      } else if (scale - scale == 0.0f && scale > 0.0f) {
         const double k = static_cast<double>(s) * 0x1p16 / static_cast<double>(scale);
         const uint32_t u = ew::counterUniform16(seed, i);
         if (s <= 63 && k <= 3.4028234663852886e38) {
@@ -207,8 +260,9 @@ __global__ void starling_qsgd_codes(const float* x, uint64_t n, uint64_t bucket,
 // Decode (the frame was validated on the host: levels <= s, no negative zero, zero padding):
 // element i is code i of the stream under its bucket's scale, the float64 magnitude of
 // elementwise.h rounded once to float32, as the CPU decoder's table holds it.
-__global__ void starling_qsgd_decode(const uint32_t* scales, const uint8_t* stream, uint64_t n,
-                                     uint64_t bucket, uint32_t s, uint32_t levelBits, float* out) {
+__global__ void starling_scaled_decode(const uint32_t* scales, const uint8_t* stream, uint64_t n,
+                                       uint64_t bucket, uint32_t s, uint32_t levelBits,
+                                       int exponential, float* out) {
   const uint32_t width = levelBits + 1;
   const uint32_t signBit = 1u << levelBits;
   for (uint64_t i = globalThread(); i < n; i += threadCount()) {
@@ -217,7 +271,9 @@ __global__ void starling_qsgd_decode(const uint32_t* scales, const uint8_t* stre
     if ((bit % 8) + width > 8) word |= static_cast<uint32_t>(stream[bit / 8 + 1]) << 8;
     const uint32_t code = (word >> (bit % 8)) & ((1u << width) - 1);
     const double scale = static_cast<double>(floatOfBits(scales[i / bucket]));
-    const double m = ew::uniformMagnitude(scale, code & (signBit - 1), s);
+    const uint32_t level = code & (signBit - 1);
+    const double m = exponential != 0 ? ew::exponentialMagnitude(scale, level, s)
+                                      : ew::uniformMagnitude(scale, level, s);
     out[i] = static_cast<float>((code & signBit) != 0 ? -m : m);
   }
 }

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
     if (!gpu.copyToDevice(x.ptr(), host.data(), 4 * d).isOk()) return 1;
     for (auto& b : nb) (void)gpu.copyOnDevice(b.ptr(), x.ptr(), 4 * d);
     uint64_t n = d;
+    int vec4 = 1;  // cuMemAlloc's addresses are 256-byte aligned
     cuda::DevicePtr xp = x.ptr(), yp = y.ptr(), hp = h.ptr();
     auto add = [&](const std::string& what, double bytes, double ms) {
       rows.push_back({what, d, bytes, ms});
@@ -98,16 +99,16 @@ int main(int argc, char** argv) {
     };
     add("copy (cuMemcpyDtoD)", 8.0 * d, medianMs(gpu, reps, [&] { return gpu.copyOnDevice(yp, xp, 4 * d); }));
     add("fp16 encode kernel", 6.0 * d, medianMs(gpu, reps, [&] {
-          void* a[] = {&xp, &hp, &n};
-          return gpu.launch("starling_encode_f16", n, a);
+          void* a[] = {&xp, &hp, &n, &vec4};
+          return gpu.launch("starling_encode_f16", n / 4, a);
         }));
     add("bf16 encode kernel", 6.0 * d, medianMs(gpu, reps, [&] {
-          void* a[] = {&xp, &hp, &n};
-          return gpu.launch("starling_encode_bf16", n, a);
+          void* a[] = {&xp, &hp, &n, &vec4};
+          return gpu.launch("starling_encode_bf16", n / 4, a);
         }));
     add("fp16 decode kernel", 6.0 * d, medianMs(gpu, reps, [&] {
-          void* a[] = {&hp, &yp, &n};
-          return gpu.launch("starling_decode_f16", n, a);
+          void* a[] = {&hp, &yp, &n, &vec4};
+          return gpu.launch("starling_decode_f16", n / 4, a);
         }));
     // The combine of 4 neighbours: reads start, self and 4 messages, writes out.
     std::vector<cuda::DevicePtr> m = {nb[0].ptr(), nb[1].ptr(), nb[2].ptr(), nb[3].ptr()};
@@ -115,6 +116,25 @@ int main(int argc, char** argv) {
     add("combine, 4 neighbours (f32)", 28.0 * d, medianMs(gpu, reps, [&] {
           return codecs.combine(yp, nb[4].ptr(), xp, m, c, n);
         }));
+    // The scaled codes' kernels alone (norms, scales, codes and packing): they must read x twice
+    // (the norms, then the codes), counted once, and write the payload.
+    for (auto [kind, bits, name] : {std::tuple{CompressorSpec::Kind::kQsgd, 4, "qsgd 4-bit kernels"},
+                                    std::tuple{CompressorSpec::Kind::kQsgd, 2, "qsgd 2-bit kernels"},
+                                    std::tuple{CompressorSpec::Kind::kNuqsgd, 4, "nuqsgd 4-bit kernels"},
+                                    std::tuple{CompressorSpec::Kind::kNaturalDithering, 0, "natural dithering (3 levels) kernels"}}) {
+      CompressorSpec spec;
+      spec.kind = kind;
+      if (bits != 0) spec.bits = bits;
+      spec.levels = 3;
+      double payload = 0;
+      const double ms = medianMs(gpu, reps, [&]() -> core::Status {
+        auto written = codecs.encodePayload(spec, xp, n, 7);
+        if (!written) return written.status();
+        payload = static_cast<double>(*written);
+        return core::Status::ok();
+      });
+      add(name, 4.0 * d + payload, ms);
+    }
     // End to end: a whole frame on the host (kernels, the copy to pinned memory, the CRC).
     for (auto [kind, bits, name] : {std::tuple{CompressorSpec::Kind::kFp16, 0, "fp16 frame to host"},
                                     std::tuple{CompressorSpec::Kind::kQsgd, 4, "qsgd 4-bit frame to host"},

@@ -107,6 +107,69 @@ STARLING_HD double uniformMagnitude(double scale, uint32_t l, uint32_t s) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Exponential levels (NUQSGD, natural dithering; docs/wire_format.md "Exponential levels"):
+// r = |x| / scale (as |x| * (1 / scale)), and for 2^e <= r < 2^(e+1) the level is e + s or one
+// above with probability (r - 2^e) / 2^e, which is the fraction field of r's bits; below the
+// lowest level 2^(1-s), level 0 or 1 with probability r 2^(s-1).
+
+// 2^(s - 1 + kRoundingBits), the factor of the part below the lowest level, in float64 and float32.
+STARLING_HD double exponentialBelowFactor(uint32_t s) {
+  return core::doubleOfBits(static_cast<uint64_t>(1023 + s - 1 + kRoundingBits) << 52);
+}
+STARLING_HD float exponentialBelowFactorFloat(uint32_t s) {
+  return core::floatOfBits((127u + s - 1u + static_cast<uint32_t>(kRoundingBits)) << 23);
+}
+
+// In float64 (any s, float64 states): r is within 2^-52 of |x| / scale.
+STARLING_HD uint8_t exponentialCodeDouble(double a, bool negative, double invScale, uint32_t s,
+                                          double belowFactor, uint32_t u, uint32_t signBit) {
+  constexpr int kDrop = 52 - kRoundingBits;
+  const uint64_t lowest = 1024 - s;  // biased exponent of 2^(1-s)
+  const double scaled = a * invScale;
+  const double r = 1.0 < scaled ? 1.0 : scaled;  // std::min(scaled, 1.0)
+  const uint64_t b = core::bitsOf(r);
+  const uint64_t e = b >> 52;
+  const auto fraction = static_cast<uint32_t>(
+      ((b & ((uint64_t{1} << 52) - 1)) + (uint64_t{1} << (kDrop - 1))) >> kDrop);
+  const bool onLevels = e >= lowest;
+  // Below the lowest level r 2^(s+15) < 2^16; elsewhere 0, so the conversion never overflows.
+  const double rBelow = onLevels ? 0.0 : r;
+  const auto below = static_cast<uint32_t>(static_cast<int32_t>(rBelow * belowFactor + 0.5));
+  const uint32_t base = onLevels ? static_cast<uint32_t>(e - 1023 + s) : 0u;
+  const uint32_t level = base + (((onLevels ? fraction : below) + u) >> kRoundingBits);
+  return static_cast<uint8_t>(level | (negative && level != 0 ? signBit : 0u));
+}
+
+// In float32, for s <= 31 and 1 / scale a normal float32: r is within 2^-23 of |x| / scale, so
+// R is off by at most 2^-6 and an exact power of two still gives R = 0 or 2^16. Below the lowest
+// level, r 2^(s+15) < 2^16 is exact, and adding 0.5 to it is too.
+STARLING_HD uint8_t exponentialCodeFloat(float x, float invScale, uint32_t s, float belowFactor,
+                                         uint32_t u, uint32_t signBit) {
+  constexpr int kDrop = 23 - kRoundingBits;
+  const uint32_t lowest = 128 - s;  // biased float32 exponent of 2^(1-s)
+  const float scaled = __builtin_fabsf(x) * invScale;
+  const float r = 1.0f < scaled ? 1.0f : scaled;
+  const uint32_t b = core::bitsOf(r);
+  const uint32_t e = b >> 23;
+  const uint32_t fraction = ((b & 0x7fffffu) + (1u << (kDrop - 1))) >> kDrop;
+  const bool onLevels = e >= lowest;
+  const float rBelow = onLevels ? 0.0f : r;
+  const auto below = static_cast<uint32_t>(static_cast<int32_t>(rBelow * belowFactor + 0.5f));
+  const uint32_t base = onLevels ? e - 127 + s : 0u;
+  const uint32_t level = base + (((onLevels ? fraction : below) + u) >> kRoundingBits);
+  return static_cast<uint8_t>(level | (x < 0.0f && level != 0 ? signBit : 0u));
+}
+
+// The decoded value of exponential level l under `scale` (a float32's value), in float64:
+// 0 for level 0, else scale 2^(l - s) as a product with the exact power of two (scale >= 2^-149
+// or 0 and l - s >= -127, so the product is exact: ldexp's value).
+STARLING_HD double exponentialMagnitude(double scale, uint32_t l, uint32_t s) {
+  if (l == 0) return 0.0;
+  return scale * core::doubleOfBits(static_cast<uint64_t>(1023 + static_cast<int64_t>(l) -
+                                                          static_cast<int64_t>(s)) << 52);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The counter-based rounding bits of the GPU encoders (docs/cuda.md): element i's 16-bit uniform
 // is 16-bit lane i mod 4 (low bits first) of SplitMix64's output i / 4 from `seed`, that is
 // mix64(seed + (i / 4) * gamma). Any element's bits come without the ones before it, which a

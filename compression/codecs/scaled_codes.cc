@@ -74,22 +74,10 @@ template <typename T>
 [[gnu::always_inline]] inline void exponentialLevelsImpl(const T* x, size_t n, double invScale,
                                                          uint32_t s, const uint16_t* u,
                                                          uint32_t signBit, uint8_t* codes) {
-  const uint64_t lowest = 1024 - s;  // biased exponent of 2^(1-s)
-  const double belowFactor = std::ldexp(1.0, static_cast<int>(s) - 1 + kRoundingBits);
-  constexpr int kDrop = 52 - kRoundingBits;
+  const double belowFactor = elementwise::exponentialBelowFactor(s);
   for (size_t i = 0; i < n; ++i) {
-    const double r = std::min(std::fabs(static_cast<double>(x[i])) * invScale, 1.0);
-    const uint64_t b = std::bit_cast<uint64_t>(r);
-    const uint64_t e = b >> 52;
-    const auto fraction = static_cast<uint32_t>(
-        ((b & ((uint64_t{1} << 52) - 1)) + (uint64_t{1} << (kDrop - 1))) >> kDrop);
-    const bool onLevels = e >= lowest;
-    // Below the lowest level r 2^(s+15) < 2^16; elsewhere 0, so the conversion never overflows.
-    const double rBelow = onLevels ? 0.0 : r;
-    const auto below = static_cast<uint32_t>(static_cast<int32_t>(rBelow * belowFactor + 0.5));
-    const uint32_t base = onLevels ? static_cast<uint32_t>(e - 1023 + s) : 0u;
-    const uint32_t level = base + (((onLevels ? fraction : below) + u[i]) >> kRoundingBits);
-    codes[i] = static_cast<uint8_t>(level | (x[i] < T(0) && level != 0 ? signBit : 0u));
+    codes[i] = elementwise::exponentialCodeDouble(std::fabs(static_cast<double>(x[i])), x[i] < T(0),
+                                                  invScale, s, belowFactor, u[i], signBit);
   }
 }
 STARLING_SIMD_CLONES
@@ -109,20 +97,9 @@ void exponentialLevels(const double* x, size_t n, double invScale, uint32_t s, c
 STARLING_SIMD_CLONES
 void exponentialLevelsFloat(const float* x, size_t n, float invScale, uint32_t s, const uint16_t* u,
                             uint32_t signBit, uint8_t* codes) {
-  const uint32_t lowest = 128 - s;  // biased float32 exponent of 2^(1-s)
-  const float belowFactor = std::ldexp(1.0f, static_cast<int>(s) - 1 + kRoundingBits);
-  constexpr int kDrop = 23 - kRoundingBits;
+  const float belowFactor = elementwise::exponentialBelowFactorFloat(s);
   for (size_t i = 0; i < n; ++i) {
-    const float r = std::min(std::fabs(x[i]) * invScale, 1.0f);
-    const uint32_t b = std::bit_cast<uint32_t>(r);
-    const uint32_t e = b >> 23;
-    const uint32_t fraction = ((b & 0x7fffffu) + (1u << (kDrop - 1))) >> kDrop;
-    const bool onLevels = e >= lowest;
-    const float rBelow = onLevels ? 0.0f : r;  // as in exponentialLevelsImpl
-    const auto below = static_cast<uint32_t>(static_cast<int32_t>(rBelow * belowFactor + 0.5f));
-    const uint32_t base = onLevels ? e - 127 + s : 0u;
-    const uint32_t level = base + (((onLevels ? fraction : below) + u[i]) >> kRoundingBits);
-    codes[i] = static_cast<uint8_t>(level | (x[i] < 0.0f && level != 0 ? signBit : 0u));
+    codes[i] = elementwise::exponentialCodeFloat(x[i], invScale, s, belowFactor, u[i], signBit);
   }
 }
 
@@ -359,10 +336,7 @@ void decodeScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q,
       // (>= 2^-149 or 0) and l - s >= -127, so the product stays far inside float64's normal
       // range and is exact, the value ldexp gives, without a libm call per level.
       magnitudes[0] = 0.0;
-      for (uint32_t l = 1; l <= q.s; ++l) {
-        const int64_t e = 1023 + static_cast<int64_t>(l) - static_cast<int64_t>(q.s);
-        magnitudes[l] = scale * std::bit_cast<double>(static_cast<uint64_t>(e) << 52);
-      }
+      for (uint32_t l = 1; l <= q.s; ++l) magnitudes[l] = elementwise::exponentialMagnitude(scale, l, q.s);
     }
     if (divisor != 1.0) {
       for (uint32_t l = 0; l <= q.s; ++l) magnitudes[l] /= divisor;

@@ -109,48 +109,88 @@ TEST_CASE("GPU fp16 and bf16 frames are the CPU codecs' byte for byte, and decod
       OnDevice<float> out(n);
       REQUIRE(gpu.decode(spec, cpu, out.ptr(), n).isOk());
       REQUIRE(sameBits(out.read(n), cpuDecode(spec, cpu, n)));
+      // From an address that is not 16-byte aligned (a tensor's view): the one-at-a-time path.
+      if (n > 1) {
+        auto shifted = gpu.encode(spec, dx.ptr() + sizeof(float), n - 1, 0);
+        REQUIRE(shifted);
+        const auto cpuShifted = cpuFrame(spec, std::span<const float>(x).subspan(1), 1);
+        REQUIRE(shifted->size() == cpuShifted.size());
+        REQUIRE(std::memcmp(shifted->data(), cpuShifted.data(), cpuShifted.size()) == 0);
+      }
     }
   }
 }
 
-// The reference of a GPU qsgd frame, written here: the CPU codec's header and scales (scales
-// are deterministic), and codes from the shared rounding rule with the counter-based bits,
-// packed by hand, low bits first.
-std::vector<std::byte> qsgdReference(const CompressorSpec& spec, std::span<const float> x, uint64_t seed) {
+// The reference of a GPU frame of scaled codes, written here: the CPU codec's header and scales
+// (scales are deterministic), and codes from the shared rounding rules with the counter-based
+// bits, packed by hand, low bits first. s, the level bits and the bucket as the format defines
+// them per codec (docs/wire_format.md).
+std::vector<std::byte> scaledReference(const CompressorSpec& spec, std::span<const float> x, uint64_t seed) {
   std::vector<std::byte> frame = cpuFrame(spec, x, 99);
   const uint64_t n = x.size();
-  const uint32_t s = (1u << (spec.bits - 1)) - 1;
-  const uint32_t signBit = 1u << (spec.bits - 1);
-  const uint64_t buckets = (n + spec.bucket - 1) / spec.bucket;
-  const size_t payloadBytes = 4 * buckets + (n * spec.bits + 7) / 8;
+  const bool exponential = spec.kind != Kind::kQsgd;
+  const uint32_t s = spec.kind == Kind::kNaturalDithering ? static_cast<uint32_t>(spec.levels)
+                                                           : (1u << (spec.bits - 1)) - 1;
+  const int levelBits = spec.kind == Kind::kQsgd ? spec.bits - 1 : std::bit_width(s);
+  const int width = levelBits + 1;
+  const uint32_t signBit = 1u << levelBits;
+  const uint64_t bucket = spec.kind == Kind::kNaturalDithering ? n : spec.bucket;
+  const uint64_t buckets = (n + bucket - 1) / bucket;
+  const size_t payloadBytes = 4 * buckets + (n * width + 7) / 8;
   std::byte* payload = frame.data() + frame.size() - 4 - payloadBytes;
   std::byte* stream = payload + 4 * buckets;
   std::memset(stream, 0, payloadBytes - 4 * buckets);
   for (uint64_t i = 0; i < n; ++i) {
     uint32_t scaleBits;
-    std::memcpy(&scaleBits, payload + 4 * (i / spec.bucket), 4);
+    std::memcpy(&scaleBits, payload + 4 * (i / bucket), 4);
     const float scale = std::bit_cast<float>(scaleBits);
     uint32_t code = 0;
-    if (std::isfinite(scale) && scale > 0.0f) {
+    const uint32_t u = ew::counterUniform16(seed, i);
+    const double a = std::fabs(static_cast<double>(x[i]));
+    if (std::isfinite(scale) && scale > 0.0f && exponential) {
+      const double inv = 1.0 / static_cast<double>(scale);
+      code = s <= 31 && inv >= 1.1754943508222875e-38 && inv <= 3.4028234663852886e38
+                 ? ew::exponentialCodeFloat(x[i], static_cast<float>(inv), s, ew::exponentialBelowFactorFloat(s), u, signBit)
+                 : ew::exponentialCodeDouble(a, x[i] < 0, inv, s, ew::exponentialBelowFactor(s), u, signBit);
+    } else if (std::isfinite(scale) && scale > 0.0f) {
       const double k = static_cast<double>(s) * 65536.0 / static_cast<double>(scale);
-      const uint32_t u = ew::counterUniform16(seed, i);
       code = s <= 63 && k <= 3.4028234663852886e38
                  ? ew::uniformCodeFloat(x[i], static_cast<float>(k), s << 16, u, signBit)
-                 : ew::uniformCodeDouble(std::fabs(static_cast<double>(x[i])), x[i] < 0, k, s << 16, u, signBit);
+                 : ew::uniformCodeDouble(a, x[i] < 0, k, s << 16, u, signBit);
     }
-    for (int b = 0; b < spec.bits; ++b) {
+    for (int b = 0; b < width; ++b) {
       if ((code >> b) & 1u) {
-        const uint64_t bit = i * spec.bits + b;
+        const uint64_t bit = i * width + b;
         stream[bit / 8] |= static_cast<std::byte>(1u << (bit % 8));
       }
     }
   }
-  // The trailer: re-seal through the CPU codec's own writer is not public; compare all but it.
-  return frame;
+  return frame;  // its trailer is the CPU frame's: compare all but the last 4 bytes
 }
 
-TEST_CASE("GPU qsgd frames: the CPU codec's scales, the counter-based codes, decodable", "[gpu]") {
+void checkScaled(cuda::GpuCodecs& gpu, const CompressorSpec& spec, size_t n, uint32_t dataSeed) {
+  auto x = values(n, dataSeed, false);
+  for (size_t i = 0; i < std::min<size_t>(n, 40); ++i) x[i] = 0.0f;  // an all-zero bucket
+  if (n > 1000) x[777] = 3.0e-39f;                                   // a float32 subnormal
+  OnDevice<float> dx(x);
+  const uint64_t seed = 0xabcdef12345ULL + dataSeed;
+  auto frame = gpu.encode(spec, dx.ptr(), n, seed);
+  REQUIRE(frame);
+  const auto want = scaledReference(spec, x, seed);
+  REQUIRE(frame->size() == want.size());
+  REQUIRE(std::memcmp(frame->data(), want.data(), want.size() - 4) == 0);
+  // The CPU decoder accepts it (the trailer's CRC included) ...
+  const std::vector<std::byte> copy(frame->begin(), frame->end());
+  const auto cpuValues = cpuDecode(spec, copy, n);
+  // ... and the GPU decoder gives the CPU decoder's values bit for bit.
+  OnDevice<float> out(n);
+  REQUIRE(gpu.decode(spec, copy, out.ptr(), n).isOk());
+  REQUIRE(sameBits(out.read(n), cpuValues));
+}
+
+TEST_CASE("GPU scaled-code frames: the CPU codec's scales, the counter-based codes, decodable", "[gpu]") {
   cuda::GpuCodecs gpu(*theGpu);
+  const size_t n = quick ? 20011 : 300001;
   for (int bits : {2, 3, 4, 5, 8}) {
     for (uint64_t bucket : {uint64_t{1}, uint64_t{7}, uint64_t{512}, uint64_t{100000}, uint64_t{1} << 21}) {
       for (bool linf : {false, true}) {
@@ -159,25 +199,26 @@ TEST_CASE("GPU qsgd frames: the CPU codec's scales, the counter-based codes, dec
         spec.bits = bits;
         spec.bucket = bucket;
         spec.linf = linf;
-        const size_t n = quick ? 20011 : 300001;
-        auto x = values(n, static_cast<uint32_t>(bits * 31 + bucket), false);
-        for (size_t i = 0; i < std::min<size_t>(n, 40); ++i) x[i] = 0.0f;  // an all-zero bucket
-        OnDevice<float> dx(x);
-        const uint64_t seed = 0xabcdef12345ULL + bucket;
-        auto frame = gpu.encode(spec, dx.ptr(), n, seed);
-        REQUIRE(frame);
-        const auto want = qsgdReference(spec, x, seed);
-        INFO("bits " << bits << " bucket " << bucket << " linf " << linf);
-        REQUIRE(frame->size() == want.size());
-        REQUIRE(std::memcmp(frame->data(), want.data(), want.size() - 4) == 0);
-        // The CPU decoder accepts it (the trailer's CRC included) ...
-        const std::vector<std::byte> copy(frame->begin(), frame->end());
-        const auto cpuValues = cpuDecode(spec, copy, n);
-        // ... and the GPU decoder gives the CPU decoder's values bit for bit.
-        OnDevice<float> out(n);
-        REQUIRE(gpu.decode(spec, copy, out.ptr(), n).isOk());
-        REQUIRE(sameBits(out.read(n), cpuValues));
+        INFO("qsgd bits " << bits << " bucket " << bucket << " linf " << linf);
+        checkScaled(gpu, spec, n, static_cast<uint32_t>(bits * 31 + bucket + linf));
       }
+      CompressorSpec spec;
+      spec.kind = Kind::kNuqsgd;
+      spec.bits = bits;
+      spec.bucket = bucket;
+      INFO("nuqsgd bits " << bits << " bucket " << bucket);
+      checkScaled(gpu, spec, n, static_cast<uint32_t>(bits * 37 + bucket));
+    }
+  }
+  for (int levels : {1, 3, 8, 30}) {
+    for (bool linf : {false, true}) {
+      CompressorSpec spec;
+      spec.kind = Kind::kNaturalDithering;
+      spec.levels = levels;
+      spec.linf = linf;
+      INFO("natural dithering levels " << levels << " linf " << linf);
+      checkScaled(gpu, spec, n, static_cast<uint32_t>(levels * 41 + linf));
+      checkScaled(gpu, spec, 1, 3);
     }
   }
 }
