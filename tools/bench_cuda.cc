@@ -151,6 +151,13 @@ int main(int argc, char** argv) {
         return core::Status::ok();
       });
       add(name, 4.0 * d + frameBytes, ms);
+      // And back: the frame checked on the host, copied to the device and decoded there.
+      auto frame = codecs.encode(spec, xp, n, seed);
+      if (!frame) return 1;
+      const std::vector<std::byte> copy(frame->begin(), frame->end());
+      const double back = medianMs(gpu, std::max(1, reps / 5), [&] { return codecs.decode(spec, copy, yp, n); });
+      add(std::string(name).replace(std::string(name).find(" to host"), 8, " from host, decoded"),
+          4.0 * d + static_cast<double>(copy.size()), back);
     }
   }
   double copyRate = 0;
