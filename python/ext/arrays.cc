@@ -188,8 +188,10 @@ Borrowed Borrowed::from(PyObject* obj, const char* name, Access access) {
   const DLTensor& t = managed->dl_tensor;
   std::string got = "a " + typeName(obj);
   if (t.device.device_type != kDLCPU) {
-    typeError(name, got + " on " + deviceName(t.device) + " (Starling reads CPU memory: move it "
-                    "with .cpu() before wrapping, and keep the model there)");
+    typeError(name, got + " on " + deviceName(t.device) +
+                        " (Peer.step and Peer.mix read CPU memory in this build: move it with "
+                        ".cpu() and keep the model there; the GPU codecs of docs/cuda.md do not "
+                        "take framework tensors yet)");
   }
   if (t.dtype.code == kDLFloat && t.dtype.bits == 32 && t.dtype.lanes == 1) {
     b.dtype_ = DType::kFloat32;

@@ -150,6 +150,43 @@ def optimizer_trajectory(peer, rank, overlap):
                                                         overlap=True))
 
 
+class FakeCudaTensor:
+    """A DLPack producer whose 8 float32 say they live on cuda:0 (kDLCUDA = 2), as a CUDA tensor's
+    capsule does; built with ctypes, so no GPU is needed."""
+
+    def __init__(self):
+        import ctypes as c
+
+        class Device(c.Structure):
+            _fields_ = [("device_type", c.c_int), ("device_id", c.c_int)]
+
+        class DataType(c.Structure):
+            _fields_ = [("code", c.c_uint8), ("bits", c.c_uint8), ("lanes", c.c_uint16)]
+
+        class Tensor(c.Structure):
+            _fields_ = [("data", c.c_void_p), ("device", Device), ("ndim", c.c_int),
+                        ("dtype", DataType), ("shape", c.POINTER(c.c_int64)),
+                        ("strides", c.POINTER(c.c_int64)), ("byte_offset", c.c_uint64)]
+
+        class Managed(c.Structure):
+            _fields_ = [("dl_tensor", Tensor), ("manager_ctx", c.c_void_p), ("deleter", c.c_void_p)]
+
+        self.c = c
+        self.data = (c.c_float * 8)()
+        self.shape = (c.c_int64 * 1)(8)
+        self.managed = Managed(Tensor(c.cast(self.data, c.c_void_p), Device(2, 0), 1,
+                                      DataType(2, 32, 1), self.shape, None, 0), None, None)
+
+    def __dlpack__(self, stream=None):
+        new = self.c.pythonapi.PyCapsule_New
+        new.restype = self.c.py_object
+        new.argtypes = [self.c.c_void_p, self.c.c_char_p, self.c.c_void_p]
+        return new(self.c.addressof(self.managed), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
 def main():
     peer = starling.Peer.from_env()
     rank = peer.rank
@@ -199,6 +236,10 @@ def main():
     read_only.flags.writeable = False
     raises(ValueError, ["read-only"], lambda: peer.mix(read_only))
     raises(TypeError, [expect, "list"], lambda: peer.mix([1.0, 2.0]))
+    # A CUDA tensor (a DLPack capsule of device type kDLCUDA, made here without a GPU): the
+    # message names its device and what to do.
+    raises(TypeError, [expect, "on cuda:0", ".cpu()", "docs/cuda.md"],
+           lambda: peer.mix(FakeCudaTensor()))
     raises(TypeError, ["grads", "dtype of params (float32)", "float64"],
            lambda: peer.step(np.ones(4, np.float32), np.ones(4)))
     raises(ValueError, ["grads", "as many elements as params (4)", "3"],
