@@ -3,11 +3,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "compression/codecs/bits.h"
 #include "compression/codecs/codecs.h"
+#include "compression/codecs/elementwise.h"
 #include "compression/codecs/wire.h"
 
 namespace starling::cuda {
@@ -17,6 +20,7 @@ using compression::CodecId;
 using compression::CompressorSpec;
 using Kind = CompressorSpec::Kind;
 namespace codecs = compression::codecs;
+namespace ew = compression::elementwise;
 
 // docs/wire_format.md: qsgd's params are bits, the linf flag and the bucket (u32); nuqsgd's bits
 // and the bucket; natural dithering's levels and the linf flag (one bucket, the whole vector).
@@ -103,6 +107,13 @@ core::Result<CompressorSpec> specOfParams(Kind kind, std::span<const std::byte> 
   return framed;
 }
 
+// A bucket scale that needs the serial sum (kernels.cu's kNeedsSerial), and the largest bucket
+// one GPU thread sums serially; larger ones are summed on the host.
+constexpr uint32_t kNeedsSerialScale = 0xffffffffu;
+constexpr uint64_t kSerialOnDevice = 65536;
+// Buckets summed by one warp each (pass 1); larger ones by blocks.
+constexpr uint64_t kWarpBucketMax = 4096;
+
 // Whether 16-byte vector accesses to both addresses are aligned (the kernels' vec4 path).
 int aligned16(DevicePtr a, DevicePtr b) { return (a % 16 == 0 && b % 16 == 0) ? 1 : 0; }
 
@@ -172,7 +183,8 @@ core::Result<size_t> GpuCodecs::encodePayload(const CompressorSpec& spec, Device
   if (!gpuSupports(spec) || n == 0) return core::invalidArgument("encodePayload: no GPU encoder or n = 0");
   const codecs::ScaledCodes q = scaledCodes(spec, n);
   const size_t payloadBytes = scaledKind(spec.kind) ? q.payloadBytes(n) : 2 * n;
-  STARLING_RETURN_IF_ERROR(reserve(payload_, payloadBytes));
+  // Room for a whole last 32-bit word of codes (starling_scaled_codes_words).
+  STARLING_RETURN_IF_ERROR(reserve(payload_, payloadBytes + 8));
   DevicePtr out = payload_.ptr();
   if (!scaledKind(spec.kind)) {
     int vec4 = aligned16(x, out);
@@ -195,25 +207,61 @@ core::Status GpuCodecs::encodeScaled(const codecs::ScaledCodes& q, DevicePtr x, 
   DevicePtr sums = sums_.ptr(), maxBits = maxBits_.ptr(), scales = payload_.ptr();
   STARLING_RETURN_IF_ERROR(gpu_.zero(sums, buckets * sizeof(double)));
   STARLING_RETURN_IF_ERROR(gpu_.zero(maxBits, buckets * sizeof(uint32_t)));
-  // A block per chunk of at most 16384 elements of one bucket.
-  uint64_t chunk = std::min<uint64_t>(bucket, 16384);
-  uint64_t chunksPerBucket = (bucket + chunk - 1) / chunk;
-  {
+  // Pass 1: a warp per bucket for small buckets; else a block per chunk of at most 16384
+  // elements of one bucket, added up with atomics.
+  if (bucket <= kWarpBucketMax) {
+    void* args[] = {&x, &n, &bucket, &sums, &maxBits};
+    STARLING_RETURN_IF_ERROR(gpu_.launch("starling_bucket_norms_warp", 32 * buckets, args));
+  } else {
+    uint64_t chunk = std::min<uint64_t>(bucket, 16384);
+    uint64_t chunksPerBucket = (bucket + chunk - 1) / chunk;
     void* args[] = {&x, &n, &bucket, &chunk, &chunksPerBucket, &sums, &maxBits};
     Gpu::Scope scope(gpu_);
     STARLING_RETURN_IF_ERROR(gpu_.launchBlocks("starling_bucket_norms", buckets * chunksPerBucket, args, 256));
   }
+  // Pass 2: scales, and the factors in place of the sums.
   int linf = q.linf ? 1 : 0;
+  uint32_t s = q.s;
+  int exponential = q.levels == codecs::LevelSet::kExponential ? 1 : 0;
+  uint64_t serialLimit = kSerialOnDevice;
   {
-    void* args[] = {&x, &n, &bucket, &sums, &maxBits, &linf, &scales};
+    void* args[] = {&x, &n, &bucket, &sums, &maxBits, &linf, &s, &exponential, &serialLimit, &scales};
     STARLING_RETURN_IF_ERROR(gpu_.launch("starling_bucket_scales", buckets, args));
   }
-  uint32_t s = q.s;
+  if (bucket > kSerialOnDevice && linf == 0) {
+    // Buckets whose scale needs the serial sum and are too large for one GPU thread: on the host.
+    std::vector<uint32_t> scaleBits(buckets);
+    STARLING_RETURN_IF_ERROR(gpu_.copyToHost(scaleBits.data(), scales, 4 * buckets));
+    STARLING_RETURN_IF_ERROR(gpu_.sync());
+    std::vector<float> part;
+    for (uint64_t b = 0; b < buckets; ++b) {
+      if (scaleBits[b] != kNeedsSerialScale) continue;
+      const uint64_t lo = b * bucket, hi = std::min<uint64_t>(n, lo + bucket);
+      part.resize(hi - lo);
+      STARLING_RETURN_IF_ERROR(gpu_.copyToHost(part.data(), x + 4 * lo, 4 * (hi - lo)));
+      STARLING_RETURN_IF_ERROR(gpu_.sync());
+      double serial = 0.0;
+      for (float v : part) serial += static_cast<double>(v) * static_cast<double>(v);
+      const float scale = codecs::roundUpToFloat(std::sqrt(serial));
+      const uint32_t bits = std::bit_cast<uint32_t>(scale);
+      const double factor = ew::scaledFactor(scale, s, exponential != 0);
+      STARLING_RETURN_IF_ERROR(gpu_.copyToDevice(scales + 4 * b, &bits, 4));
+      STARLING_RETURN_IF_ERROR(gpu_.copyToDevice(sums + 8 * b, &factor, 8));
+      STARLING_RETURN_IF_ERROR(gpu_.sync());
+      ++serialOnHost_;
+    }
+  }
+  // Pass 3: codes and packing.
   uint32_t levelBits = static_cast<uint32_t>(q.levelBits);
-  int exponential = q.levels == codecs::LevelSet::kExponential ? 1 : 0;
   DevicePtr stream = scales + 4 * buckets;
-  uint64_t streamBytes = payloadBytes - 4 * buckets;
-  void* args[] = {&x, &n, &bucket, &scales, &s, &levelBits, &exponential, &seed, &stream, &streamBytes};
+  const uint64_t streamBytes = payloadBytes - 4 * buckets;
+  if (8 % (levelBits + 1) == 0) {
+    uint64_t streamWords = (streamBytes + 3) / 4;  // the payload buffer has room for the last
+    void* args[] = {&x, &n, &bucket, &sums, &s, &levelBits, &exponential, &seed, &stream, &streamWords};
+    return gpu_.launch("starling_scaled_codes_words", streamWords, args);
+  }
+  uint64_t bytes = streamBytes;
+  void* args[] = {&x, &n, &bucket, &sums, &s, &levelBits, &exponential, &seed, &stream, &bytes};
   return gpu_.launch("starling_scaled_codes", streamBytes, args);
 }
 

@@ -48,6 +48,9 @@ class GpuCodecs {
   core::Result<size_t> encodePayload(const compression::CompressorSpec& spec, DevicePtr x,
                                      uint64_t n, uint64_t seed);
   DevicePtr payloadOnDevice() const { return payload_.ptr(); }
+  // How many bucket scales so far needed the serial sum of a bucket too large for one GPU
+  // thread, computed on the host (docs/cuda.md, "Scales").
+  uint64_t serialScalesOnHost() const { return serialOnHost_; }
   // Decodes a frame (host memory) of n float32 values into device address out.
   core::Status decode(const compression::CompressorSpec& spec, std::span<const std::byte> frame,
                       DevicePtr out, uint64_t n);
@@ -68,6 +71,7 @@ class GpuCodecs {
   DeviceBuffer payload_;
   DeviceBuffer sums_;
   DeviceBuffer maxBits_;
+  uint64_t serialOnHost_ = 0;
 };
 
 }  // namespace starling::cuda

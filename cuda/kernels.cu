@@ -57,6 +57,22 @@ __device__ float roundUpToFloat(double v) {
 
 constexpr unsigned kBlock = 256;
 
+// Warp shuffles (sm_70 and newer), without the toolkit's headers under clang.
+__device__ uint32_t shuffleDown(uint32_t v, unsigned offset) {
+#if defined(__NVCC__)
+  return __shfl_down_sync(0xffffffffu, v, offset);
+#else
+  return static_cast<uint32_t>(__nvvm_shfl_sync_down_i32(0xffffffffu, static_cast<int>(v), static_cast<int>(offset), 0x1f));
+#endif
+}
+
+__device__ double shuffleDown(double v, unsigned offset) {
+  const uint64_t b = bitsOf(v);
+  const uint64_t lo = shuffleDown(static_cast<uint32_t>(b), offset);
+  const uint64_t hi = shuffleDown(static_cast<uint32_t>(b >> 32), offset);
+  return starling::core::doubleOfBits(lo | (hi << 32));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -171,27 +187,65 @@ __global__ void starling_bucket_norms(const float* x, uint64_t n, uint64_t bucke
   }
 }
 
+// Pass 1 for buckets of up to kWarpBucketMax elements: a warp per bucket (eight to a block of
+// 256), its lanes striding over the bucket, reduced with shuffles; no atomics.
+__global__ void starling_bucket_norms_warp(const float* x, uint64_t n, uint64_t bucket,
+                                           double* sums, uint32_t* maxBits) {
+  const uint64_t buckets = (n + bucket - 1) / bucket;
+  const uint64_t warps = threadCount() / 32;
+  const unsigned lane = threadIdx.x % 32;
+  for (uint64_t b = globalThread() / 32; b < buckets; b += warps) {
+    const uint64_t lo = b * bucket;
+    const uint64_t hi = lo + bucket < n ? lo + bucket : n;
+    double sum = 0.0;
+    uint32_t m = 0;
+    for (uint64_t i = lo + lane; i < hi; i += 32) {
+      const double v = static_cast<double>(x[i]);
+      sum += v * v;
+      const uint32_t a = bitsOf(x[i]) & 0x7fffffffu;
+      m = a > m ? a : m;
+    }
+    for (unsigned offset = 16; offset > 0; offset /= 2) {
+      sum += shuffleDown(sum, offset);
+      const uint32_t other = shuffleDown(m, offset);
+      m = other > m ? other : m;
+    }
+    if (lane == 0) {
+      sums[b] = sum;
+      maxBits[b] = m;
+    }
+  }
+}
+
 // Pass 2: each bucket's scale, written into the payload's scale table: bucketScale<float> of
 // compression/codecs/bits.cc, the rounded-up square root of the serial float64 sum of squares
 // (or the largest |x| with `linf`, or when the sum is 0, infinite or NaN). The parallel sum lies
 // within m u S of the exact S (m terms, u = 2^-53, all terms non-negative), and so does the
 // serial one, so when the bounds 3 m u around it round to the same float32 that is the serial
-// sum's scale too; otherwise (rarely) this thread sums the bucket serially.
-__global__ void starling_bucket_scales(const float* x, uint64_t n, uint64_t bucket,
-                                       const double* sums, const uint32_t* maxBits, int linf,
-                                       uint32_t* scales) {
+// sum's scale too. Otherwise this thread sums a bucket of at most `serialLimit` elements
+// serially; a larger one is left to the host (scale kNeedsSerial, cuda/codecs.cc), where a core
+// sums it ten times faster than one GPU thread.
+// The sums are then overwritten by each bucket's factor for pass 3 (scaledFactor): k or 1/scale,
+// 0 where the bucket is not quantized.
+constexpr uint32_t kNeedsSerial = 0xffffffffu;  // never a scale this kernel writes otherwise
+
+__global__ void starling_bucket_scales(const float* x, uint64_t n, uint64_t bucket, double* sums,
+                                       const uint32_t* maxBits, int linf, uint32_t s,
+                                       int exponential, uint64_t serialLimit, uint32_t* scales) {
   const uint64_t buckets = (n + bucket - 1) / bucket;
   for (uint64_t b = globalThread(); b < buckets; b += threadCount()) {
     const uint64_t lo = b * bucket;
     const uint64_t hi = lo + bucket < n ? lo + bucket : n;
-    const double s = sums[b];
+    const double sum = sums[b];
     uint32_t scale;
-    if (!linf && s - s == 0.0 && s > 0.0) {
+    if (!linf && sum - sum == 0.0 && sum > 0.0) {
       const double slack = 3.0 * static_cast<double>(hi - lo) * 0x1p-53;
-      const float down = roundUpToFloat(sqrtRn(s * (1.0 - slack)));
-      const float up = roundUpToFloat(sqrtRn(s * (1.0 + slack)));
+      const float down = roundUpToFloat(sqrtRn(sum * (1.0 - slack)));
+      const float up = roundUpToFloat(sqrtRn(sum * (1.0 + slack)));
       if (bitsOf(down) == bitsOf(up)) {
         scale = bitsOf(down);
+      } else if (hi - lo > serialLimit) {
+        scale = kNeedsSerial;
       } else {
         double serial = 0.0;
         for (uint64_t i = lo; i < hi; ++i) {
@@ -205,15 +259,32 @@ __global__ void starling_bucket_scales(const float* x, uint64_t n, uint64_t buck
       scale = m > 0x7f800000u ? 0x7fc00000u : m;  // a NaN anywhere: the quiet NaN
     }
     scales[b] = scale;
+    sums[b] = scale == kNeedsSerial ? 0.0 : ew::scaledFactor(floatOfBits(scale), s, exponential != 0);
   }
 }
 
-// Pass 3: codes (uniform levels: QSGD; exponential: NUQSGD, natural dithering) and packing in one: thread t writes stream byte t, computing the codes of the
-// elements whose bits fall in it (a code that straddles two bytes is computed by both threads,
-// with the same counter-based rounding bits, so the same code). Element i rounds with
-// counterUniform16(seed, i).
+// The code of x under its bucket's factor (0: not quantized), with rounding bits u; the float32
+// or float64 path as scaled_codes.cc picks it.
+__device__ uint32_t codeOf(float x, double factor, uint32_t s, uint32_t maxR, uint32_t signBit,
+                           bool exponential, float belowFactorFloat, double belowFactor, uint32_t u) {
+  if (factor == 0.0) return 0;
+  const double v = static_cast<double>(x);
+  if (exponential) {
+    if (ew::exponentialInFloat(factor, s)) {
+      return ew::exponentialCodeFloat(x, static_cast<float>(factor), s, belowFactorFloat, u, signBit);
+    }
+    return ew::exponentialCodeDouble(v < 0.0 ? -v : v, x < 0.0f, factor, s, belowFactor, u, signBit);
+  }
+  if (ew::uniformInFloat(factor, s)) return ew::uniformCodeFloat(x, static_cast<float>(factor), maxR, u, signBit);
+  return ew::uniformCodeDouble(v < 0.0 ? -v : v, x < 0.0f, factor, maxR, u, signBit);
+}
+
+// Pass 3: codes (uniform levels: QSGD; exponential: NUQSGD, natural dithering) and packing in
+// one: thread t writes stream byte t, computing the codes of the elements whose bits fall in it
+// (a code that straddles two bytes is computed by both threads, with the same rounding bits, so
+// the same code). Element i rounds with counterUniform16(seed, i).
 __global__ void starling_scaled_codes(const float* x, uint64_t n, uint64_t bucket,
-                                      const uint32_t* scales, uint32_t s, uint32_t levelBits,
+                                      const double* factors, uint32_t s, uint32_t levelBits,
                                       int exponential, uint64_t seed, uint8_t* stream,
                                       uint64_t streamBytes) {
   const uint32_t width = levelBits + 1;
@@ -228,32 +299,43 @@ __global__ void starling_scaled_codes(const float* x, uint64_t n, uint64_t bucke
     if (last >= n) last = n - 1;
     uint32_t acc = 0;
     for (uint64_t i = first; i <= last; ++i) {
-      const float scale = floatOfBits(scales[i / bucket]);
-      uint32_t code = 0;
-      if (scale - scale == 0.0f && scale > 0.0f && exponential != 0) {
-        // scaled_codes.cc's choice: float32 when s <= 31 and 1 / scale is a normal float32.
-        const double invScale = 1.0 / static_cast<double>(scale);
-        const uint32_t u = ew::counterUniform16(seed, i);
-        if (s <= 31 && invScale >= 1.1754943508222875e-38 && invScale <= 3.4028234663852886e38) {
-          code = ew::exponentialCodeFloat(x[i], static_cast<float>(invScale), s, belowFactorFloat, u, signBit);
-        } else {
-          const double v = static_cast<double>(x[i]);
-          code = ew::exponentialCodeDouble(v < 0.0 ? -v : v, x[i] < 0.0f, invScale, s, belowFactor, u, signBit);
-        }
-      } else if (scale - scale == 0.0f && scale > 0.0f) {
-        const double k = static_cast<double>(s) * 0x1p16 / static_cast<double>(scale);
-        const uint32_t u = ew::counterUniform16(seed, i);
-        if (s <= 63 && k <= 3.4028234663852886e38) {
-          code = ew::uniformCodeFloat(x[i], static_cast<float>(k), maxR, u, signBit);
-        } else {
-          const double v = static_cast<double>(x[i]);
-          code = ew::uniformCodeDouble(v < 0.0 ? -v : v, x[i] < 0.0f, k, maxR, u, signBit);
-        }
-      }
+      const uint32_t code = codeOf(x[i], factors[i / bucket], s, maxR, signBit, exponential != 0,
+                                   belowFactorFloat, belowFactor, ew::counterUniform16(seed, i));
       const int64_t shift = static_cast<int64_t>(i * width) - static_cast<int64_t>(firstBit);
       acc |= shift >= 0 ? code << shift : code >> -shift;
     }
     stream[byte] = static_cast<uint8_t>(acc & 0xffu);
+  }
+}
+
+// Pass 3 for codes of 2, 4 or 8 bits, which never straddle a byte: thread t writes the 32-bit
+// word t of the stream (32 / width codes), one generator word per four elements. The stream
+// starts 4-byte aligned (after the 4-byte scales) and its buffer has room for a whole last word;
+// codes past n are 0, so the padding bits are too.
+__global__ void starling_scaled_codes_words(const float* x, uint64_t n, uint64_t bucket,
+                                            const double* factors, uint32_t s, uint32_t levelBits,
+                                            int exponential, uint64_t seed, uint32_t* stream,
+                                            uint64_t streamWords) {
+  const uint32_t width = levelBits + 1;
+  const uint32_t perWord = 32 / width;
+  const uint32_t signBit = 1u << levelBits;
+  const uint32_t maxR = s << ew::kRoundingBits;
+  const double belowFactor = ew::exponentialBelowFactor(s);
+  const float belowFactorFloat = s <= 31 ? ew::exponentialBelowFactorFloat(s) : 0.0f;
+  for (uint64_t w = globalThread(); w < streamWords; w += threadCount()) {
+    const uint64_t first = w * perWord;
+    uint32_t acc = 0;
+    uint64_t bits = 0;
+    for (uint32_t j = 0; j < perWord; ++j) {
+      const uint64_t i = first + j;
+      if (i >= n) break;
+      if (j % 4 == 0 || j == 0) bits = ew::counterWord(seed, i);
+      const uint32_t u = static_cast<uint32_t>((bits >> (16 * (i & 3))) & 0xffffu);
+      const uint32_t code = codeOf(x[i], factors[i / bucket], s, maxR, signBit, exponential != 0,
+                                   belowFactorFloat, belowFactor, u);
+      acc |= code << (j * width);
+    }
+    stream[w] = acc;
   }
 }
 

@@ -176,9 +176,29 @@ STARLING_HD double exponentialMagnitude(double scale, uint32_t l, uint32_t s) {
 // GPU thread needs; the CPU codecs' sequential xoshiro256++ streams (bits.h) do not allow that,
 // so a GPU frame of a stochastic codec is a valid frame of the same codec whose rounding
 // differs from the CPU encoder's, and equals a CPU encoding with these bits byte for byte.
+// The 64-bit word that holds element i's bits (and its three neighbours').
+STARLING_HD uint64_t counterWord(uint64_t seed, uint64_t i) {
+  return core::mix64(seed + (i >> 2) * 0x9e3779b97f4a7c15ULL);
+}
 STARLING_HD uint32_t counterUniform16(uint64_t seed, uint64_t i) {
-  const uint64_t word = core::mix64(seed + (i >> 2) * 0x9e3779b97f4a7c15ULL);
-  return static_cast<uint32_t>((word >> (16 * (i & 3))) & 0xffffu);
+  return static_cast<uint32_t>((counterWord(seed, i) >> (16 * (i & 3))) & 0xffffu);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A bucket's factor for its codes, from its scale: k = s 2^16 / scale for uniform levels,
+// 1 / scale for exponential ones, both in float64 as scaled_codes.cc computes them; 0 when the
+// bucket is not quantized (its scale is 0, infinite or NaN: every code 0). And which precision
+// the codes take, as scaled_codes.cc decides it for float32 states.
+STARLING_HD double scaledFactor(float scale, uint32_t s, bool exponential) {
+  if (!(scale - scale == 0.0f && scale > 0.0f)) return 0.0;
+  const double sc = static_cast<double>(scale);
+  return exponential ? 1.0 / sc : static_cast<double>(s) * 0x1p16 / sc;
+}
+STARLING_HD bool uniformInFloat(double k, uint32_t s) {
+  return s <= 63 && k <= 3.4028234663852886e38;  // FLT_MAX
+}
+STARLING_HD bool exponentialInFloat(double invScale, uint32_t s) {
+  return s <= 31 && invScale >= 1.1754943508222875e-38 && invScale <= 3.4028234663852886e38;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -207,14 +207,12 @@ void encodeScaledCodes(std::span<const T> x, const ScaledCodes& q, core::Rng& rn
     const float scale = bucketScale<T>(part, q.linf);
     storeLe<uint32_t>(out + 4 * b, std::bit_cast<uint32_t>(scale));
     const bool quantize = std::isfinite(scale) && scale > 0.0f;
-    // Per-bucket factors, in float64 from the float32 scale.
+    // Per-bucket factors, in float64 from the float32 scale (elementwise.h: scaledFactor, the
+    // GPU encoders' per-bucket factor, is the same expression).
     const double k = static_cast<double>(q.s) * 0x1p16 / static_cast<double>(scale);
-    const bool inFloat = std::is_same_v<T, float> && q.s <= 63 &&
-                         k <= static_cast<double>(std::numeric_limits<float>::max());
+    const bool inFloat = std::is_same_v<T, float> && elementwise::uniformInFloat(k, q.s);
     const double invScale = 1.0 / static_cast<double>(scale);
-    const bool expInFloat = std::is_same_v<T, float> && q.s <= 31 &&
-                            invScale >= static_cast<double>(std::numeric_limits<float>::min()) &&
-                            invScale <= static_cast<double>(std::numeric_limits<float>::max());
+    const bool expInFloat = std::is_same_v<T, float> && elementwise::exponentialInFloat(invScale, q.s);
     const uint32_t maxR = q.s << kRoundingBits;
     for (size_t lo = 0; lo < part.size(); lo += kChunk) {
       const size_t n = std::min<size_t>(kChunk, part.size() - lo);

@@ -223,6 +223,35 @@ TEST_CASE("GPU scaled-code frames: the CPU codec's scales, the counter-based cod
   }
 }
 
+// Vectors of ones: the sum of squares n is exact and its square root a float32 when n is a power
+// of four, so the parallel sum's bounds always round apart and the scale needs the serial sum:
+// on the device for a bucket of up to 65536 elements, on the host above.
+TEST_CASE("GPU scales that need the serial sum, on the device and on the host", "[gpu]") {
+  struct Case {
+    Kind kind;
+    uint64_t bucket;
+    size_t n;
+    bool onHost;
+  };
+  for (const Case& c : {Case{Kind::kQsgd, 4096, 16384, false}, Case{Kind::kQsgd, 1u << 20, 1u << 20, true},
+                        Case{Kind::kNaturalDithering, 0, quick ? 1u << 18 : 1u << 22, true}}) {
+    cuda::GpuCodecs gpu(*theGpu);
+    CompressorSpec spec;
+    spec.kind = c.kind;
+    spec.bucket = c.bucket;
+    spec.levels = 3;
+    const std::vector<float> x(c.n, 1.0f);
+    OnDevice<float> dx(x);
+    auto frame = gpu.encode(spec, dx.ptr(), c.n, 5);
+    REQUIRE(frame);
+    const auto want = scaledReference(spec, x, 5);
+    INFO("kind " << static_cast<int>(c.kind) << " bucket " << c.bucket << " n " << c.n);
+    REQUIRE(frame->size() == want.size());
+    REQUIRE(std::memcmp(frame->data(), want.data(), want.size() - 4) == 0);
+    REQUIRE((gpu.serialScalesOnHost() > 0) == c.onHost);
+  }
+}
+
 TEST_CASE("GPU qsgd is unbiased: the mean of many frames approaches x", "[gpu]") {
   cuda::GpuCodecs gpu(*theGpu);
   CompressorSpec spec;
