@@ -29,22 +29,30 @@ constexpr size_t kNuqsgdParamsBytes = 5;
 constexpr size_t kDitheringParamsBytes = 2;
 constexpr int kMaxDitheringLevels = 30;
 
-bool scaledKind(Kind k) { return k == Kind::kQsgd || k == Kind::kNuqsgd || k == Kind::kNaturalDithering; }
+bool scaledKind(Kind k) {
+  return k == Kind::kQsgd || k == Kind::kNuqsgd || k == Kind::kNaturalDithering;
+}
 
 CodecId codecIdOf(Kind k) {
   switch (k) {
-    case Kind::kFp16: return CodecId::kFp16;
-    case Kind::kBf16: return CodecId::kBf16;
-    case Kind::kQsgd: return CodecId::kQsgd;
-    case Kind::kNuqsgd: return CodecId::kNuqsgd;
-    default: return CodecId::kNaturalDithering;
+    case Kind::kFp16:
+      return CodecId::kFp16;
+    case Kind::kBf16:
+      return CodecId::kBf16;
+    case Kind::kQsgd:
+      return CodecId::kQsgd;
+    case Kind::kNuqsgd:
+      return CodecId::kNuqsgd;
+    default:
+      return CodecId::kNaturalDithering;
   }
 }
 
 size_t paramsBytesOf(Kind k) {
-  return k == Kind::kQsgd ? kQsgdParamsBytes
-         : k == Kind::kNuqsgd ? kNuqsgdParamsBytes
-         : k == Kind::kNaturalDithering ? kDitheringParamsBytes : 0;
+  return k == Kind::kQsgd               ? kQsgdParamsBytes
+         : k == Kind::kNuqsgd           ? kNuqsgdParamsBytes
+         : k == Kind::kNaturalDithering ? kDitheringParamsBytes
+                                        : 0;
 }
 
 // The scaled codes of a spec for n elements, as the CPU codecs lay them out.
@@ -58,7 +66,8 @@ codecs::ScaledCodes scaledCodes(const CompressorSpec& spec, uint64_t n) {
     q.linf = spec.linf;
   } else {
     q.levels = codecs::LevelSet::kExponential;
-    q.s = spec.kind == Kind::kNuqsgd ? (1u << (spec.bits - 1)) - 1 : static_cast<uint32_t>(spec.levels);
+    q.s = spec.kind == Kind::kNuqsgd ? (1u << (spec.bits - 1)) - 1
+                                     : static_cast<uint32_t>(spec.levels);
     q.levelBits = std::bit_width(q.s);
     q.bucket = spec.kind == Kind::kNuqsgd ? spec.bucket : std::max<uint64_t>(n, 1);
     q.linf = spec.kind == Kind::kNaturalDithering && spec.linf;
@@ -87,7 +96,8 @@ core::Result<CompressorSpec> specOfParams(Kind kind, std::span<const std::byte> 
   if (kind == Kind::kQsgd || kind == Kind::kNuqsgd) {
     const char* name = kind == Kind::kQsgd ? "qsgd" : "nuqsgd";
     framed.bits = std::to_integer<int>(params[0]);
-    if (framed.bits < 2 || framed.bits > 8) return core::corruption(std::string(name) + " bits " + std::to_string(framed.bits));
+    if (framed.bits < 2 || framed.bits > 8)
+      return core::corruption(std::string(name) + " bits " + std::to_string(framed.bits));
     if (kind == Kind::kQsgd) {
       const int linf = std::to_integer<int>(params[1]);
       if (linf > 1) return core::corruption("qsgd norm flag " + std::to_string(linf));
@@ -122,11 +132,15 @@ int aligned16(DevicePtr a, DevicePtr b) { return (a % 16 == 0 && b % 16 == 0) ? 
 bool gpuSupports(const CompressorSpec& spec) {
   switch (spec.kind) {
     case Kind::kFp16:
-    case Kind::kBf16: return true;
+    case Kind::kBf16:
+      return true;
     case Kind::kQsgd:
-    case Kind::kNuqsgd: return spec.bits >= 2 && spec.bits <= 8 && spec.bucket >= 1 && spec.bucket <= 0xffffffffu;
-    case Kind::kNaturalDithering: return spec.levels >= 1 && spec.levels <= kMaxDitheringLevels;
-    default: return false;
+    case Kind::kNuqsgd:
+      return spec.bits >= 2 && spec.bits <= 8 && spec.bucket >= 1 && spec.bucket <= 0xffffffffu;
+    case Kind::kNaturalDithering:
+      return spec.levels >= 1 && spec.levels <= kMaxDitheringLevels;
+    default:
+      return false;
   }
 }
 
@@ -163,8 +177,8 @@ core::Result<std::span<const std::byte>> GpuCodecs::encode(const CompressorSpec&
     staging_ = std::move(*fresh);
   }
   codecs::FrameOut frame(std::span<std::byte>(staging_.data(), frameBytes));
-  std::byte* payload =
-      frame.begin(codecIdOf(spec.kind), compression::ElementType::kFloat32, n, paramSpan, payloadBytes);
+  std::byte* payload = frame.begin(codecIdOf(spec.kind), compression::ElementType::kFloat32, n,
+                                   paramSpan, payloadBytes);
   if (payload == nullptr) return frame.status();
   if (emptyDithering) {
     codecs::storeLe<uint32_t>(payload, 0);
@@ -180,7 +194,8 @@ core::Result<std::span<const std::byte>> GpuCodecs::encode(const CompressorSpec&
 
 core::Result<size_t> GpuCodecs::encodePayload(const CompressorSpec& spec, DevicePtr x, uint64_t n,
                                               uint64_t seed) {
-  if (!gpuSupports(spec) || n == 0) return core::invalidArgument("encodePayload: no GPU encoder or n = 0");
+  if (!gpuSupports(spec) || n == 0)
+    return core::invalidArgument("encodePayload: no GPU encoder or n = 0");
   const codecs::ScaledCodes q = scaledCodes(spec, n);
   const size_t payloadBytes = scaledKind(spec.kind) ? q.payloadBytes(n) : 2 * n;
   // Room for a whole last 32-bit word of codes (starling_scaled_codes_words).
@@ -189,8 +204,9 @@ core::Result<size_t> GpuCodecs::encodePayload(const CompressorSpec& spec, Device
   if (!scaledKind(spec.kind)) {
     int vec4 = aligned16(x, out);
     void* args[] = {&x, &out, &n, &vec4};
-    STARLING_RETURN_IF_ERROR(gpu_.launch(spec.kind == Kind::kFp16 ? "starling_encode_f16" : "starling_encode_bf16",
-                                         vec4 != 0 ? n / 4 + 3 : n, args));
+    STARLING_RETURN_IF_ERROR(
+        gpu_.launch(spec.kind == Kind::kFp16 ? "starling_encode_f16" : "starling_encode_bf16",
+                    vec4 != 0 ? n / 4 + 3 : n, args));
   } else {
     STARLING_RETURN_IF_ERROR(encodeScaled(q, x, n, seed, payloadBytes));
   }
@@ -217,7 +233,8 @@ core::Status GpuCodecs::encodeScaled(const codecs::ScaledCodes& q, DevicePtr x, 
     uint64_t chunksPerBucket = (bucket + chunk - 1) / chunk;
     void* args[] = {&x, &n, &bucket, &chunk, &chunksPerBucket, &sums, &maxBits};
     Gpu::Scope scope(gpu_);
-    STARLING_RETURN_IF_ERROR(gpu_.launchBlocks("starling_bucket_norms", buckets * chunksPerBucket, args, 256));
+    STARLING_RETURN_IF_ERROR(
+        gpu_.launchBlocks("starling_bucket_norms", buckets * chunksPerBucket, args, 256));
   }
   // Pass 2: scales, and the factors in place of the sums.
   int linf = q.linf ? 1 : 0;
@@ -225,7 +242,8 @@ core::Status GpuCodecs::encodeScaled(const codecs::ScaledCodes& q, DevicePtr x, 
   int exponential = q.levels == codecs::LevelSet::kExponential ? 1 : 0;
   uint64_t serialLimit = kSerialOnDevice;
   {
-    void* args[] = {&x, &n, &bucket, &sums, &maxBits, &linf, &s, &exponential, &serialLimit, &scales};
+    void* args[] = {&x,    &n, &bucket,      &sums,        &maxBits,
+                    &linf, &s, &exponential, &serialLimit, &scales};
     STARLING_RETURN_IF_ERROR(gpu_.launch("starling_bucket_scales", buckets, args));
   }
   if (bucket > kSerialOnDevice && linf == 0) {
@@ -257,7 +275,8 @@ core::Status GpuCodecs::encodeScaled(const codecs::ScaledCodes& q, DevicePtr x, 
   const uint64_t streamBytes = payloadBytes - 4 * buckets;
   if (8 % (levelBits + 1) == 0) {
     uint64_t streamWords = (streamBytes + 3) / 4;  // the payload buffer has room for the last
-    void* args[] = {&x, &n, &bucket, &sums, &s, &levelBits, &exponential, &seed, &stream, &streamWords};
+    void* args[] = {&x,         &n,           &bucket, &sums,   &s,
+                    &levelBits, &exponential, &seed,   &stream, &streamWords};
     return gpu_.launch("starling_scaled_codes_words", streamWords, args);
   }
   uint64_t bytes = streamBytes;
@@ -292,7 +311,9 @@ core::Status GpuCodecs::decode(const CompressorSpec& spec, std::span<const std::
       }
       return core::Status::ok();
     }
-    const char* name = spec.kind == Kind::kQsgd ? "qsgd" : spec.kind == Kind::kNuqsgd ? "nuqsgd" : "natural dithering";
+    const char* name = spec.kind == Kind::kQsgd     ? "qsgd"
+                       : spec.kind == Kind::kNuqsgd ? "nuqsgd"
+                                                    : "natural dithering";
     STARLING_RETURN_IF_ERROR(codecs::checkScaledCodes(v->payload, q, n, name));
   }
   if (n == 0) return core::Status::ok();
@@ -302,8 +323,9 @@ core::Status GpuCodecs::decode(const CompressorSpec& spec, std::span<const std::
   if (!scaled) {
     int vec4 = aligned16(in, out);
     void* args[] = {&in, &out, &n, &vec4};
-    STARLING_RETURN_IF_ERROR(gpu_.launch(spec.kind == Kind::kFp16 ? "starling_decode_f16" : "starling_decode_bf16",
-                                         vec4 != 0 ? n / 4 + 3 : n, args));
+    STARLING_RETURN_IF_ERROR(
+        gpu_.launch(spec.kind == Kind::kFp16 ? "starling_decode_f16" : "starling_decode_bf16",
+                    vec4 != 0 ? n / 4 + 3 : n, args));
   } else {
     uint64_t bucket = q.bucket;
     DevicePtr stream = in + 4 * q.buckets(n);
@@ -326,8 +348,9 @@ struct CombineParams {
 };
 
 template <typename T>
-core::Status combineChain(Gpu& gpu, const char* kernel, DevicePtr out, DevicePtr start, DevicePtr self,
-                          std::span<const DevicePtr> m, std::span<const T> c, uint64_t n) {
+core::Status combineChain(Gpu& gpu, const char* kernel, DevicePtr out, DevicePtr start,
+                          DevicePtr self, std::span<const DevicePtr> m, std::span<const T> c,
+                          uint64_t n) {
   if (m.size() != c.size()) return core::invalidArgument("combine: one weight per neighbour");
   size_t j = 0;
   do {  // at least one launch: with no neighbours out = start
@@ -347,12 +370,78 @@ core::Status combineChain(Gpu& gpu, const char* kernel, DevicePtr out, DevicePtr
 }  // namespace
 
 core::Status GpuCodecs::combine(DevicePtr out, DevicePtr start, DevicePtr self,
-                                std::span<const DevicePtr> m, std::span<const float> c, uint64_t n) {
+                                std::span<const DevicePtr> m, std::span<const float> c,
+                                uint64_t n) {
   return combineChain<float>(gpu_, "starling_combine_f32", out, start, self, m, c, n);
 }
 core::Status GpuCodecs::combine(DevicePtr out, DevicePtr start, DevicePtr self,
-                                std::span<const DevicePtr> m, std::span<const double> c, uint64_t n) {
+                                std::span<const DevicePtr> m, std::span<const double> c,
+                                uint64_t n) {
   return combineChain<double>(gpu_, "starling_combine_f64", out, start, self, m, c, n);
+}
+
+namespace {
+template <typename T>
+const char* suffixed(const char* f32, const char* f64) {
+  return sizeof(T) == 4 ? f32 : f64;
+}
+
+template <typename T>
+core::Status chocoPrepareT(Gpu& gpu, DevicePtr x, DevicePtr g, DevicePtr s, DevicePtr hat,
+                           DevicePtr out, T eta, T gamma, uint64_t n) {
+  void* args[] = {&x, &g, &s, &hat, &out, &eta, &gamma, &n};
+  STARLING_RETURN_IF_ERROR(
+      gpu.launch(suffixed<T>("starling_choco_prepare_f32", "starling_choco_prepare_f64"), n, args));
+  return gpu.sync();
+}
+
+template <typename T>
+core::Status chocoAbsorbT(Gpu& gpu, DevicePtr hat, DevicePtr s, DevicePtr own, T self,
+                          std::span<const DevicePtr> m, std::span<const T> w, uint64_t n) {
+  if (m.size() != w.size()) return core::invalidArgument("chocoAbsorb: one weight per neighbour");
+  size_t j = 0;
+  bool first = true;
+  do {  // the first launch also adds own; further ones (more than 16 neighbours) only s
+    CombineParams<T> p{};
+    p.count = static_cast<uint32_t>(std::min<size_t>(16, m.size() - j));
+    for (uint32_t t = 0; t < p.count; ++t) {
+      p.m[t] = m[j + t];
+      p.c[t] = w[j + t];
+    }
+    if (first) {
+      void* args[] = {&hat, &s, &own, &self, &p, &n};
+      STARLING_RETURN_IF_ERROR(gpu.launch(
+          suffixed<T>("starling_choco_absorb_f32", "starling_choco_absorb_f64"), n, args));
+    } else {
+      void* args[] = {&s, &p, &n};
+      STARLING_RETURN_IF_ERROR(gpu.launch(
+          suffixed<T>("starling_choco_absorb_more_f32", "starling_choco_absorb_more_f64"), n,
+          args));
+    }
+    first = false;
+    j += p.count;
+  } while (j < m.size());
+  return gpu.sync();
+}
+}  // namespace
+
+core::Status GpuCodecs::chocoPrepare(DevicePtr x, DevicePtr g, DevicePtr s, DevicePtr hat,
+                                     DevicePtr out, float eta, float gamma, uint64_t n) {
+  return chocoPrepareT<float>(gpu_, x, g, s, hat, out, eta, gamma, n);
+}
+core::Status GpuCodecs::chocoPrepare(DevicePtr x, DevicePtr g, DevicePtr s, DevicePtr hat,
+                                     DevicePtr out, double eta, double gamma, uint64_t n) {
+  return chocoPrepareT<double>(gpu_, x, g, s, hat, out, eta, gamma, n);
+}
+core::Status GpuCodecs::chocoAbsorb(DevicePtr hat, DevicePtr s, DevicePtr own, float self,
+                                    std::span<const DevicePtr> m, std::span<const float> w,
+                                    uint64_t n) {
+  return chocoAbsorbT<float>(gpu_, hat, s, own, self, m, w, n);
+}
+core::Status GpuCodecs::chocoAbsorb(DevicePtr hat, DevicePtr s, DevicePtr own, double self,
+                                    std::span<const DevicePtr> m, std::span<const double> w,
+                                    uint64_t n) {
+  return chocoAbsorbT<double>(gpu_, hat, s, own, self, m, w, n);
 }
 
 }  // namespace starling::cuda

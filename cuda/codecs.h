@@ -10,7 +10,8 @@
 //               encoding with those bits, not to the CPU codec's xoshiro stream.
 //   decode:     a frame is checked on the host by the CPU codec's own validation, then decoded
 //               on the device to the CPU decoder's values, bit for bit.
-//   combine:    optim/combine.h's difference form, bit for bit.
+//   combine:    optim/combine.h's difference form, bit for bit; CHOCO-SGD's prepare and absorb
+//               (static W), bit for bit.
 //
 // Thread-safety: one GpuCodecs per thread (it owns staging buffers).
 #pragma once
@@ -60,6 +61,19 @@ class GpuCodecs {
                        std::span<const float> c, uint64_t n);
   core::Status combine(DevicePtr out, DevicePtr start, DevicePtr self, std::span<const DevicePtr> m,
                        std::span<const double> c, uint64_t n);
+
+  // CHOCO-SGD with a static W (optim/choco.cc), bit for bit, on device vectors of n elements:
+  // chocoPrepare updates x in place from the gradient g, s and x_hat, and writes the difference
+  // the node sends into out; chocoAbsorb updates x_hat and s = sum_j w_ij x_hat_j from this node's
+  // decoded difference (own, weight self = w_ii) and its neighbours' (m, weights w, in order).
+  core::Status chocoPrepare(DevicePtr x, DevicePtr g, DevicePtr s, DevicePtr hat, DevicePtr out,
+                            float eta, float gamma, uint64_t n);
+  core::Status chocoPrepare(DevicePtr x, DevicePtr g, DevicePtr s, DevicePtr hat, DevicePtr out,
+                            double eta, double gamma, uint64_t n);
+  core::Status chocoAbsorb(DevicePtr hat, DevicePtr s, DevicePtr own, float self,
+                           std::span<const DevicePtr> m, std::span<const float> w, uint64_t n);
+  core::Status chocoAbsorb(DevicePtr hat, DevicePtr s, DevicePtr own, double self,
+                           std::span<const DevicePtr> m, std::span<const double> w, uint64_t n);
 
  private:
   core::Status reserve(DeviceBuffer& b, size_t bytes);

@@ -55,7 +55,8 @@ struct DriverLoader {
     bind(f.cuDeviceGetName, {"cuDeviceGetName"});
     bind(f.cuDeviceGetAttribute, {"cuDeviceGetAttribute"});
     bind(f.cuDevicePrimaryCtxRetain, {"cuDevicePrimaryCtxRetain"});
-    bind(f.cuDevicePrimaryCtxRelease, {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"});
+    bind(f.cuDevicePrimaryCtxRelease,
+         {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"});
     bind(f.cuCtxPushCurrent, {"cuCtxPushCurrent_v2"});
     bind(f.cuCtxPopCurrent, {"cuCtxPopCurrent_v2"});
     bind(f.cuCtxSynchronize, {"cuCtxSynchronize"});
@@ -84,10 +85,12 @@ struct DriverLoader {
     bind(f.cuPointerGetAttribute, {"cuPointerGetAttribute"});
     if (!missing.empty()) {
       delete driver;
-      return core::unavailable(path + " lacks " + missing + ": a CUDA driver older than Starling supports");
+      return core::unavailable(path + " lacks " + missing +
+                               ": a CUDA driver older than Starling supports");
     }
     STARLING_RETURN_IF_ERROR(driver->check(f.cuInit(0), "cuInit"));
-    STARLING_RETURN_IF_ERROR(driver->check(f.cuDriverGetVersion(&driver->version_), "cuDriverGetVersion"));
+    STARLING_RETURN_IF_ERROR(
+        driver->check(f.cuDriverGetVersion(&driver->version_), "cuDriverGetVersion"));
     return static_cast<const Driver*>(driver);
   }
 };
@@ -98,8 +101,10 @@ core::Status Driver::check(int result, std::string_view what) const {
   if (result == api::kSuccess) return core::Status::ok();
   const char* name = nullptr;
   const char* text = nullptr;
-  if (fn_->cuGetErrorName == nullptr || fn_->cuGetErrorName(result, &name) != api::kSuccess) name = nullptr;
-  if (fn_->cuGetErrorString == nullptr || fn_->cuGetErrorString(result, &text) != api::kSuccess) text = nullptr;
+  if (fn_->cuGetErrorName == nullptr || fn_->cuGetErrorName(result, &name) != api::kSuccess)
+    name = nullptr;
+  if (fn_->cuGetErrorString == nullptr || fn_->cuGetErrorString(result, &text) != api::kSuccess)
+    text = nullptr;
   std::string m = std::string(what) + " failed: " + (name != nullptr ? name : "CUDA error") + " (" +
                   std::to_string(result) + ")";
   if (text != nullptr) m += ": " + std::string(text);
@@ -119,7 +124,8 @@ void* currentContext() {
 template <typename Free>
 void freeIn(void* context, Free&& free) {
   const api::Functions& f = driver().fn();
-  const bool push = context != nullptr && f.cuCtxPushCurrent(static_cast<api::CUcontext>(context)) == api::kSuccess;
+  const bool push = context != nullptr &&
+                    f.cuCtxPushCurrent(static_cast<api::CUcontext>(context)) == api::kSuccess;
   free();
   if (push) {
     api::CUcontext previous = nullptr;
@@ -205,18 +211,23 @@ core::Result<std::unique_ptr<Gpu>> Gpu::open(int ordinal) {
   gpu->driver_ = &d;
   STARLING_RETURN_IF_ERROR(d.check(f.cuDeviceGet(&gpu->device_, ordinal), "cuDeviceGet"));
   char name[256] = {};
-  STARLING_RETURN_IF_ERROR(d.check(f.cuDeviceGetName(name, sizeof(name) - 1, gpu->device_), "cuDeviceGetName"));
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuDeviceGetName(name, sizeof(name) - 1, gpu->device_), "cuDeviceGetName"));
   gpu->name_ = name;
   int major = 0, minor = 0;
-  STARLING_RETURN_IF_ERROR(d.check(
-      f.cuDeviceGetAttribute(&major, api::kAttributeComputeCapabilityMajor, gpu->device_), "cuDeviceGetAttribute"));
-  STARLING_RETURN_IF_ERROR(d.check(
-      f.cuDeviceGetAttribute(&minor, api::kAttributeComputeCapabilityMinor, gpu->device_), "cuDeviceGetAttribute"));
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuDeviceGetAttribute(&major, api::kAttributeComputeCapabilityMajor, gpu->device_),
+              "cuDeviceGetAttribute"));
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuDeviceGetAttribute(&minor, api::kAttributeComputeCapabilityMinor, gpu->device_),
+              "cuDeviceGetAttribute"));
   gpu->cc_ = 10 * major + minor;
-  STARLING_RETURN_IF_ERROR(d.check(
-      f.cuDeviceGetAttribute(&gpu->sms_, api::kAttributeMultiprocessorCount, gpu->device_), "cuDeviceGetAttribute"));
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuDeviceGetAttribute(&gpu->sms_, api::kAttributeMultiprocessorCount, gpu->device_),
+              "cuDeviceGetAttribute"));
   api::CUcontext ctx = nullptr;
-  STARLING_RETURN_IF_ERROR(d.check(f.cuDevicePrimaryCtxRetain(&ctx, gpu->device_), "cuDevicePrimaryCtxRetain"));
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuDevicePrimaryCtxRetain(&ctx, gpu->device_), "cuDevicePrimaryCtxRetain"));
   gpu->context_ = ctx;
   Scope scope(*gpu);
   // The kernels: the build's PTX, or the file STARLING_CUDA_PTX names (nvcc's, on a GPU machine).
@@ -231,10 +242,12 @@ core::Result<std::unique_ptr<Gpu>> Gpu::open(int ordinal) {
     gpu->ptxSource_ = file;
   }
   api::CUmodule module = nullptr;
-  STARLING_RETURN_IF_ERROR(d.check(f.cuModuleLoadData(&module, ptx.c_str()), "cuModuleLoadData of the kernels' PTX"));
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuModuleLoadData(&module, ptx.c_str()), "cuModuleLoadData of the kernels' PTX"));
   gpu->module_ = module;
   api::CUstream stream = nullptr;
-  STARLING_RETURN_IF_ERROR(d.check(f.cuStreamCreate(&stream, api::kStreamNonBlocking), "cuStreamCreate"));
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuStreamCreate(&stream, api::kStreamNonBlocking), "cuStreamCreate"));
   gpu->stream_ = stream;
   api::CUevent start = nullptr, stop = nullptr;
   STARLING_RETURN_IF_ERROR(d.check(f.cuEventCreate(&start, api::kEventDefault), "cuEventCreate"));
@@ -271,10 +284,9 @@ core::Status Gpu::launchBlocks(const char* name, uint64_t blocks, void** params,
   if (!fn) return fn.status();
   if (blocks == 0) return core::Status::ok();
   if (blocks > 0x7fffffffu) return core::invalidArgument(std::string(name) + ": too many blocks");
-  return driver_->check(driver_->fn().cuLaunchKernel(static_cast<api::CUfunction>(*fn),
-                                                     static_cast<unsigned>(blocks), 1, 1, block, 1, 1,
-                                                     0, static_cast<api::CUstream>(stream_), params,
-                                                     nullptr),
+  return driver_->check(driver_->fn().cuLaunchKernel(
+                            static_cast<api::CUfunction>(*fn), static_cast<unsigned>(blocks), 1, 1,
+                            block, 1, 1, 0, static_cast<api::CUstream>(stream_), params, nullptr),
                         std::string("cuLaunchKernel(") + name + ")");
 }
 
@@ -288,23 +300,27 @@ core::Status Gpu::launch(const char* name, uint64_t threads, void** params, unsi
 
 core::Status Gpu::copyToDevice(DevicePtr to, const void* from, size_t bytes) {
   Scope scope(*this);
-  return driver_->check(driver_->fn().cuMemcpyHtoDAsync(to, from, bytes, static_cast<api::CUstream>(stream_)),
-                        "cuMemcpyHtoDAsync");
+  return driver_->check(
+      driver_->fn().cuMemcpyHtoDAsync(to, from, bytes, static_cast<api::CUstream>(stream_)),
+      "cuMemcpyHtoDAsync");
 }
 core::Status Gpu::copyToHost(void* to, DevicePtr from, size_t bytes) {
   Scope scope(*this);
-  return driver_->check(driver_->fn().cuMemcpyDtoHAsync(to, from, bytes, static_cast<api::CUstream>(stream_)),
-                        "cuMemcpyDtoHAsync");
+  return driver_->check(
+      driver_->fn().cuMemcpyDtoHAsync(to, from, bytes, static_cast<api::CUstream>(stream_)),
+      "cuMemcpyDtoHAsync");
 }
 core::Status Gpu::copyOnDevice(DevicePtr to, DevicePtr from, size_t bytes) {
   Scope scope(*this);
-  return driver_->check(driver_->fn().cuMemcpyDtoDAsync(to, from, bytes, static_cast<api::CUstream>(stream_)),
-                        "cuMemcpyDtoDAsync");
+  return driver_->check(
+      driver_->fn().cuMemcpyDtoDAsync(to, from, bytes, static_cast<api::CUstream>(stream_)),
+      "cuMemcpyDtoDAsync");
 }
 core::Status Gpu::zero(DevicePtr to, size_t bytes) {
   Scope scope(*this);
-  return driver_->check(driver_->fn().cuMemsetD8Async(to, 0, bytes, static_cast<api::CUstream>(stream_)),
-                        "cuMemsetD8Async");
+  return driver_->check(
+      driver_->fn().cuMemsetD8Async(to, 0, bytes, static_cast<api::CUstream>(stream_)),
+      "cuMemsetD8Async");
 }
 core::Status Gpu::sync() {
   Scope scope(*this);
@@ -321,12 +337,15 @@ core::Result<double> Gpu::recordStop() {
   Scope scope(*this);
   const api::Functions& f = driver_->fn();
   STARLING_RETURN_IF_ERROR(driver_->check(
-      f.cuEventRecord(static_cast<api::CUevent>(stop_), static_cast<api::CUstream>(stream_)), "cuEventRecord"));
-  STARLING_RETURN_IF_ERROR(driver_->check(f.cuEventSynchronize(static_cast<api::CUevent>(stop_)), "cuEventSynchronize"));
+      f.cuEventRecord(static_cast<api::CUevent>(stop_), static_cast<api::CUstream>(stream_)),
+      "cuEventRecord"));
+  STARLING_RETURN_IF_ERROR(
+      driver_->check(f.cuEventSynchronize(static_cast<api::CUevent>(stop_)), "cuEventSynchronize"));
   float ms = 0;
-  STARLING_RETURN_IF_ERROR(driver_->check(
-      f.cuEventElapsedTime(&ms, static_cast<api::CUevent>(start_), static_cast<api::CUevent>(stop_)),
-      "cuEventElapsedTime"));
+  STARLING_RETURN_IF_ERROR(
+      driver_->check(f.cuEventElapsedTime(&ms, static_cast<api::CUevent>(start_),
+                                          static_cast<api::CUevent>(stop_)),
+                     "cuEventElapsedTime"));
   return static_cast<double>(ms);
 }
 

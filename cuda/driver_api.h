@@ -21,14 +21,15 @@ using CUevent = struct CUevent_st*;
 
 inline constexpr CUresult kSuccess = 0;
 inline constexpr CUresult kErrorNotReady = 600;
-inline constexpr int kAttributeMultiprocessorCount = 16;   // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+inline constexpr int kAttributeMultiprocessorCount =
+    16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 inline constexpr int kAttributeComputeCapabilityMajor = 75;
 inline constexpr int kAttributeComputeCapabilityMinor = 76;
-inline constexpr unsigned kStreamNonBlocking = 0x1;        // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kStreamNonBlocking = 0x1;  // CU_STREAM_NON_BLOCKING
 inline constexpr unsigned kEventDefault = 0x0;
-inline constexpr int kPointerAttributeMemoryType = 2;      // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-inline constexpr int kPointerAttributeDeviceOrdinal = 9;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-inline constexpr unsigned kMemoryTypeDevice = 2;           // CU_MEMORYTYPE_DEVICE
+inline constexpr int kPointerAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+inline constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+inline constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
 
 // One table of the functions, filled by dlsym.
 struct Functions {
@@ -49,26 +50,25 @@ struct Functions {
   CUresult (*cuModuleLoadData)(CUmodule* module, const void* image);
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuModuleGetFunction)(CUfunction* function, CUmodule module, const char* name);
-  CUresult (*cuMemAlloc)(CUdeviceptr* ptr, size_t bytes);                  // _v2
-  CUresult (*cuMemFree)(CUdeviceptr ptr);                                  // _v2
-  CUresult (*cuMemAllocHost)(void** ptr, size_t bytes);                    // _v2
+  CUresult (*cuMemAlloc)(CUdeviceptr* ptr, size_t bytes);  // _v2
+  CUresult (*cuMemFree)(CUdeviceptr ptr);                  // _v2
+  CUresult (*cuMemAllocHost)(void** ptr, size_t bytes);    // _v2
   CUresult (*cuMemFreeHost)(void* ptr);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr to, const void* from, size_t bytes,
-                                CUstream stream);                          // _v2
+                                CUstream stream);  // _v2
   CUresult (*cuMemcpyDtoHAsync)(void* to, CUdeviceptr from, size_t bytes,
-                                CUstream stream);                          // _v2
+                                CUstream stream);  // _v2
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr to, CUdeviceptr from, size_t bytes,
-                                CUstream stream);                          // _v2
-  CUresult (*cuMemsetD8Async)(CUdeviceptr to, unsigned char value, size_t count,
-                              CUstream stream);
+                                CUstream stream);  // _v2
+  CUresult (*cuMemsetD8Async)(CUdeviceptr to, unsigned char value, size_t count, CUstream stream);
   CUresult (*cuLaunchKernel)(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ,
                              unsigned blockX, unsigned blockY, unsigned blockZ,
                              unsigned sharedBytes, CUstream stream, void** params, void** extra);
   CUresult (*cuStreamCreate)(CUstream* stream, unsigned flags);
-  CUresult (*cuStreamDestroy)(CUstream stream);                            // _v2
+  CUresult (*cuStreamDestroy)(CUstream stream);  // _v2
   CUresult (*cuStreamSynchronize)(CUstream stream);
   CUresult (*cuEventCreate)(CUevent* event, unsigned flags);
-  CUresult (*cuEventDestroy)(CUevent event);                               // _v2
+  CUresult (*cuEventDestroy)(CUevent event);  // _v2
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventSynchronize)(CUevent event);
   CUresult (*cuEventElapsedTime)(float* ms, CUevent start, CUevent end);

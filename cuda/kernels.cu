@@ -8,9 +8,11 @@
 #include "cuda/prelude.h"
 // clang-format off: prelude.h first, it defines the attributes that the shared math uses.
 #include "compression/codecs/elementwise.h"
+#include "optim/elementwise.h"
 // clang-format on
 
 namespace ew = starling::compression::elementwise;
+namespace oe = starling::optim::elementwise;
 using starling::core::bitsOf;
 using starling::core::floatOfBits;
 
@@ -62,7 +64,8 @@ __device__ uint32_t shuffleDown(uint32_t v, unsigned offset) {
 #if defined(__NVCC__)
   return __shfl_down_sync(0xffffffffu, v, offset);
 #else
-  return static_cast<uint32_t>(__nvvm_shfl_sync_down_i32(0xffffffffu, static_cast<int>(v), static_cast<int>(offset), 0x1f));
+  return static_cast<uint32_t>(
+      __nvvm_shfl_sync_down_i32(0xffffffffu, static_cast<int>(v), static_cast<int>(offset), 0x1f));
 #endif
 }
 
@@ -97,7 +100,8 @@ __device__ void toHalves(const float* x, uint16_t* out, uint64_t n, int vec4, Co
     for (int j = 0; j < 4; ++j) h.v[j] = convert(in.v[j]);
     reinterpret_cast<U16x4*>(out)[q] = h;
   }
-  for (uint64_t i = 4 * quads + globalThread(); i < n; i += threadCount()) out[i] = convert(bitsOf(x[i]));
+  for (uint64_t i = 4 * quads + globalThread(); i < n; i += threadCount())
+    out[i] = convert(bitsOf(x[i]));
 }
 
 template <typename Convert>
@@ -109,7 +113,8 @@ __device__ void fromHalves(const uint16_t* h, float* out, uint64_t n, int vec4, 
     for (int j = 0; j < 4; ++j) f.v[j] = convert(in.v[j]);
     reinterpret_cast<U32x4*>(out)[q] = f;
   }
-  for (uint64_t i = 4 * quads + globalThread(); i < n; i += threadCount()) out[i] = floatOfBits(convert(h[i]));
+  for (uint64_t i = 4 * quads + globalThread(); i < n; i += threadCount())
+    out[i] = floatOfBits(convert(h[i]));
 }
 
 struct HalfFrom {
@@ -259,23 +264,28 @@ __global__ void starling_bucket_scales(const float* x, uint64_t n, uint64_t buck
       scale = m > 0x7f800000u ? 0x7fc00000u : m;  // a NaN anywhere: the quiet NaN
     }
     scales[b] = scale;
-    sums[b] = scale == kNeedsSerial ? 0.0 : ew::scaledFactor(floatOfBits(scale), s, exponential != 0);
+    sums[b] =
+        scale == kNeedsSerial ? 0.0 : ew::scaledFactor(floatOfBits(scale), s, exponential != 0);
   }
 }
 
 // The code of x under its bucket's factor (0: not quantized), with rounding bits u; the float32
 // or float64 path as scaled_codes.cc picks it.
 __device__ uint32_t codeOf(float x, double factor, uint32_t s, uint32_t maxR, uint32_t signBit,
-                           bool exponential, float belowFactorFloat, double belowFactor, uint32_t u) {
+                           bool exponential, float belowFactorFloat, double belowFactor,
+                           uint32_t u) {
   if (factor == 0.0) return 0;
   const double v = static_cast<double>(x);
   if (exponential) {
     if (ew::exponentialInFloat(factor, s)) {
-      return ew::exponentialCodeFloat(x, static_cast<float>(factor), s, belowFactorFloat, u, signBit);
+      return ew::exponentialCodeFloat(x, static_cast<float>(factor), s, belowFactorFloat, u,
+                                      signBit);
     }
-    return ew::exponentialCodeDouble(v < 0.0 ? -v : v, x < 0.0f, factor, s, belowFactor, u, signBit);
+    return ew::exponentialCodeDouble(v < 0.0 ? -v : v, x < 0.0f, factor, s, belowFactor, u,
+                                     signBit);
   }
-  if (ew::uniformInFloat(factor, s)) return ew::uniformCodeFloat(x, static_cast<float>(factor), maxR, u, signBit);
+  if (ew::uniformInFloat(factor, s))
+    return ew::uniformCodeFloat(x, static_cast<float>(factor), maxR, u, signBit);
   return ew::uniformCodeDouble(v < 0.0 ? -v : v, x < 0.0f, factor, maxR, u, signBit);
 }
 
@@ -395,6 +405,74 @@ __global__ void starling_combine_f64(double* out, const double* start, const dou
     for (uint32_t j = 0; j < nb.count; ++j) acc = ew::combineTerm(acc, nb.c[j], nb.m[j][k], sk);
     out[k] = acc;
   }
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------------
+// CHOCO-SGD with a static W (optim/choco.cc): prepare's local and consensus steps, writing the
+// difference the node sends; absorb's update of x_hat and s = sum_j w_ij x_hat_j.
+
+namespace {
+
+template <typename T>
+__device__ void chocoPrepare(T* x, const T* g, const T* s, const T* hat, T* out, T eta, T gamma,
+                             uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    const T v = oe::chocoStep(x[k], g[k], s[k], hat[k], eta, gamma);
+    x[k] = v;
+    out[k] = v - hat[k];
+  }
+}
+
+template <typename T, typename Neighbours>
+__device__ void chocoAbsorb(T* hat, T* s, const T* own, T self, const Neighbours& nb, uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    T h = hat[k], acc = s[k];
+    oe::chocoAbsorbOwn(h, acc, own[k], self);
+    for (uint32_t j = 0; j < nb.count; ++j) acc = oe::chocoAbsorbNeighbour(acc, nb.c[j], nb.m[j][k]);
+    hat[k] = h;
+    s[k] = acc;
+  }
+}
+
+// Further neighbours of a node with more than 16: only s changes.
+template <typename T, typename Neighbours>
+__device__ void chocoAbsorbMore(T* s, const Neighbours& nb, uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    T acc = s[k];
+    for (uint32_t j = 0; j < nb.count; ++j) acc = oe::chocoAbsorbNeighbour(acc, nb.c[j], nb.m[j][k]);
+    s[k] = acc;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+__global__ void starling_choco_prepare_f32(float* x, const float* g, const float* s,
+                                           const float* hat, float* out, float eta, float gamma,
+                                           uint64_t n) {
+  chocoPrepare(x, g, s, hat, out, eta, gamma, n);
+}
+__global__ void starling_choco_prepare_f64(double* x, const double* g, const double* s,
+                                           const double* hat, double* out, double eta,
+                                           double gamma, uint64_t n) {
+  chocoPrepare(x, g, s, hat, out, eta, gamma, n);
+}
+__global__ void starling_choco_absorb_f32(float* hat, float* s, const float* own, float self,
+                                          CombineF32 nb, uint64_t n) {
+  chocoAbsorb(hat, s, own, self, nb, n);
+}
+__global__ void starling_choco_absorb_f64(double* hat, double* s, const double* own, double self,
+                                          CombineF64 nb, uint64_t n) {
+  chocoAbsorb(hat, s, own, self, nb, n);
+}
+__global__ void starling_choco_absorb_more_f32(float* s, CombineF32 nb, uint64_t n) {
+  chocoAbsorbMore(s, nb, n);
+}
+__global__ void starling_choco_absorb_more_f64(double* s, CombineF64 nb, uint64_t n) {
+  chocoAbsorbMore(s, nb, n);
 }
 
 }  // extern "C"

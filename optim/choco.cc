@@ -4,6 +4,8 @@
 #include <map>
 #include <vector>
 
+#include "optim/elementwise.h"
+
 namespace starling::optim {
 namespace {
 
@@ -21,8 +23,7 @@ class Choco final : public Algorithm<T> {
     oracle_.gradient(x_, grad_);
     const T eta = static_cast<T>(info.stepSize);
     for (size_t k = 0; k < x_.size(); ++k) {
-      T x = x_[k] - eta * grad_[k];
-      x += gamma_ * (s_[k] - hat_[k]);
+      const T x = elementwise::chocoStep(x_[k], grad_[k], s_[k], hat_[k], eta, gamma_);
       x_[k] = x;
       out[k] = x - hat_[k];
     }
@@ -31,13 +32,13 @@ class Choco final : public Algorithm<T> {
   void absorb(const RoundInfo& info, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     const T self = static_cast<T>(info.selfWeight);
-    for (size_t k = 0; k < x_.size(); ++k) {
-      hat_[k] += own[k];
-      s_[k] += self * own[k];
-    }
+    for (size_t k = 0; k < x_.size(); ++k)
+      elementwise::chocoAbsorbOwn(hat_[k], s_[k], own[k], self);
     for (const auto& n : nbrs) {
       const T w = static_cast<T>(n.weight);
-      for (size_t k = 0; k < x_.size(); ++k) s_[k] += w * n.message[k];
+      for (size_t k = 0; k < x_.size(); ++k) {
+        s_[k] = elementwise::chocoAbsorbNeighbour(s_[k], w, n.message[k]);
+      }
     }
   }
 

@@ -79,7 +79,8 @@ void combineFused(T* __restrict out, T* __restrict copy, const T* __restrict sta
     for (size_t k = 0; k < len; ++k) {
       const T s = self[k];
       T acc = start[k];
-      for (size_t j = 0; j < N; ++j) acc = compression::elementwise::combineTerm(acc, cj[j], mj[j][k], s);
+      for (size_t j = 0; j < N; ++j)
+        acc = compression::elementwise::combineTerm(acc, cj[j], mj[j][k], s);
       out[k] = acc;
     }
     return;
@@ -87,7 +88,8 @@ void combineFused(T* __restrict out, T* __restrict copy, const T* __restrict sta
   for (size_t k = 0; k < len; ++k) {
     const T s = self[k];
     T acc = start[k];
-    for (size_t j = 0; j < N; ++j) acc = compression::elementwise::combineTerm(acc, cj[j], mj[j][k], s);
+    for (size_t j = 0; j < N; ++j)
+      acc = compression::elementwise::combineTerm(acc, cj[j], mj[j][k], s);
     out[k] = acc;
     copy[k] = acc;
   }
@@ -126,7 +128,8 @@ bool combine(T* out, T* copy, const T* start, const T* self,
         for (const auto& nb : nbrs) {
           const T cn = static_cast<T>(nb.weight) * scale;
           const T* __restrict mn = nb.message.data() + offset + b;
-          for (size_t k = 0; k < n; ++k) o[k] = compression::elementwise::combineTerm(o[k], cn, mn[k], sf[k]);
+          for (size_t k = 0; k < n; ++k)
+            o[k] = compression::elementwise::combineTerm(o[k], cn, mn[k], sf[k]);
         }
         if (cp != nullptr) std::copy_n(o, n, cp);
     }

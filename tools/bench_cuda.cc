@@ -58,8 +58,10 @@ int main(int argc, char** argv) {
   const char* jsonPath = nullptr;
   uint64_t maxD = 100000000;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) jsonPath = argv[++i];
-    else if (std::strcmp(argv[i], "--max-d") == 0 && i + 1 < argc) maxD = std::strtoull(argv[++i], nullptr, 10);
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      jsonPath = argv[++i];
+    else if (std::strcmp(argv[i], "--max-d") == 0 && i + 1 < argc)
+      maxD = std::strtoull(argv[++i], nullptr, 10);
     else {
       std::fprintf(stderr, "usage: bench-cuda [--json FILE] [--max-d N]\n");
       return 2;
@@ -94,10 +96,11 @@ int main(int argc, char** argv) {
     cuda::DevicePtr xp = x.ptr(), yp = y.ptr(), hp = h.ptr();
     auto add = [&](const std::string& what, double bytes, double ms) {
       rows.push_back({what, d, bytes, ms});
-      std::printf("%-34s d=%-10llu %9.3f ms %8.1f GB/s\n", what.c_str(), static_cast<unsigned long long>(d),
-                  ms, bytes / ms / 1e6);
+      std::printf("%-34s d=%-10llu %9.3f ms %8.1f GB/s\n", what.c_str(),
+                  static_cast<unsigned long long>(d), ms, bytes / ms / 1e6);
     };
-    add("copy (cuMemcpyDtoD)", 8.0 * d, medianMs(gpu, reps, [&] { return gpu.copyOnDevice(yp, xp, 4 * d); }));
+    add("copy (cuMemcpyDtoD)", 8.0 * d,
+        medianMs(gpu, reps, [&] { return gpu.copyOnDevice(yp, xp, 4 * d); }));
     add("fp16 encode kernel", 6.0 * d, medianMs(gpu, reps, [&] {
           void* a[] = {&xp, &hp, &n, &vec4};
           return gpu.launch("starling_encode_f16", n / 4, a);
@@ -113,15 +116,16 @@ int main(int argc, char** argv) {
     // The combine of 4 neighbours: reads start, self and 4 messages, writes out.
     std::vector<cuda::DevicePtr> m = {nb[0].ptr(), nb[1].ptr(), nb[2].ptr(), nb[3].ptr()};
     std::vector<float> c(4, 0.2f);
-    add("combine, 4 neighbours (f32)", 28.0 * d, medianMs(gpu, reps, [&] {
-          return codecs.combine(yp, nb[4].ptr(), xp, m, c, n);
-        }));
+    add("combine, 4 neighbours (f32)", 28.0 * d,
+        medianMs(gpu, reps, [&] { return codecs.combine(yp, nb[4].ptr(), xp, m, c, n); }));
     // The scaled codes' kernels alone (norms, scales, codes and packing): they must read x twice
     // (the norms, then the codes), counted once, and write the payload.
-    for (auto [kind, bits, name] : {std::tuple{CompressorSpec::Kind::kQsgd, 4, "qsgd 4-bit kernels"},
-                                    std::tuple{CompressorSpec::Kind::kQsgd, 2, "qsgd 2-bit kernels"},
-                                    std::tuple{CompressorSpec::Kind::kNuqsgd, 4, "nuqsgd 4-bit kernels"},
-                                    std::tuple{CompressorSpec::Kind::kNaturalDithering, 0, "natural dithering (3 levels) kernels"}}) {
+    for (auto [kind, bits, name] :
+         {std::tuple{CompressorSpec::Kind::kQsgd, 4, "qsgd 4-bit kernels"},
+          std::tuple{CompressorSpec::Kind::kQsgd, 2, "qsgd 2-bit kernels"},
+          std::tuple{CompressorSpec::Kind::kNuqsgd, 4, "nuqsgd 4-bit kernels"},
+          std::tuple{CompressorSpec::Kind::kNaturalDithering, 0,
+                     "natural dithering (3 levels) kernels"}}) {
       CompressorSpec spec;
       spec.kind = kind;
       if (bits != 0) spec.bits = bits;
@@ -136,9 +140,10 @@ int main(int argc, char** argv) {
       add(name, 4.0 * d + payload, ms);
     }
     // End to end: a whole frame on the host (kernels, the copy to pinned memory, the CRC).
-    for (auto [kind, bits, name] : {std::tuple{CompressorSpec::Kind::kFp16, 0, "fp16 frame to host"},
-                                    std::tuple{CompressorSpec::Kind::kQsgd, 4, "qsgd 4-bit frame to host"},
-                                    std::tuple{CompressorSpec::Kind::kQsgd, 2, "qsgd 2-bit frame to host"}}) {
+    for (auto [kind, bits, name] :
+         {std::tuple{CompressorSpec::Kind::kFp16, 0, "fp16 frame to host"},
+          std::tuple{CompressorSpec::Kind::kQsgd, 4, "qsgd 4-bit frame to host"},
+          std::tuple{CompressorSpec::Kind::kQsgd, 2, "qsgd 2-bit frame to host"}}) {
       CompressorSpec spec;
       spec.kind = kind;
       if (bits != 0) spec.bits = bits;
@@ -155,7 +160,8 @@ int main(int argc, char** argv) {
       auto frame = codecs.encode(spec, xp, n, seed);
       if (!frame) return 1;
       const std::vector<std::byte> copy(frame->begin(), frame->end());
-      const double back = medianMs(gpu, std::max(1, reps / 5), [&] { return codecs.decode(spec, copy, yp, n); });
+      const double back =
+          medianMs(gpu, std::max(1, reps / 5), [&] { return codecs.decode(spec, copy, yp, n); });
       add(std::string(name).replace(std::string(name).find(" to host"), 8, " from host, decoded"),
           4.0 * d + static_cast<double>(copy.size()), back);
     }
@@ -164,11 +170,14 @@ int main(int argc, char** argv) {
   if (jsonPath != nullptr) {
     FILE* f = std::fopen(jsonPath, "w");
     if (f == nullptr) return 1;
-    std::fprintf(f, "{\"device\": \"%s\", \"ptx\": \"%s\", \"rows\": [\n", gpu.name().c_str(), gpu.ptxSource().c_str());
+    std::fprintf(f, "{\"device\": \"%s\", \"ptx\": \"%s\", \"rows\": [\n", gpu.name().c_str(),
+                 gpu.ptxSource().c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       if (r.what.rfind("copy", 0) == 0) copyRate = r.bytes / r.ms;
-      std::fprintf(f, "  {\"what\": \"%s\", \"d\": %llu, \"ms\": %.6f, \"gbps\": %.2f, \"pct_of_copy\": %.1f}%s\n",
+      std::fprintf(f,
+                   "  {\"what\": \"%s\", \"d\": %llu, \"ms\": %.6f, \"gbps\": %.2f, "
+                   "\"pct_of_copy\": %.1f}%s\n",
                    r.what.c_str(), static_cast<unsigned long long>(r.d), r.ms, r.bytes / r.ms / 1e6,
                    100.0 * (r.bytes / r.ms) / copyRate, i + 1 < rows.size() ? "," : "");
     }

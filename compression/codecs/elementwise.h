@@ -85,7 +85,8 @@ inline constexpr int kRoundingBits = 16;
 // 2^-24 relative, so R is off by at most s 2^16 2^-23 < 0.5 and an exact level still gives
 // R = level 2^16 exactly. Products stay below 2^22, where adding 0.5 is exact, so truncation
 // rounds half up.
-STARLING_HD uint8_t uniformCodeFloat(float x, float k, uint32_t maxR, uint32_t u, uint32_t signBit) {
+STARLING_HD uint8_t uniformCodeFloat(float x, float k, uint32_t maxR, uint32_t u,
+                                     uint32_t signBit) {
   const float a = __builtin_fabsf(x);
   const auto r = static_cast<uint32_t>(static_cast<int32_t>(a * k + 0.5f));
   const uint32_t level = ((r < maxR ? r : maxR) + u) >> kRoundingBits;
@@ -165,8 +166,9 @@ STARLING_HD uint8_t exponentialCodeFloat(float x, float invScale, uint32_t s, fl
 // or 0 and l - s >= -127, so the product is exact: ldexp's value).
 STARLING_HD double exponentialMagnitude(double scale, uint32_t l, uint32_t s) {
   if (l == 0) return 0.0;
-  return scale * core::doubleOfBits(static_cast<uint64_t>(1023 + static_cast<int64_t>(l) -
-                                                          static_cast<int64_t>(s)) << 52);
+  return scale *
+         core::doubleOfBits(
+             static_cast<uint64_t>(1023 + static_cast<int64_t>(l) - static_cast<int64_t>(s)) << 52);
 }
 
 // ---------------------------------------------------------------------------------------------

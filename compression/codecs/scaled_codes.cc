@@ -42,7 +42,8 @@ void fillRoundingBits(UniformBits& gen, size_t n, uint16_t* u) {
 STARLING_SIMD_CLONES
 void uniformLevelsFloat(const float* x, size_t n, float k, uint32_t maxR, const uint16_t* u,
                         uint32_t signBit, uint8_t* codes) {
-  for (size_t i = 0; i < n; ++i) codes[i] = elementwise::uniformCodeFloat(x[i], k, maxR, u[i], signBit);
+  for (size_t i = 0; i < n; ++i)
+    codes[i] = elementwise::uniformCodeFloat(x[i], k, maxR, u[i], signBit);
 }
 
 // The same in float64, for 8-bit codes and float64 states: R is off by at most s 2^16 2^-52.
@@ -212,7 +213,8 @@ void encodeScaledCodes(std::span<const T> x, const ScaledCodes& q, core::Rng& rn
     const double k = static_cast<double>(q.s) * 0x1p16 / static_cast<double>(scale);
     const bool inFloat = std::is_same_v<T, float> && elementwise::uniformInFloat(k, q.s);
     const double invScale = 1.0 / static_cast<double>(scale);
-    const bool expInFloat = std::is_same_v<T, float> && elementwise::exponentialInFloat(invScale, q.s);
+    const bool expInFloat =
+        std::is_same_v<T, float> && elementwise::exponentialInFloat(invScale, q.s);
     const uint32_t maxR = q.s << kRoundingBits;
     for (size_t lo = 0; lo < part.size(); lo += kChunk) {
       const size_t n = std::min<size_t>(kChunk, part.size() - lo);
@@ -334,7 +336,8 @@ void decodeScaledCodes(std::span<const std::byte> payload, const ScaledCodes& q,
       // (>= 2^-149 or 0) and l - s >= -127, so the product stays far inside float64's normal
       // range and is exact, the value ldexp gives, without a libm call per level.
       magnitudes[0] = 0.0;
-      for (uint32_t l = 1; l <= q.s; ++l) magnitudes[l] = elementwise::exponentialMagnitude(scale, l, q.s);
+      for (uint32_t l = 1; l <= q.s; ++l)
+        magnitudes[l] = elementwise::exponentialMagnitude(scale, l, q.s);
     }
     if (divisor != 1.0) {
       for (uint32_t l = 0; l <= q.s; ++l) magnitudes[l] /= divisor;

@@ -3,9 +3,8 @@
 // device it prints why and exits 77, which meson counts as skipped; tools/gpu_check runs it on a
 // machine with a GPU (also under compute-sanitizer and with nvcc's PTX).
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <bit>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +19,7 @@
 #include "core/rng.h"
 #include "cuda/codecs.h"
 #include "cuda/driver.h"
+#include "optim/choco.h"
 #include "optim/combine.h"
 
 using namespace starling;
@@ -43,7 +43,8 @@ struct OnDevice {
   cuda::DeviceBuffer buffer;
   explicit OnDevice(std::span<const T> host) {
     cuda::Gpu::Scope scope(*theGpu);
-    buffer = std::move(cuda::DeviceBuffer::allocate(std::max<size_t>(host.size(), 1) * sizeof(T)).value());
+    buffer = std::move(
+        cuda::DeviceBuffer::allocate(std::max<size_t>(host.size(), 1) * sizeof(T)).value());
     REQUIRE(theGpu->copyToDevice(buffer.ptr(), host.data(), host.size() * sizeof(T)).isOk());
     REQUIRE(theGpu->sync().isOk());
   }
@@ -64,16 +65,18 @@ std::vector<float> values(size_t n, uint32_t seed, bool edges) {
   std::vector<float> x(n);
   for (auto& v : x) v = normal(gen) * 0.01f;
   if (edges) {
-    const uint32_t special[] = {0u, 0x80000000u, 1u, 0x7fffffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
-                                0x7fc00000u, 0x7f800001u, 0x477ff000u, 0x477fefffu, 0x33000000u,
-                                0x387fc000u, 0x7f7f8000u, 0x38800000u};
-    for (size_t i = 0; i < n; i += 97) x[i] = std::bit_cast<float>(special[(i / 97) % std::size(special)]);
+    const uint32_t special[] = {0u,          0x80000000u, 1u,          0x7fffffu,   0x7f7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0x477ff000u,
+                                0x477fefffu, 0x33000000u, 0x387fc000u, 0x7f7f8000u, 0x38800000u};
+    for (size_t i = 0; i < n; i += 97)
+      x[i] = std::bit_cast<float>(special[(i / 97) % std::size(special)]);
     for (size_t i = 13; i < n; i += 89) x[i] = std::bit_cast<float>(static_cast<uint32_t>(gen()));
   }
   return x;
 }
 
-std::vector<std::byte> cpuFrame(const CompressorSpec& spec, std::span<const float> x, uint64_t seed) {
+std::vector<std::byte> cpuFrame(const CompressorSpec& spec, std::span<const float> x,
+                                uint64_t seed) {
   auto codec = compression::createCompressor<float>(spec).value();
   core::Rng rng(seed);
   std::vector<std::byte> out;
@@ -81,7 +84,8 @@ std::vector<std::byte> cpuFrame(const CompressorSpec& spec, std::span<const floa
   return out;
 }
 
-std::vector<float> cpuDecode(const CompressorSpec& spec, std::span<const std::byte> frame, size_t n) {
+std::vector<float> cpuDecode(const CompressorSpec& spec, std::span<const std::byte> frame,
+                             size_t n) {
   auto codec = compression::createCompressor<float>(spec).value();
   std::vector<float> out(n);
   REQUIRE(codec->decode(frame, out).isOk());
@@ -125,12 +129,13 @@ TEST_CASE("GPU fp16 and bf16 frames are the CPU codecs' byte for byte, and decod
 // (scales are deterministic), and codes from the shared rounding rules with the counter-based
 // bits, packed by hand, low bits first. s, the level bits and the bucket as the format defines
 // them per codec (docs/wire_format.md).
-std::vector<std::byte> scaledReference(const CompressorSpec& spec, std::span<const float> x, uint64_t seed) {
+std::vector<std::byte> scaledReference(const CompressorSpec& spec, std::span<const float> x,
+                                       uint64_t seed) {
   std::vector<std::byte> frame = cpuFrame(spec, x, 99);
   const uint64_t n = x.size();
   const bool exponential = spec.kind != Kind::kQsgd;
   const uint32_t s = spec.kind == Kind::kNaturalDithering ? static_cast<uint32_t>(spec.levels)
-                                                           : (1u << (spec.bits - 1)) - 1;
+                                                          : (1u << (spec.bits - 1)) - 1;
   const int levelBits = spec.kind == Kind::kQsgd ? spec.bits - 1 : std::bit_width(s);
   const int width = levelBits + 1;
   const uint32_t signBit = 1u << levelBits;
@@ -150,8 +155,10 @@ std::vector<std::byte> scaledReference(const CompressorSpec& spec, std::span<con
     if (std::isfinite(scale) && scale > 0.0f && exponential) {
       const double inv = 1.0 / static_cast<double>(scale);
       code = s <= 31 && inv >= 1.1754943508222875e-38 && inv <= 3.4028234663852886e38
-                 ? ew::exponentialCodeFloat(x[i], static_cast<float>(inv), s, ew::exponentialBelowFactorFloat(s), u, signBit)
-                 : ew::exponentialCodeDouble(a, x[i] < 0, inv, s, ew::exponentialBelowFactor(s), u, signBit);
+                 ? ew::exponentialCodeFloat(x[i], static_cast<float>(inv), s,
+                                            ew::exponentialBelowFactorFloat(s), u, signBit)
+                 : ew::exponentialCodeDouble(a, x[i] < 0, inv, s, ew::exponentialBelowFactor(s), u,
+                                             signBit);
     } else if (std::isfinite(scale) && scale > 0.0f) {
       const double k = static_cast<double>(s) * 65536.0 / static_cast<double>(scale);
       code = s <= 63 && k <= 3.4028234663852886e38
@@ -188,11 +195,13 @@ void checkScaled(cuda::GpuCodecs& gpu, const CompressorSpec& spec, size_t n, uin
   REQUIRE(sameBits(out.read(n), cpuValues));
 }
 
-TEST_CASE("GPU scaled-code frames: the CPU codec's scales, the counter-based codes, decodable", "[gpu]") {
+TEST_CASE("GPU scaled-code frames: the CPU codec's scales, the counter-based codes, decodable",
+          "[gpu]") {
   cuda::GpuCodecs gpu(*theGpu);
   const size_t n = quick ? 20011 : 300001;
   for (int bits : {2, 3, 4, 5, 8}) {
-    for (uint64_t bucket : {uint64_t{1}, uint64_t{7}, uint64_t{512}, uint64_t{100000}, uint64_t{1} << 21}) {
+    for (uint64_t bucket :
+         {uint64_t{1}, uint64_t{7}, uint64_t{512}, uint64_t{100000}, uint64_t{1} << 21}) {
       for (bool linf : {false, true}) {
         CompressorSpec spec;
         spec.kind = Kind::kQsgd;
@@ -233,8 +242,9 @@ TEST_CASE("GPU scales that need the serial sum, on the device and on the host", 
     size_t n;
     bool onHost;
   };
-  for (const Case& c : {Case{Kind::kQsgd, 4096, 16384, false}, Case{Kind::kQsgd, 1u << 20, 1u << 20, true},
-                        Case{Kind::kNaturalDithering, 0, quick ? 1u << 18 : 1u << 22, true}}) {
+  for (const Case& c :
+       {Case{Kind::kQsgd, 4096, 16384, false}, Case{Kind::kQsgd, 1u << 20, 1u << 20, true},
+        Case{Kind::kNaturalDithering, 0, quick ? 1u << 18 : 1u << 22, true}}) {
     cuda::GpuCodecs gpu(*theGpu);
     CompressorSpec spec;
     spec.kind = c.kind;
@@ -303,7 +313,8 @@ void checkCombine(size_t neighbours, size_t n) {
     c.push_back(static_cast<T>(w) * T(1));
   }
   std::vector<T> cpu(n);
-  optim::detail::combine<T>(cpu.data(), nullptr, start.data(), self.data(), nbrs, T(1), 0, n, nullptr);
+  optim::detail::combine<T>(cpu.data(), nullptr, start.data(), self.data(), nbrs, T(1), 0, n,
+                            nullptr);
   OnDevice<T> dStart(start), dSelf(self), dOut(n);
   std::vector<std::unique_ptr<OnDevice<T>>> dm;
   std::vector<cuda::DevicePtr> ptrs;
@@ -311,7 +322,8 @@ void checkCombine(size_t neighbours, size_t n) {
     dm.push_back(std::make_unique<OnDevice<T>>(v));
     ptrs.push_back(dm.back()->ptr());
   }
-  REQUIRE(gpu.combine(dOut.ptr(), dStart.ptr(), dSelf.ptr(), ptrs, std::span<const T>(c), n).isOk());
+  REQUIRE(
+      gpu.combine(dOut.ptr(), dStart.ptr(), dSelf.ptr(), ptrs, std::span<const T>(c), n).isOk());
   const auto got = dOut.read(n);
   INFO("neighbours " << neighbours << " n " << n);
   REQUIRE(std::memcmp(got.data(), cpu.data(), n * sizeof(T)) == 0);
@@ -324,6 +336,80 @@ TEST_CASE("GPU combine equals the CPU combine bit for bit", "[gpu]") {
   }
 }
 
+// A gradient the test can compute for either side: g = a x + b, elementwise.
+template <typename T>
+struct LinearOracle final : optim::GradientOracle<T> {
+  std::vector<T> a, b;
+  void gradient(std::span<const T> x, std::span<T> out) override {
+    for (size_t k = 0; k < x.size(); ++k) out[k] = a[k] * x[k] + b[k];
+  }
+};
+
+// Three rounds of CHOCO-SGD (static W) on the GPU against optim's CPU algorithm: the messages
+// and the model bit for bit.
+template <typename T>
+void checkChoco(size_t neighbours, size_t n) {
+  cuda::GpuCodecs gpu(*theGpu);
+  std::mt19937 gen(static_cast<uint32_t>(neighbours * 13 + n));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto vec = [&] {
+    std::vector<T> v(n);
+    for (auto& e : v) e = static_cast<T>(normal(gen));
+    return v;
+  };
+  LinearOracle<T> oracle;
+  oracle.a = vec();
+  oracle.b = vec();
+  const auto x0 = vec();
+  optim::AlgorithmSpec spec;
+  spec.gamma = 0.4;
+  auto cpu = optim::createChoco<T>(spec, x0, oracle);
+  const std::vector<T> zeros(n, T(0));
+  OnDevice<T> dx(x0), ds(zeros), dhat(zeros), dout(n), dg(n);
+  for (uint64_t round = 0; round < 3; ++round) {
+    optim::RoundInfo info;
+    info.round = round;
+    info.stepSize = 0.05;
+    info.selfWeight = 1.0 / static_cast<double>(neighbours + 1);
+    std::vector<T> want(n);
+    cpu->prepare(info, want);
+    const auto x = dx.read(n);
+    std::vector<T> g(n);
+    oracle.gradient(x, g);
+    REQUIRE(theGpu->copyToDevice(dg.ptr(), g.data(), n * sizeof(T)).isOk());
+    REQUIRE(gpu.chocoPrepare(dx.ptr(), dg.ptr(), ds.ptr(), dhat.ptr(), dout.ptr(),
+                             static_cast<T>(info.stepSize), static_cast<T>(spec.gamma), n)
+                .isOk());
+    INFO("neighbours " << neighbours << " round " << round);
+    REQUIRE(std::memcmp(dout.read(n).data(), want.data(), n * sizeof(T)) == 0);
+    std::vector<std::vector<T>> m;
+    std::vector<std::unique_ptr<OnDevice<T>>> dm;
+    std::vector<cuda::DevicePtr> ptrs;
+    std::vector<T> w;
+    std::vector<optim::NeighborMessage<T>> nbrs;
+    for (size_t j = 0; j < neighbours; ++j) m.push_back(vec());
+    for (size_t j = 0; j < neighbours; ++j) {
+      dm.push_back(std::make_unique<OnDevice<T>>(m[j]));
+      ptrs.push_back(dm.back()->ptr());
+      w.push_back(static_cast<T>(info.selfWeight));
+      nbrs.push_back({static_cast<int>(j), info.selfWeight, m[j]});
+    }
+    cpu->absorb(info, want, nbrs);
+    REQUIRE(gpu.chocoAbsorb(dhat.ptr(), ds.ptr(), dout.ptr(), static_cast<T>(info.selfWeight), ptrs,
+                            std::span<const T>(w), n)
+                .isOk());
+  }
+  const auto model = cpu->model();
+  REQUIRE(std::memcmp(dx.read(n).data(), model.data(), n * sizeof(T)) == 0);
+}
+
+TEST_CASE("GPU CHOCO-SGD steps equal the CPU algorithm bit for bit", "[gpu]") {
+  for (size_t k : {0, 1, 3, 16, 20}) {
+    checkChoco<float>(k, quick ? 10007 : 100003);
+    checkChoco<double>(k, quick ? 10007 : 100003);
+  }
+}
+
 TEST_CASE("hostile frames are rejected before any byte reaches the device", "[gpu]") {
   cuda::GpuCodecs gpu(*theGpu);
   CompressorSpec spec;
@@ -333,7 +419,8 @@ TEST_CASE("hostile frames are rejected before any byte reaches the device", "[gp
   auto frame = cpuFrame(spec, x, 5);
   OnDevice<float> out(n);
   for (size_t cut = 0; cut < frame.size(); cut += 7) {
-    REQUIRE_FALSE(gpu.decode(spec, std::span<const std::byte>(frame).first(cut), out.ptr(), n).isOk());
+    REQUIRE_FALSE(
+        gpu.decode(spec, std::span<const std::byte>(frame).first(cut), out.ptr(), n).isOk());
   }
   for (size_t i = 0; i < frame.size(); i += 5) {
     auto bad = frame;

@@ -1,9 +1,8 @@
 // The CUDA path's checks that need no GPU (docs/cuda.md): the per-element math the kernels share
 // with the CPU codecs against independent references, the counter-based rounding bits, the PTX
 // the build made, and the clear no-driver answer.
-#include <catch2/catch.hpp>
-
 #include <bit>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -27,10 +26,10 @@ namespace {
 // formats, the rounding boundaries around each exponent, overflow, infinities and NaNs, and
 // random patterns.
 std::vector<uint32_t> edgeFloatBits() {
-  std::vector<uint32_t> v = {0u, 0x80000000u, 1u, 0x7fffffu, 0x800000u, 0x7f7fffffu, 0x7f800000u,
-                             0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc00001u, 0x477fe000u,
-                             0x477ff000u, 0x477fefffu, 0x477ff001u, 0x33000000u, 0x33000001u,
-                             0x387fc000u, 0x38800000u, 0x7f7f8000u, 0x7f7f7fffu};
+  std::vector<uint32_t> v = {
+      0u,          0x80000000u, 1u,          0x7fffffu,   0x800000u,   0x7f7fffffu, 0x7f800000u,
+      0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc00001u, 0x477fe000u, 0x477ff000u, 0x477fefffu,
+      0x477ff001u, 0x33000000u, 0x33000001u, 0x387fc000u, 0x38800000u, 0x7f7f8000u, 0x7f7f7fffu};
   for (uint32_t e = 0; e < 256; ++e) {
     for (uint32_t low : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffu, 0x8000u,
                          0x8001u, 0x18000u, 0x7fffffu}) {
@@ -81,9 +80,10 @@ TEST_CASE("elementwise uniform codes follow the stochastic rounding rule", "[cud
       const double t = std::fabs(static_cast<double>(x)) * s / scale;  // in [0, s]
       const double lower = std::floor(t);
       const double frac16 = (t - lower) * 65536.0;
-      const uint8_t code = s <= 63 ? ew::uniformCodeFloat(x, static_cast<float>(k), s << 16, u, signBit)
-                                   : ew::uniformCodeDouble(std::fabs(static_cast<double>(x)), x < 0,
-                                                           k, s << 16, u, signBit);
+      const uint8_t code = s <= 63
+                               ? ew::uniformCodeFloat(x, static_cast<float>(k), s << 16, u, signBit)
+                               : ew::uniformCodeDouble(std::fabs(static_cast<double>(x)), x < 0, k,
+                                                       s << 16, u, signBit);
       const uint32_t level = code & (signBit - 1);
       INFO("s " << s << " x " << x << " u " << u);
       // Away from the 2^-16 grid's rounding, the rule decides exactly.
@@ -119,13 +119,15 @@ TEST_CASE("counter-based rounding bits are SplitMix64's outputs in 16-bit lanes"
       ++counts[u >> 12];
     }
   }
-  for (uint32_t c : counts) REQUIRE(std::abs(static_cast<double>(c) - 12500.0) < 5 * std::sqrt(12500.0));
+  for (uint32_t c : counts)
+    REQUIRE(std::abs(static_cast<double>(c) - 12500.0) < 5 * std::sqrt(12500.0));
 }
 
 TEST_CASE("the combine term is the difference form's, in order", "[cuda][math]") {
   const float acc = 0.25f, c = 0.3f, m = 1.5f, self = -0.75f;
   const float want = acc + c * (m - self);
-  REQUIRE(std::bit_cast<uint32_t>(ew::combineTerm(acc, c, m, self)) == std::bit_cast<uint32_t>(want));
+  REQUIRE(std::bit_cast<uint32_t>(ew::combineTerm(acc, c, m, self)) ==
+          std::bit_cast<uint32_t>(want));
   REQUIRE(ew::combineTerm(1.0, 0.5, 3.0, 1.0) == 2.0);
 }
 
@@ -134,10 +136,14 @@ TEST_CASE("the combine term is the difference form's, in order", "[cuda][math]")
 TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][ptx]") {
   const std::string ptx = cuda::kKernelsPtx;
   REQUIRE(ptx.find(".target sm_80") != std::string::npos);
-  for (const char* k : {"starling_encode_f16", "starling_encode_bf16", "starling_decode_f16",
-                        "starling_decode_bf16", "starling_bucket_norms", "starling_bucket_norms_warp", "starling_bucket_scales",
-                        "starling_scaled_codes", "starling_scaled_codes_words", "starling_scaled_decode", "starling_combine_f32",
-                        "starling_combine_f64"}) {
+  for (const char* k :
+       {"starling_encode_f16", "starling_encode_bf16", "starling_decode_f16",
+        "starling_decode_bf16", "starling_bucket_norms", "starling_bucket_norms_warp",
+        "starling_bucket_scales", "starling_scaled_codes", "starling_scaled_codes_words",
+        "starling_scaled_decode", "starling_combine_f32", "starling_combine_f64",
+        "starling_choco_prepare_f32", "starling_choco_prepare_f64", "starling_choco_absorb_f32",
+        "starling_choco_absorb_f64", "starling_choco_absorb_more_f32",
+        "starling_choco_absorb_more_f64"}) {
     INFO(k);
     REQUIRE(ptx.find(std::string(".entry ") + k + "(") != std::string::npos);
   }
@@ -159,8 +165,8 @@ TEST_CASE("no CUDA driver: Gpu::open says so", "[cuda][driver]") {
   auto gpu = cuda::Gpu::open(0);
   REQUIRE_FALSE(gpu);
   REQUIRE(gpu.status().code() == StatusCode::kUnavailable);
-  REQUIRE_THAT(gpu.status().message(), Catch::Contains("no CUDA driver") &&
-                                           Catch::Contains("/nonexistent/libcuda.so.1"));
+  REQUIRE_THAT(gpu.status().message(),
+               Catch::Contains("no CUDA driver") && Catch::Contains("/nonexistent/libcuda.so.1"));
 }
 
 }  // namespace

@@ -20,8 +20,9 @@ ALLOWED = {
     "compression": {"core"},
     "optim": {"core", "topology", "compression"},
     "transport": {"core", "compression"},
-    # The CUDA path: the GPU codecs build their frames with the CPU codecs' wire helpers.
-    "cuda": {"core", "compression"},
+    # The CUDA path: the GPU codecs build their frames with the CPU codecs' wire helpers, and
+    # the kernels share the per-element math of compression/ and optim/.
+    "cuda": {"core", "topology", "compression", "optim"},
     "engine": {"core", "topology", "compression", "optim", "transport"},
     "scenario": {"core", "topology", "compression", "optim", "transport", "engine"},
     "runtime": {"core", "topology", "compression", "optim", "transport", "engine", "scenario"},
