@@ -444,4 +444,61 @@ core::Status GpuCodecs::chocoAbsorb(DevicePtr hat, DevicePtr s, DevicePtr own, d
   return chocoAbsorbT<double>(gpu_, hat, s, own, self, m, w, n);
 }
 
+template <typename T>
+core::Status GpuCodecs::leadStart(const LeadBuffers<T>& b, T eta, const optim::ProxParams<T>& prox,
+                                  uint64_t n) {
+  LeadBuffers<T> st = b;
+  T threshold = prox.threshold, lo = prox.lo, hi = prox.hi;
+  void* args[] = {&st, &eta, &threshold, &lo, &hi, &n};
+  STARLING_RETURN_IF_ERROR(
+      gpu_.launch(suffixed<T>("starling_lead_start_f32", "starling_lead_start_f64"), n, args));
+  return gpu_.sync();
+}
+
+template <typename T>
+core::Status GpuCodecs::leadPrepare(const LeadBuffers<T>& b, DevicePtr out, T eta, uint64_t n) {
+  LeadBuffers<T> st = b;
+  void* args[] = {&st, &out, &eta, &n};
+  STARLING_RETURN_IF_ERROR(
+      gpu_.launch(suffixed<T>("starling_lead_prepare_f32", "starling_lead_prepare_f64"), n, args));
+  return gpu_.sync();
+}
+
+template <typename T>
+core::Status GpuCodecs::leadAbsorb(const LeadBuffers<T>& b, DevicePtr own,
+                                   std::span<const DevicePtr> m, std::span<const T> w, T eta,
+                                   T step, T a, const optim::ProxParams<T>& prox, uint64_t n) {
+  if (m.size() != w.size()) return core::invalidArgument("leadAbsorb: one weight per neighbour");
+  if (m.size() > 16) return core::invalidArgument("leadAbsorb: at most 16 neighbours on the GPU");
+  LeadBuffers<T> st = b;
+  CombineParams<T> p{};
+  p.count = static_cast<uint32_t>(m.size());
+  for (uint32_t t = 0; t < p.count; ++t) {
+    p.m[t] = m[t];
+    p.c[t] = w[t];
+  }
+  T threshold = prox.threshold, lo = prox.lo, hi = prox.hi;
+  void* args[] = {&st, &own, &p, &eta, &step, &a, &threshold, &lo, &hi, &n};
+  STARLING_RETURN_IF_ERROR(
+      gpu_.launch(suffixed<T>("starling_lead_absorb_f32", "starling_lead_absorb_f64"), n, args));
+  return gpu_.sync();
+}
+
+template core::Status GpuCodecs::leadStart<float>(const LeadBuffers<float>&, float,
+                                                  const optim::ProxParams<float>&, uint64_t);
+template core::Status GpuCodecs::leadStart<double>(const LeadBuffers<double>&, double,
+                                                   const optim::ProxParams<double>&, uint64_t);
+template core::Status GpuCodecs::leadPrepare<float>(const LeadBuffers<float>&, DevicePtr, float,
+                                                    uint64_t);
+template core::Status GpuCodecs::leadPrepare<double>(const LeadBuffers<double>&, DevicePtr, double,
+                                                     uint64_t);
+template core::Status GpuCodecs::leadAbsorb<float>(const LeadBuffers<float>&, DevicePtr,
+                                                   std::span<const DevicePtr>,
+                                                   std::span<const float>, float, float, float,
+                                                   const optim::ProxParams<float>&, uint64_t);
+template core::Status GpuCodecs::leadAbsorb<double>(const LeadBuffers<double>&, DevicePtr,
+                                                    std::span<const DevicePtr>,
+                                                    std::span<const double>, double, double, double,
+                                                    const optim::ProxParams<double>&, uint64_t);
+
 }  // namespace starling::cuda

@@ -10,8 +10,8 @@
 //               encoding with those bits, not to the CPU codec's xoshiro stream.
 //   decode:     a frame is checked on the host by the CPU codec's own validation, then decoded
 //               on the device to the CPU decoder's values, bit for bit.
-//   combine:    optim/combine.h's difference form, bit for bit; CHOCO-SGD's prepare and absorb
-//               (static W), bit for bit.
+//   combine:    optim/combine.h's difference form, bit for bit; CHOCO-SGD's and LEAD's
+//               (Prox-LEAD's) steps with a static W, bit for bit.
 //
 // Thread-safety: one GpuCodecs per thread (it owns staging buffers).
 #pragma once
@@ -24,6 +24,7 @@
 #include "compression/compressor.h"
 #include "core/status.h"
 #include "cuda/driver.h"
+#include "optim/regularizer.h"
 
 namespace starling::compression::codecs {
 struct ScaledCodes;
@@ -74,6 +75,27 @@ class GpuCodecs {
                            std::span<const DevicePtr> m, std::span<const float> w, uint64_t n);
   core::Status chocoAbsorb(DevicePtr hat, DevicePtr s, DevicePtr own, double self,
                            std::span<const DevicePtr> m, std::span<const double> w, uint64_t n);
+
+  // LEAD and Prox-LEAD with a static W (optim/lead.cc), bit for bit, for up to 16 neighbours:
+  // the node's state in device vectors of n elements of T (g holds the gradient at x, written by
+  // the caller before leadStart and before each leadPrepare). leadStart: Z = X - eta G,
+  // X = prox(Z); leadPrepare: the difference to send into out; leadAbsorb: from this node's
+  // decoded difference (own) and its neighbours' (m, weights w), the dual D, e, H, then Z and
+  // X = prox(Z). `step` is gamma / (2 eta) and `a` alpha, in T, as the CPU algorithm takes them;
+  // `prox` is optim::proxParams of the regularizer at step eta.
+  template <typename T>
+  struct LeadBuffers {
+    DevicePtr x, z, g, d, dLost, e, h;
+  };
+  template <typename T>
+  core::Status leadStart(const LeadBuffers<T>& b, T eta, const optim::ProxParams<T>& prox,
+                         uint64_t n);
+  template <typename T>
+  core::Status leadPrepare(const LeadBuffers<T>& b, DevicePtr out, T eta, uint64_t n);
+  template <typename T>
+  core::Status leadAbsorb(const LeadBuffers<T>& b, DevicePtr own, std::span<const DevicePtr> m,
+                          std::span<const T> w, T eta, T step, T a,
+                          const optim::ProxParams<T>& prox, uint64_t n);
 
  private:
   core::Status reserve(DeviceBuffer& b, size_t bytes);

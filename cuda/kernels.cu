@@ -446,9 +446,77 @@ __device__ void chocoAbsorbMore(T* s, const Neighbours& nb, uint64_t n) {
   }
 }
 
+// LEAD / Prox-LEAD with a static W (optim/lead.cc), for up to 16 neighbours: start, prepare,
+// and absorb (the pull sum_j w_ij (q_j - q_i), the dual D, e, H, then Z and X = prox(Z)).
+template <typename T>
+struct LeadState {
+  T *x, *z, *g, *d, *dLost, *e, *h;
+};
+
+template <typename T>
+__device__ void leadStart(LeadState<T> st, T eta, T threshold, T lo, T hi, uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    const T z = oe::leadStart(st.x[k], st.g[k], eta);
+    st.z[k] = z;
+    st.x[k] = oe::proxL1Box(z, threshold, lo, hi);
+  }
+}
+
+template <typename T>
+__device__ void leadPrepare(LeadState<T> st, T* out, T eta, uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    out[k] = oe::leadSend(st.x[k], st.z[k], st.g[k], st.d[k], st.h[k], eta);
+  }
+}
+
+template <typename T, typename Neighbours>
+__device__ void leadAbsorb(LeadState<T> st, const T* own, const Neighbours& nb, T eta, T step, T a,
+                           T threshold, T lo, T hi, uint64_t n) {
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    const T q = own[k];
+    T pull = 0;
+    for (uint32_t j = 0; j < nb.count; ++j) pull = oe::pullTerm(pull, nb.c[j], nb.m[j][k], q);
+    T d = st.d[k], dLost = st.dLost[k], e = st.e[k], h = st.h[k];
+    oe::leadFinish(q, q + pull, d, dLost, e, h, step, a);
+    st.d[k] = d;
+    st.dLost[k] = dLost;
+    st.e[k] = e;
+    st.h[k] = h;
+    const T z = oe::leadStep(st.x[k], st.g[k], d, eta);
+    st.z[k] = z;
+    st.x[k] = oe::proxL1Box(z, threshold, lo, hi);
+  }
+}
+
 }  // namespace
 
 extern "C" {
+
+__global__ void starling_lead_start_f32(LeadState<float> st, float eta, float threshold, float lo,
+                                        float hi, uint64_t n) {
+  leadStart(st, eta, threshold, lo, hi, n);
+}
+__global__ void starling_lead_start_f64(LeadState<double> st, double eta, double threshold,
+                                        double lo, double hi, uint64_t n) {
+  leadStart(st, eta, threshold, lo, hi, n);
+}
+__global__ void starling_lead_prepare_f32(LeadState<float> st, float* out, float eta, uint64_t n) {
+  leadPrepare(st, out, eta, n);
+}
+__global__ void starling_lead_prepare_f64(LeadState<double> st, double* out, double eta,
+                                          uint64_t n) {
+  leadPrepare(st, out, eta, n);
+}
+__global__ void starling_lead_absorb_f32(LeadState<float> st, const float* own, CombineF32 nb,
+                                         float eta, float step, float a, float threshold, float lo,
+                                         float hi, uint64_t n) {
+  leadAbsorb(st, own, nb, eta, step, a, threshold, lo, hi, n);
+}
+__global__ void starling_lead_absorb_f64(LeadState<double> st, const double* own, CombineF64 nb,
+                                         double eta, double step, double a, double threshold,
+                                         double lo, double hi, uint64_t n) {
+  leadAbsorb(st, own, nb, eta, step, a, threshold, lo, hi, n);
+}
 
 __global__ void starling_choco_prepare_f32(float* x, const float* g, const float* s,
                                            const float* hat, float* out, float eta, float gamma,

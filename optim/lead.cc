@@ -3,6 +3,8 @@
 #include <map>
 #include <vector>
 
+#include "optim/elementwise.h"
+
 namespace starling::optim {
 namespace {
 
@@ -11,21 +13,12 @@ namespace {
 template <typename T>
 T neighbourPull(std::span<const NeighborMessage<T>> nbrs, std::span<const T> own, size_t k) {
   T acc = 0;
-  for (const auto& n : nbrs) acc += static_cast<T>(n.weight) * (n.message[k] - own[k]);
+  for (const auto& n : nbrs)
+    acc = elementwise::pullTerm(acc, static_cast<T>(n.weight), n.message[k], own[k]);
   return acc;
 }
 
-// sum += inc with Kahan compensation (`lost` carries what rounding dropped). The dual variables
-// (NIDS's z, LEAD's D) integrate increments that shrink to nothing at the fixed point while the
-// variables themselves stay of the size of x or of the gradients; dropped increments would
-// accumulate in their conserved sums over the nodes and move the fixed point (see Nids::absorb).
-template <typename T>
-void addCompensated(T& sum, T& lost, T inc) {
-  const T y = inc - lost;
-  const T t = sum + y;
-  lost = (t - sum) - y;
-  sum = t;
-}
+using elementwise::addCompensated;  // Kahan summation of the dual variables (elementwise.h)
 
 template <typename T>
 class Nids final : public Algorithm<T> {
@@ -115,10 +108,8 @@ class ProxLead final : public Algorithm<T> {
     const T eta = static_cast<T>(info.stepSize);
     if (!started_) start(info);
     oracle_.gradient(x_, g_);
-    for (size_t k = 0; k < dim; ++k) {
-      const T y = T(2) * x_[k] - z_[k] - eta * g_[k] - eta * d_[k];
-      out[k] = y - h_[k];
-    }
+    for (size_t k = 0; k < dim; ++k)
+      out[k] = elementwise::leadSend(x_[k], z_[k], g_[k], d_[k], h_[k], eta);
   }
 
   // Static W: needs only own q and w_ii q_i + sum_j w_ij q_j.
@@ -158,7 +149,7 @@ class ProxLead final : public Algorithm<T> {
     started_ = true;
     const T eta = static_cast<T>(info.stepSize);
     oracle_.gradient(x_, g_);
-    for (size_t k = 0; k < x_.size(); ++k) z_[k] = x_[k] - eta * g_[k];
+    for (size_t k = 0; k < x_.size(); ++k) z_[k] = elementwise::leadStart(x_[k], g_[k], eta);
     proximal<T>(r_, info.stepSize, z_, x_);
   }
 
@@ -196,10 +187,7 @@ class ProxLead final : public Algorithm<T> {
     const T a = alpha_;
     const T step = static_cast<T>(gamma_ / (2.0 * info.stepSize));
     for (size_t k = 0; k < dim; ++k) {
-      const T mixed = q[k] - wq[k];
-      addCompensated(d_[k], dLost_[k], step * (e_[k] + mixed));
-      e_[k] += a * mixed;
-      h_[k] += a * q[k];  // (1 - a) h + a yhat
+      elementwise::leadFinish(q[k], wq[k], d_[k], dLost_[k], e_[k], h_[k], step, a);
     }
     step2(info);
   }
@@ -207,7 +195,7 @@ class ProxLead final : public Algorithm<T> {
   // Z <- X - eta G - eta D;  X <- prox(Z).
   void step2(const RoundInfo& info) {
     const T eta = static_cast<T>(info.stepSize);
-    for (size_t k = 0; k < x_.size(); ++k) z_[k] = x_[k] - eta * g_[k] - eta * d_[k];
+    for (size_t k = 0; k < x_.size(); ++k) z_[k] = elementwise::leadStep(x_[k], g_[k], d_[k], eta);
     proximal<T>(r_, info.stepSize, z_, x_);
   }
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "optim/elementwise.h"
+
 namespace starling::optim {
 namespace {
 
@@ -56,32 +58,26 @@ double regularizerValue(const RegularizerSpec& r, std::span<const double> x) {
 }
 
 template <typename T>
+ProxParams<T> proxParams(const RegularizerSpec& r, double step) {
+  return {static_cast<T>(step * r.l1), inwardLower<T>(r.lower), inwardUpper<T>(r.upper)};
+}
+
+template <typename T>
 void proximal(const RegularizerSpec& r, double step, std::span<const T> v, std::span<T> out) {
   assert(v.size() == out.size() && step >= 0.0);
   // Each coordinate solves min_u l1|u| + (u - v)^2 / (2 step) on [lo, hi]: a one-dimensional
   // convex problem whose constrained minimiser is the unconstrained one (the soft threshold)
   // clamped to the interval. Reading v[k] before writing out[k] makes aliasing safe.
-  const T threshold = static_cast<T>(step * r.l1);
-  const T lo = inwardLower<T>(r.lower);
-  const T hi = inwardUpper<T>(r.upper);
-  for (size_t k = 0; k < v.size(); ++k) {
-    T u = v[k];
-    if (threshold > T(0)) {
-      if (u > threshold) {
-        u -= threshold;
-      } else if (u < -threshold) {
-        u += threshold;
-      } else {
-        u = T(0);
-      }
-    }
-    out[k] = u < lo ? lo : (u > hi ? hi : u);
-  }
+  const ProxParams<T> p = proxParams<T>(r, step);
+  for (size_t k = 0; k < v.size(); ++k)
+    out[k] = elementwise::proxL1Box(v[k], p.threshold, p.lo, p.hi);
 }
 
 template void proximal<float>(const RegularizerSpec&, double, std::span<const float>,
                               std::span<float>);
 template void proximal<double>(const RegularizerSpec&, double, std::span<const double>,
                                std::span<double>);
+template ProxParams<float> proxParams<float>(const RegularizerSpec&, double);
+template ProxParams<double> proxParams<double>(const RegularizerSpec&, double);
 
 }  // namespace starling::optim

@@ -38,4 +38,13 @@ double regularizerValue(const RegularizerSpec& r, std::span<const double> x);
 template <typename T>
 void proximal(const RegularizerSpec& r, double step, std::span<const T> v, std::span<T> out);
 
+// What proximal() applies to every coordinate (elementwise.h's proxL1Box): the soft threshold
+// step * l1 in T, and the box [lo, hi] rounded inwards to T.
+template <typename T>
+struct ProxParams {
+  T threshold, lo, hi;
+};
+template <typename T>
+ProxParams<T> proxParams(const RegularizerSpec& r, double step);
+
 }  // namespace starling::optim

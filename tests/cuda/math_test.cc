@@ -136,14 +136,30 @@ TEST_CASE("the combine term is the difference form's, in order", "[cuda][math]")
 TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][ptx]") {
   const std::string ptx = cuda::kKernelsPtx;
   REQUIRE(ptx.find(".target sm_80") != std::string::npos);
-  for (const char* k :
-       {"starling_encode_f16", "starling_encode_bf16", "starling_decode_f16",
-        "starling_decode_bf16", "starling_bucket_norms", "starling_bucket_norms_warp",
-        "starling_bucket_scales", "starling_scaled_codes", "starling_scaled_codes_words",
-        "starling_scaled_decode", "starling_combine_f32", "starling_combine_f64",
-        "starling_choco_prepare_f32", "starling_choco_prepare_f64", "starling_choco_absorb_f32",
-        "starling_choco_absorb_f64", "starling_choco_absorb_more_f32",
-        "starling_choco_absorb_more_f64"}) {
+  for (const char* k : {"starling_encode_f16",
+                        "starling_encode_bf16",
+                        "starling_decode_f16",
+                        "starling_decode_bf16",
+                        "starling_bucket_norms",
+                        "starling_bucket_norms_warp",
+                        "starling_bucket_scales",
+                        "starling_scaled_codes",
+                        "starling_scaled_codes_words",
+                        "starling_scaled_decode",
+                        "starling_combine_f32",
+                        "starling_combine_f64",
+                        "starling_choco_prepare_f32",
+                        "starling_choco_prepare_f64",
+                        "starling_choco_absorb_f32",
+                        "starling_choco_absorb_f64",
+                        "starling_choco_absorb_more_f32",
+                        "starling_choco_absorb_more_f64",
+                        "starling_lead_start_f32",
+                        "starling_lead_start_f64",
+                        "starling_lead_prepare_f32",
+                        "starling_lead_prepare_f64",
+                        "starling_lead_absorb_f32",
+                        "starling_lead_absorb_f64"}) {
     INFO(k);
     REQUIRE(ptx.find(std::string(".entry ") + k + "(") != std::string::npos);
   }
