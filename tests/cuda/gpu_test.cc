@@ -305,6 +305,20 @@ TEST_CASE("GPU scaled codecs are unbiased: the mean of many frames approaches x"
   }
 }
 
+// Vectors of n standard normal values in T, from a seeded generator.
+template <typename T>
+struct RandomVectors {
+  std::mt19937 gen;
+  std::normal_distribution<double> normal{0.0, 1.0};
+  size_t n;
+  RandomVectors(uint32_t seed, size_t size) : gen(seed), n(size) {}
+  std::vector<T> operator()() {
+    std::vector<T> v(n);
+    for (auto& e : v) e = static_cast<T>(normal(gen));
+    return v;
+  }
+};
+
 // A round's neighbour messages, on the host for the CPU algorithm and on the device for the GPU
 // one, each with weight w.
 template <typename T>
@@ -329,13 +343,7 @@ struct Neighbours {
 template <typename T>
 void checkCombine(size_t neighbours, size_t n) {
   cuda::GpuCodecs gpu(*theGpu);
-  std::mt19937 gen(static_cast<uint32_t>(neighbours * 7 + n));
-  std::normal_distribution<double> normal(0.0, 1.0);
-  auto vec = [&] {
-    std::vector<T> v(n);
-    for (auto& e : v) e = static_cast<T>(normal(gen));
-    return v;
-  };
+  RandomVectors<T> vec(static_cast<uint32_t>(neighbours * 7 + n), n);
   const auto start = vec(), self = vec();
   const Neighbours<T> nb(neighbours, 1.0 / static_cast<double>(neighbours + 1), vec);
   std::vector<T> cpu(n);
@@ -365,22 +373,27 @@ struct LinearOracle final : optim::GradientOracle<T> {
   }
 };
 
+// A linear gradient g = a x + b with random a and b, and a random starting point.
+template <typename T>
+struct LinearOracleWithStart {
+  LinearOracle<T> oracle;
+  std::vector<T> x0;
+  explicit LinearOracleWithStart(RandomVectors<T>& vec) {
+    oracle.a = vec();
+    oracle.b = vec();
+    x0 = vec();
+  }
+};
+
 // Three rounds of CHOCO-SGD (static W) on the GPU against optim's CPU algorithm: the messages
 // and the model bit for bit.
 template <typename T>
 void checkChoco(size_t neighbours, size_t n) {
   cuda::GpuCodecs gpu(*theGpu);
-  std::mt19937 gen(static_cast<uint32_t>(neighbours * 13 + n));
-  std::normal_distribution<double> normal(0.0, 1.0);
-  auto vec = [&] {
-    std::vector<T> v(n);
-    for (auto& e : v) e = static_cast<T>(normal(gen));
-    return v;
-  };
-  LinearOracle<T> oracle;
-  oracle.a = vec();
-  oracle.b = vec();
-  const auto x0 = vec();
+  RandomVectors<T> vec(static_cast<uint32_t>(neighbours * 13 + n), n);
+  const LinearOracleWithStart<T> problem(vec);
+  LinearOracle<T> oracle = problem.oracle;
+  const auto& x0 = problem.x0;
   optim::AlgorithmSpec spec;
   spec.gamma = 0.4;
   auto cpu = optim::createChoco<T>(spec, x0, oracle);
@@ -424,17 +437,10 @@ TEST_CASE("GPU CHOCO-SGD steps equal the CPU algorithm bit for bit", "[gpu]") {
 template <typename T>
 void checkLead(size_t neighbours, size_t n, const optim::RegularizerSpec& r) {
   cuda::GpuCodecs gpu(*theGpu);
-  std::mt19937 gen(static_cast<uint32_t>(neighbours * 17 + n));
-  std::normal_distribution<double> normal(0.0, 1.0);
-  auto vec = [&] {
-    std::vector<T> v(n);
-    for (auto& e : v) e = static_cast<T>(normal(gen));
-    return v;
-  };
-  LinearOracle<T> oracle;
-  oracle.a = vec();
-  oracle.b = vec();
-  const auto x0 = vec();
+  RandomVectors<T> vec(static_cast<uint32_t>(neighbours * 17 + n), n);
+  const LinearOracleWithStart<T> problem(vec);
+  LinearOracle<T> oracle = problem.oracle;
+  const auto& x0 = problem.x0;
   optim::AlgorithmSpec spec;
   spec.alpha = 0.3;
   spec.gamma = 0.7;
