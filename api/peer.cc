@@ -222,12 +222,15 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   STARLING_RETURN_IF_ERROR(writePending(st));
   engine::Node<T>& node = *st.stepNode;
   killIfScripted(st.engine.rounds());
-  std::optional<optim::AdaScaleSample> sample;
-  if (stats.gradientVariance) sample = {*stats.gradientVariance, *stats.gradientSquaredMean};
-  st.oracle.offer(params, grads, stats.loss.value_or(std::numeric_limits<double>::quiet_NaN()),
-                  sample);
   // A change due now restarts the algorithm.
   STARLING_RETURN_IF_ERROR(st.survival.prepare(kStepChannel));
+  std::optional<optim::AdaScaleSample> sample;
+  if (stats.gradientVariance) sample = {*stats.gradientVariance, *stats.gradientSquaredMean};
+  // The gradient is offered at the node's model, which holds what `params` holds (checked above,
+  // or just built or rejoined from them): the oracle then recognises the algorithm's request by
+  // its address instead of comparing every parameter a second time.
+  st.oracle.offer(node.model(), grads,
+                  stats.loss.value_or(std::numeric_limits<double>::quiet_NaN()), sample);
   if (node.algorithm().needsStart()) {
     // nids, lead, prox_lead: the local step from x0 (no message; round() stays).
     if (auto s = node.startAlgorithm(st.engine.rounds(), st.engine.stepSizeAt(lr)); !s.isOk()) {

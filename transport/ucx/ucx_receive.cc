@@ -102,11 +102,11 @@ void UcxTransport::deliver(const MessageKey& key, SharedBytes bytes) {
   stats_.bytesReceived += bytes->size();
   if (auto it = waiting_.find(key); it != waiting_.end()) {
     completeRecv(std::move(it->second.done), core::Status::ok(), std::move(bytes));
-    waiting_.erase(it);
+    waitingNodes_.erase(waiting_, it, clearWaiting);
   } else if (queuedMessages_ >= kMaxQueuedMessages) {
     corrupt("more than " + std::to_string(kMaxQueuedMessages) + " unclaimed messages; dropped one "
             "from rank " + std::to_string(key.from) + " for round " + std::to_string(key.tag.round));
-  } else if (auto& queue = arrived_[key]; queue.size() < kMaxQueuedPerKey) {
+  } else if (auto& queue = arrivedNodes_.at(arrived_, key); queue.size() < kMaxQueuedPerKey) {
     queue.push_back(std::move(bytes));
     queuedMessages_++;
   } else {
@@ -124,13 +124,13 @@ void UcxTransport::recv(int from, Tag tag, Clock::time_point deadline, RecvCallb
   const MessageKey key{from, tag};
   if (auto it = arrived_.find(key); it != arrived_.end()) {
     completeRecv(std::move(done), core::Status::ok(), std::move(it->second.front()));
-    it->second.pop_front();
+    it->second.erase(it->second.begin());
     queuedMessages_--;
-    if (it->second.empty()) arrived_.erase(it);
+    if (it->second.empty()) arrivedNodes_.erase(arrived_, it, clearQueue);
     return;
   }
   if (waiting_.count(key) == 0) {
-    waiting_.emplace(key, PendingRecv{deadline, std::move(done)});
+    waitingNodes_.at(waiting_, key) = PendingRecv{deadline, std::move(done)};
   } else {
     // One receive per key at a time; the second completes at once, with an error.
     completeRecv(std::move(done),

@@ -295,7 +295,7 @@ void UcxTransport::maintain(Clock::time_point now) {
     if (options_.failReceivesOfLostPeers && from.state == OutPeer::State::kFailed &&
         now >= from.failedAt + kLostPeerGrace) {
       completeRecv(std::move(it->second.done), from.failure);
-      it = waiting_.erase(it);
+      it = waitingNodes_.erase(waiting_, it, clearWaiting);
       continue;
     }
     if (it->second.deadline <= now) {
@@ -304,7 +304,7 @@ void UcxTransport::maintain(Clock::time_point now) {
       completeRecv(std::move(it->second.done),
                    core::timeout("no message from " + describe(from) + " for round " +
                                  std::to_string(it->first.tag.round)));
-      it = waiting_.erase(it);
+      it = waitingNodes_.erase(waiting_, it, clearWaiting);
     } else {
       ++it;
     }
@@ -366,10 +366,37 @@ Clock::time_point UcxTransport::nextWake(Clock::time_point until) const {
   return wake;
 }
 
+namespace {
+
+// The wait's handler, with its operation's memory in the transport (WaitArena): asio allocates an
+// operation per async_wait, and a peer that sleeps every round would allocate every round.
+template <typename T>
+struct ArenaAllocator {
+  using value_type = T;
+  WaitArena* arena;
+  explicit ArenaAllocator(WaitArena* a) : arena(a) {}
+  template <typename U>
+  ArenaAllocator(const ArenaAllocator<U>& other) : arena(other.arena) {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(arena->allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t) { arena->deallocate(p); }
+  friend bool operator==(const ArenaAllocator& a, const ArenaAllocator& b) {
+    return a.arena == b.arena;
+  }
+};
+
+struct WaitHandler {
+  bool* fired;
+  WaitArena* arena;
+  using allocator_type = ArenaAllocator<void>;
+  allocator_type get_allocator() const noexcept { return allocator_type(arena); }
+  void operator()(const boost::system::error_code&) const { *fired = true; }
+};
+
+}  // namespace
+
 void UcxTransport::waitForEvents(Clock::time_point wake) {
   bool fired = false;
-  efd_.async_wait(asio::posix::stream_descriptor::wait_read,
-                  [&fired](const boost::system::error_code&) { fired = true; });
+  efd_.async_wait(asio::posix::stream_descriptor::wait_read, WaitHandler{&fired, &waitArena_});
   io_.restart();
   io_.run_one_until(wake);
   if (!fired) {

@@ -19,6 +19,7 @@
 
 #include "transport/auth.h"
 #include "transport/buffer_pool.h"
+#include "transport/recycling.h"
 #include "transport/ucx/ucx_bootstrap.h"
 #include "transport/ucx/ucx_shm.h"
 #include "transport/ucx/ucx_status.h"
@@ -95,6 +96,7 @@ class UcxTransport;
 
 // One send in flight or waiting for a connection.
 struct SendOp {
+  STARLING_RECYCLED(SendOp)
   UcxTransport* transport;
   int peer;
   uint64_t generation;  // of the endpoint it was posted on
@@ -141,6 +143,7 @@ struct FlushOp {
 
 // One rendezvous receive in flight.
 struct RecvOp {
+  STARLING_RECYCLED(RecvOp)
   UcxTransport* transport;
   MessageKey key;
   std::shared_ptr<Bytes> buffer;
@@ -177,6 +180,30 @@ struct OutPeer {
   // deadline), and the last one's reason: named when the deadline passes.
   uint64_t handshakeFailures = 0;
   std::string lastHandshakeError;
+};
+
+// Memory for the one wait operation in flight at a time (waitForEvents); a larger or second
+// request falls back to the heap.
+class WaitArena {
+ public:
+  void* allocate(size_t n) {
+    if (!used_ && n <= sizeof(block_)) {
+      used_ = true;
+      return block_;
+    }
+    return ::operator new(n);
+  }
+  void deallocate(void* p) {
+    if (p == block_) {
+      used_ = false;
+    } else {
+      ::operator delete(p);
+    }
+  }
+
+ private:
+  alignas(std::max_align_t) std::byte block_[512];
+  bool used_ = false;
 };
 
 struct PendingRecv {
@@ -314,6 +341,7 @@ class UcxTransport final : public Transport {
 
   Options options_;
   Handle h_;
+  WaitArena waitArena_;  // before io_: a wait still pending when io_ goes gives its memory back
   asio::io_context io_;
   asio::posix::stream_descriptor efd_;
 
@@ -321,9 +349,16 @@ class UcxTransport final : public Transport {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<void*> closing_;          // close requests still in flight
   BufferPool recvPool_{32};  // receive buffers, reused once the node has let go of them
-  std::map<MessageKey, std::deque<SharedBytes>> arrived_;
+  // In arrival order, at most kMaxQueuedPerKey each: a vector (a deque used as a queue allocates
+  // a chunk every few dozen messages even when it never holds more than one).
+  std::map<MessageKey, std::vector<SharedBytes>> arrived_;
   size_t queuedMessages_ = 0;  // in arrived_
   std::map<MessageKey, PendingRecv> waiting_;
+  // Their erased nodes, kept for the next message (an emptied queue keeps its storage).
+  NodeCache<decltype(arrived_)> arrivedNodes_;
+  NodeCache<decltype(waiting_)> waitingNodes_;
+  static void clearQueue(std::vector<SharedBytes>& q) { q.clear(); }
+  static void clearWaiting(PendingRecv& w) { w.done = nullptr; }
   // A finished send or receive whose callback progress() runs.
   struct Completion {
     SendCallback send;
