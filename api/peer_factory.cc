@@ -291,10 +291,27 @@ std::string scenarioJson(const PeerConfig& c) {
   return j.dump(2);
 }
 
+// scenarioJson with `overrides` merged in (PeerConfig::overrides).
+Result<std::string> mergedScenarioJson(const PeerConfig& c) {
+  const std::string base = scenarioJson(c);
+  if (c.overrides.empty()) return base;
+  nlohmann::ordered_json patch =
+      nlohmann::ordered_json::parse(c.overrides, nullptr, /*allow_exceptions=*/false);
+  if (patch.is_discarded() || !patch.is_object()) {
+    return core::invalidArgument("PeerConfig::overrides: not a JSON object: " +
+                                 c.overrides.substr(0, 200));
+  }
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(base);
+  j.merge_patch(patch);
+  return j.dump(2);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Peer>> Peer::fromConfig(const PeerConfig& config) {
-  auto s = scenario::parseScenario(scenarioJson(config), "PeerConfig", ".");
+  auto json = mergedScenarioJson(config);
+  if (!json) return json.status();
+  auto s = scenario::parseScenario(*json, "PeerConfig", ".");
   if (!s) return s.status();
   PeerOptions options;
   options.outDir = config.outDir;

@@ -67,6 +67,8 @@ const std::vector<CodecKey>& table(Kind kind) {
       integer("share_every", 1, kMaxRounds, 10, STARLING_FIELD(shareEvery)),
       {"learning_rate", Type::kNumber, 0, 1, true, 1e-3, {}, nullptr, nullptr,
        STARLING_FIELD(learningRate)}};
+  static const std::vector<CodecKey> kInt8{
+      integer("chunk", 1, kMaxUint32, 256, STARLING_FIELD(scaleChunk))};
   switch (kind) {
     case Kind::kTopK: return kTopK;
     case Kind::kRandK: return kRandK;
@@ -78,6 +80,7 @@ const std::vector<CodecKey>& table(Kind kind) {
     case Kind::kAdaComp: return kAdaComp;
     case Kind::kDqsgd: return kDqsgd;
     case Kind::kLgc: return kLgc;
+    case Kind::kInt8: return kInt8;
     default: return kNone;  // identity, fp16, bf16, sign, natural: no keys
   }
 }

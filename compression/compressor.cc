@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iterator>
 #include <string>
+#include <type_traits>
 
 #include "compression/codecs/codecs.h"
 
@@ -14,47 +15,7 @@ namespace {
 
 using Kind = CompressorSpec::Kind;
 
-constexpr CompressorKindInfo kKinds[] = {
-    {Kind::kIdentity, "identity", CodecId::kIdentity},
-    {Kind::kFp16, "fp16", CodecId::kFp16},
-    {Kind::kBf16, "bf16", CodecId::kBf16},
-    {Kind::kTopK, "topk", CodecId::kTopK},
-    {Kind::kRandK, "randk", CodecId::kRandK},
-    {Kind::kSign, "sign", CodecId::kSign},
-    {Kind::kQsgd, "qsgd", CodecId::kQsgd},
-    {Kind::kNuqsgd, "nuqsgd", CodecId::kNuqsgd},
-    {Kind::kNatural, "natural", CodecId::kNatural},
-    {Kind::kNaturalDithering, "natural_dithering", CodecId::kNaturalDithering},
-    {Kind::kTopKDithering, "topk_dithering", CodecId::kTopKDithering},
-    {Kind::kCountSketch, "countsketch", CodecId::kCountSketch},
-    {Kind::kAdaComp, "adacomp", CodecId::kAdaComp},
-    {Kind::kDqsgd, "dqsgd", CodecId::kDqsgd},
-    {Kind::kLgc, "lgc", CodecId::kLgc},
-};
-
-constexpr bool inKindOrder() {
-  for (size_t i = 0; i < std::size(kKinds); ++i) {
-    if (static_cast<size_t>(kKinds[i].kind) != i) return false;
-  }
-  return true;
-}
-static_assert(inKindOrder(), "kKinds must list every CompressorSpec::Kind, in order");
-
 }  // namespace
-
-std::span<const CompressorKindInfo> compressorKinds() { return kKinds; }
-
-std::optional<CompressorSpec::Kind> compressorKindFromName(std::string_view name) {
-  for (const auto& k : kKinds) {
-    if (name == k.name) return k.kind;
-  }
-  return std::nullopt;
-}
-
-const char* compressorKindName(CompressorSpec::Kind kind) {
-  const auto i = static_cast<size_t>(kind);
-  return i < std::size(kKinds) ? kKinds[i].name : "unknown";
-}
 
 namespace {
 
@@ -95,77 +56,173 @@ core::Status checkCountSketch(const CompressorSpec& spec) {
   return checkSparse(spec);
 }
 
+// Each codec's builder: its ranges beyond the key table's (a spec built in code, not parsed, is
+// checked here too), then its construction point in codecs.h.
+template <typename T>
+using Built = core::Result<std::unique_ptr<Compressor<T>>>;
+
+template <typename T>
+Built<T> buildIdentity(const CompressorSpec&) { return codecs::makeIdentity<T>(); }
+template <typename T>
+Built<T> buildFp16(const CompressorSpec&) { return codecs::makeFp16<T>(); }
+template <typename T>
+Built<T> buildBf16(const CompressorSpec&) { return codecs::makeBf16<T>(); }
+template <typename T>
+Built<T> buildTopK(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkSparse(spec));
+  return codecs::makeTopK<T>(spec.k, spec.ratio);
+}
+template <typename T>
+Built<T> buildRandK(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkSparse(spec));
+  return codecs::makeRandK<T>(spec.k, spec.ratio, spec.scaled);
+}
+template <typename T>
+Built<T> buildSign(const CompressorSpec&) { return codecs::makeSign<T>(); }
+template <typename T>
+Built<T> buildQsgd(const CompressorSpec& spec) {
+  if (spec.bits < 2 || spec.bits > 8) {
+    return core::invalidArgument("qsgd: bits must be in 2..8, got " + std::to_string(spec.bits));
+  }
+  if (spec.bucket < 1 || spec.bucket > UINT32_MAX) {
+    return core::invalidArgument("qsgd: bucket must be in 1..2^32-1, got " +
+                                 std::to_string(spec.bucket));
+  }
+  return codecs::makeQsgd<T>(spec.bits, static_cast<uint32_t>(spec.bucket), spec.linf);
+}
+template <typename T>
+Built<T> buildNuqsgd(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkRange("nuqsgd: bits", spec.bits, 2, 8));
+  STARLING_RETURN_IF_ERROR(checkBucket(spec));
+  return codecs::makeNuqsgd<T>(spec.bits, static_cast<uint32_t>(spec.bucket));
+}
+template <typename T>
+Built<T> buildNatural(const CompressorSpec&) { return codecs::makeNatural<T>(); }
+template <typename T>
+Built<T> buildNaturalDithering(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkRange("natural_dithering: levels", spec.levels, 1, 30));
+  return codecs::makeNaturalDithering<T>(spec.levels, spec.linf);
+}
+template <typename T>
+Built<T> buildTopKDithering(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkRange("topk_dithering: levels", spec.levels, 1, 30));
+  STARLING_RETURN_IF_ERROR(checkSparse(spec));
+  return codecs::makeTopKDithering<T>(spec.k, spec.ratio, spec.levels);
+}
+template <typename T>
+Built<T> buildCountSketch(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkCountSketch(spec));
+  return codecs::makeCountSketch<T>(spec);
+}
+template <typename T>
+Built<T> buildAdaComp(const CompressorSpec& spec) {
+  if (spec.bin < 1 || spec.bin > UINT32_MAX) {
+    return core::invalidArgument("adacomp: bin must be in 1..2^32-1, got " +
+                                 std::to_string(spec.bin));
+  }
+  return codecs::makeAdaComp<T>(spec.bin);
+}
+template <typename T>
+Built<T> buildDqsgd(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkRange("dqsgd: min_bits", spec.minBits, 2, 8));
+  STARLING_RETURN_IF_ERROR(checkRange("dqsgd: max_bits", spec.maxBits, spec.minBits, 8));
+  if (!(spec.target > 0.0) || !std::isfinite(spec.target)) {
+    return core::invalidArgument("dqsgd: target must be a finite number > 0");
+  }
+  STARLING_RETURN_IF_ERROR(checkBucket(spec));
+  return codecs::makeDqsgd<T>(spec.minBits, spec.maxBits, spec.target,
+                              static_cast<uint32_t>(spec.bucket));
+}
+template <typename T>
+Built<T> buildLgc(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkSparse(spec));
+  STARLING_RETURN_IF_ERROR(checkRange("lgc: chunk", spec.chunk, 2, 4096));
+  STARLING_RETURN_IF_ERROR(checkRange("lgc: hidden", spec.hidden, 1, 4096));
+  STARLING_RETURN_IF_ERROR(checkRange("lgc: latent", spec.latent, 1, spec.chunk - 1));
+  if (!(spec.learningRate > 0.0) || !std::isfinite(spec.learningRate)) {
+    return core::invalidArgument("lgc: learning_rate must be a finite number > 0");
+  }
+  return codecs::makeLgc<T>(spec);
+}
+template <typename T>
+Built<T> buildInt8(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(
+      checkRange("int8: chunk", static_cast<int64_t>(spec.scaleChunk), 1, UINT32_MAX));
+  return codecs::makeInt8<T>(spec.scaleChunk);
+}
+
+#define STARLING_CODEC(K, NAME, BUILD, SUMMARY) \
+  CodecInfo { Kind::K, NAME, CodecId::K, SUMMARY, &BUILD<float>, &BUILD<double> }
+
+// The codecs: one row each, in Kind order. A new codec is its file in codecs/, its row here and
+// its keys' rows in codec_keys.cc (docs/architecture.md, "Adding a codec").
+constexpr CodecInfo kCodecs[] = {
+    STARLING_CODEC(kIdentity, "identity", buildIdentity, "the vector as it is"),
+    STARLING_CODEC(kFp16, "fp16", buildFp16, "IEEE half precision, round to nearest even"),
+    STARLING_CODEC(kBf16, "bf16", buildBf16, "bfloat16, round to nearest even"),
+    STARLING_CODEC(kTopK, "topk", buildTopK, "the k largest magnitudes and their indices"),
+    STARLING_CODEC(kRandK, "randk", buildRandK, "k random elements, scaled by d/k (unbiased)"),
+    STARLING_CODEC(kSign, "sign", buildSign, "signs times the mean magnitude"),
+    STARLING_CODEC(kQsgd, "qsgd", buildQsgd, "bucket norms and stochastic uniform levels"),
+    STARLING_CODEC(kNuqsgd, "nuqsgd", buildNuqsgd,
+                   "bucket norms and stochastic exponential levels"),
+    STARLING_CODEC(kNatural, "natural", buildNatural,
+                   "each value rounded stochastically to a power of two"),
+    STARLING_CODEC(kNaturalDithering, "natural_dithering", buildNaturalDithering,
+                   "the norm and stochastic levels 2^-j"),
+    STARLING_CODEC(kTopKDithering, "topk_dithering", buildTopKDithering,
+                   "top-k, then natural dithering of the kept values"),
+    STARLING_CODEC(kCountSketch, "countsketch", buildCountSketch,
+                   "a rows x cols Count-Sketch table (linear: summed before decoding)"),
+    STARLING_CODEC(kAdaComp, "adacomp", buildAdaComp,
+                   "per-bin self-adaptive thresholds with its own residue"),
+    STARLING_CODEC(kDqsgd, "dqsgd", buildDqsgd, "qsgd whose bits follow a variance budget"),
+    STARLING_CODEC(kLgc, "lgc", buildLgc, "top-k whose values a learned autoencoder codes"),
+    STARLING_CODEC(kInt8, "int8", buildInt8,
+                   "a float32 scale per chunk and a signed byte per value"),
+};
+
+#undef STARLING_CODEC
+
+constexpr bool inKindOrder() {
+  for (size_t i = 0; i < std::size(kCodecs); ++i) {
+    if (static_cast<size_t>(kCodecs[i].kind) != i) return false;
+  }
+  return true;
+}
+static_assert(inKindOrder(), "kCodecs must list every CompressorSpec::Kind, in order");
+
 template <typename T>
 core::Result<std::unique_ptr<Compressor<T>>> createInner(const CompressorSpec& spec) {
-  switch (spec.kind) {
-    case CompressorSpec::Kind::kIdentity:
-      return codecs::makeIdentity<T>();
-    case CompressorSpec::Kind::kFp16:
-      return codecs::makeFp16<T>();
-    case CompressorSpec::Kind::kBf16:
-      return codecs::makeBf16<T>();
-    case CompressorSpec::Kind::kTopK:
-      STARLING_RETURN_IF_ERROR(checkSparse(spec));
-      return codecs::makeTopK<T>(spec.k, spec.ratio);
-    case CompressorSpec::Kind::kRandK:
-      STARLING_RETURN_IF_ERROR(checkSparse(spec));
-      return codecs::makeRandK<T>(spec.k, spec.ratio, spec.scaled);
-    case CompressorSpec::Kind::kSign:
-      return codecs::makeSign<T>();
-    case CompressorSpec::Kind::kQsgd:
-      if (spec.bits < 2 || spec.bits > 8) {
-        return core::invalidArgument("qsgd: bits must be in 2..8, got " +
-                                     std::to_string(spec.bits));
-      }
-      if (spec.bucket < 1 || spec.bucket > UINT32_MAX) {
-        return core::invalidArgument("qsgd: bucket must be in 1..2^32-1, got " +
-                                     std::to_string(spec.bucket));
-      }
-      return codecs::makeQsgd<T>(spec.bits, static_cast<uint32_t>(spec.bucket), spec.linf);
-    case CompressorSpec::Kind::kNuqsgd:
-      STARLING_RETURN_IF_ERROR(checkRange("nuqsgd: bits", spec.bits, 2, 8));
-      STARLING_RETURN_IF_ERROR(checkBucket(spec));
-      return codecs::makeNuqsgd<T>(spec.bits, static_cast<uint32_t>(spec.bucket));
-    case CompressorSpec::Kind::kNatural:
-      return codecs::makeNatural<T>();
-    case CompressorSpec::Kind::kNaturalDithering:
-      STARLING_RETURN_IF_ERROR(checkRange("natural_dithering: levels", spec.levels, 1, 30));
-      return codecs::makeNaturalDithering<T>(spec.levels, spec.linf);
-    case CompressorSpec::Kind::kTopKDithering:
-      STARLING_RETURN_IF_ERROR(checkRange("topk_dithering: levels", spec.levels, 1, 30));
-      STARLING_RETURN_IF_ERROR(checkSparse(spec));
-      return codecs::makeTopKDithering<T>(spec.k, spec.ratio, spec.levels);
-    case CompressorSpec::Kind::kCountSketch:
-      STARLING_RETURN_IF_ERROR(checkCountSketch(spec));
-      return codecs::makeCountSketch<T>(spec);
-    case CompressorSpec::Kind::kAdaComp:
-      if (spec.bin < 1 || spec.bin > UINT32_MAX) {
-        return core::invalidArgument("adacomp: bin must be in 1..2^32-1, got " +
-                                     std::to_string(spec.bin));
-      }
-      return codecs::makeAdaComp<T>(spec.bin);
-    case CompressorSpec::Kind::kDqsgd:
-      STARLING_RETURN_IF_ERROR(checkRange("dqsgd: min_bits", spec.minBits, 2, 8));
-      STARLING_RETURN_IF_ERROR(checkRange("dqsgd: max_bits", spec.maxBits, spec.minBits, 8));
-      if (!(spec.target > 0.0) || !std::isfinite(spec.target)) {
-        return core::invalidArgument("dqsgd: target must be a finite number > 0");
-      }
-      STARLING_RETURN_IF_ERROR(checkBucket(spec));
-      return codecs::makeDqsgd<T>(spec.minBits, spec.maxBits, spec.target,
-                                  static_cast<uint32_t>(spec.bucket));
-    case CompressorSpec::Kind::kLgc:
-      STARLING_RETURN_IF_ERROR(checkSparse(spec));
-      STARLING_RETURN_IF_ERROR(checkRange("lgc: chunk", spec.chunk, 2, 4096));
-      STARLING_RETURN_IF_ERROR(checkRange("lgc: hidden", spec.hidden, 1, 4096));
-      STARLING_RETURN_IF_ERROR(checkRange("lgc: latent", spec.latent, 1, spec.chunk - 1));
-      if (!(spec.learningRate > 0.0) || !std::isfinite(spec.learningRate)) {
-        return core::invalidArgument("lgc: learning_rate must be a finite number > 0");
-      }
-      return codecs::makeLgc<T>(spec);
+  const auto i = static_cast<size_t>(spec.kind);
+  if (i >= std::size(kCodecs)) {
+    return core::invalidArgument("unknown compressor kind " +
+                                 std::to_string(static_cast<int>(spec.kind)));
   }
-  return core::invalidArgument("unknown compressor kind " +
-                               std::to_string(static_cast<int>(spec.kind)));
+  if constexpr (std::is_same_v<T, float>) {
+    return kCodecs[i].makeFloat(spec);
+  } else {
+    return kCodecs[i].makeDouble(spec);
+  }
 }
+
+}  // namespace
+
+std::span<const CodecInfo> compressorKinds() { return kCodecs; }
+
+std::optional<CompressorSpec::Kind> compressorKindFromName(std::string_view name) {
+  for (const auto& k : kCodecs) {
+    if (name == k.name) return k.kind;
+  }
+  return std::nullopt;
+}
+
+const char* compressorKindName(CompressorSpec::Kind kind) {
+  const auto i = static_cast<size_t>(kind);
+  return i < std::size(kCodecs) ? kCodecs[i].name : "unknown";
+}
+
+namespace {
 
 // One codec as the spec's own keys select it (its `layers` aside).
 template <typename T>

@@ -57,6 +57,7 @@ struct CompressorSpec {
     kAdaComp,
     kDqsgd,
     kLgc,
+    kInt8,
   };
   Kind kind = Kind::kIdentity;
   // topk / randk: keep k elements, or ratio * d (rounded up, at least 1) when k == 0.
@@ -99,6 +100,8 @@ struct CompressorSpec {
   uint64_t refresh = 50;
   uint64_t shareEvery = 10;  // warm-up frames carry the network every shareEvery rounds
   double learningRate = 1e-3;
+  // int8 (docs/compression.md "int8"): one float32 scale per `scaleChunk` values (key "chunk").
+  uint32_t scaleChunk = 256;
   // Wraps the codec: p = C(e + v), e <- e + v - p (docs/algorithms.md §13).
   bool errorFeedback = false;
   // Layer-aware compression (docs/compression.md): each rule's codec for the tensors it names,
@@ -140,12 +143,21 @@ const char* compressorKindName(CompressorSpec::Kind kind);
 // "compression": {"kind": ...} (and compressorKindName prints), and the codec id its frames carry
 // (the wire format, docs/wire_format.md). The scenario parser and the tools read it; nothing
 // else lists the names.
-struct CompressorKindInfo {
+template <typename T>
+class Compressor;
+// One codec's descriptor: its kind, name, wire id, a one-line summary, and its factory for each
+// element type (the ranges of its keys checked, then the codec built). Its keys are
+// codecKeys(kind) (codec_keys.h).
+struct CodecInfo {
   CompressorSpec::Kind kind;
   const char* name;
   CodecId codec;
+  const char* summary;
+  core::Result<std::unique_ptr<Compressor<float>>> (*makeFloat)(const CompressorSpec&);
+  core::Result<std::unique_ptr<Compressor<double>>> (*makeDouble)(const CompressorSpec&);
 };
-std::span<const CompressorKindInfo> compressorKinds();
+using CompressorKindInfo = CodecInfo;
+std::span<const CodecInfo> compressorKinds();
 // The kind a name selects, or nullopt.
 std::optional<CompressorSpec::Kind> compressorKindFromName(std::string_view name);
 

@@ -40,6 +40,7 @@ enum class CodecId : uint8_t {
   // a "compression" object's "layers", not by a kind of its own.
   kLayered = 14,
   kLgc = 15,
+  kInt8 = 16,
 };
 
 // Element types of the model state.

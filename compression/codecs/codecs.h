@@ -54,6 +54,9 @@ std::unique_ptr<Compressor<T>> makeDqsgd(int minBits, int maxBits, double target
 // Parameters validated by createCompressor (docs/compression.md "LGC").
 template <typename T>
 std::unique_ptr<Compressor<T>> makeLgc(const CompressorSpec& spec);
+// chunk in [1, 2^32 - 1].
+template <typename T>
+std::unique_ptr<Compressor<T>> makeInt8(uint32_t chunk);
 // Wraps `inner` with error feedback.
 template <typename T>
 std::unique_ptr<Compressor<T>> makeErrorFeedback(std::unique_ptr<Compressor<T>> inner);

@@ -140,6 +140,12 @@ struct PeerConfig {
   uint64_t roundTimeoutMs = 30000;
 
   std::string outDir;  // where peers/rank-R.jsonl goes; empty: nothing is written
+
+  // Every other scenario key: a JSON object merged into the scenario the fields above describe
+  // (RFC 7386: an object merges key by key, a value replaces, null removes), then validated with
+  // the same messages as a file, e.g. R"({"compression": {"kind": "int8", "error_feedback":
+  // true}})" for a codec the enums above leave out (scenarios/README.md lists every key).
+  std::string overrides;
 };
 
 // Where a Peer made from a scenario file writes and listens.

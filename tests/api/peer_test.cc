@@ -398,6 +398,66 @@ TEST_CASE("Peer::fromConfig is the scenario it stands for", "[api][unit]") {
   }
 }
 
+TEST_CASE("PeerConfig::overrides: any scenario key, merged in and validated as a file's",
+          "[api][unit]") {
+  SECTION("CHOCO with int8 frames (a codec PeerConfig's enum leaves out) equals the file's run") {
+    PeerConfig c;
+    c.nodes = 4;
+    c.algorithm = PeerConfig::Algorithm::kChoco;
+    c.stepSize = 0.1;
+    c.gamma = 0.5;
+    c.transport = PeerConfig::Transport::kInProcess;
+    c.overrides = R"({"compression": {"kind": "int8", "chunk": 3}, "name": "merged"})";
+    const auto path = writeScenario(
+        "overrides", ring4(R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5},
+                              "compression": {"kind": "int8", "chunk": 3})",
+                           10, kInproc));
+    const auto e = experiment(path);
+    auto sim = runtime::simulate(e, {});
+    REQUIRE(sim.isOk());
+    std::vector<std::vector<double>> models(4);
+    const auto statuses = onThreads(4, [&](int rank) -> Status {
+      PeerConfig mine = c;
+      mine.rank = rank;
+      auto peer = Peer::fromConfig(mine);
+      if (!peer) return peer.status();
+      auto objective = optim::LocalObjective<double>::create(
+          e.scenario.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), 4);
+      std::vector<double> x(static_cast<size_t>(e.data.features), 0.0), g(x.size());
+      for (int t = 0; t < 10; ++t) {
+        objective->gradient(x, g);
+        STARLING_RETURN_IF_ERROR((*peer)->step(std::span<double>(x), std::span<const double>(g)));
+      }
+      models[rank] = x;
+      return (*peer)->close();
+    });
+    for (const auto& st : statuses) {
+      INFO(st.toString());
+      REQUIRE(st.isOk());
+    }
+    // int8 rounds deterministically, so the codec streams' seeds do not matter: bit for bit.
+    for (int r = 0; r < 4; ++r) CHECK(models[r] == sim->models[r]);
+  }
+  SECTION("a bad key in the overrides is named by its JSON path; a non-object is refused") {
+    PeerConfig c;
+    c.nodes = 4;
+    c.transport = PeerConfig::Transport::kInProcess;
+    c.overrides = R"({"compression": {"kind": "int8", "chunk": 0}})";
+    auto peer = Peer::fromConfig(c);
+    REQUIRE_FALSE(peer);
+    CHECK(peer.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(peer.status().message(), Contains("/compression/chunk"));
+    c.overrides = "[1, 2]";
+    peer = Peer::fromConfig(c);
+    REQUIRE_FALSE(peer);
+    CHECK_THAT(peer.status().message(), Contains("PeerConfig::overrides: not a JSON object"));
+    c.overrides = R"({"nodes": null})";  // null removes a key: the parser then names it missing
+    peer = Peer::fromConfig(c);
+    REQUIRE_FALSE(peer);
+    CHECK_THAT(peer.status().message(), Contains("nodes"));
+  }
+}
+
 TEST_CASE("codistillation: step() exchanges every period steps and neighbourModels() gives the "
           "copies", "[api][unit][codistillation]") {
   // Ring of 4, every trainer's gradient 1 everywhere: rank i's parameters after t steps are

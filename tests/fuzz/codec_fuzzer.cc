@@ -96,6 +96,9 @@ CompressorSpec specFor(Kind kind, bool variant) {
       if (variant) s.maxBits = 3;
       if (variant) s.bucket = 7;
       break;
+    case Kind::kInt8:
+      if (variant) s.scaleChunk = 3;
+      break;
     case Kind::kLgc:
       // Seeds of every mode: the typical set ships a new decoder every round (mode 2); the
       // corner has a warm-up round (mode 0), then one version kept (mode 2, then mode 1).
