@@ -13,7 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include "peer_testing.h"
+
 using namespace starling;
+using starling::peer_testing::onThreads;
+
+namespace local_optimizer_test {
 using Catch::Matchers::Contains;
 
 namespace {
@@ -21,14 +26,6 @@ namespace {
 constexpr int kNodes = 2;
 constexpr int kSteps = 5;
 const std::vector<size_t> kLayout = {3, 2};
-
-std::vector<Status> onThreads(int n, const std::function<Status(int)>& body) {
-  std::vector<Status> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { out[r] = body(r); });
-  for (auto& t : threads) t.join();
-  return out;
-}
 
 // The start: both ranks' second tensor is 0 (LAMB's ||x_l|| = 0 guard at the first step).
 std::vector<double> start(int rank) {
@@ -274,3 +271,5 @@ TEST_CASE("the layout and the local optimizer are refused with clear errors", "[
     for (float v : x) CHECK(v == Approx(0.75).epsilon(1e-6));
   }
 }
+
+}  // namespace local_optimizer_test

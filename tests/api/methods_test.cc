@@ -17,19 +17,16 @@
 #include <thread>
 #include <vector>
 
+#include "peer_testing.h"
+
 using namespace starling;
+using starling::peer_testing::onThreads;
+
+namespace methods_test {
 
 namespace {
 
 using Vec = std::vector<double>;
-
-std::vector<Status> onThreads(int n, const std::function<Status(int)>& body) {
-  std::vector<Status> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { out[r] = body(r); });
-  for (auto& t : threads) t.join();
-  return out;
-}
 
 std::string scenarioFile(const std::string& name, int nodes, const std::string& algorithm) {
   const auto path = std::filesystem::temp_directory_path() /
@@ -234,3 +231,5 @@ TEST_CASE("Peer::step with asynchronous gossip: max_staleness 0 is the synchrono
   std::printf("asynchronous trainers, max_staleness 2, rank 2 slow: %d steps end within %.2e of "
               "the synchronous models\n", kSteps, worst);
 }
+
+}  // namespace methods_test

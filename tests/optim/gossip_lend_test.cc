@@ -16,12 +16,12 @@ namespace starling::optim {
 namespace {
 
 // Three partial blocks of the combine (1,024 values), odd, so no loop ends on a block boundary.
-constexpr size_t kDim = 2 * 1024 + 517;
+constexpr size_t kLendDim = 2 * 1024 + 517;
 
 template <typename T>
 std::vector<T> values(double base, double slope) {
-  std::vector<T> v(kDim);
-  for (size_t k = 0; k < kDim; ++k) {
+  std::vector<T> v(kLendDim);
+  for (size_t k = 0; k < kLendDim; ++k) {
     v[k] = static_cast<T>(base + slope * static_cast<double>(k % 89));
   }
   return v;
@@ -54,9 +54,9 @@ std::vector<NeighborMessage<T>> messages(const std::vector<std::vector<T>>& m,
 
 template <typename T>
 std::vector<T> prepared(GossipAlgorithm<T>& g, const RoundInfo& info) {
-  std::vector<T> frame(kDim, T(-9));
-  for (size_t b = 0; b < kDim; b += 4096) {  // the node's block walk
-    const size_t n = std::min<size_t>(4096, kDim - b);
+  std::vector<T> frame(kLendDim, T(-9));
+  for (size_t b = 0; b < kLendDim; b += 4096) {  // the node's block walk
+    const size_t n = std::min<size_t>(4096, kLendDim - b);
     g.prepareBlock(info, b, std::span<T>(frame).subspan(b, n));
   }
   return frame;
@@ -67,12 +67,12 @@ TEMPLATE_TEST_CASE("plain gossip on a lent buffer mixes into it, as the copying 
   const double gamma = 0.8;
   const std::vector<double> w = {0.3, 0.25};
   const RoundInfo info{0, 0.0, 0.45};
-  auto lent = createGossip<TestType>(gamma, kDim, /*compressed=*/false, /*timeVarying=*/false);
-  auto copying = createGossip<TestType>(gamma, kDim, false, false);
+  auto lent = createGossip<TestType>(gamma, kLendDim, /*compressed=*/false, /*timeVarying=*/false);
+  auto copying = createGossip<TestType>(gamma, kLendDim, false, false);
   std::vector<TestType> user = values<TestType>(0.5, 0.01);
   for (int round = 0; round < 3; ++round) {
     // The trainer moves its parameters between rounds; each round lends them anew.
-    for (size_t k = 0; k < kDim; ++k) user[k] += static_cast<TestType>(0.001 * (k % 7) - 0.003);
+    for (size_t k = 0; k < kLendDim; ++k) user[k] += static_cast<TestType>(0.001 * (k % 7) - 0.003);
     const std::vector<TestType> x = user;
     const std::vector<std::vector<TestType>> m = {values<TestType>(1.0 + round, 0.02),
                                                   values<TestType>(-2.0, 0.005 * round)};
@@ -92,7 +92,7 @@ TEMPLATE_TEST_CASE("plain gossip on a lent buffer mixes into it, as the copying 
     // After release the gossip keeps its own copy: a trainer that reuses (or frees) the
     // buffer changes nothing the engine reads between rounds (logs, a rejoining neighbour).
     std::vector<TestType> scribble = user;
-    user.assign(kDim, TestType(123));
+    user.assign(kLendDim, TestType(123));
     CHECK(std::vector<TestType>(lent->model().begin(), lent->model().end()) == want);
     user = scribble;
   }
@@ -111,7 +111,7 @@ TEMPLATE_TEST_CASE("plain gossip's combine matches the hand-written round for 0 
         m.push_back(values<TestType>(0.3 * static_cast<double>(j) - 1.0, 0.003 * (j + 1)));
         w.push_back(0.1 + 0.03 * static_cast<double>(j));
       }
-      auto g = createGossip<TestType>(0.9, kDim, false, false);
+      auto g = createGossip<TestType>(0.9, kLendDim, false, false);
       std::vector<TestType> user = values<TestType>(0.7, -0.002);
       const std::vector<TestType> x = user;
       if (lend) {
@@ -132,11 +132,11 @@ TEMPLATE_TEST_CASE("plain gossip's combine matches the hand-written round for 0 
 
 TEMPLATE_TEST_CASE("a lent round that diverges leaves the trainer's buffer as it was lent",
                    "[optim][unit]", float, double) {
-  auto g = createGossip<TestType>(1.0, kDim, false, false);
+  auto g = createGossip<TestType>(1.0, kLendDim, false, false);
   const RoundInfo info{0, 0.0, 0.5};
   std::vector<TestType> user = values<TestType>(0.25, 0.01);
   const std::vector<TestType> x = user;
-  for (const size_t at : {size_t{3}, size_t{1500}, kDim - 1}) {  // first, middle and last block
+  for (const size_t at : {size_t{3}, size_t{1500}, kLendDim - 1}) {  // first, middle and last block
     std::vector<std::vector<TestType>> m = {values<TestType>(1.0, 0.0)};
     m[0][at] = std::numeric_limits<TestType>::infinity();
     g->lend(user);
@@ -155,13 +155,13 @@ TEMPLATE_TEST_CASE("a loan that ends before its combine never reads the buffer a
                    "[optim][unit]", float, double) {
   // release() also runs where the trainer has freed the buffer (a Peer destroyed with a failed
   // mix in flight): it must not read it, and the model stays what it was before the loan.
-  auto g = createGossip<TestType>(1.0, kDim, false, false);
+  auto g = createGossip<TestType>(1.0, kLendDim, false, false);
   const std::vector<TestType> before = values<TestType>(-1.0, 0.02);
   g->setModel(before);
   std::vector<TestType> user = values<TestType>(2.0, -0.01);
   g->lend(user);
   CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == user);  // lent: the buffer
-  user.assign(kDim, TestType(0));
+  user.assign(kLendDim, TestType(0));
   CHECK_FALSE(g->release());  // the round failed before its messages were combined
   CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == before);
 }
@@ -175,11 +175,11 @@ TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round writes only th
   const std::vector<double> w = {0.2, 0.35};
   RoundInfo info{0, 0.0, 0.45};
   info.messagesKept = true;
-  auto g = createGossip<TestType>(gamma, kDim, false, false);
+  auto g = createGossip<TestType>(gamma, kLendDim, false, false);
   std::vector<TestType> user = values<TestType>(0.5, 0.01);
   std::vector<TestType> lastMixed;
   for (int round = 0; round < 3; ++round) {
-    for (size_t k = 0; k < kDim; ++k) user[k] += static_cast<TestType>(0.002 * (k % 5) - 0.004);
+    for (size_t k = 0; k < kLendDim; ++k) user[k] += static_cast<TestType>(0.002 * (k % 5) - 0.004);
     const std::vector<TestType> x = user;
     const std::vector<std::vector<TestType>> m = {values<TestType>(0.5 * round, 0.03),
                                                   values<TestType>(-1.0, 0.007)};
@@ -197,7 +197,7 @@ TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round writes only th
     CHECK(g->release());
     // The trainer scribbles over its buffer (or frees it): model() is the mixed model,
     // recomputed from the kept messages, and the second read is the same.
-    user.assign(kDim, TestType(-55));
+    user.assign(kLendDim, TestType(-55));
     CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == want);
     CHECK_FALSE(g->holdsMessages());  // recomputed: the frames are no longer read
     CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == want);
@@ -217,7 +217,7 @@ TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round writes only th
     CHECK(g->release());
     std::vector<TestType> next = values<TestType>(9.0, 0.0);
     g->lend(next);
-    next.assign(kDim, TestType(0));
+    next.assign(kLendDim, TestType(0));
     CHECK_FALSE(g->release());
     CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == want);
   }
@@ -239,7 +239,7 @@ TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round writes only th
 
 TEMPLATE_TEST_CASE("where the node keeps the frames, a lent round that diverges still names "
                    "the diverged model and restores the buffer", "[optim][unit]", float, double) {
-  auto g = createGossip<TestType>(1.0, kDim, false, false);
+  auto g = createGossip<TestType>(1.0, kLendDim, false, false);
   RoundInfo info{0, 0.0, 0.5};
   info.messagesKept = true;
   std::vector<TestType> user = values<TestType>(0.25, 0.01);
@@ -308,12 +308,12 @@ TEMPLATE_TEST_CASE("a large message into lent memory is streamed, and read back 
     CHECK_FALSE(g->release());  // no combine ran
   }
   // A small message is copied as usual even into lent memory.
-  auto small = createGossip<TestType>(1.0, kDim, false, false);
+  auto small = createGossip<TestType>(1.0, kLendDim, false, false);
   std::vector<TestType> x = values<TestType>(0.5, 0.01);
   small->lend(x);
   RoundInfo info{0, 0.0, 0.5};
   info.messageLent = true;
-  std::vector<TestType> frame(kDim);
+  std::vector<TestType> frame(kLendDim);
   const auto back = small->prepareBlock(info, 0, frame);
   CHECK(back.data() == frame.data());
   CHECK(frame == x);
@@ -321,11 +321,11 @@ TEMPLATE_TEST_CASE("a large message into lent memory is streamed, and read back 
 
 TEMPLATE_TEST_CASE("compressed gossip keeps the copying path when lent a buffer",
                    "[optim][unit]", float, double) {
-  auto g = createGossip<TestType>(1.0, kDim, /*compressed=*/true, false);
+  auto g = createGossip<TestType>(1.0, kLendDim, /*compressed=*/true, false);
   std::vector<TestType> user = values<TestType>(1.0, 0.01);
   const std::vector<TestType> x = user;
   g->lend(user);
-  user.assign(kDim, TestType(7));
+  user.assign(kLendDim, TestType(7));
   CHECK(std::vector<TestType>(g->model().begin(), g->model().end()) == x);
   CHECK_FALSE(g->release());
 }

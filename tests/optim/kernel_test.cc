@@ -25,7 +25,7 @@ double mappedLabel(LossKind loss, double label) {
 }
 
 // d loss / dz, written independently of problem.cc (logistic: -b / (1 + e^{bz})).
-double slope(LossKind loss, double z, double b) {
+double lossSlope(LossKind loss, double z, double b) {
   if (loss == LossKind::kLeastSquares) return z - b;
   return -b / (1.0 + std::exp(b * z));
 }
@@ -35,7 +35,7 @@ double lossValue(LossKind loss, double z, double b) {
   return std::log1p(std::exp(-b * z));
 }
 
-// grad f_i(x) = l2 x + s sum_j slope(a_j^T x) a_j by the plainest loops: every sum runs in the
+// grad f_i(x) = l2 x + s sum_j lossSlope(a_j^T x) a_j by the plainest loops: every sum runs in the
 // CSR's order (columns increasing, rows increasing), in double.
 std::vector<double> naiveGradient(const Dataset& shard, LossKind loss, double l2, double s,
                                   const std::vector<double>& x) {
@@ -46,7 +46,7 @@ std::vector<double> naiveGradient(const Dataset& shard, LossKind loss, double l2
     for (int64_t p = shard.rowPtr[j]; p < shard.rowPtr[j + 1]; ++p) {
       z += shard.values[p] * x[shard.colIdx[p]];
     }
-    double c = slope(loss, z, mappedLabel(loss, shard.labels[j]));
+    double c = lossSlope(loss, z, mappedLabel(loss, shard.labels[j]));
     c *= s;
     for (int64_t p = shard.rowPtr[j]; p < shard.rowPtr[j + 1]; ++p) {
       out[shard.colIdx[p]] += shard.values[p] * c;
@@ -131,7 +131,7 @@ TEST_CASE("Dense kernels equal a naive reference and the CSR path bit for bit", 
   for (size_t j = 0; j < m; j += std::max<size_t>(1, m / 5)) {
     double z = 0.0;
     for (int k = 0; k < d; ++k) z += data.values[j * d + k] * x[k];
-    const double expected = slope(loss, z, mappedLabel(loss, data.labels[j]));
+    const double expected = lossSlope(loss, z, mappedLabel(loss, data.labels[j]));
     if (loss == LossKind::kLeastSquares) {
       CHECK(dense->lossDerivative(j, x) == expected);
     } else {

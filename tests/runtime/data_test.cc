@@ -1,4 +1,5 @@
 #include "scenario/data.h"
+#include "tests/runtime/temp_dir.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -130,16 +131,7 @@ TEST_CASE("parseLibsvm holds indices to 2^28 when the scenario does not fix feat
 }
 
 // A temporary folder removed at the end of the test.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path() /
-             ("starling-data-" + name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
+using testing::TempDir;
 
 TEST_CASE("readLibsvm reads only regular files: a FIFO, a device or a folder is refused unread",
           "[runtime][unit]") {

@@ -13,6 +13,7 @@
 #include "scenario/partition.h"
 #include "scenario/scenario.h"
 #include "scenario/scenario_limits.h"
+#include "tests/runtime/temp_dir.h"
 
 namespace starling::runtime {
 namespace {
@@ -44,18 +45,7 @@ std::string gzip(const std::string& raw) {
   return out;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/starling-idx-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path / name, std::ios::binary) << bytes;
-    return (path / name).string();
-  }
-};
+using testing::TempDir;
 
 constexpr uint64_t kLimit = uint64_t{1} << 30;
 

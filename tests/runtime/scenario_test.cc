@@ -1,6 +1,7 @@
 // Scenario input that used to crash, hang, allocate without bound or be silently misread:
 // duplicate keys, names that are not folder names, FIFOs and devices, oversized files, sizes
 // whose product does not fit in memory, hopeless random graphs.
+#include "tests/runtime/temp_dir.h"
 #include "scenario/scenario.h"
 
 #include <sys/stat.h>
@@ -27,16 +28,7 @@ using namespace scenario_testing;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() /
-             ("starling-scenario-" + name + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 // Sets an environment variable for one scope.
 struct ScopedEnv {
