@@ -16,16 +16,31 @@
 #include <utility>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+// A cached block is poisoned: a use after free of a recycled op still stops under ASan.
+#define STARLING_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define STARLING_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define STARLING_POISON(p, n) ((void)(p), (void)(n))
+#define STARLING_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace starling::transport {
 
 template <typename T>
 struct Recycled {
   static void* allocate(std::size_t n) {
-    if (n == sizeof(T) && !gone_ && cache_.count > 0) return cache_.blocks[--cache_.count];
+    if (n == sizeof(T) && !gone_ && cache_.count > 0) {
+      void* p = cache_.blocks[--cache_.count];
+      STARLING_UNPOISON(p, sizeof(T));
+      return p;
+    }
     return ::operator new(n);
   }
   static void deallocate(void* p, std::size_t n) {
     if (n == sizeof(T) && !gone_ && cache_.count < kKeep) {
+      STARLING_POISON(p, sizeof(T));
       cache_.blocks[cache_.count++] = p;
       return;
     }
@@ -38,7 +53,10 @@ struct Recycled {
     void* blocks[kKeep];
     std::size_t count = 0;
     ~Cache() {
-      while (count > 0) ::operator delete(blocks[--count]);
+      while (count > 0) {
+        STARLING_UNPOISON(blocks[count - 1], sizeof(T));
+        ::operator delete(blocks[--count]);
+      }
       gone_ = true;  // a T freed later in this thread's exit goes straight back
     }
   };

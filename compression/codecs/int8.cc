@@ -38,7 +38,9 @@ float int8Scale(const T* x, size_t n) {
 
 template <typename T>
 int8_t int8Code(T x, float scale) {
-  if (scale == 0.0f) return 0;
+  // A zero scale: an all-zero chunk (or one too small for float32); a non-finite one: the frame
+  // is refused anyway, and its codes are written as 0.
+  if (scale == 0.0f || !std::isfinite(scale)) return 0;
   const double q = std::nearbyint(static_cast<double>(x) / static_cast<double>(scale));
   return static_cast<int8_t>(std::clamp(q, -127.0, 127.0));
 }
