@@ -212,6 +212,13 @@ const char* localOptimizerName(PeerConfig::LocalOptimizer o) {
   return "?";
 }
 
+const optim::AlgorithmInfo* algorithmNamed(std::string_view name) {
+  for (const auto& a : optim::algorithmKinds()) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
 // The scenario a PeerConfig stands for (scenarios/README.md), as JSON.
 std::string scenarioJson(const PeerConfig& c) {
   using json = nlohmann::ordered_json;
@@ -233,11 +240,10 @@ std::string scenarioJson(const PeerConfig& c) {
   topo["schedule"] = sched;
   j["topology"] = topo;
   json alg{{"kind", algorithmName(c.algorithm)}, {"step_size", c.stepSize}};
-  const bool usesGamma = c.algorithm == C::Algorithm::kDsgd || c.algorithm == C::Algorithm::kChoco ||
-                         c.algorithm == C::Algorithm::kLead || c.algorithm == C::Algorithm::kProxLead;
-  if (usesGamma) alg["gamma"] = c.gamma;
-  if (c.algorithm == C::Algorithm::kLead || c.algorithm == C::Algorithm::kProxLead) {
-    alg["alpha"] = c.alpha;
+  // The keys each algorithm takes come from optim's table (the enum's names are its names).
+  if (const auto* info = algorithmNamed(algorithmName(c.algorithm))) {
+    if (info->usesGamma) alg["gamma"] = c.gamma;
+    if (info->usesAlpha) alg["alpha"] = c.alpha;
   }
   using LO = C::LocalOptimizer;
   if (c.localOptimizer != LO::kSgd || c.weightDecay != 0.0) {

@@ -89,6 +89,22 @@ enum class AlgorithmKind {
   kProxLead,
 };
 
+// One algorithm's descriptor (the table in optim/algorithms.cc, in AlgorithmKind order): its
+// scenario name, a one-line summary, and what the scenario reader and writer, the codec rules
+// and PeerConfig ask of it. Every algorithm reads "step_size" and "local_optimizer".
+struct AlgorithmInfo {
+  AlgorithmKind kind;
+  const char* name;
+  const char* summary;
+  bool usesGamma;         // key "gamma", (0, 1], default 1: the consensus step or dual damping
+  bool usesAlpha;         // key "alpha", (0, 1], default 0.5: LEAD's reference-point speed
+  bool sendsDifferences;  // a difference against a reference point both sides track: a lossy
+                          // codec is safe (sendsCompressedDifferences)
+  bool proximal;          // a proximal step for a non-smooth regularizer (handlesRegularizer)
+};
+std::span<const AlgorithmInfo> algorithmKinds();
+const AlgorithmInfo& algorithmInfo(AlgorithmKind kind);
+
 const char* algorithmKindName(AlgorithmKind kind);
 
 struct AlgorithmSpec {

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cassert>
+#include <iterator>
 
 #include "optim/algorithm.h"
 #include "optim/adascale_gossip.h"
@@ -268,26 +269,46 @@ class GradientTracking final : public Algorithm<T> {
 
 }  // namespace
 
-bool sendsCompressedDifferences(AlgorithmKind kind) {
-  return kind == AlgorithmKind::kChoco || kind == AlgorithmKind::kLead ||
-         kind == AlgorithmKind::kProxLead;
+namespace {
+
+constexpr AlgorithmInfo kAlgorithms[] = {
+    {AlgorithmKind::kDsgd, "dsgd", "adapt-then-combine diffusion (§3)", true, false, false, false},
+    {AlgorithmKind::kExactDiffusion, "exact_diffusion", "diffusion with bias correction (§4)",
+     false, false, false, false},
+    {AlgorithmKind::kGradientTracking, "gradient_tracking", "DIGing (§5)", false, false, false,
+     false},
+    {AlgorithmKind::kChoco, "choco", "CHOCO-SGD: compressed model differences (§7)", true, false,
+     true, false},
+    {AlgorithmKind::kNids, "nids", "NIDS, with a proximal step (§6)", false, false, false, true},
+    {AlgorithmKind::kLead, "lead", "LEAD: compressed exact diffusion (§8)", true, true, true,
+     false},
+    {AlgorithmKind::kProxLead, "prox_lead", "Prox-LEAD: LEAD with a proximal step (§8)", true,
+     true, true, true},
+};
+
+constexpr bool inKindOrder() {
+  for (size_t i = 0; i < std::size(kAlgorithms); ++i) {
+    if (static_cast<size_t>(kAlgorithms[i].kind) != i) return false;
+  }
+  return true;
+}
+static_assert(inKindOrder(), "kAlgorithms must list every AlgorithmKind, in order");
+
+}  // namespace
+
+std::span<const AlgorithmInfo> algorithmKinds() { return kAlgorithms; }
+
+const AlgorithmInfo& algorithmInfo(AlgorithmKind kind) {
+  return kAlgorithms[static_cast<size_t>(kind)];
 }
 
-bool handlesRegularizer(AlgorithmKind kind) {
-  return kind == AlgorithmKind::kNids || kind == AlgorithmKind::kProxLead;
-}
+bool sendsCompressedDifferences(AlgorithmKind kind) { return algorithmInfo(kind).sendsDifferences; }
+
+bool handlesRegularizer(AlgorithmKind kind) { return algorithmInfo(kind).proximal; }
 
 const char* algorithmKindName(AlgorithmKind kind) {
-  switch (kind) {
-    case AlgorithmKind::kDsgd: return "dsgd";
-    case AlgorithmKind::kExactDiffusion: return "exact_diffusion";
-    case AlgorithmKind::kGradientTracking: return "gradient_tracking";
-    case AlgorithmKind::kChoco: return "choco";
-    case AlgorithmKind::kNids: return "nids";
-    case AlgorithmKind::kLead: return "lead";
-    case AlgorithmKind::kProxLead: return "prox_lead";
-  }
-  return "unknown";
+  const auto i = static_cast<size_t>(kind);
+  return i < std::size(kAlgorithms) ? kAlgorithms[i].name : "unknown";
 }
 
 template <typename T>

@@ -19,9 +19,12 @@ namespace {
 
 using namespace scenario_detail;
 
-const std::vector<std::string> kAlgorithms = {"dsgd", "exact_diffusion", "gradient_tracking",
-                                              "choco", "nids",           "lead",
-                                              "prox_lead"};
+// The algorithms' names, from optim's table (optim::algorithmKinds()), in kind order.
+std::vector<std::string> algorithmNames() {
+  std::vector<std::string> names;
+  for (const auto& a : optim::algorithmKinds()) names.emplace_back(a.name);
+  return names;
+}
 topology::GraphSpec parseGraph(Obj& o, topology::WeightRule defaultWeights, int nodes) {
   topology::GraphSpec g;
   g.kind = static_cast<topology::GraphKind>(o.choice("kind", "topology", kGraphKinds));
@@ -219,17 +222,15 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     s.hasProblem = false;
   }
   Obj alg = o.object("algorithm");
+  static const std::vector<std::string> kAlgorithms = algorithmNames();
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);
   parseLocalOptimizerOf(alg, s);
   using AK = optim::AlgorithmKind;
   const AK kind = s.algorithm.kind;
-  if (kind == AK::kChoco || kind == AK::kDsgd || kind == AK::kLead || kind == AK::kProxLead) {
-    s.algorithm.gamma = alg.number("gamma", 0.0, 1.0, 1.0, /*openLo=*/true);
-  }
-  if (kind == AK::kLead || kind == AK::kProxLead) {
-    s.algorithm.alpha = alg.number("alpha", 0.0, 1.0, 0.5, /*openLo=*/true);
-  }
+  const optim::AlgorithmInfo& info = optim::algorithmInfo(kind);
+  if (info.usesGamma) s.algorithm.gamma = alg.number("gamma", 0.0, 1.0, 1.0, /*openLo=*/true);
+  if (info.usesAlpha) s.algorithm.alpha = alg.number("alpha", 0.0, 1.0, 0.5, /*openLo=*/true);
   if (kind == AK::kDsgd) {
     s.algorithm.combine = alg.choice("combine", "combine", {"average", "adasum"}, 0) == 1
                               ? optim::AlgorithmSpec::Combine::kAdasum

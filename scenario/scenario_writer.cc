@@ -176,15 +176,12 @@ ojson problemJson(const ProblemConfig& p) {
 }
 
 ojson algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
-  using AK = optim::AlgorithmKind;
   ojson j;
   j["kind"] = optim::algorithmKindName(a.kind);
   j["step_size"] = stepSizeJson(a.stepSize);
-  if (a.kind == AK::kChoco || a.kind == AK::kDsgd || a.kind == AK::kLead ||
-      a.kind == AK::kProxLead) {
-    j["gamma"] = a.gamma;
-  }
-  if (a.kind == AK::kLead || a.kind == AK::kProxLead) j["alpha"] = a.alpha;
+  const optim::AlgorithmInfo& info = optim::algorithmInfo(a.kind);
+  if (info.usesGamma) j["gamma"] = a.gamma;
+  if (info.usesAlpha) j["alpha"] = a.alpha;
   if (a.combine == optim::AlgorithmSpec::Combine::kAdasum) {
     j["combine"] = "adasum";
     j.erase("gamma");
