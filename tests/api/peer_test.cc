@@ -351,6 +351,41 @@ TEST_CASE("a trainer's peer logs merge into consensus distance and averaged metr
   CHECK(field(lines[3], "consensus_distance") < c0 / 4);  // 3 rounds of averaging on a ring
 }
 
+namespace {
+
+// Each rank of `c` (4 nodes) trains `steps` steps with its shard of `e` through
+// Peer::fromConfig and step(); returns the final models (each rank also checks rank() and
+// nodes()).
+std::vector<std::vector<double>> trainWithConfig(const PeerConfig& c, const scenario::Experiment& e,
+                                                 int steps) {
+  std::vector<std::vector<double>> models(4);
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    PeerConfig mine = c;
+    mine.rank = rank;
+    auto peer = Peer::fromConfig(mine);
+    if (!peer) return peer.status();
+    if ((*peer)->rank() != rank || (*peer)->nodes() != 4) {
+      return Status(StatusCode::kInternal, "rank or nodes wrong");
+    }
+    auto objective = optim::LocalObjective<double>::create(
+        e.scenario.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), 4);
+    std::vector<double> x(static_cast<size_t>(e.data.features), 0.0), g(x.size());
+    for (int t = 0; t < steps; ++t) {
+      objective->gradient(x, g);
+      STARLING_RETURN_IF_ERROR((*peer)->step(std::span<double>(x), std::span<const double>(g)));
+    }
+    models[rank] = x;
+    return (*peer)->close();
+  });
+  for (const auto& st : statuses) {
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  return models;
+}
+
+}  // namespace
+
 TEST_CASE("Peer::fromConfig is the scenario it stands for", "[api][unit]") {
   SECTION("a bad value is refused with the scenario parser's message") {
     PeerConfig c;
@@ -371,29 +406,7 @@ TEST_CASE("Peer::fromConfig is the scenario it stands for", "[api][unit]") {
     const auto e = experiment(path);
     auto sim = runtime::simulate(e, {});
     REQUIRE(sim.isOk());
-    std::vector<std::vector<double>> models(4);
-    const auto statuses = onThreads(4, [&](int rank) -> Status {
-      PeerConfig mine = c;
-      mine.rank = rank;
-      auto peer = Peer::fromConfig(mine);
-      if (!peer) return peer.status();
-      if ((*peer)->rank() != rank || (*peer)->nodes() != 4) {
-        return Status(StatusCode::kInternal, "rank or nodes wrong");
-      }
-      auto objective = optim::LocalObjective<double>::create(
-          e.scenario.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), 4);
-      std::vector<double> x(static_cast<size_t>(e.data.features), 0.0), g(x.size());
-      for (int t = 0; t < 12; ++t) {
-        objective->gradient(x, g);
-        STARLING_RETURN_IF_ERROR((*peer)->step(std::span<double>(x), std::span<const double>(g)));
-      }
-      models[rank] = x;
-      return (*peer)->close();
-    });
-    for (const auto& st : statuses) {
-      INFO(st.toString());
-      REQUIRE(st.isOk());
-    }
+    const auto models = trainWithConfig(c, e, 12);
     for (int r = 0; r < 4; ++r) CHECK(models[r] == sim->models[r]);
   }
 }
@@ -415,26 +428,7 @@ TEST_CASE("PeerConfig::overrides: any scenario key, merged in and validated as a
     const auto e = experiment(path);
     auto sim = runtime::simulate(e, {});
     REQUIRE(sim.isOk());
-    std::vector<std::vector<double>> models(4);
-    const auto statuses = onThreads(4, [&](int rank) -> Status {
-      PeerConfig mine = c;
-      mine.rank = rank;
-      auto peer = Peer::fromConfig(mine);
-      if (!peer) return peer.status();
-      auto objective = optim::LocalObjective<double>::create(
-          e.scenario.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), 4);
-      std::vector<double> x(static_cast<size_t>(e.data.features), 0.0), g(x.size());
-      for (int t = 0; t < 10; ++t) {
-        objective->gradient(x, g);
-        STARLING_RETURN_IF_ERROR((*peer)->step(std::span<double>(x), std::span<const double>(g)));
-      }
-      models[rank] = x;
-      return (*peer)->close();
-    });
-    for (const auto& st : statuses) {
-      INFO(st.toString());
-      REQUIRE(st.isOk());
-    }
+    const auto models = trainWithConfig(c, e, 10);
     // int8 rounds deterministically, so the codec streams' seeds do not matter: bit for bit.
     for (int r = 0; r < 4; ++r) CHECK(models[r] == sim->models[r]);
   }
