@@ -30,26 +30,26 @@ using namespace starling::peer_testing;
 
 namespace {
 
-// Each rank trains with the gradient of its own shard of `e` (what the simulator's node computes)
-// through Peer::step, and returns its final model.
-std::vector<std::vector<double>> trainWithPeers(const scenario::Experiment& e,
-                                                const std::string& path, uint64_t steps,
-                                                const std::vector<std::string>& addresses = {}) {
+// Each rank trains `steps` steps with the gradient of its own shard of `e` (what the simulator's
+// node computes) through Peer::step of the Peer `make(rank)` returns (checked to say its rank and
+// the node count), and returns its final model.
+std::vector<std::vector<double>> trainRanks(
+    const scenario::Experiment& e, uint64_t steps,
+    const std::function<Result<std::unique_ptr<Peer>>(int rank)>& make) {
   const scenario::Scenario& s = e.scenario;
   std::vector<std::vector<double>> models(s.nodes);
   const auto statuses = onThreads(s.nodes, [&](int rank) -> Status {
-    PeerOptions po;
-    po.addresses = addresses;
-    auto peer = Peer::fromScenario(path, rank, po);
+    auto peer = make(rank);
     if (!peer) return peer.status();
+    if ((*peer)->rank() != rank || (*peer)->nodes() != s.nodes) {
+      return Status(StatusCode::kInternal, "rank or nodes wrong");
+    }
     auto objective = optim::LocalObjective<double>::create(
         s.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), s.nodes);
     std::vector<double> x(static_cast<size_t>(e.data.features), 0.0), g(x.size());
     for (uint64_t t = 0; t < steps; ++t) {
       objective->gradient(x, g);  // the trainer's own backward pass
-      if (auto st = (*peer)->step(std::span<double>(x), std::span<const double>(g)); !st.isOk()) {
-        return st;
-      }
+      STARLING_RETURN_IF_ERROR((*peer)->step(std::span<double>(x), std::span<const double>(g)));
     }
     models[rank] = x;
     return (*peer)->close();
@@ -59,6 +59,17 @@ std::vector<std::vector<double>> trainWithPeers(const scenario::Experiment& e,
     REQUIRE(st.isOk());
   }
   return models;
+}
+
+// trainRanks with Peers made from the scenario file at `path`.
+std::vector<std::vector<double>> trainWithPeers(const scenario::Experiment& e,
+                                                const std::string& path, uint64_t steps,
+                                                const std::vector<std::string>& addresses = {}) {
+  return trainRanks(e, steps, [&](int rank) {
+    PeerOptions po;
+    po.addresses = addresses;
+    return Peer::fromScenario(path, rank, po);
+  });
 }
 
 scenario::Experiment experiment(const std::filesystem::path& path) {
@@ -353,35 +364,14 @@ TEST_CASE("a trainer's peer logs merge into consensus distance and averaged metr
 
 namespace {
 
-// Each rank of `c` (4 nodes) trains `steps` steps with its shard of `e` through
-// Peer::fromConfig and step(); returns the final models (each rank also checks rank() and
-// nodes()).
+// trainRanks with Peers made from `c` (its rank set to each's).
 std::vector<std::vector<double>> trainWithConfig(const PeerConfig& c, const scenario::Experiment& e,
-                                                 int steps) {
-  std::vector<std::vector<double>> models(4);
-  const auto statuses = onThreads(4, [&](int rank) -> Status {
+                                                 uint64_t steps) {
+  return trainRanks(e, steps, [&](int rank) {
     PeerConfig mine = c;
     mine.rank = rank;
-    auto peer = Peer::fromConfig(mine);
-    if (!peer) return peer.status();
-    if ((*peer)->rank() != rank || (*peer)->nodes() != 4) {
-      return Status(StatusCode::kInternal, "rank or nodes wrong");
-    }
-    auto objective = optim::LocalObjective<double>::create(
-        e.scenario.problem.spec, e.data.subset(e.parts[rank]), e.data.samples(), 4);
-    std::vector<double> x(static_cast<size_t>(e.data.features), 0.0), g(x.size());
-    for (int t = 0; t < steps; ++t) {
-      objective->gradient(x, g);
-      STARLING_RETURN_IF_ERROR((*peer)->step(std::span<double>(x), std::span<const double>(g)));
-    }
-    models[rank] = x;
-    return (*peer)->close();
+    return Peer::fromConfig(mine);
   });
-  for (const auto& st : statuses) {
-    INFO(st.toString());
-    REQUIRE(st.isOk());
-  }
-  return models;
 }
 
 }  // namespace
