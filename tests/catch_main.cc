@@ -1,2 +1,5 @@
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The main of every test executable but tests/cuda/gpu_test.cc (the implementation is
+// catch_runner.cc).
+#include "catch_runner.h"
+
+int main(int argc, char** argv) { return starling::testing::runCatch(argc, argv); }

@@ -2,7 +2,6 @@
 // byte, decodes bit for bit, QSGD's statistics, the combine bit for bit. Without a driver or a
 // device it prints why and exits 77, which meson counts as skipped; tools/gpu_check runs it on a
 // machine with a GPU (also under compute-sanitizer and with nvcc's PTX).
-#define CATCH_CONFIG_RUNNER
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -23,6 +22,7 @@
 #include "optim/combine.h"
 #include "optim/lead.h"
 #include "optim/regularizer.h"
+#include "tests/catch_runner.h"
 
 using namespace starling;
 using compression::CompressorSpec;
@@ -525,7 +525,7 @@ int main(int argc, char** argv) {
   std::printf("cuda_gpu: %s (sm_%d, %d SMs), kernels from %s PTX\n", (*gpu)->name().c_str(),
               (*gpu)->computeCapability(), (*gpu)->multiprocessors(), (*gpu)->ptxSource().c_str());
   theGpu = gpu->get();
-  const int failed = Catch::Session().run(argc, argv);
+  const int failed = starling::testing::runCatch(argc, argv);
   theGpu = nullptr;
   return failed == 0 ? 0 : 1;
 }

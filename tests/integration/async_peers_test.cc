@@ -8,6 +8,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_async_peers_test {
+
 using namespace starling::testing;
 
 namespace {
@@ -105,3 +108,5 @@ TEST_CASE(
   CHECK(asyncErr <= 1.1 * syncErr);
   fs::remove_all(dir);
 }
+
+}  // namespace starling_async_peers_test

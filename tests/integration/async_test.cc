@@ -15,6 +15,9 @@
 #include "run_helpers.h"
 #include "scenario/scenario_writer.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_async_test {
+
 using namespace starling;
 using testing::experimentFrom;
 using testing::run;
@@ -249,3 +252,5 @@ TEST_CASE("asynchronous gossip refuses what it cannot run, naming the JSON path"
               "momentum": 0.9}, )" +
               key + "}"));
 }
+
+}  // namespace starling_async_test

@@ -15,6 +15,9 @@
 #include "process_helpers.h"
 #include "runtime/checkpoint.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_checkpoint_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 namespace rt = starling::runtime;
@@ -310,3 +313,5 @@ TEST_CASE("run --resume refuses a folder without checkpoints and another scenari
   CHECK(r.exit == 2);
   CHECK(contains(r.output, bad.string() + ": /checkpoint/keep: must be between 2 and"));
 }
+
+}  // namespace starling_checkpoint_test

@@ -7,6 +7,9 @@
 #include "optim/problem.h"
 #include "run_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_choco_test {
+
 using namespace starling;
 using testing::experimentFrom;
 using testing::run;
@@ -247,3 +250,5 @@ TEST_CASE("error feedback lets DSGD gossip through a biased codec", "[integratio
   CHECK(dPlain > 5 * dEf);  // measured: 0.011 with error feedback, 0.11 without
   CHECK(ef.last.bytesSent < exact.last.bytesSent / 3);
 }
+
+}  // namespace starling_choco_test

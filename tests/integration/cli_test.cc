@@ -11,6 +11,9 @@
 #include <string>
 #include <sys/wait.h>
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_cli_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -420,3 +423,5 @@ TEST_CASE("topology of a large graph leaves out what grows as n^2 and answers qu
   CHECK(small["weights"].size() == 64);
   CHECK(small["spectral_gap"].get<double>() > 0);
 }
+
+}  // namespace starling_cli_test

@@ -14,6 +14,9 @@
 #include "optim/mlp.h"
 #include "run_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_codistillation_test {
+
 using namespace starling;
 using testing::experimentFrom;
 using testing::run;
@@ -195,3 +198,5 @@ TEST_CASE("Fashion-MNIST, 8 peers on a ring: codistillation trains every peer at
   CHECK(co.last.testAccuracyPeersMin >= 0.65);
   CHECK(co.last.bytesSent * 10 <= dsgd.last.bytesSent);
 }
+
+}  // namespace starling_codistillation_test

@@ -5,6 +5,9 @@
 
 #include "run_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_convergence_test {
+
 using namespace starling;
 using testing::experimentFrom;
 using testing::run;
@@ -113,3 +116,5 @@ TEST_CASE("every node, not only the average, reaches x*", "[integration][optim]"
     }
   }
 }
+
+}  // namespace starling_convergence_test

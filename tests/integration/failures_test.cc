@@ -10,6 +10,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_failures_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -251,3 +254,5 @@ TEST_CASE("each peer prints one line when it starts and one when it ends", "[int
     CHECK(contains(out, me + "done, 100 rounds"));
   }
 }
+
+}  // namespace starling_failures_test

@@ -15,6 +15,9 @@
 
 #include "run_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_fashion_mnist_test {
+
 using namespace starling;
 using testing::experimentFrom;
 using testing::run;
@@ -260,3 +263,5 @@ TEST_CASE("Fashion-MNIST, ring of 8: CHOCO top-5% with the first and last layers
               static_cast<unsigned long long>(exact.bytes), frame);
   CHECK(exact.bytes == few.rounds * 8 * 2 * frame);
 }
+
+}  // namespace starling_fashion_mnist_test

@@ -20,6 +20,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_fault_schedule_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -342,3 +345,5 @@ TEST_CASE("randomized mixed fault schedules: kills, returns, stops and drops",
               finished, returned, late, stopped);
   CHECK(finished >= static_cast<int>(count * 4 / 5));
 }
+
+}  // namespace starling_fault_schedule_test

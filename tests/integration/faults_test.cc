@@ -11,6 +11,9 @@
 #include "run_helpers.h"
 #include "topology/graph.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_faults_test {
+
 using namespace starling;
 using testing::experimentFrom;
 
@@ -254,3 +257,5 @@ TEST_CASE("a dropped message with on_peer_loss \"stop\" stops the run, naming th
                       "(link 6-7)") &&
                  Catch::Contains("on_peer_loss is \"stop\""));
 }
+
+}  // namespace starling_faults_test

@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_hostile_input_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -205,3 +208,5 @@ TEST_CASE("10^7 features on one LIBSVM line are refused by the memory estimate o
                 "up to 100000000000000 entries for 10000000 features"},
                dir.path / "out");
 }
+
+}  // namespace starling_hostile_input_test

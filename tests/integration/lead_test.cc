@@ -8,6 +8,9 @@
 
 #include "run_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_lead_test {
+
 using namespace starling;
 using testing::experimentFrom;
 using testing::run;
@@ -316,3 +319,5 @@ TEST_CASE("Prox-LEAD with LSVRG and SAGA converges linearly with stochastic grad
   }
   CHECK(sgd.result.last.relError > atHalf / 10);
 }
+
+}  // namespace starling_lead_test

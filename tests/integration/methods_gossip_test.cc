@@ -17,6 +17,9 @@
 #include "runtime/node_stack.h"
 #include "scenario/scenario_writer.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_methods_gossip_test {
+
 using namespace starling;
 using namespace starling::testing;
 
@@ -399,3 +402,5 @@ TEST_CASE("AdaScale and Leader SGD scenarios write back as they were read",
     }
   }
 }
+
+}  // namespace starling_methods_gossip_test

@@ -9,6 +9,9 @@
 #include "run_helpers.h"
 #include "scenario/scenario_writer.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_methods_test {
+
 using namespace starling;
 using namespace starling::testing;
 
@@ -242,3 +245,5 @@ TEST_CASE("combine adasum on a complete graph is centralized Adasum of the updat
   const auto plain = run(experimentFrom(dsgd));
   CHECK(plain.models[0] != result.models[0]);
 }
+
+}  // namespace starling_methods_test

@@ -8,6 +8,9 @@
 #include "process_helpers.h"
 #include "core/rng.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_mlp_peers_test {
+
 using namespace starling::testing;
 
 namespace {
@@ -152,3 +155,5 @@ TEST_CASE("mlp codistillation: node-launcher run equals simulate, models sent ev
   const auto ss = nlohmann::json::parse(readFile(dir / "sim" / "summary.json"));
   CHECK(rs["x_mean"] == ss["x_mean"]);
 }
+
+}  // namespace starling_mlp_peers_test

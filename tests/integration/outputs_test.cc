@@ -5,6 +5,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_outputs_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -176,3 +179,5 @@ TEST_CASE("a full disk leaves metrics.jsonl with whole lines and fails the run",
   CHECK(lines.size() < 201);
   CHECK(text.size() <= 6000);
 }
+
+}  // namespace starling_outputs_test

@@ -9,6 +9,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_peer_loss_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -468,3 +471,5 @@ TEST_CASE("a neighbour new since a change and rounds behind on a slow link is wa
   CHECK(a.size() == 80 / 5 + 1);
   CHECK(a == b);
 }
+
+}  // namespace starling_peer_loss_test

@@ -4,6 +4,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_peers_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -410,3 +413,5 @@ TEST_CASE("garbage sent to a peer's listener does not disturb the run", "[integr
   CHECK(metricsWithoutWall(dir / "out" / "metrics.jsonl") ==
         metricsWithoutWall(dir / "sim" / "metrics.jsonl"));
 }
+
+}  // namespace starling_peers_test

@@ -13,6 +13,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_rejoin_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -241,3 +244,5 @@ TEST_CASE("restart needs on_peer_loss continue", "[integration][faults][rejoin]"
   CHECK(contains(v.output, "/faults/restart"));
   CHECK(contains(v.output, file.filename().string()));
 }
+
+}  // namespace starling_rejoin_test

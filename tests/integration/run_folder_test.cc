@@ -11,6 +11,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_run_folder_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -413,3 +416,5 @@ TEST_CASE("configuration that would stop the peers is refused before any starts"
                               "machine holds 198.18.255.254"));
   CHECK_FALSE(fs::exists(dir / "out-away" / "peers"));
 }
+
+}  // namespace starling_run_folder_test

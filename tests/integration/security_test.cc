@@ -15,6 +15,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_security_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -340,3 +343,5 @@ TEST_CASE("a flood of idle connections and a real loss: only the killed peer lea
   REQUIRE(!run.empty());
   CHECK(run.back()["rel_error"].get<double>() < 1e-6);
 }
+
+}  // namespace starling_security_test

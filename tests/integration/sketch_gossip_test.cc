@@ -7,6 +7,9 @@
 #include "run_helpers.h"
 #include "scenario/scenario_writer.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_sketch_gossip_test {
+
 using namespace starling;
 using namespace starling::testing;
 
@@ -152,3 +155,5 @@ TEST_CASE("sketched gossip sends the r x c sketch every round and trains", "[int
   CHECK(r.last.objective <= plain.last.objective * 1.05);
   CHECK(r.last.objective < 0.69);  // log 2 at the initial model 0
 }
+
+}  // namespace starling_sketch_gossip_test

@@ -24,6 +24,9 @@
 
 #include "process_helpers.h"
 
+// Its own namespace: the integration tests compile several files per compiler run.
+namespace starling_soak_test {
+
 using namespace starling::testing;
 using namespace std::chrono_literals;
 
@@ -324,3 +327,5 @@ TEST_CASE("soak with restarts: every killed peer rejoins and the run ends at eve
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(rounds),
               run.seconds, dir.c_str());
 }
+
+}  // namespace starling_soak_test
