@@ -35,11 +35,14 @@ core::Status checkRange(const char* what, int64_t v, int64_t lo, int64_t hi) {
                                std::to_string(hi) + ", got " + std::to_string(v));
 }
 
+// A count that travels as a uint32: 1..2^32-1.
+core::Status checkCount32(const std::string& what, uint64_t v) {
+  if (v >= 1 && v <= UINT32_MAX) return core::Status::ok();
+  return core::invalidArgument(what + " must be in 1..2^32-1, got " + std::to_string(v));
+}
+
 core::Status checkBucket(const CompressorSpec& spec) {
-  if (spec.bucket >= 1 && spec.bucket <= UINT32_MAX) return core::Status::ok();
-  return core::invalidArgument(std::string(compressorKindName(spec.kind)) +
-                               ": bucket must be in 1..2^32-1, got " +
-                               std::to_string(spec.bucket));
+  return checkCount32(std::string(compressorKindName(spec.kind)) + ": bucket", spec.bucket);
 }
 
 core::Status checkCountSketch(const CompressorSpec& spec) {
@@ -81,13 +84,8 @@ template <typename T>
 Built<T> buildSign(const CompressorSpec&) { return codecs::makeSign<T>(); }
 template <typename T>
 Built<T> buildQsgd(const CompressorSpec& spec) {
-  if (spec.bits < 2 || spec.bits > 8) {
-    return core::invalidArgument("qsgd: bits must be in 2..8, got " + std::to_string(spec.bits));
-  }
-  if (spec.bucket < 1 || spec.bucket > UINT32_MAX) {
-    return core::invalidArgument("qsgd: bucket must be in 1..2^32-1, got " +
-                                 std::to_string(spec.bucket));
-  }
+  STARLING_RETURN_IF_ERROR(checkRange("qsgd: bits", spec.bits, 2, 8));
+  STARLING_RETURN_IF_ERROR(checkBucket(spec));
   return codecs::makeQsgd<T>(spec.bits, static_cast<uint32_t>(spec.bucket), spec.linf);
 }
 template <typename T>
@@ -116,10 +114,7 @@ Built<T> buildCountSketch(const CompressorSpec& spec) {
 }
 template <typename T>
 Built<T> buildAdaComp(const CompressorSpec& spec) {
-  if (spec.bin < 1 || spec.bin > UINT32_MAX) {
-    return core::invalidArgument("adacomp: bin must be in 1..2^32-1, got " +
-                                 std::to_string(spec.bin));
-  }
+  STARLING_RETURN_IF_ERROR(checkCount32("adacomp: bin", spec.bin));
   return codecs::makeAdaComp<T>(spec.bin);
 }
 template <typename T>
