@@ -194,7 +194,11 @@ def run_case(cluster, work, name, nodes, srun_args, expect_hosts):
     with open(file, "w") as f:
         json.dump(scenario(name, nodes, 29400 + 20 * len(os.listdir(work))), f)
     out = os.path.join(d, "out")
-    rc = cluster.srun([*srun_args, "-n", str(nodes), LAUNCHER, "peer", file, "--out", out],
+    # Each task first says where Slurm put it ("where RANK NODE"), in the same step: another
+    # step may place the tasks of a plane or overcommitted distribution differently.
+    rc = cluster.srun([*srun_args, "-n", str(nodes), "sh", "-c",
+                       'echo "where $SLURM_PROCID $SLURMD_NODENAME"; exec "$0" "$@"',
+                       LAUNCHER, "peer", file, "--out", out],
                       os.path.join(d, "srun.log"))
     text = open(os.path.join(d, "srun.log")).read()
     if rc != 0:
@@ -206,13 +210,10 @@ def run_case(cluster, work, name, nodes, srun_args, expect_hosts):
             rank = int(line.split("node-launcher peer ")[1].split(":")[0])
             hosts[rank] = line.split("listening on ")[1].split(":")[0]
     got = [hosts.get(r) for r in range(nodes)]
-    # Where Slurm really put each task, asked of the tasks themselves.
-    where = os.path.join(d, "where.log")
-    cluster.srun([*srun_args, "-n", str(nodes), "sh", "-c", "echo $SLURM_PROCID $SLURMD_NODENAME"],
-                 where)
-    # "RANK NODE" lines; srun adds its own ("srun: job 8 queued and waiting for resources").
-    truth = dict(line.split() for line in open(where).read().splitlines()
-                 if len(line.split()) == 2 and line.split()[0].isdigit())
+    # Where Slurm really put each task, as the tasks themselves said.
+    truth = dict(line.split()[1:] for line in text.splitlines()
+                 if len(line.split()) == 3 and line.split()[0] == "where"
+                 and line.split()[1].isdigit())
     truth = [truth.get(str(r)) for r in range(nodes)]
     check(got == truth, f"{name}: ranks listen on {got}, where Slurm ran them")
     if expect_hosts is not None:
