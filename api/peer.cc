@@ -10,6 +10,7 @@
 #include "api/peer_impl.h"
 #include "optim/sketch_gossip.h"
 #include "runtime/metrics.h"
+#include "scenario/compile.h"
 
 namespace starling {
 namespace {
@@ -178,13 +179,8 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
         rank, std::move(algorithm), *net, typename engine::Node<T>::LogFn{}, st.stepCodec.get(),
         core::deriveSeed(scenario.seed, kStepCodecSalt, rank),
         core::deriveSeed(scenario.seed, kSharedCodecSalt));
-    st.stepNode->setChannel(kStepChannel);
-    st.stepNode->setSupport(&schedule->support());
-    st.stepNode->setDivergenceLimit(scenario.divergenceMaxAbs);
-    // A trainer's own speed is its speed: speeds and compute_ms are simulate's and run's (§26).
-    if (scenario.asynchronous.enabled) {
-      st.stepNode->setAsynchronous(scenario.asynchronous.maxStaleness);
-    }
+    // (A trainer's own speed is its speed: speeds and compute_ms are simulate's and run's, §26.)
+    st.stepNode->configure(scenario::engineOptions(scenario), &schedule->support(), kStepChannel);
     // A membership change: the algorithm starts afresh from the current model, with the
     // trainer's gradients (through the same local optimizer, whose moments carry on).
     STARLING_RETURN_IF_ERROR(st.survival.add(
@@ -285,12 +281,7 @@ Status Peer::Impl::mixStart(std::span<T> params) {
         rank, std::move(gossip), *net, typename engine::Node<T>::LogFn{}, st.mixCodec.get(),
         core::deriveSeed(scenario.seed, kMixCodecSalt, rank),
         core::deriveSeed(scenario.seed, kSharedCodecSalt, 1));
-    st.mixNode->setChannel(kMixChannel);
-    st.mixNode->setSupport(&schedule->support());
-    st.mixNode->setDivergenceLimit(scenario.divergenceMaxAbs);
-    if (scenario.asynchronous.enabled) {
-      st.mixNode->setAsynchronous(scenario.asynchronous.maxStaleness);
-    }
+    st.mixNode->configure(scenario::engineOptions(scenario), &schedule->support(), kMixChannel);
     // A membership change: gossip starts afresh from the current parameters.
     STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](std::vector<T> x0) {
       auto fresh = optim::createGossip<T>(scenario.algorithm.gamma, x0.size(),

@@ -90,6 +90,14 @@ std::string Node<T>::lostWhy(int peer) const {
 }
 
 template <typename T>
+void Node<T>::configure(const Options& run, const topology::Graph* support, uint32_t channel) {
+  setSupport(support);
+  setDivergenceLimit(run.divergenceMaxAbs);
+  setChannel(channel);
+  if (run.maxStaleness) setAsynchronous(*run.maxStaleness);
+}
+
+template <typename T>
 void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
   algorithm_ = std::move(algorithm);
   kept_.clear();  // only the replaced algorithm read them

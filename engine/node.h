@@ -27,6 +27,7 @@
 #include "compression/compressor.h"
 #include "optim/algorithm.h"
 #include "core/status.h"
+#include "engine/options.h"
 #include "transport/buffer_pool.h"
 #include "transport/transport.h"
 #include "topology/schedule.h"
@@ -114,6 +115,11 @@ class Node {
   // Messages travel on `channel` (kModelChannel unless set): two nodes of one peer that share a
   // transport (the public Peer's step() and mix() states) keep theirs apart.
   void setChannel(uint32_t channel) { channel_ = channel; }
+
+  // What every runner sets alike on a new node, before its first round: `run`'s divergence
+  // limit and asynchronous gossip, the schedule's `support` graph (borrowed) and the `channel`.
+  void configure(const Options& run, const topology::Graph* support,
+                 uint32_t channel = kModelChannel);
 
   // The algorithm's local step before its first round (Algorithm::start), on its own: no message.
   // Only needed by callers that hand the algorithm a gradient per call (the public Peer);

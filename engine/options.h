@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,10 @@ struct Options {
   RepairKind repair = RepairKind::kReconnect;
   uint64_t agreementRounds = 0;  // rounds from noticing a loss to the change; 0: automatic
   std::vector<FaultEvent> faultScript;
+  // Every node's divergence guard (Node::setDivergenceLimit; `divergence_max_abs`).
+  double divergenceMaxAbs = std::numeric_limits<double>::infinity();
+  // Asynchronous gossip's staleness bound (Node::setAsynchronous); none: synchronous rounds.
+  std::optional<uint64_t> maxStaleness;
   // A failed round's status as the user sees it, with `context` ("rank 3, round 12") added; the
   // default only adds the context. The scenario's names the knobs that help a diverged run.
   std::function<core::Status(const core::Status&, const std::string& context)> explainFailure;

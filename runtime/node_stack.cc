@@ -3,6 +3,7 @@
 #include "optim/adascale_gossip.h"
 #include "optim/local_optimizer.h"
 #include "optim/mlp.h"
+#include "scenario/compile.h"
 
 namespace starling::runtime {
 namespace {
@@ -80,9 +81,7 @@ core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
           : optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle),
       transport, typename engine::Node<T>::LogFn{}, stack.codec.get(),
       core::deriveSeed(s.seed, kCodecSalt, rank), core::deriveSeed(s.seed, kSharedCodecSalt));
-  stack.node->setSupport(&e.schedule->support());
-  stack.node->setDivergenceLimit(s.divergenceMaxAbs);
-  if (s.asynchronous.enabled) stack.node->setAsynchronous(s.asynchronous.maxStaleness);
+  stack.node->configure(scenario::engineOptions(s), &e.schedule->support());
   return stack;
 }
 

@@ -23,6 +23,8 @@ engine::Options engineOptions(const Scenario& s) {
   o.repair = s.faults.repair;
   o.agreementRounds = s.faults.agreementRounds;
   o.faultScript = s.faults.script;
+  o.divergenceMaxAbs = s.divergenceMaxAbs;
+  if (s.asynchronous.enabled) o.maxStaleness = s.asynchronous.maxStaleness;
   o.explainFailure = [algorithm = s.algorithm](const core::Status& st, const std::string& context) {
     return explainRoundFailure(algorithm, st, context);
   };
