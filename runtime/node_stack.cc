@@ -75,12 +75,9 @@ core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
   const std::vector<double> start = scenario::initialModel(e);
   const std::vector<T> x0(start.begin(), start.end());
   stack.node = std::make_unique<engine::Node<T>>(
-      rank,
-      s.algorithm.codistillation
-          ? optim::createCodistillationGossip<T>(s.algorithm, x0, *stack.oracle, *stack.neighbors)
-          : optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle),
-      transport, typename engine::Node<T>::LogFn{}, stack.codec.get(),
-      core::deriveSeed(s.seed, kCodecSalt, rank), core::deriveSeed(s.seed, kSharedCodecSalt));
+      rank, stack.algorithmFrom(s.algorithm, x0), transport, typename engine::Node<T>::LogFn{},
+      stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
+      core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->configure(scenario::engineOptions(s), &e.schedule->support());
   return stack;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "compression/compressor.h"
 #include "engine/node.h"
@@ -30,6 +31,17 @@ struct NodeStack {
   std::unique_ptr<optim::NeighborModels<T>> neighbors;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<engine::Node<T>> node;
+
+  // The node's algorithm for `spec` from x0, over this stack's oracle (and, for codistillation,
+  // its neighbours' models): what buildNode starts with and what a membership change or a
+  // rejoin restarts.
+  std::unique_ptr<optim::Algorithm<T>> algorithmFrom(const optim::AlgorithmSpec& spec,
+                                                     std::span<const T> x0) {
+    if (spec.codistillation) {
+      return optim::createCodistillationGossip<T>(spec, x0, *oracle, *neighbors);
+    }
+    return optim::createAlgorithm<T>(spec, x0, *oracle);
+  }
 };
 
 // The seed of node `rank`'s gradient estimator (its minibatch draws), for tests that replay them.

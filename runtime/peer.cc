@@ -147,7 +147,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
       return core::Status::ok();
     }
     std::vector<T> x0(state->model.begin(), state->model.end());
-    node.restartAlgorithm(optim::createAlgorithm<T>(s.algorithm, x0, *stack.oracle));
+    node.restartAlgorithm(stack.algorithmFrom(s.algorithm, x0));
     STARLING_RETURN_IF_ERROR(survival.adopt(*state));
     if (!opt.outDir.empty()) {
       auto logBytes = engine::rejoinLogBytes(engine::peerLogPath(opt.outDir, opt.rank), eo.logHeader);
@@ -246,7 +246,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     return std::vector<double>(x.begin(), x.end());
   });
   STARLING_RETURN_IF_ERROR(survival.add(node, [&](std::vector<T> x0) {
-    return optim::createAlgorithm<T>(e.scenario.algorithm, x0, *stack.oracle);
+    return stack.algorithmFrom(e.scenario.algorithm, x0);
   }));
   while (engine.rounds() < s.rounds) {
     const uint64_t r = engine.rounds();

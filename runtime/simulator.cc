@@ -376,7 +376,7 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
         if (!running[i]) continue;
         const auto x = nodes[i]->model();
         const std::vector<T> x0(x.begin(), x.end());
-        nodes[i]->restartAlgorithm(optim::createAlgorithm<T>(s.algorithm, x0, *stacks[i].oracle));
+        nodes[i]->restartAlgorithm(stacks[i].algorithmFrom(s.algorithm, x0));
         nodes[i]->setSupport(*support);
       }
       std::string why;
