@@ -363,13 +363,7 @@ int launcherMain(int argc, char** argv) {
     runtime::LaunchOptions lo = peerLaunch(scenarioPath, rounds, seed, outFor(*e));
     auto lock = claimRunFolder(lo.outDir, /*fresh=*/true);
     if (!lock) return report(lock.status());
-    if (auto st = runtime::writeRunInfo(lo.outDir, e->scenario, "run", command); !st.isOk()) {
-      return runFailed(st);
-    }
-    auto result = runtime::launchPeers(*e, lo);
-    if (!result) return runFailed(result.status());
-    printResult(*e, result->last, lo.outDir, "peer processes");
-    return 0;
+    return launchPeerRun(*e, lo, command, "peer processes");
   }
 
   // simulate (and run with the inproc transport)

@@ -274,12 +274,17 @@ int resumeRun(const std::string& scenarioPath, const std::string& dir, const std
   runtime::LaunchOptions lo = peerLaunch(scenarioPath, rounds, seed, dir);
   lo.resumeRound = plan->round;
   lo.notStarted = plan->lost;
-  if (auto st = runtime::writeRunInfo(lo.outDir, e->scenario, "run", command); !st.isOk()) {
+  return launchPeerRun(*e, lo, command, "peer processes, resumed");
+}
+
+int launchPeerRun(const scenario::Experiment& e, const runtime::LaunchOptions& lo,
+                  const std::vector<std::string>& command, const char* how) {
+  if (auto st = runtime::writeRunInfo(lo.outDir, e.scenario, "run", command); !st.isOk()) {
     return runFailed(st);
   }
-  auto result = runtime::launchPeers(*e, lo);
+  auto result = runtime::launchPeers(e, lo);
   if (!result) return runFailed(result.status());
-  printResult(*e, result->last, lo.outDir, "peer processes, resumed");
+  printResult(e, result->last, lo.outDir, how);
   return 0;
 }
 

@@ -45,6 +45,12 @@ core::Result<runtime::RunFolderLock> claimRunFolder(const std::filesystem::path&
 core::Result<scenario::Experiment> load(const std::string& path, std::optional<uint64_t> rounds,
                                         std::optional<uint64_t> seed, bool solve);
 
+// The end of `run` and `run --resume` over peer processes: records the run (run.json), starts
+// and supervises the peers (runtime::launchPeers) and prints the result line, saying `how` they
+// ran. Returns the exit status.
+int launchPeerRun(const scenario::Experiment& e, const runtime::LaunchOptions& lo,
+                  const std::vector<std::string>& command, const char* how);
+
 // `node-launcher merge SCENARIO --out DIR`: the peer logs say what the peers ran (seed, rounds,
 // scenario hash); the scenario file must be the one they ran, and --rounds/--seed, if given,
 // must agree. Returns the exit status.
