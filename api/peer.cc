@@ -183,7 +183,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     st.stepNode->configure(scenario::engineOptions(scenario), &schedule->support(), kStepChannel);
     // A membership change: the algorithm starts afresh from the current model, with the
     // trainer's gradients (through the same local optimizer, whose moments carry on).
-    STARLING_RETURN_IF_ERROR(st.survival.add(
+    STARLING_RETURN_IF_ERROR(st.session.add(
         *st.stepNode, [this, &st](std::vector<T> x0) { return makeStepAlgorithm<T>(st, x0); }));
     if (!st.last) st.last = st.stepNode.get();
   } else {
@@ -217,9 +217,8 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   // docs/algorithms.md §19.)
   STARLING_RETURN_IF_ERROR(writePending(st));
   engine::Node<T>& node = *st.stepNode;
-  killIfScripted(st.engine.rounds());
-  // A change due now restarts the algorithm.
-  STARLING_RETURN_IF_ERROR(st.survival.prepare(kStepChannel));
+  // The fault script's kill of this rank, and a change due now, which restarts the algorithm.
+  STARLING_RETURN_IF_ERROR(st.session.prepare(kStepChannel));
   std::optional<optim::AdaScaleSample> sample;
   if (stats.gradientVariance) sample = {*stats.gradientVariance, *stats.gradientSquaredMean};
   // The gradient is offered at the node's model, which holds what `params` holds (checked above,
@@ -229,19 +228,19 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
                   stats.loss.value_or(std::numeric_limits<double>::quiet_NaN()), sample);
   if (node.algorithm().needsStart()) {
     // nids, lead, prox_lead: the local step from x0 (no message; round() stays).
-    if (auto s = node.startAlgorithm(st.engine.rounds(), st.engine.stepSizeAt(lr)); !s.isOk()) {
-      return st.engine.fail(s, &node);
+    if (auto s = node.startAlgorithm(st.engine().rounds(), st.engine().stepSizeAt(lr)); !s.isOk()) {
+      return st.engine().fail(s, &node);
     }
   } else {
-    STARLING_RETURN_IF_ERROR(st.survival.begin(node, lr, faults));
-    STARLING_RETURN_IF_ERROR(st.survival.complete(node));
-    pendingRecord = st.engine.rounds();
+    STARLING_RETURN_IF_ERROR(st.session.begin(node, lr));
+    STARLING_RETURN_IF_ERROR(st.session.complete(node));
+    pendingRecord = st.engine().rounds();
   }
   if (st.oracle.error()) {
-    return st.engine.fail(core::internalError(*st.oracle.error()), &node);
+    return st.engine().fail(core::internalError(*st.oracle.error()), &node);
   }
   if (!st.oracle.used()) {
-    return st.engine.fail(core::internalError("the algorithm did not use the gradient"), &node);
+    return st.engine().fail(core::internalError("the algorithm did not use the gradient"), &node);
   }
   const auto model = node.model();
   std::copy(model.begin(), model.end(), params.begin());
@@ -283,7 +282,7 @@ Status Peer::Impl::mixStart(std::span<T> params) {
         core::deriveSeed(scenario.seed, kSharedCodecSalt, 1));
     st.mixNode->configure(scenario::engineOptions(scenario), &schedule->support(), kMixChannel);
     // A membership change: gossip starts afresh from the current parameters.
-    STARLING_RETURN_IF_ERROR(st.survival.add(*st.mixNode, [this, &st](std::vector<T> x0) {
+    STARLING_RETURN_IF_ERROR(st.session.add(*st.mixNode, [this, &st](std::vector<T> x0) {
       auto fresh = optim::createGossip<T>(scenario.algorithm.gamma, x0.size(),
                                           st.mixCodec != nullptr, scenario.algorithm.timeVarying);
       fresh->setModel(x0);
@@ -304,10 +303,9 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   st.gossip->lend(params);
   Status s = writePending(st);
   if (s.isOk()) {
-    killIfScripted(st.engine.rounds());
-    s = st.survival.prepare(kMixChannel);  // a change due now restarts gossip
+    s = st.session.prepare(kMixChannel);  // a scripted kill; a change due now restarts gossip
   }
-  if (s.isOk()) s = st.survival.begin(*st.mixNode, std::nullopt, faults);
+  if (s.isOk()) s = st.session.begin(*st.mixNode);
   if (!s.isOk()) {
     // The round never started: the gossip's model is the trainer's, as before a loan.
     if (!st.gossip->release()) st.gossip->setModel(params);
@@ -326,7 +324,7 @@ Status Peer::Impl::mixWait() {
       st.mixSkipped = false;
       return Status::ok();
     }
-    const Status s = st.survival.complete(*st.mixNode);
+    const Status s = st.session.complete(*st.mixNode);
     // A membership change during the round replaced the gossip (survival.add): the new one was
     // never lent `params`, and its release() says so.
     const bool mixedInPlace = st.gossip->release();
@@ -336,7 +334,7 @@ Status Peer::Impl::mixWait() {
       std::copy(model.begin(), model.end(), params.begin());
     }
     st.last = st.mixNode.get();
-    pendingRecord = st.engine.rounds();
+    pendingRecord = st.engine().rounds();
     // consensus_distance at one point for every round: the mixed model, now (the line is
     // written at the next call, after the trainer's next local step changed `params`).
     if (!outDir.empty()) {

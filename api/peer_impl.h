@@ -17,7 +17,7 @@
 #include "engine/fault_injection.h"
 #include "engine/node.h"
 #include "engine/rejoin.h"
-#include "engine/survival.h"
+#include "engine/session.h"
 #include "optim/codistillation_gossip.h"
 #include "optim/gossip.h"
 #include "optim/local_optimizer.h"
@@ -38,19 +38,15 @@ inline constexpr uint32_t kMixChannel = 1;
 template <typename T>
 struct PeerState {
   PeerState(const engine::Options& run, const topology::Schedule& schedule,
-            transport::Transport& net, engine::EngineOptions options, size_t dimension)
-      : dim(dimension),
-        engine(run, schedule, net, options),
-        survival(run, schedule, options.rank, net,
-                 "starling peer " + std::to_string(options.rank)) {
-    survival.install(engine);
-  }
+            transport::Transport& net, engine::SessionOptions options, size_t dimension)
+      : dim(dimension), session(run, schedule, net, std::move(options)) {}
 
   size_t dim;
-  engine::Engine<T> engine;
-  // faults.on_peer_loss "continue": both nodes stand in for lost neighbours and restart at a
-  // membership change (engine/survival.h); otherwise plain engine rounds.
-  engine::Survival<T> survival;
+  // The engine, and with faults.on_peer_loss "continue" the survival of lost neighbours: both
+  // nodes stand in for them and restart at a membership change (engine/session.h).
+  engine::Session<T> session;
+  engine::Engine<T>& engine() { return session.engine(); }
+  const engine::Engine<T>& engine() const { return session.engine(); }
   // step(): the scenario's algorithm fed with the trainer's gradients.
   api::ExternalOracle<T> oracle;
   // The scenario's local optimizer around `oracle` (none for plain SGD without weight decay):
@@ -153,12 +149,11 @@ class Peer::Impl {
   Status record(PeerState<T>& st);
   // The first call of a rejoining trainer: asks the neighbours (engine/rejoin.h) and returns
   // the state they agreed on; the engine starts at its round.
-  Result<engine::JoinState> requestRejoin(size_t dim);
+  template <typename T>
+  Result<engine::JoinState> requestRejoin(PeerState<T>& st);
   // Copies the neighbours' model into `params` (once).
   template <typename T>
   bool takeRejoinModel(std::span<T> params);
-  // The fault script's kill of this rank before `round`: a real SIGKILL, as `node-launcher peer`.
-  void killIfScripted(uint64_t round) const;
 };
 
 // kInvalidArgument naming the first tensor of size 0 in a layout (what its sum is checked

@@ -3,7 +3,6 @@
 // script's kill and drops, the round lines of the peer log with the trainer's metrics, poll()
 // and close().
 #include <cctype>
-#include <csignal>
 #include <cstdio>
 #include <type_traits>
 #include <nlohmann/json.hpp>
@@ -49,41 +48,39 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
   if (closed) return core::failedPrecondition(std::string(call) + " after close()");
   if (dim == 0) return core::invalidArgument(std::string(call) + ": empty parameter buffer");
   if (std::holds_alternative<std::monostate>(state)) {
-    engine::EngineOptions eo;
-    eo.rank = rank;
-    eo.outDir = outDir;
+    engine::SessionOptions so;
+    so.engine.rank = rank;
+    so.engine.outDir = outDir;
     // A trainer's peer: its log header says so, and `merge SCENARIO` refuses it.
-    eo.logHeader = scenario::peerLogHeader(scenario, rank, address, /*trainer=*/true);
+    so.engine.logHeader = scenario::peerLogHeader(scenario, rank, address, /*trainer=*/true);
+    so.who = "starling peer " + std::to_string(rank);
+    so.faults = faults;
+    state.template emplace<PeerState<T>>(scenario::engineOptions(scenario), *schedule, *net,
+                                         std::move(so), dim);
+    auto& st = std::get<PeerState<T>>(state);
     std::optional<engine::JoinState> joined;
     if (rejoin) {
-      auto got = requestRejoin(dim);
-      if (!got) return got.status();
-      if (!outDir.empty()) {
-        auto bytes = engine::rejoinLogBytes(engine::peerLogPath(outDir, rank), eo.logHeader);
-        if (!bytes) return bytes.status();
-        eo.resumeLogBytes = *bytes;
+      auto got = requestRejoin(st);
+      if (!got) {
+        state = std::monostate{};
+        return got.status();
       }
-      eo.resumeRound = got->round;
       joined = std::move(*got);
     }
-    state.template emplace<PeerState<T>>(scenario::engineOptions(scenario), *schedule, *net,
-                                         std::move(eo), dim);
-    auto& st = std::get<PeerState<T>>(state);
-    STARLING_RETURN_IF_ERROR(st.engine.open());
+    STARLING_RETURN_IF_ERROR(st.session.open());
     // A survivor sends a rejoining neighbour the model of its last round.
-    st.survival.setJoinSource([&st] {
+    st.session.setJoinSource([&st] {
       std::vector<double> x;
       if (st.last != nullptr) x.assign(st.last->model().begin(), st.last->model().end());
       return x;
     });
     if (joined) {
-      STARLING_RETURN_IF_ERROR(st.survival.adopt(*joined));
       rejoinModel = std::move(joined->model);
       rejoinChannel = joined->channel;
       firstAfterRejoin = true;
       pendingRecord = joined->round;  // its line, if that round is logged: the model it got
-      st.engine.say("starling peer " + std::to_string(rank) + ": rejoined at round " +
-                    std::to_string(joined->round));
+      st.engine().say("starling peer " + std::to_string(rank) + ": rejoined at round " +
+                      std::to_string(joined->round));
     } else {
       pendingRecord = 0;  // round 0: the model the trainer starts from
     }
@@ -99,49 +96,27 @@ Result<PeerState<T>*> Peer::Impl::stateFor(size_t dim, const char* call) {
                                  " parameters, but this peer's first call fixed " +
                                  std::to_string(st->dim));
   }
-  STARLING_RETURN_IF_ERROR(st->engine.failure());
+  STARLING_RETURN_IF_ERROR(st->engine().failure());
   return st;
 }
 
-Result<engine::JoinState> Peer::Impl::requestRejoin(size_t dim) {
+template <typename T>
+Result<engine::JoinState> Peer::Impl::requestRejoin(PeerState<T>& st) {
   rejoin = false;  // asked once
   if (scenario.faults.onPeerLoss != engine::OnPeerLoss::kContinue) {
     return core::invalidArgument("rejoin: a lost rank comes back only with faults.on_peer_loss "
                                  "\"continue\"");
   }
-  engine::RejoinOptions ro;
-  ro.rank = rank;
-  ro.nodes = scenario.nodes;
-  ro.dim = dim;
-  ro.ask = schedule->support().neighbors(rank);
-  ro.deadline = transport::Clock::now() +
-                std::chrono::milliseconds(scenario.transport.connectTimeoutMs) +
-                std::chrono::milliseconds(scenario.transport.roundTimeoutMs) * (scenario.nodes + 4);
-  ro.log = [r = rank](const std::string& line) {
+  auto got = st.session.rejoin(st.dim, [r = rank](const std::string& line) {
     std::fprintf(stderr, "starling peer %d: %s\n", r, line.c_str());
-  };
-  auto got = engine::requestRejoin(*net, ro);
-  if (!got) {
-    return Status(got.status().code(), "rank " + std::to_string(rank) +
-                                           " could not rejoin: " + got.status().message());
-  }
+  });
+  if (!got) return got.status();
   if (got->round == 0) {
     return Status(core::StatusCode::kPeerGone,
                   "rank " + std::to_string(rank) +
                       " could not rejoin: the run ends before the others could take it back");
   }
   return got;
-}
-
-void Peer::Impl::killIfScripted(uint64_t round) const {
-  for (const engine::FaultEvent& ev : scenario.faults.script) {
-    if (ev.kind == engine::FaultEvent::Kind::kKill && ev.kill == rank && ev.atRound == round) {
-      // A real crash: no goodbye, no flush; what the log has is on disk already.
-      std::fprintf(stderr, "starling peer %d: killed by the fault script before round %llu\n", rank,
-                   static_cast<unsigned long long>(round));
-      std::raise(SIGKILL);
-    }
-  }
 }
 
 template <typename T>
@@ -178,7 +153,7 @@ Status Peer::Impl::record(PeerState<T>& st) {
   j["corrupt_messages"] = corrupt;
   j["compression_error_sum"] = errSum;
   j["compression_error_count"] = errCount;
-  j["wall_s"] = st.engine.wallSeconds();
+  j["wall_s"] = st.engine().wallSeconds();
   const auto x = st.last->model();
   // Large models: the consensus sketch (runtime/metrics.h), from which merge estimates the
   // consensus distance; the model itself is the trainer's to save.
@@ -192,7 +167,7 @@ Status Peer::Impl::record(PeerState<T>& st) {
     j["sketch"] = runtime::modelSketch<T>(x, runtime::sketchSeed(scenario));
   }
   if (!metrics.empty()) j["metrics"] = metrics;
-  return st.engine.append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  return st.engine().append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
 template <typename T>
@@ -216,8 +191,8 @@ Status Peer::Impl::writePendingAny() {
 
 Status Peer::Impl::poll() {
   if (closed) return core::failedPrecondition("poll after close()");
-  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine.poll();
-  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine.poll();
+  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine().poll();
+  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine().poll();
   return Status::ok();  // nothing has run yet
 }
 
@@ -237,8 +212,8 @@ Status Peer::Impl::log(const std::map<std::string, double>& m) {
 }
 
 uint64_t Peer::Impl::rounds() const {
-  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine.rounds();
-  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine.rounds();
+  if (auto* f = std::get_if<PeerState<float>>(&state)) return f->engine().rounds();
+  if (auto* d = std::get_if<PeerState<double>>(&state)) return d->engine().rounds();
   return 0;
 }
 
@@ -258,9 +233,7 @@ Status Peer::Impl::close(bool fromDestructor) {
       }
       if (Status s = mixWait(); !s.isOk() && result.isOk()) result = s;
     }
-    if (st.engine.failure().isOk()) {
-      if (Status s = st.engine.flush(st.nodes()); !s.isOk() && result.isOk()) result = s;
-    }
+    if (Status s = st.session.flush(); !s.isOk() && result.isOk()) result = s;
   };
   if (auto* f = std::get_if<PeerState<float>>(&state)) drain(*f);
   if (auto* d = std::get_if<PeerState<double>>(&state)) drain(*d);

@@ -55,6 +55,13 @@ class Engine {
   // Creates the peer log (when there is an out dir) and writes its header; a resumed engine
   // reopens it instead (EngineOptions::resumeRound).
   core::Status open();
+  // Before open(): start at round `round`, appending to the peer log after its first `logBytes`
+  // bytes and counting wall time from `wallOffset` (what EngineOptions' resume fields say).
+  void resumeAt(uint64_t round, uint64_t logBytes, double wallOffset) {
+    opt_.resumeRound = round;
+    opt_.resumeLogBytes = logBytes;
+    opt_.wallOffset = wallOffset;
+  }
 
   // One round on `node`: start it (the algorithm prepares and sends), drive the transport until
   // every neighbour's message is in, finish it (absorb). `stepSize` overrides the run's

@@ -16,12 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/line_file.h"
-#include "engine/engine.h"
 #include "engine/fault_injection.h"
-#include "engine/membership.h"
-#include "engine/membership_gossip.h"
-#include "engine/rejoin.h"
-#include "engine/survival.h"
+#include "engine/session.h"
 #include "runtime/checkpoint.h"
 #include "runtime/metrics.h"
 #include "runtime/node_stack.h"
@@ -35,13 +31,12 @@ namespace {
 // Everything a peer carries from one round to the next, visited in one function so that a
 // checkpoint's save and load cannot disagree (core/state.h): wall time and the transport's
 // corrupt-message count so far (both logged), the node (algorithm, codec streams, counters), the
-// gradient oracle's stream and tables, the fault injector's stream, and with on_peer_loss
-// "continue" the membership and the proposals of the membership gossip.
+// gradient oracle's stream and tables, and the session's (the fault injector's stream; with
+// on_peer_loss "continue" the membership and the proposals of the membership gossip).
 template <typename T>
 struct PeerState {
   NodeStack<T>& stack;
-  engine::FaultInjector* faults;
-  engine::Survival<T>& survival;
+  engine::Session<T>& session;
   double wallS = 0;
   uint64_t transportCorrupt = 0;
 
@@ -56,39 +51,42 @@ struct PeerState {
       core::StateVisitor::Scope scope(v, "oracle");
       stack.oracle->visitState(v);
     }
-    if (faults) {
-      core::StateVisitor::Scope scope(v, "faults");
-      faults->visitState(v);
-    }
-    survival.visitState(v);  // with on_peer_loss "continue": membership, gossip
+    session.visitState(v);
   }
 };
 
+// The peer process: one engine::Session over the scenario's problem, a round after another, with
+// its round lines, checkpoints and resume.
 template <typename T>
 core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transport::Transport& net,
                    engine::FaultInjector* faults, const std::string& address) {
   const scenario::Scenario& s = e.scenario;
+  if (opt.rejoin && s.faults.onPeerLoss != engine::OnPeerLoss::kContinue) {
+    return core::invalidArgument("--rejoin: a lost peer can come back only with "
+                                 "faults.on_peer_loss \"continue\"");
+  }
+  if (opt.rejoin && opt.resumeRound) {
+    return core::invalidArgument("--rejoin and --resume-round exclude each other");
+  }
   auto built = buildNode<T>(e, opt.rank, net);
   if (!built) return built.status();
   NodeStack<T> stack = std::move(*built);
   engine::Node<T>& node = *stack.node;
-  const bool continueOnLoss = s.faults.onPeerLoss == engine::OnPeerLoss::kContinue;
   const uint64_t hash = scenario::scenarioHash(s);
-  // Peer loss (docs/algorithms.md §18): survivors stand in for lost neighbours, agree on the
-  // change by gossip and apply it at the same round, restarting the algorithm from their models.
-  const engine::Options run = scenario::engineOptions(s);
-  engine::Survival<T> survival(run, *e.schedule, opt.rank, net,
-                               "node-launcher peer " + std::to_string(opt.rank), opt.leftRun);
-  PeerState<T> state{stack, faults, survival};
+  const std::string who = "node-launcher peer " + std::to_string(opt.rank);
+  engine::SessionOptions so;
+  so.engine.rank = opt.rank;
+  so.engine.outDir = opt.outDir;
+  so.engine.logHeader = scenario::peerLogHeader(s, opt.rank, address);
+  so.engine.stop = opt.stop;
+  so.engine.log = opt.log;
+  so.who = who;
+  so.faults = faults;
+  so.leftRun = opt.leftRun;
+  engine::Session<T> session(scenario::engineOptions(s), *e.schedule, net, std::move(so));
+  engine::Engine<T>& engine = session.engine();
+  PeerState<T> state{stack, session};
 
-  // The same round loop as a starling::Peer in a user's trainer (engine/engine.h); here the
-  // gradients come from the scenario's own problem (the NodeStack's oracle).
-  engine::EngineOptions eo;
-  eo.rank = opt.rank;
-  eo.outDir = opt.outDir;
-  eo.logHeader = scenario::peerLogHeader(s, opt.rank, address);
-  eo.stop = opt.stop;
-  eo.log = opt.log;
   std::string resumedFrom;
   if (opt.resumeRound) {
     const auto path = checkpointPath(opt.outDir, opt.rank, *opt.resumeRound);
@@ -110,52 +108,24 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     CheckpointReader reader(ck->payload, path.string());
     state.visit(reader);
     STARLING_RETURN_IF_ERROR(reader.finish());
-    eo.resumeRound = h.round;
-    eo.resumeLogBytes = h.peerLogBytes;
-    eo.wallOffset = state.wallS;
+    engine.resumeAt(h.round, h.peerLogBytes, state.wallS);
     resumedFrom = path.string();
   }
   // A restarted process of a lost rank (engine/rejoin.h): the neighbours' state, not a replay.
   std::optional<engine::JoinState> joined;
   if (opt.rejoin) {
-    if (!continueOnLoss) {
-      return core::invalidArgument("--rejoin: a lost peer can come back only with "
-                                   "faults.on_peer_loss \"continue\"");
-    }
-    if (opt.resumeRound) return core::invalidArgument("--rejoin and --resume-round exclude each other");
-    engine::RejoinOptions ro;
-    ro.rank = opt.rank;
-    ro.nodes = s.nodes;
-    ro.dim = e.modelDim();
-    ro.ask = e.schedule->support().neighbors(opt.rank);
-    // The answer comes at the round the survivors agree on: a few rounds after they hear.
-    ro.deadline = transport::Clock::now() +
-                  std::chrono::milliseconds(s.transport.connectTimeoutMs) +
-                  std::chrono::milliseconds(s.transport.roundTimeoutMs) * (s.nodes + 4);
-    ro.stop = opt.stop;
-    const std::string who = "node-launcher peer " + std::to_string(opt.rank);
-    ro.log = [&](const std::string& line) {
+    auto got = session.rejoin(e.modelDim(), [&](const std::string& line) {
       if (opt.log) opt.log(who + ": " + line); else std::fprintf(stderr, "%s: %s\n", who.c_str(), line.c_str());
-    };
-    auto state = engine::requestRejoin(net, ro);
-    if (!state) {
-      if (opt.leftRun && state.status().code() != core::StatusCode::kCancelled) *opt.leftRun = true;
-      return state.status().withContext("rank " + std::to_string(opt.rank) + " could not rejoin");
-    }
-    if (state->round == 0) {
-      ro.log("the run ends before the others could take this peer back; nothing to do");
+    });
+    if (!got) return got.status();
+    if (got->round == 0) {
+      session.say(who + ": the run ends before the others could take this peer back; nothing "
+                  "to do");
       return core::Status::ok();
     }
-    std::vector<T> x0(state->model.begin(), state->model.end());
+    std::vector<T> x0(got->model.begin(), got->model.end());
     node.restartAlgorithm(stack.algorithmFrom(s.algorithm, x0));
-    STARLING_RETURN_IF_ERROR(survival.adopt(*state));
-    if (!opt.outDir.empty()) {
-      auto logBytes = engine::rejoinLogBytes(engine::peerLogPath(opt.outDir, opt.rank), eo.logHeader);
-      if (!logBytes) return logBytes.status();
-      eo.resumeLogBytes = *logBytes;
-    }
-    eo.resumeRound = state->round;
-    joined = std::move(*state);
+    joined = std::move(*got);
   }
   if (!opt.resumeRound && !opt.rejoin && !opt.outDir.empty()) {
     // A fresh start: checkpoints an earlier run left here belong to a peer log this one replaces
@@ -166,8 +136,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
                                  ": " + ec.message());
   }
   const uint64_t transportCorruptBefore = state.transportCorrupt;
-  engine::Engine<T> engine(run, *e.schedule, net, eo);
-  STARLING_RETURN_IF_ERROR(engine.open());
+  STARLING_RETURN_IF_ERROR(session.open());
 
   // A checkpoint of `done` completed rounds: the peer log on disk first (the checkpoint records
   // its length), then the state, durably (runtime/checkpoint.h).
@@ -223,42 +192,31 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
         j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   };
 
-  engine.say("node-launcher peer " + std::to_string(opt.rank) + ": listening on " + address +
-             " (" + std::to_string(s.nodes) + " nodes, " + std::to_string(s.rounds) +
-             " rounds, " + s.name + ")");
+  session.say(who + ": listening on " + address + " (" + std::to_string(s.nodes) + " nodes, " +
+              std::to_string(s.rounds) + " rounds, " + s.name + ")");
   if (opt.resumeRound) {
-    engine.say("node-launcher peer " + std::to_string(opt.rank) + ": resuming at round " +
-               std::to_string(*opt.resumeRound) + " from " + resumedFrom);
+    session.say(who + ": resuming at round " + std::to_string(*opt.resumeRound) + " from " +
+                resumedFrom);
   } else if (joined) {
-    engine.say("node-launcher peer " + std::to_string(opt.rank) + ": rejoined at round " +
-               std::to_string(joined->round) + " (membership epoch " +
-               std::to_string(joined->epoch) + ")");
+    session.say(who + ": rejoined at round " + std::to_string(joined->round) +
+                " (membership epoch " + std::to_string(joined->epoch) + ")");
     // Its log says so (membership.jsonl has the survivors' line of the same change). Its model
     // is logged at the rounds the others log, so that the merge finds every round complete.
     if (joined->round % s.logEvery == 0) STARLING_RETURN_IF_ERROR(record(joined->round));
   } else {
     STARLING_RETURN_IF_ERROR(record(0));
   }
-  survival.install(engine);
   // A survivor sends its model to a neighbour that rejoins (its join state).
-  survival.setJoinSource([&node] {
+  session.setJoinSource([&node] {
     const auto x = node.model();
     return std::vector<double>(x.begin(), x.end());
   });
-  STARLING_RETURN_IF_ERROR(survival.add(node, [&](std::vector<T> x0) {
+  STARLING_RETURN_IF_ERROR(session.add(node, [&](std::vector<T> x0) {
     return stack.algorithmFrom(e.scenario.algorithm, x0);
   }));
   while (engine.rounds() < s.rounds) {
-    const uint64_t r = engine.rounds();
-    for (const engine::FaultEvent& ev : s.faults.script) {
-      if (ev.kind == engine::FaultEvent::Kind::kKill && ev.kill == opt.rank && ev.atRound == r) {
-        // A real crash: no goodbye, no flush; what the log has is on disk already (LineFile).
-        engine.say("node-launcher peer " + std::to_string(opt.rank) +
-                   ": killed by the fault script before round " + std::to_string(r));
-        ::raise(SIGKILL);
-      }
-    }
-    if (s.asynchronous.enabled && s.asynchronous.computeMs > 0) {
+    if (s.asynchronous.enabled && s.asynchronous.computeMs > 0 &&
+        !session.killedBefore(engine.rounds())) {
       // A peer of relative speed v computes compute_ms / v longer per round (§26), here before
       // its message is sent; the transport keeps taking in the neighbours' messages meanwhile.
       const auto until = transport::Clock::now() +
@@ -275,7 +233,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
       }
     }
     // A failure is in the log already.
-    STARLING_RETURN_IF_ERROR(survival.round(node, std::nullopt, faults));
+    STARLING_RETURN_IF_ERROR(session.round(node));
     const uint64_t done = engine.rounds();
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(record(done));
     if (s.checkpoint.every > 0 && (done % s.checkpoint.every == 0 || done == s.rounds)) {
@@ -284,21 +242,12 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
   }
   // The neighbours still need this peer's last messages: hand them all to the network before
   // the transport is closed (its close flushes what is in flight).
-  STARLING_RETURN_IF_ERROR(engine.flush({&node}));
+  STARLING_RETURN_IF_ERROR(session.flush());
   char done[160];
-  std::snprintf(done, sizeof done, "node-launcher peer %d: done, %llu rounds, %.1f MB sent, %.2f s",
-                opt.rank, static_cast<unsigned long long>(s.rounds),
+  std::snprintf(done, sizeof done, "%s: done, %llu rounds, %.1f MB sent, %.2f s", who.c_str(),
+                static_cast<unsigned long long>(s.rounds),
                 static_cast<double>(node.bytesSent()) / 1e6, engine.wallSeconds());
-  std::string line = done;
-  if (faults) {
-    // What the script did to this peer's messages (and the spare copies it collected).
-    const engine::FaultInjector::Counts c = faults->counts();
-    line += "; link faults: " + std::to_string(c.corrupted) + " corrupted, " +
-            std::to_string(c.delayed) + " delayed, " + std::to_string(c.duplicated) +
-            " duplicated, " + std::to_string(c.reordered) + " reordered, " +
-            std::to_string(c.collected) + " spare copies collected";
-  }
-  engine.say(line);
+  session.say(done + session.faultSummary());
   return core::Status::ok();
 }
 
