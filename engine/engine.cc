@@ -139,6 +139,7 @@ core::Status Engine<T>::round(Node<T>& node, std::optional<double> stepSize) {
 
 template <typename T>
 core::Status Engine<T>::append(const std::string& line) {
+  if (opt_.tap) opt_.tap(line);
   if (!out_) return core::Status::ok();
   return out_->append(line);
 }

@@ -37,6 +37,9 @@ struct EngineOptions {
   // kCancelled. Owned by the caller (a signal handler's flag).
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // diagnostics; default stderr
+  // Sees every line appended to the peer log, also without an out dir (`simulate` reads its
+  // sessions' loss and membership lines from here).
+  std::function<void(const std::string&)> tap;
   // A resumed peer (runtime/checkpoint.h): the engine starts at round `resumeRound`, appends to
   // the peer log after its first `resumeLogBytes` bytes (cutting off the rest) instead of
   // creating it, and counts wall time from `wallOffset` seconds.
@@ -82,6 +85,11 @@ class Engine {
   void setOnLongWait(std::function<void()> f) { onLongWait_ = std::move(f); }
   core::Status complete(Node<T>& node);
   bool inRound() const { return inRound_ != nullptr; }
+  // Whether complete() would find everything of the round in flight on `node` there (its
+  // messages and what setAlsoWaitFor waits for), without waiting.
+  bool roundReady(const Node<T>& node) const {
+    return node.roundComplete() && (!alsoWaitFor_ || alsoWaitFor_());
+  }
   // Runs the transport's ready completions without waiting (a round in flight progresses while
   // the caller computes). Returns the failure, if the engine has one.
   core::Status poll();

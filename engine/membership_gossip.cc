@@ -34,25 +34,27 @@ void MembershipGossip::start(uint64_t round, const topology::Graph& support,
     net_.send(peer, tag, frame, [](const core::Status&) {});  // a failed send shows as a loss
     postReceive(peer, deadline);
   }
-  for (auto& [peer, heard] : bridges_) {
+  for (int peer : bridges_) {
     if (isKnownLost(peer) || std::find(expected_.begin(), expected_.end(), peer) != expected_.end()) {
       continue;
     }
-    // A bridge that has answered once is waited for like a neighbour (so a peer cut off from the
-    // rest keeps in step with it rather than racing ahead on its own); one that has not yet is
-    // only heard from when it comes (the other end may not have found this peer: waiting for it
-    // would stall this round, and then the peers that wait for this one). Either way a bridge
-    // that does not answer is no loss: it is dropped.
-    const bool wait = heard;
-    if (wait) ++pending_;
+    // A bridge is waited for like a neighbour, from the first round: both ends find each other
+    // by the same pings in the round the rank between them died, and an island of live peers
+    // between dead ranks that did not wait for its bridges would finish its rounds ahead of the
+    // news crossing them and apply at the change round what it alone knew (found by `simulate`
+    // running the peers' own survival code: ring of 8, ranks 2, 5 and 7 killed at once; ranks
+    // 3 and 4, and rank 6, applied the departures they had proposed without the others'). A
+    // bridge whose other end did not find this peer costs this round its timeout (its
+    // neighbours get liveness notices meanwhile) and is dropped; one that does not answer is
+    // no loss either way.
+    ++pending_;
     net_.send(peer, tag, frame, [](const core::Status&) {});
     net_.recv(peer, tag, deadline,
-              [this, peer = peer, wait](const core::Status& st, transport::SharedBytes b) {
-                if (wait) --pending_;
+              [this, peer](const core::Status& st, transport::SharedBytes b) {
+                --pending_;
                 if (st.isOk()) {
-                  if (auto it = bridges_.find(peer); it != bridges_.end()) it->second = true;
                   merge(peer, *b);
-                } else if (wait) {
+                } else {
                   bridges_.erase(peer);
                 }
               });
@@ -60,7 +62,7 @@ void MembershipGossip::start(uint64_t round, const topology::Graph& support,
 }
 
 void MembershipGossip::addBridge(int peer) {
-  if (peer >= 0 && peer < nodes_ && peer != rank_) bridges_.emplace(peer, false);
+  if (peer >= 0 && peer < nodes_ && peer != rank_) bridges_.insert(peer);
 }
 
 bool MembershipGossip::pendingDepartures() const {

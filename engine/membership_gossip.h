@@ -105,10 +105,10 @@ class MembershipGossip {
   void extend(int peer, transport::Clock::time_point until);
   // Gossip across a gap: a peer found alive behind a dead neighbour (Survival's pings), which the
   // support graph joins to this one only once the loss takes effect. Until then the proposals
-  // go to it every round and are merged when its own come; once it has answered it is waited
-  // for like a neighbour, but it is never taken for a loss (one that stops answering is
-  // dropped): so peers that kills cut off from each other's gossip (an island between two dead
-  // ranks) still agree on every change. Both ends find each other the same way.
+  // go to it every round and it is waited for like a neighbour, but it is never taken for a
+  // loss (one that does not answer is dropped): so peers that kills cut off from each other's
+  // gossip (an island between two dead ranks) keep in step and agree on every change. Both ends
+  // find each other the same way, in the same round.
   void addBridge(int peer);
   void clearBridges() { bridges_.clear(); }
   // Whether a departure is proposed and not applied yet (bridges stay while one is).
@@ -147,7 +147,7 @@ class MembershipGossip {
   core::Status disagreement_;
   std::function<void(int, uint64_t)> onAlive_;
   std::map<int, bool> listening_;
-  std::map<int, bool> bridges_;  // peer -> heard from at least once
+  std::set<int> bridges_;
   std::map<int, transport::Clock::time_point> extended_;  // this round's extensions
   transport::Clock::time_point deadline_{};
   bool excluded_ = false;

@@ -5,12 +5,17 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/line_file.h"
 #include "engine/fault_injection.h"
 #include "engine/membership.h"
+#include "engine/membership_gossip.h"
+#include "engine/session.h"
 #include "runtime/node_stack.h"
 #include "runtime/progress.h"
+#include "scenario/compile.h"
 #include "transport/inproc/inproc_transport.h"
 
 namespace starling::runtime {
@@ -52,16 +57,13 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
 
   SimulateResult result;
   const auto start = std::chrono::steady_clock::now();
-  // Peer loss (docs/algorithms.md §18), as `run` does it: a killed node stops before its round;
-  // the others stand in for it at once (its neighbours' receives would fail that round), and the
-  // membership changes `agreement` rounds later, when every survivor restarts its algorithm from
-  // its own model over the repaired graph.
+  // Peer loss (docs/algorithms.md §18) and scripted faults: every node is an engine::Session, as
+  // a peer process is, over the in-process transport. A killed rank's endpoint is closed
+  // (inproc::closeRank): its neighbours' receives fail as a dead peer's do, they stand in for it,
+  // agree on the change by the membership gossip and apply it at the same round, restarting
+  // their algorithms from their own models, with the very code of `run`.
   const bool continueOnLoss = s.faults.onPeerLoss == engine::OnPeerLoss::kContinue;
-  engine::Membership membership(n);
-  engine::SurvivorSchedule survivorSchedule(*e.schedule, s.faults.repair);
   std::vector<bool> running(n, true);
-  std::vector<int> killedBefore;  // ranks lost in earlier rounds (what a detector knows)
-  std::map<uint64_t, std::vector<int>> changes;  // effective round -> ranks
   // The optimum the metrics measure against once a node is out: that of the nodes still running,
   // from the round it left (not only from the membership change), as the merge of a run's peer
   // logs has it (PeerLogMerger::poll).
@@ -73,7 +75,60 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
     if (!created) return created.status();
     membershipLog = std::move(*created);
   }
-  for (engine::Node<T>* node : nodes) node->setTolerateLoss(continueOnLoss);
+  // The sessions' loss and membership lines (their peer logs in `run`): membership.jsonl has each
+  // loss and each change once, as the merge of a run's peer logs writes it (MembershipReports).
+  std::set<std::pair<int, uint64_t>> lossesNoted;  // (rank, round)
+  std::set<uint64_t> epochsNoted;
+  core::Status tapFailure = core::Status::ok();
+  auto tap = [&](int reporter, const std::string& line) {
+    if (line.find("\"lost\"") == std::string::npos &&
+        line.find("\"membership\"") == std::string::npos) {
+      return;
+    }
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !running[reporter]) return;
+    bool news = false;
+    if (j.contains("lost")) {
+      news = lossesNoted.insert({j["lost"]["rank"].get<int>(), j["lost"]["round"].get<uint64_t>()})
+                 .second;
+    } else if (j.contains("membership")) {
+      const auto& m = j["membership"];
+      news = epochsNoted.insert(m["epoch"].get<uint64_t>()).second;
+      if (news) {
+        engine::MembershipChange c;
+        c.round = m["round"].get<uint64_t>();
+        c.epoch = m["epoch"].get<uint64_t>();
+        if (m.contains("left")) c.left = m["left"].get<std::vector<int>>();
+        if (m.contains("joined")) c.joined = m["joined"].get<std::vector<int>>();
+        if (m.contains("why")) c.why = m["why"].get<std::string>();
+        result.changes.push_back(std::move(c));
+      }
+    }
+    if (news && membershipLog && tapFailure.isOk()) tapFailure = membershipLog->append(line);
+  };
+  engine::Options run = scenario::engineOptions(s);
+  // In one process every message is deposited before anyone waits, and a dead rank's receives
+  // fail at once (closeRank): no round waits for the clock, however long n nodes take to compute.
+  // The deadline only guards against a bug leaving a receive unmatched.
+  run.roundTimeoutMs = run.connectTimeoutMs = 24ull * 3600 * 1000;
+  std::vector<std::unique_ptr<engine::Session<T>>> sessions;
+  auto leftFlags = std::make_unique<bool[]>(n);
+  for (int i = 0; i < n; ++i) {
+    engine::SessionOptions so;
+    so.engine.rank = i;
+    so.engine.log = [](const std::string&) {};  // what a peer says about its losses: in the lines
+    so.engine.tap = [&tap, i](const std::string& line) { tap(i, line); };
+    so.who = "simulate rank " + std::to_string(i);
+    so.faults = injectors[i];
+    so.leftRun = &leftFlags[i];
+    so.killProcess = false;
+    sessions.push_back(std::make_unique<engine::Session<T>>(run, *e.schedule, *transports[i],
+                                                            std::move(so)));
+    STARLING_RETURN_IF_ERROR(sessions.back()->open());
+    STARLING_RETURN_IF_ERROR(sessions.back()->add(*nodes[i], [&stack = stacks[i], &s](std::vector<T> x0) {
+      return stack.algorithmFrom(s.algorithm, x0);
+    }));
+  }
   struct Counters {
     uint64_t bytes = 0, corrupt = 0;
     double errSum = 0;
@@ -143,57 +198,6 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
     return core::Status::ok();
   };
 
-  // Dropped messages (docs/algorithms.md §18, "Dropped messages"), as `run` has them. The sender
-  // of a dropped message knows its receiver will take it for lost: it proposes its own departure
-  // in that round's gossip and leaves as soon as its messages of the round are sent
-  // (takeLeavers, after every node has sent). The receiver's receive fails (FaultInjector) and it
-  // stands in for the sender; the sender's other neighbours have its message of that round, and
-  // every neighbour has its proposal, so from the next round none sends to it. It is lost in
-  // round r and the change comes D rounds later, as for a kill.
-  auto takeLeavers = [&](uint64_t r) {
-    std::map<int, std::string> leaving;  // rank -> why
-    for (int i = 0; i < n; ++i) {
-      if (!injectors[i]) continue;
-      const auto drops = injectors[i]->takeDropped();
-      if (running[i] && !drops.empty()) {
-        leaving[i] = engine::FaultInjector::dropMessage(i, drops.front().to, r);
-        running[i] = false;  // no finishRound: it has gone
-      }
-    }
-    return leaving;
-  };
-  auto settleLeavers = [&](uint64_t r, std::map<int, std::string> leaving) -> core::Status {
-    for (int i = 0; i < n; ++i) {
-      if (!running[i]) continue;
-      for (int peer : nodes[i]->takeNewlyLost()) {
-        if (!leaving.count(peer) && running[peer]) {
-          // (Not seen in a simulation so far: a receive fails only for a dropped message.)
-          leaving[peer] = "no message from rank " + std::to_string(peer) + " for round " +
-                          std::to_string(r);
-          running[peer] = false;
-        }
-      }
-    }
-    std::vector<int> left;
-    for (const auto& [rank, why] : leaving) {
-      left.push_back(rank);
-      for (int i = 0; i < n; ++i) {
-        if (running[i]) nodes[i]->setLost(rank);
-      }
-      std::vector<int> known = killedBefore;
-      known.push_back(rank);
-      changes[r + engine::agreementRounds(s.faults.agreementRounds, e.schedule->support(), known)]
-          .push_back(rank);
-      if (membershipLog) {
-        STARLING_RETURN_IF_ERROR(membershipLog->append(engine::membershipLostLine(r, rank, why)));
-      }
-    }
-    killedBefore.insert(killedBefore.end(), left.begin(), left.end());
-    if (std::find(running.begin(), running.end(), true) == running.end()) {
-      return core::unavailable("every node was lost; nobody finished the run");
-    }
-    return core::Status::ok();
-  };
   ProgressLine progress(s.name, s.rounds, opt.progress);
   auto logRound = [&](uint64_t done, const Snapshot* snapshot = nullptr) -> core::Status {
     STARLING_RETURN_IF_ERROR(measure(done, snapshot));
@@ -341,96 +345,72 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
   // guard against a bug leaving a receive unmatched.
   const auto kRoundDeadline = std::chrono::seconds(60);
   if (s.asynchronous.enabled) STARLING_RETURN_IF_ERROR(asyncRun());
+  // A rank out of the run (killed, or it left): its endpoint is closed, its node no longer
+  // driven, and the metrics count it up to its last logged round.
+  auto takeOut = [&](int i, const std::string& why) {
+    running[i] = false;
+    transport::inproc::closeRank(*hub, i, why);
+  };
   for (uint64_t r = 0; r < s.rounds && !s.asynchronous.enabled; ++r) {
-    std::vector<int> killedNow;
-    for (const engine::FaultEvent& ev : s.faults.script) {
-      // (A rank that already left, after a dropped message, has no process left to kill.)
-      if (ev.kind != engine::FaultEvent::Kind::kKill || ev.atRound != r || !running[ev.kill])
-        continue;
-      const std::string why = "killed by the fault script before round " + std::to_string(r);
-      if (!continueOnLoss) {
-        return core::peerGone("rank " + std::to_string(ev.kill) + " was " + why +
-                              " (faults.on_peer_loss is \"stop\")");
-      }
-      running[ev.kill] = false;
-      killedNow.push_back(ev.kill);
-      for (int i = 0; i < n; ++i) {
-        if (running[i]) nodes[i]->loseThisRound(ev.kill);
-      }
-      // A peer that notices this loss knows of those before it, not of others in this round.
-      std::vector<int> known = killedBefore;
-      known.push_back(ev.kill);
-      changes[r + engine::agreementRounds(s.faults.agreementRounds, e.schedule->support(), known)]
-          .push_back(ev.kill);
-      if (membershipLog) {
-        STARLING_RETURN_IF_ERROR(
-            membershipLog->append(engine::membershipLostLine(r, ev.kill, why)));
-      }
-    }
-    killedBefore.insert(killedBefore.end(), killedNow.begin(), killedNow.end());
-    if (auto it = changes.find(r); it != changes.end()) {
-      membership.remove(it->second);
-      auto support = survivorSchedule.support(membership);
-      if (!support) return support.status();
-      for (int i = 0; i < n; ++i) {
-        if (!running[i]) continue;
-        const auto x = nodes[i]->model();
-        const std::vector<T> x0(x.begin(), x.end());
-        nodes[i]->restartAlgorithm(stacks[i].algorithmFrom(s.algorithm, x0));
-        nodes[i]->setSupport(*support);
-      }
-      std::string why;
-      for (int rank : it->second) {
-        why += (why.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " lost";
-      }
-      engine::MembershipChange change{r, membership.epoch(), it->second, {}, why};
-      if (membershipLog)
-        STARLING_RETURN_IF_ERROR(membershipLog->append(engine::membershipChangeLine(change)));
-      result.changes.push_back(change);
-    }
-    auto topo = survivorSchedule.at(r, membership);
-    if (!topo) return topo.status().withContext("round " + std::to_string(r));
-    const double step = s.algorithm.stepSize.at(r);
     const auto deadline = transport::Clock::now() + kRoundDeadline;
     if (wavefront) {
-      STARLING_RETURN_IF_ERROR(wavefrontRound(r, **topo, step, deadline));
+      auto topo = e.schedule->at(r);
+      STARLING_RETURN_IF_ERROR(wavefrontRound(r, *topo, s.algorithm.stepSize.at(r), deadline));
       const uint64_t done = r + 1;
       if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(logRound(done));
       continue;
     }
+    // The fault script's kills before round r: those ranks' processes are gone.
+    for (int i = 0; i < n; ++i) {
+      if (!running[i] || !sessions[i]->killedBefore(r)) continue;
+      const std::string why = "killed by the fault script before round " + std::to_string(r);
+      if (!continueOnLoss) {
+        return core::peerGone("rank " + std::to_string(i) + " was " + why +
+                              " (faults.on_peer_loss is \"stop\")");
+      }
+      takeOut(i, "rank " + std::to_string(i) + " was " + why);
+    }
+    // Start all, then complete all: a membership change due now, each node's message and the
+    // round's gossip first; a node whose message was dropped leaves once its other messages are
+    // sent (Survival::begin), as its process would.
     for (int i = 0; i < n; ++i) {
       if (!running[i]) continue;
-      const auto st = nodes[i]->startRound(r, **topo, step, deadline);
-      if (!st.isOk())
-        return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
+      core::Status st = sessions[i]->prepare();
+      if (st.isOk()) st = sessions[i]->begin(*nodes[i]);
+      if (st.isOk()) continue;
+      if (!leftFlags[i]) return st;
+      takeOut(i, st.message());
     }
     // Every node has sent: messages held back for reordering go now (a peer lets them go when it
     // waits; here a node driven before their sender would wait for them in vain).
     for (engine::FaultInjector* injector : injectors) {
       if (injector) injector->releaseHeld();
     }
-    if (!continueOnLoss) {
-      // A dropped message stops the run, as its sender stops a peer at once (runtime/peer.cc).
-      for (int i = 0; i < n; ++i) {
-        if (!injectors[i]) continue;
-        for (const engine::FaultInjector::Drop& d : injectors[i]->takeDropped()) {
-          return core::unavailable(engine::FaultInjector::dropStopMessage(i, d.to, d.tag.round));
-        }
-      }
-    }
-    std::map<int, std::string> leavers;
-    if (continueOnLoss) leavers = takeLeavers(r);
     for (int i = 0; i < n; ++i) {
       if (!running[i]) continue;
-      while (!nodes[i]->roundComplete()) {
-        auto ran = transports[i]->progress(deadline);
+      // Virtual time: every rank has sent its messages of round r, so what has not come for
+      // this round will not, and its receives end as their deadlines would end them (a bridge
+      // of the membership gossip whose other end did not find this rank). The liveness
+      // channel's standing receives are not of a round.
+      for (;;) {
+        auto ran = transports[i]->progress(transport::Clock::now());
         if (!ran) return ran.status();
+        if (*ran == 0) break;
       }
-      const auto st = nodes[i]->finishRound();
-      if (!st.isOk())
-        return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
+      if (!sessions[i]->engine().roundReady(*nodes[i])) {
+        transport::inproc::expireWaiting(*hub, i, [r](int, const transport::Tag& tag) {
+          return tag.round <= r && tag.channel != engine::kLivenessChannel;
+        });
+      }
+      const core::Status st = sessions[i]->complete(*nodes[i]);
+      if (st.isOk()) continue;
+      if (!leftFlags[i]) return st;
+      takeOut(i, st.message());
     }
-    if (continueOnLoss) STARLING_RETURN_IF_ERROR(settleLeavers(r, std::move(leavers)));
+    STARLING_RETURN_IF_ERROR(tapFailure);
+    if (std::find(running.begin(), running.end(), true) == running.end()) {
+      return core::unavailable("every node was lost; nobody finished the run");
+    }
     const uint64_t done = r + 1;
     if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(logRound(done));
   }

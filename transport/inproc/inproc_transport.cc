@@ -79,6 +79,7 @@ struct InprocHub::State {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Mailbox> boxes_;
+  std::map<int, std::string> closed;  // rank -> why its process is gone (closeRank)
   std::shared_ptr<FramePool> frames = std::make_shared<FramePool>();
 };
 
@@ -110,7 +111,10 @@ class InprocTransport final : public Transport {
       self.stats.bytesSent += size;
       Mailbox& box = hub_.boxes_[to];
       const MessageKey key{rank_, tag};
-      if (auto it = box.waiting.find(key); it != box.waiting.end()) {
+      if (hub_.closed.count(to) != 0) {
+        // Its process is gone: the message goes nowhere (a network send to a dead peer may
+        // complete too; its receives failing is what tells the others).
+      } else if (auto it = box.waiting.find(key); it != box.waiting.end()) {
         box.ready.push_back([cb = std::move(it->second.done), b = std::move(bytes)]() mutable {
           cb(core::Status::ok(), std::move(b));
         });
@@ -143,6 +147,10 @@ class InprocTransport final : public Transport {
       box.stats.bytesReceived += bytes->size();
       box.ready.push_back([cb = std::move(done), b = std::move(bytes)]() mutable {
         cb(core::Status::ok(), std::move(b));
+      });
+    } else if (auto gone = hub_.closed.find(from); gone != hub_.closed.end()) {
+      box.ready.push_back([cb = std::move(done), why = gone->second] {
+        cb(core::peerGone(why), nullptr);
       });
     } else if (box.waiting.count(key) != 0) {
       // One receive per key at a time; the second completes at once, with an error.
@@ -180,6 +188,21 @@ class InprocTransport final : public Transport {
   // recently, not the sender's own from a round ago.
   std::optional<OutgoingMessage> allocate(size_t size) override { return hub_.frames->take(size); }
 
+  void ping(int peer, Clock::time_point /*deadline*/, PingCallback done) override {
+    {
+      std::lock_guard lock(hub_.mu);
+      core::Status answer = core::Status::ok();
+      if (peer < 0 || peer >= static_cast<int>(hub_.boxes_.size())) {
+        answer = core::unavailable("no rank " + std::to_string(peer) + " in this process");
+      } else if (auto gone = hub_.closed.find(peer); gone != hub_.closed.end()) {
+        answer = core::unavailable("rank " + std::to_string(peer) + " is gone: " + gone->second);
+      }
+      hub_.boxes_[rank_].ready.push_back(
+          [done = std::move(done), answer = std::move(answer)] { done(answer); });
+    }
+    hub_.cv.notify_all();
+  }
+
   TransportStats stats() const override {
     std::lock_guard lock(hub_.mu);
     return hub_.boxes_[rank_].stats;
@@ -210,6 +233,55 @@ class InprocTransport final : public Transport {
 };
 
 }  // namespace
+
+void closeRank(InprocHub& hub, int rank, const std::string& why) {
+  InprocHub::State& st = hub.state();
+  {
+    std::lock_guard lock(st.mu);
+    st.closed[rank] = why;
+    for (Mailbox& box : st.boxes_) {
+      for (auto it = box.waiting.begin(); it != box.waiting.end();) {
+        if (it->first.from != rank) {
+          ++it;
+          continue;
+        }
+        box.ready.push_back([cb = std::move(it->second.done), why] {
+          cb(core::peerGone(why), nullptr);
+        });
+        it = box.waiting.erase(it);
+      }
+    }
+  }
+  st.cv.notify_all();
+}
+
+size_t expireWaiting(InprocHub& hub, int rank,
+                     const std::function<bool(int from, const Tag& tag)>& expire) {
+  InprocHub::State& st = hub.state();
+  size_t n = 0;
+  {
+    std::lock_guard lock(st.mu);
+    Mailbox& box = st.boxes_[rank];
+    for (auto it = box.waiting.begin(); it != box.waiting.end();) {
+      if (!expire(it->first.from, it->first.tag)) {
+        ++it;
+        continue;
+      }
+      const int from = it->first.from;
+      const uint64_t round = it->first.tag.round;
+      box.stats.timeouts++;
+      box.ready.push_back([cb = std::move(it->second.done), from, round] {
+        cb(core::timeout("no message from rank " + std::to_string(from) + " for round " +
+                         std::to_string(round)),
+           nullptr);
+      });
+      it = box.waiting.erase(it);
+      ++n;
+    }
+  }
+  st.cv.notify_all();
+  return n;
+}
 
 std::unique_ptr<InprocHub> createHub(int ranks) { return std::make_unique<InprocHub>(ranks); }
 

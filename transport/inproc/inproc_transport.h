@@ -10,7 +10,9 @@
 // each endpoint must be driven by one thread at a time. The hub must outlive its endpoints.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "transport/transport.h"
 
@@ -38,5 +40,19 @@ std::unique_ptr<InprocHub> createHub(int ranks);
 // frames takes it back on the links it damages). Off for in-process Peers and tests, which may
 // hand over any bytes and expect the CRC to catch them.
 std::unique_ptr<Transport> createTransport(InprocHub& hub, int rank, bool vouch = false);
+
+// Rank `rank`'s process is gone (the simulator's kill, or a rank that left the run), as a
+// network transport sees a peer whose process died: the messages it sent before are still
+// delivered, every other receive from it completes with kPeerGone naming `why`, a ping of it
+// answers kUnavailable (nobody listens there), and what is sent to it is discarded (the send
+// completes). Its own endpoint must not be driven any more.
+void closeRank(InprocHub& hub, int rank, const std::string& why);
+
+// Completes every receive of `rank` still waiting for a message that `expire(from, tag)` picks
+// with kTimeout, as their deadlines would (the simulator's virtual time: once every rank has sent
+// its messages of a round, a receive of that round still waiting waits in vain). Returns how
+// many.
+size_t expireWaiting(InprocHub& hub, int rank,
+                     const std::function<bool(int from, const Tag& tag)>& expire);
 
 }  // namespace starling::transport::inproc
