@@ -104,6 +104,15 @@ core::Status Session<T>::begin(Node<T>& node, std::optional<double> stepSize) {
 }
 
 template <typename T>
+core::Status Session<T>::begin(Node<T>& node, const topology::RoundTopology& topology) {
+  if (survival_.enabled() || opt_.faults) {
+    return core::failedPrecondition("a session with peer-loss survival or link faults runs its "
+                                    "rounds on its own topology");
+  }
+  return engine_.begin(node, topology);
+}
+
+template <typename T>
 core::Status Session<T>::complete(Node<T>& node) {
   return survival_.complete(node);
 }

@@ -97,6 +97,10 @@ class Session {
   core::Status prepare(uint32_t channel = kModelChannel);
   // The round on `node`: the algorithm's message and the round's gossip (after prepare()).
   core::Status begin(Node<T>& node, std::optional<double> stepSize = std::nullopt);
+  // begin() on the round's topology the caller computed once for all its sessions (the
+  // simulator's wavefront, n sessions on one time-varying schedule); only without survival and
+  // scripted link faults, whose rounds run on the survivors' topology and are checked for drops.
+  core::Status begin(Node<T>& node, const topology::RoundTopology& topology);
   // Waits for the round's messages and absorbs them; the round's losses.
   core::Status complete(Node<T>& node);
   // prepare(), begin() and complete().

@@ -218,8 +218,7 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
   std::vector<int> lastNeighbour(n);
   std::vector<int> bucketStart(n + 1);
   std::vector<int> completeOrder(n);
-  auto wavefrontRound = [&](uint64_t r, const topology::RoundTopology& topo, double step,
-                            transport::Clock::time_point deadline) -> core::Status {
+  auto wavefrontRound = [&](const topology::RoundTopology& topo) -> core::Status {
     // A node may complete once every rank it exchanges with this round has started: the round's
     // mixing row, and the support graph for algorithms that track every support neighbour.
     const topology::Graph& support = e.schedule->support();
@@ -241,21 +240,12 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
     int failedRank = n;  // the lowest rank whose completion failed, and why
     core::Status failed = core::Status::ok();
     for (int t = 0; t < n; ++t) {
-      const auto st = nodes[t]->startRound(r, topo, step, deadline);
-      if (!st.isOk())
-        return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(t));
+      core::Status st = sessions[t]->prepare();
+      if (st.isOk()) st = sessions[t]->begin(*nodes[t], topo);
+      if (!st.isOk()) return st;
       for (int b = bucketStart[t]; b < bucketStart[t + 1]; ++b) {
         const int i = completeOrder[b];
-        core::Status st2 = core::Status::ok();
-        while (st2.isOk() && !nodes[i]->roundComplete()) {
-          auto ran = transports[i]->progress(deadline);
-          if (!ran) st2 = ran.status();
-        }
-        if (st2.isOk()) {
-          st2 = nodes[i]->finishRound();
-          if (!st2.isOk())
-            st2 = scenario::explainRoundFailure(s.algorithm, st2, "node " + std::to_string(i));
-        }
+        const core::Status st2 = sessions[i]->complete(*nodes[i]);
         if (!st2.isOk() && i < failedRank) {
           failedRank = i;
           failed = st2;
@@ -275,8 +265,6 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
   // moment it finishes, rounds <= its own only (Node).
   auto asyncRun = [&]() -> core::Status {
     constexpr double kNever = std::numeric_limits<double>::infinity();
-    const auto topo = e.schedule->at(0);  // static (scenario_async.cc)
-    const auto deadline = transport::Clock::now() + std::chrono::hours(24);  // never expires
     std::vector<uint64_t> round(n, 0);
     std::vector<double> sendAt(n), took(n);
     std::vector<bool> waiting(n, false);
@@ -292,10 +280,10 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
       if (t == kNever) return core::internalError("asynchronous simulation: every node waits");
       for (int i = 0; i < n; ++i) {
         if (sendAt[i] != t) continue;
-        const uint64_t r = round[i];
-        const auto st = nodes[i]->startRound(r, *topo, s.algorithm.stepSize.at(r), deadline);
-        if (!st.isOk())
-          return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
+        // (Its session's rounds have no deadline that could pass: simulate's are a day.)
+        core::Status st = sessions[i]->prepare();
+        if (st.isOk()) st = sessions[i]->begin(*nodes[i]);
+        if (!st.isOk()) return st;
         waiting[i] = true;
         sendAt[i] = kNever;
       }
@@ -307,9 +295,7 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
           if (*ran == 0) break;
         }
         if (!nodes[i]->roundComplete()) continue;
-        const auto st = nodes[i]->finishRound();
-        if (!st.isOk())
-          return scenario::explainRoundFailure(s.algorithm, st, "node " + std::to_string(i));
+        STARLING_RETURN_IF_ERROR(sessions[i]->complete(*nodes[i]));
         waiting[i] = false;
         result.maxStalenessSeen = std::max(result.maxStalenessSeen, nodes[i]->lastStaleness());
         const uint64_t done = ++round[i];
@@ -341,9 +327,6 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
   };
 
   STARLING_RETURN_IF_ERROR(measure(0));
-  // In process every message is deposited before anyone waits, so a generous deadline is only a
-  // guard against a bug leaving a receive unmatched.
-  const auto kRoundDeadline = std::chrono::seconds(60);
   if (s.asynchronous.enabled) STARLING_RETURN_IF_ERROR(asyncRun());
   // A rank out of the run (killed, or it left): its endpoint is closed, its node no longer
   // driven, and the metrics count it up to its last logged round.
@@ -352,10 +335,8 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
     transport::inproc::closeRank(*hub, i, why);
   };
   for (uint64_t r = 0; r < s.rounds && !s.asynchronous.enabled; ++r) {
-    const auto deadline = transport::Clock::now() + kRoundDeadline;
     if (wavefront) {
-      auto topo = e.schedule->at(r);
-      STARLING_RETURN_IF_ERROR(wavefrontRound(r, *topo, s.algorithm.stepSize.at(r), deadline));
+      STARLING_RETURN_IF_ERROR(wavefrontRound(*e.schedule->at(r)));
       const uint64_t done = r + 1;
       if (done % s.logEvery == 0 || done == s.rounds) STARLING_RETURN_IF_ERROR(logRound(done));
       continue;

@@ -1,12 +1,17 @@
-// The simulator: all n nodes of a scenario in one process, on one thread, round by round.
+// The simulator: all n peers of a scenario in one process, on one thread, round by round. Each
+// is an engine::Session (engine/session.h), the same object a peer process runs, over the
+// in-process transport; the simulator is only the scheduler that starts and completes their
+// rounds, so a peer loss goes through the peers' own membership gossip.
 //
-// Asynchronous gossip (scenario algorithm.asynchronous) runs instead as a discrete-event loop in
-// virtual time, each node at its own modelled speed (simulator.cc has the order of events).
-//
-// Each round every node starts (prepares and sends over the in-process transport), then every
-// node completes (receives, decodes, absorbs): the same Node code and wire frames as a real peer,
-// without a thread per node, so thousands of nodes fit. Deterministic: the same scenario and seed
-// give the same metrics, apart from wall-clock fields.
+// Without faults a round is a wavefront (a node completes as soon as its last neighbour has
+// started); with a fault script or on_peer_loss "continue" every node starts before any
+// completes, a killed rank's endpoint is closed (its neighbours' receives fail as a dead
+// process's do) and, once every rank has sent, what has not come for the round ends as a timeout
+// would end it (virtual time). Asynchronous gossip (scenario algorithm.asynchronous) runs instead
+// as a discrete-event loop in virtual time, each node at its own modelled speed (simulator.cc has
+// the order of events). The same Node code and wire frames as a real peer, without a thread per
+// node, so thousands of nodes fit. Deterministic: the same scenario and seed give the same
+// metrics, apart from wall-clock fields.
 #pragma once
 
 #include <filesystem>
