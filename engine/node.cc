@@ -67,7 +67,6 @@ template <typename T>
 void Node<T>::setFound(int peer) {
   lost_.erase(std::remove(lost_.begin(), lost_.end(), peer), lost_.end());
   newlyLost_.erase(std::remove(newlyLost_.begin(), newlyLost_.end(), peer), newlyLost_.end());
-  losing_.erase(std::remove(losing_.begin(), losing_.end(), peer), losing_.end());
   lostWhy_.erase(peer);
 }
 
@@ -314,7 +313,6 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
       --pending_;
       continue;
     }
-    const bool losing = std::find(losing_.begin(), losing_.end(), peer) != losing_.end();
     bytesSent_ += message->size();
     ++sendsInFlight_;
     transport_.send(peer, tag_, message, [this, peer](const core::Status& st) {
@@ -334,11 +332,6 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
         lostNeighbour_ = peer;
       }
     });
-    if (losing) {
-      slots_[s].standIn = true;
-      --pending_;
-      continue;
-    }
     postReceive(s);
   }
   return core::Status::ok();
@@ -464,8 +457,6 @@ core::Status Node<T>::finishRound() {
   STARLING_RETURN_IF_ERROR(sendStatus_);
   if (async_) return finishAsyncRound();
   messages_.clear();
-  for (int peer : losing_) setLost(peer);
-  losing_.clear();
   for (Slot& slot : slots_) {
     const bool lossLike = slot.status.code() == core::StatusCode::kTimeout ||
                           slot.status.code() == core::StatusCode::kPeerGone ||

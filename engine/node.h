@@ -74,10 +74,6 @@ class Node {
   void setLost(int peer);
   // A lost neighbour rejoined the run (faults.restart): messages go to it and come from it again.
   void setFound(int peer);
-  // The simulator's view of a neighbour that dies before this round: this node still sends to it
-  // (it does not know yet, as a peer process would not) but stands in for its message; lost
-  // from the next round.
-  void loseThisRound(int peer) { losing_.push_back(peer); }
   bool isLost(int peer) const;
   std::vector<int> takeNewlyLost();
   // Why `peer` was lost (the status that made it so), or "".
@@ -251,7 +247,6 @@ class Node {
   std::vector<int> lost_;  // sorted
   std::vector<int> newlyLost_;
   std::map<int, std::string> lostWhy_;
-  std::vector<int> losing_;
 
   bool async_ = false;
   uint64_t maxStaleness_ = 0;
