@@ -86,6 +86,30 @@ struct InprocHub::State {
 InprocHub::InprocHub(int ranks) : state_(std::make_unique<State>(ranks)) {}
 InprocHub::~InprocHub() = default;
 
+// Ends every receive waiting in `box` that `pick(key, pending)` chooses with kTimeout, as its
+// deadline does; returns how many. The hub's lock is held.
+template <typename Pick>
+size_t timeOutLocked(Mailbox& box, Pick pick) {
+  size_t n = 0;
+  for (auto it = box.waiting.begin(); it != box.waiting.end();) {
+    if (!pick(it->first, it->second)) {
+      ++it;
+      continue;
+    }
+    const int from = it->first.from;
+    const uint64_t round = it->first.tag.round;
+    box.stats.timeouts++;
+    box.ready.push_back([cb = std::move(it->second.done), from, round] {
+      cb(core::timeout("no message from rank " + std::to_string(from) + " for round " +
+                       std::to_string(round)),
+         nullptr);
+    });
+    it = box.waiting.erase(it);
+    ++n;
+  }
+  return n;
+}
+
 namespace {
 
 class InprocTransport final : public Transport {
@@ -210,21 +234,7 @@ class InprocTransport final : public Transport {
 
  private:
   void expireLocked(Mailbox& box, Clock::time_point now) {
-    for (auto it = box.waiting.begin(); it != box.waiting.end();) {
-      if (it->second.deadline <= now) {
-        const int from = it->first.from;
-        const uint64_t round = it->first.tag.round;
-        box.stats.timeouts++;
-        box.ready.push_back([cb = std::move(it->second.done), from, round] {
-          cb(core::timeout("no message from rank " + std::to_string(from) + " for round " +
-                           std::to_string(round)),
-             nullptr);
-        });
-        it = box.waiting.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    timeOutLocked(box, [now](const MessageKey&, const PendingRecv& p) { return p.deadline <= now; });
   }
 
   InprocHub::State& hub_;
@@ -261,23 +271,9 @@ size_t expireWaiting(InprocHub& hub, int rank,
   size_t n = 0;
   {
     std::lock_guard lock(st.mu);
-    Mailbox& box = st.boxes_[rank];
-    for (auto it = box.waiting.begin(); it != box.waiting.end();) {
-      if (!expire(it->first.from, it->first.tag)) {
-        ++it;
-        continue;
-      }
-      const int from = it->first.from;
-      const uint64_t round = it->first.tag.round;
-      box.stats.timeouts++;
-      box.ready.push_back([cb = std::move(it->second.done), from, round] {
-        cb(core::timeout("no message from rank " + std::to_string(from) + " for round " +
-                         std::to_string(round)),
-           nullptr);
-      });
-      it = box.waiting.erase(it);
-      ++n;
-    }
+    n = timeOutLocked(st.boxes_[rank], [&](const MessageKey& key, const PendingRecv&) {
+      return expire(key.from, key.tag);
+    });
   }
   st.cv.notify_all();
   return n;
