@@ -109,7 +109,7 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
   engine::Options run = scenario::engineOptions(s);
   // In one process every message is deposited before anyone waits, and a dead rank's receives
   // fail at once (closeRank): no round waits for the clock, however long n nodes take to compute.
-  // The deadline only guards against a bug leaving a receive unmatched.
+  // The sessions' deadlines (a day) only bound a bug that left a receive unmatched.
   run.roundTimeoutMs = run.connectTimeoutMs = 24ull * 3600 * 1000;
   std::vector<std::unique_ptr<engine::Session<T>>> sessions;
   auto leftFlags = std::make_unique<bool[]>(n);
@@ -125,9 +125,10 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
     sessions.push_back(std::make_unique<engine::Session<T>>(run, *e.schedule, *transports[i],
                                                             std::move(so)));
     STARLING_RETURN_IF_ERROR(sessions.back()->open());
-    STARLING_RETURN_IF_ERROR(sessions.back()->add(*nodes[i], [&stack = stacks[i], &s](std::vector<T> x0) {
-      return stack.algorithmFrom(s.algorithm, x0);
-    }));
+    STARLING_RETURN_IF_ERROR(
+        sessions.back()->add(*nodes[i], [&stack = stacks[i], &s](std::vector<T> x0) {
+          return stack.algorithmFrom(s.algorithm, x0);
+        }));
   }
   struct Counters {
     uint64_t bytes = 0, corrupt = 0;
