@@ -228,8 +228,9 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
                   stats.loss.value_or(std::numeric_limits<double>::quiet_NaN()), sample);
   if (node.algorithm().needsStart()) {
     // nids, lead, prox_lead: the local step from x0 (no message; round() stays).
-    if (auto s = node.startAlgorithm(st.engine().rounds(), st.engine().stepSizeAt(lr)); !s.isOk()) {
-      return st.engine().fail(s, &node);
+    engine::Engine<T>& rounds = st.engine();
+    if (auto s = node.startAlgorithm(rounds.rounds(), rounds.stepSizeAt(lr)); !s.isOk()) {
+      return rounds.fail(s, &node);
     }
   } else {
     STARLING_RETURN_IF_ERROR(st.session.begin(node, lr));

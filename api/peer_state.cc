@@ -167,7 +167,8 @@ Status Peer::Impl::record(PeerState<T>& st) {
     j["sketch"] = runtime::modelSketch<T>(x, runtime::sketchSeed(scenario));
   }
   if (!metrics.empty()) j["metrics"] = metrics;
-  return st.engine().append(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  return st.engine().append(
+      j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
 template <typename T>

@@ -115,7 +115,11 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
   std::optional<engine::JoinState> joined;
   if (opt.rejoin) {
     auto got = session.rejoin(e.modelDim(), [&](const std::string& line) {
-      if (opt.log) opt.log(who + ": " + line); else std::fprintf(stderr, "%s: %s\n", who.c_str(), line.c_str());
+      if (opt.log) {
+        opt.log(who + ": " + line);
+      } else {
+        std::fprintf(stderr, "%s: %s\n", who.c_str(), line.c_str());
+      }
     });
     if (!got) return got.status();
     if (got->round == 0) {

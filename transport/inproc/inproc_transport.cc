@@ -234,7 +234,8 @@ class InprocTransport final : public Transport {
 
  private:
   void expireLocked(Mailbox& box, Clock::time_point now) {
-    timeOutLocked(box, [now](const MessageKey&, const PendingRecv& p) { return p.deadline <= now; });
+    timeOutLocked(box,
+                  [now](const MessageKey&, const PendingRecv& p) { return p.deadline <= now; });
   }
 
   InprocHub::State& hub_;
