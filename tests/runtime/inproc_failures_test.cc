@@ -11,10 +11,7 @@
 namespace starling::transport {
 namespace {
 
-using namespace std::chrono_literals;
-using namespace inproc_testing;
-using core::Status;
-using core::StatusCode;
+using namespace inproc_testing;  // and std::chrono_literals, Status, StatusCode
 
 TEST_CASE("a recv past its deadline completes with kTimeout from progress", "[runtime][unit]") {
   Fixture f(2);

@@ -16,6 +16,8 @@
 namespace starling::transport::inproc_testing {
 
 using namespace std::chrono_literals;
+using core::Status;
+using core::StatusCode;
 
 inline SharedBytes bytesOf(std::initializer_list<int> values) {
   auto b = std::make_shared<Bytes>();

@@ -17,10 +17,7 @@
 namespace starling::transport {
 namespace {
 
-using namespace std::chrono_literals;
-using namespace inproc_testing;
-using core::Status;
-using core::StatusCode;
+using namespace inproc_testing;  // and std::chrono_literals, Status, StatusCode
 
 TEST_CASE("inproc endpoints report their rank", "[runtime][unit]") {
   Fixture f(3);
