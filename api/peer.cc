@@ -155,6 +155,13 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
     return core::invalidArgument("step: AdaScale evaluates the scenario's step_size at its own "
                                  "counter tau (docs/algorithms.md §22); leave lr out");
   }
+  if (scenario.algorithm.kind == optim::AlgorithmKind::kDiloco) {
+    return core::failedPrecondition(
+        "step: diloco takes inner_steps gradients a round at its own local model, and a trainer "
+        "gives one per step(); take the inner steps with your optimizer and call mix() every "
+        "inner_steps steps (docs/algorithms.md §29), or run the scenario's problem with "
+        "node-launcher");
+  }
   if (const auto& sk = scenario.algorithm.sketch) {
     if (const auto bad = optim::sketchMisfit(*sk, params.size())) {
       return core::invalidArgument("step: algorithm.sketch" +

@@ -24,6 +24,7 @@
 #include "optim/adascale.h"
 #include "optim/leader.h"
 #include "optim/codistillation.h"
+#include "optim/diloco_spec.h"
 #include "optim/local_optimizer_spec.h"
 #include "optim/objective.h"
 #include "optim/regularizer.h"
@@ -87,6 +88,7 @@ enum class AlgorithmKind {
   kNids,
   kLead,
   kProxLead,
+  kDiloco,
 };
 
 // One algorithm's descriptor (the table in optim/algorithms.cc, in AlgorithmKind order): its
@@ -142,6 +144,9 @@ struct AlgorithmSpec {
   // dsgd only: the sketch of the model travels, and momentum and error feedback live in sketch
   // space (docs/algorithms.md §27, optim/sketch_gossip.h).
   std::optional<SketchGossipSpec> sketch;
+  // diloco only: the inner steps per round and the outer step (docs/algorithms.md §29,
+  // optim/diloco.h); the inner optimizer is localOptimizer, the inner step size stepSize.
+  DilocoSpec diloco;
 };
 
 // True for algorithms whose message is a difference against a reference point that sender and

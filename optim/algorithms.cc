@@ -10,6 +10,7 @@
 #include "optim/adasum_gossip.h"
 #include "optim/choco.h"
 #include "optim/combine.h"
+#include "optim/diloco.h"
 #include "optim/lead.h"
 #include "optim/leader_gossip.h"
 #include "optim/sketch_gossip.h"
@@ -284,6 +285,8 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      false},
     {AlgorithmKind::kProxLead, "prox_lead", "Prox-LEAD: LEAD with a proximal step (§8)", true,
      true, true, true},
+    {AlgorithmKind::kDiloco, "diloco", "H local steps, gossip, an outer step (§29)", false, false,
+     false, false},
 };
 
 constexpr bool inKindOrder() {
@@ -292,7 +295,9 @@ constexpr bool inKindOrder() {
   }
   return true;
 }
-static_assert(inKindOrder(), "kAlgorithms must list every AlgorithmKind, in order");
+static_assert(inKindOrder() && std::size(kAlgorithms) ==
+                                   static_cast<size_t>(AlgorithmKind::kDiloco) + 1,
+              "kAlgorithms must list every AlgorithmKind, in order");
 
 }  // namespace
 
@@ -329,6 +334,7 @@ std::unique_ptr<Algorithm<T>> createAlgorithm(const AlgorithmSpec& spec, std::sp
     case AlgorithmKind::kNids: return createNids<T>(spec, x0, oracle);
     case AlgorithmKind::kLead:
     case AlgorithmKind::kProxLead: return createLead<T>(spec, x0, oracle);
+    case AlgorithmKind::kDiloco: return createDiloco<T>(spec.diloco, x0, oracle);
   }
   return nullptr;
 }

@@ -226,6 +226,7 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
   s.algorithm.kind = static_cast<optim::AlgorithmKind>(alg.choice("kind", "algorithm", kAlgorithms));
   s.algorithm.stepSize = parseStepSize(alg);
   parseLocalOptimizerOf(alg, s);
+  parseDilocoOf(alg, s);
   using AK = optim::AlgorithmKind;
   const AK kind = s.algorithm.kind;
   const optim::AlgorithmInfo& info = optim::algorithmInfo(kind);

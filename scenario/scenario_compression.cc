@@ -120,15 +120,18 @@ void checkCodecForAlgorithm(const Obj& o, const compression::CompressorSpec& c,
                         "codec's error does not accumulate, and error feedback (or adacomp's "
                         "residue) would carry one model's error into the next; leave it out"};
   }
-  if (s.algorithm.kind == optim::AlgorithmKind::kDsgd &&
+  // DSGD and DiLoCo keep their exact message and add only the mixed differences (the
+  // DeepSqueeze form), so error feedback carries each round's codec error into the next message.
+  if ((s.algorithm.kind == optim::AlgorithmKind::kDsgd ||
+       s.algorithm.kind == optim::AlgorithmKind::kDiloco) &&
       (c.errorFeedback || c.kind == Kind::kAdaComp)) {
     return;
   }
   throw ScenarioError{o.at("kind"),
                       std::string(alg) +
                           " sends raw vectors, so a lossy codec's error would accumulate; use "
-                          "\"choco\" (which sends compressed differences), \"dsgd\" with "
-                          "\"error_feedback\": true, or \"identity\""};
+                          "\"choco\" (which sends compressed differences), \"dsgd\" or \"diloco\" "
+                          "with \"error_feedback\": true, or \"identity\""};
 }
 
 // /compression/layers/i/tensors: a non-empty array of integers.

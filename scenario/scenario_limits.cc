@@ -113,6 +113,8 @@ double stateVectors(optim::AlgorithmKind kind) {
     case AK::kLead:
     case AK::kProxLead:
       return 8;
+    case AK::kDiloco:
+      return 6;
   }
   return 8;
 }

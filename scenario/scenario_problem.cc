@@ -70,8 +70,11 @@ namespace {
 optim::LocalOptimizerSpec parseLocalOptimizer(Obj& o) {
   using K = optim::LocalOptimizerSpec::Kind;
   optim::LocalOptimizerSpec l;
-  l.kind = static_cast<K>(o.choice("kind", "local optimizer", {"sgd", "momentum", "adam", "lamb"}));
-  l.weightDecay = o.number("weight_decay", 0.0, 1e6, 0.0);
+  // "adamw" is adam with its decoupled weight decay, PyTorch's default 0.01 unless given.
+  const size_t choice =
+      o.choice("kind", "local optimizer", {"sgd", "momentum", "adam", "lamb", "adamw"});
+  l.kind = choice == 4 ? K::kAdam : static_cast<K>(choice);
+  l.weightDecay = o.number("weight_decay", 0.0, 1e6, choice == 4 ? 0.01 : 0.0);
   if (l.kind == K::kMomentum) {
     l.momentum = o.number("momentum", 0.0, 1.0, 0.9, false, /*openHi=*/true);
     l.nesterov = o.boolean("nesterov", false);
@@ -89,13 +92,22 @@ optim::LocalOptimizerSpec parseLocalOptimizer(Obj& o) {
 }  // namespace
 
 void parseLocalOptimizerOf(Obj& alg, Scenario& s) {
+  using AK = optim::AlgorithmKind;
+  if (s.algorithm.kind == AK::kDiloco) {
+    // diloco's local optimizer is its inner one (parseDilocoOf).
+    if (alg.has("local_optimizer")) {
+      throw ScenarioError{alg.at("local_optimizer"),
+                          "diloco's local optimizer is \"inner\" (the optimizer of its inner "
+                          "steps)"};
+    }
+    return;
+  }
   if (!alg.has("local_optimizer")) {
     alg.get("local_optimizer");
     return;
   }
   Obj lo = alg.object("local_optimizer");
   s.algorithm.localOptimizer = parseLocalOptimizer(lo);
-  using AK = optim::AlgorithmKind;
   const AK kind = s.algorithm.kind;
   if (s.algorithm.localOptimizer.kind != optim::LocalOptimizerSpec::Kind::kSgd &&
       kind != AK::kDsgd && kind != AK::kChoco) {
@@ -104,6 +116,51 @@ void parseLocalOptimizerOf(Obj& alg, Scenario& s) {
                             " changes the gradients " + optim::algorithmKindName(kind) +
                             " corrects, which breaks its exactness; use it with \"dsgd\" or "
                             "\"choco\" (docs/algorithms.md §20)"};
+  }
+}
+
+void parseDilocoOf(Obj& alg, Scenario& s) {
+  using AK = optim::AlgorithmKind;
+  if (s.algorithm.kind != AK::kDiloco) {
+    for (const char* key : {"inner_steps", "inner", "outer"}) {
+      if (alg.has(key)) {
+        throw ScenarioError{alg.at(key), std::string("\"") + key + "\" is a key of \"kind\": "
+                                         "\"diloco\"; \"kind\" is \"" +
+                                         optim::algorithmKindName(s.algorithm.kind) + "\""};
+      }
+    }
+    return;
+  }
+  optim::DilocoSpec& d = s.algorithm.diloco;
+  d.innerSteps = alg.integer<uint64_t>("inner_steps", 1, uint64_t{1} << 20);
+  if (alg.has("inner")) {
+    Obj in = alg.object("inner");
+    s.algorithm.localOptimizer = parseLocalOptimizer(in);
+  } else {
+    alg.get("inner");
+  }
+  using Outer = optim::DilocoSpec::Outer;
+  if (alg.has("outer")) {
+    Obj out = alg.object("outer");
+    d.outer = static_cast<Outer>(
+        out.choice("kind", "outer optimizer", {"sgd", "nesterov", "exact_diffusion"}, 1));
+    // DiLoCo's lr 0.7 and momentum 0.9 for nesterov; plain averaging (lr 1) otherwise.
+    d.outerLr = out.number("lr", 0.0, 2.0, d.outer == Outer::kNesterov ? 0.7 : 1.0,
+                           /*openLo=*/true);
+    if (d.outer == Outer::kNesterov) {
+      d.outerMomentum = out.number("momentum", 0.0, 1.0, 0.9, false, /*openHi=*/true);
+    }
+    out.finish();
+  } else {
+    alg.get("outer");
+  }
+  const optim::LocalOptimizerSpec& l = s.algorithm.localOptimizer;
+  if (d.outer == Outer::kExactDiffusion &&
+      (l.kind != optim::LocalOptimizerSpec::Kind::kSgd || l.weightDecay != 0.0)) {
+    throw ScenarioError{alg.at("inner") + "/kind",
+                        "the exact_diffusion outer step corrects the inner steps' gradients, "
+                        "which a stateful inner optimizer (or weight decay) changes; use \"sgd\" "
+                        "inside it (docs/algorithms.md §29)"};
   }
 }
 

@@ -197,6 +197,8 @@ void parseProblem(Obj& o, Scenario& s, const std::filesystem::path& baseDir);
 optim::StepSizeSchedule parseStepSize(Obj& o);
 // /algorithm/local_optimizer into s.algorithm (after its kind is known).
 void parseLocalOptimizerOf(Obj& alg, Scenario& s);
+// /algorithm/inner_steps, inner, outer (kind diloco; docs/algorithms.md §29).
+void parseDilocoOf(Obj& alg, Scenario& s);
 // /algorithm/adascale and /algorithm/leader (scenario_methods.cc): after the kind, step size,
 // local optimizer, combine and the problem are known; the compression check once it is parsed.
 void parseTrainingMethodsOf(Obj& alg, Scenario& s);

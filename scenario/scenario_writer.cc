@@ -202,7 +202,14 @@ ojson algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
       lo["eps"] = l.eps;
       lo["bias_correction"] = l.biasCorrection;
     }
-    j["local_optimizer"] = lo;
+    j[a.kind == optim::AlgorithmKind::kDiloco ? "inner" : "local_optimizer"] = lo;
+  }
+  if (a.kind == optim::AlgorithmKind::kDiloco) {
+    const optim::DilocoSpec& d = a.diloco;
+    j["inner_steps"] = d.innerSteps;
+    ojson outer{{"kind", optim::dilocoOuterName(d.outer)}, {"lr", d.outerLr}};
+    if (d.outer == optim::DilocoSpec::Outer::kNesterov) outer["momentum"] = d.outerMomentum;
+    j["outer"] = outer;
   }
   if (const auto& ada = a.adascale) {
     ojson aj;

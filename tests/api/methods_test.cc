@@ -232,4 +232,36 @@ TEST_CASE("Peer::step with asynchronous gossip: max_staleness 0 is the synchrono
               "the synchronous models\n", kSteps, worst);
 }
 
+TEST_CASE("Peer::step refuses diloco: its inner steps are the trainer's, and mix() averages",
+          "[api][methods][diloco]") {
+  constexpr int kNodes = 2;
+  const auto file = scenarioFile("diloco", kNodes, R"({"kind": "diloco", "step_size": 0.1,
+      "inner_steps": 4})");
+  std::vector<Status> refused(kNodes);
+  std::vector<Vec> mixed(kNodes);
+  const auto st = onThreads(kNodes, [&](int r) -> Status {
+    auto peer = Peer::fromScenario(file, r);
+    if (!peer.isOk()) return peer.status();
+    Vec x = start(r);
+    const Vec g = gradient(0, r);
+    refused[r] = (*peer)->step(std::span<double>(x), std::span<const double>(g));
+    // What a trainer does instead: its own inner steps, then a mix every inner_steps steps.
+    if (auto m = (*peer)->mix(std::span<double>(x)); !m.isOk()) return m;
+    mixed[r] = x;
+    return (*peer)->close();
+  });
+  for (const auto& s : st) {
+    INFO(s.message());
+    REQUIRE(s.isOk());
+  }
+  std::filesystem::remove(file);
+  for (int r = 0; r < kNodes; ++r) {
+    CHECK(refused[r].code() == StatusCode::kFailedPrecondition);
+    CHECK_THAT(refused[r].message(), Catch::Contains("inner_steps") && Catch::Contains("mix()"));
+    // Two nodes on their graph: each keeps half its own model and takes half the other's.
+    const Vec a = start(0), b = start(1);
+    for (size_t k = 0; k < a.size(); ++k) CHECK(mixed[r][k] == Approx(0.5 * (a[k] + b[k])));
+  }
+}
+
 }  // namespace methods_test

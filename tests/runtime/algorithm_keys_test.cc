@@ -24,24 +24,26 @@ std::string withAlgorithm(const std::string& name, const std::string& keys) {
 TEST_CASE("the algorithm table: every kind once, and its keys are the reader's and the writer's",
           "[scenario][unit]") {
   const auto kinds = optim::algorithmKinds();
-  REQUIRE(kinds.size() == static_cast<size_t>(optim::AlgorithmKind::kProxLead) + 1);
+  REQUIRE(kinds.size() == static_cast<size_t>(optim::AlgorithmKind::kDiloco) + 1);
   std::set<std::string> names;
   for (size_t i = 0; i < kinds.size(); ++i) {
     const optim::AlgorithmInfo& a = kinds[i];
     CAPTURE(a.name);
+    // diloco needs its inner_steps (its other keys: tests/integration/diloco_test.cc).
+    const std::string base = a.kind == optim::AlgorithmKind::kDiloco ? R"(, "inner_steps": 2)" : "";
     CHECK(static_cast<size_t>(a.kind) == i);
     CHECK(names.insert(a.name).second);
     CHECK(std::string(optim::algorithmKindName(a.kind)) == a.name);
     CHECK(std::string(a.summary).size() > 5);
     // The reader takes the name, and gamma / alpha exactly where the row says so.
-    auto plain = scenario::parseScenario(withAlgorithm(a.name, ""), "s.json", ".");
+    auto plain = scenario::parseScenario(withAlgorithm(a.name, base + ""), "s.json", ".");
     REQUIRE(plain.isOk());
     CHECK(plain->algorithm.kind == a.kind);
-    const auto gamma = scenario::parseScenario(withAlgorithm(a.name, R"(, "gamma": 0.5)"),
+    const auto gamma = scenario::parseScenario(withAlgorithm(a.name, base + R"(, "gamma": 0.5)"),
                                                "s.json", ".");
     CHECK(gamma.isOk() == a.usesGamma);
     if (gamma.isOk()) CHECK(gamma->algorithm.gamma == 0.5);
-    const auto alpha = scenario::parseScenario(withAlgorithm(a.name, R"(, "alpha": 0.25)"),
+    const auto alpha = scenario::parseScenario(withAlgorithm(a.name, base + R"(, "alpha": 0.25)"),
                                                "s.json", ".");
     CHECK(alpha.isOk() == a.usesAlpha);
     if (alpha.isOk()) CHECK(alpha->algorithm.alpha == 0.25);
@@ -51,13 +53,13 @@ TEST_CASE("the algorithm table: every kind once, and its keys are the reader's a
     CHECK((written.find("\"alpha\"") != std::string::npos) == a.usesAlpha);
     // Traits: a lossy codec without error feedback only where the messages are differences.
     const auto qsgd = scenario::parseScenario(
-        withAlgorithm(a.name, R"(}, "compression": {"kind": "qsgd")"), "s.json", ".");
+        withAlgorithm(a.name, base + R"(}, "compression": {"kind": "qsgd")"), "s.json", ".");
     CHECK(qsgd.isOk() == a.sendsDifferences);
     CHECK(optim::sendsCompressedDifferences(a.kind) == a.sendsDifferences);
     CHECK(optim::handlesRegularizer(a.kind) == a.proximal);
   }
   CHECK(names == std::set<std::string>{"dsgd", "exact_diffusion", "gradient_tracking", "choco",
-                                       "nids", "lead", "prox_lead"});
+                                       "nids", "lead", "prox_lead", "diloco"});
   const std::string unknown = refusal(withAlgorithm("admm", ""));
   for (const auto& a : kinds) CHECK(unknown.find(a.name) != std::string::npos);
 }

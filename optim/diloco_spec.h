@@ -1,0 +1,25 @@
+// What DiLoCo-class training is asked to be (docs/algorithms.md §29, optim/diloco.h), apart from
+// the algorithm itself, so that AlgorithmSpec can hold one without including the algorithm.
+#pragma once
+
+#include <cstdint>
+
+namespace starling::optim {
+
+struct DilocoSpec {
+  // How the node turns the round's mixed local models into its next outer model.
+  enum class Outer {
+    kSgd,             // theta <- theta - lr D: lr 1 is plain averaging of the local models
+    kNesterov,        // DiLoCo's outer Nesterov momentum on D
+    kExactDiffusion,  // corrected inner steps and a dual variable: exact on heterogeneous data
+  };
+  uint64_t innerSteps = 1;  // H >= 1 inner steps per outer round (one exchange)
+  Outer outer = Outer::kNesterov;
+  double outerLr = 0.7;        // in (0, 1] for sgd and exact_diffusion, (0, 2] for nesterov
+  double outerMomentum = 0.9;  // nesterov: in [0, 1)
+};
+
+// "sgd", "nesterov", "exact_diffusion".
+const char* dilocoOuterName(DilocoSpec::Outer outer);
+
+}  // namespace starling::optim

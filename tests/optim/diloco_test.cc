@@ -1,0 +1,317 @@
+// DiLoCo over gossip (optim/diloco.h, docs/algorithms.md §29) against references written here
+// with plain loops: all-reduce DiLoCo (the mean pseudo-gradient and PyTorch's Nesterov rule) on
+// the complete graph, the gossip equations of §29 on a ring, DSGD for outer sgd with lr 1 and one
+// inner step, and the closed-form optimum of heterogeneous quadratics for the exact_diffusion
+// outer step.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "methods_testing.h"
+#include "optim/algorithm.h"
+#include "optim/diloco.h"
+
+using namespace starling;
+using namespace starling::optim;
+using starling::optim::testing::MemoryVisitor;
+using starling::optim::testing::randomVec;
+using starling::optim::testing::Store;
+using starling::optim::testing::Vec;
+
+namespace {
+
+// f_i(x) = 1/2 sum_k a_ik (x_k - b_ik)^2: grad_k = a_ik (x_k - b_ik). Different a_i and b_i per
+// node make the data heterogeneous; the optimum of the mean is x*_k = sum_i a_ik b_ik / sum_i a_ik.
+struct Quadratic {
+  Vec a, b;
+  void gradient(const Vec& x, Vec& g) const {
+    for (size_t k = 0; k < x.size(); ++k) g[k] = a[k] * (x[k] - b[k]);
+  }
+};
+
+class QuadraticOracle final : public GradientOracle<double> {
+ public:
+  explicit QuadraticOracle(const Quadratic& f) : f_(f) {}
+  void gradient(std::span<const double> x, std::span<double> out) override {
+    for (size_t k = 0; k < x.size(); ++k) out[k] = f_.a[k] * (x[k] - f_.b[k]);
+    ++calls;
+  }
+  int calls = 0;
+
+ private:
+  const Quadratic& f_;
+};
+
+std::vector<Quadratic> problems(size_t n, size_t d, uint64_t seed) {
+  std::vector<Quadratic> fs(n);
+  for (size_t i = 0; i < n; ++i) {
+    fs[i].a = randomVec(d, 1.0, seed + 2 * i);
+    for (double& v : fs[i].a) v = 0.5 + std::abs(v);  // curvature in [0.5, ~4]
+    fs[i].b = randomVec(d, 3.0, seed + 2 * i + 1);
+  }
+  return fs;
+}
+
+using Matrix = std::vector<Vec>;
+
+Matrix completeWeights(size_t n) { return Matrix(n, Vec(n, 1.0 / static_cast<double>(n))); }
+
+Matrix ringWeights(size_t n) {
+  Matrix w(n, Vec(n, 0.0));
+  for (size_t i = 0; i < n; ++i) {
+    w[i][i] = 1.0 / 3;
+    w[i][(i + 1) % n] = 1.0 / 3;
+    w[i][(i + n - 1) % n] = 1.0 / 3;
+  }
+  return w;
+}
+
+// Drives one algorithm per node through `rounds` synchronous rounds of the weights w, as the
+// engine does: every node prepares, then absorbs its own message and its neighbours' (by peer id).
+void drive(std::vector<std::unique_ptr<Algorithm<double>>>& nodes, const Matrix& w, double alpha,
+           int rounds, int first = 0) {
+  const size_t n = nodes.size();
+  for (int r = first; r < first + rounds; ++r) {
+    std::vector<Vec> msg(n, Vec(nodes[0]->messageSize()));
+    for (size_t i = 0; i < n; ++i) {
+      RoundInfo info;
+      info.round = static_cast<uint64_t>(r);
+      info.stepSize = alpha;
+      info.self = static_cast<int>(i);
+      info.selfWeight = w[i][i];
+      nodes[i]->prepare(info, msg[i]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<NeighborMessage<double>> nbrs;
+      for (size_t j = 0; j < n; ++j) {
+        if (j != i && w[i][j] != 0.0) nbrs.push_back({static_cast<int>(j), w[i][j], msg[j]});
+      }
+      RoundInfo info;
+      info.round = static_cast<uint64_t>(r);
+      info.stepSize = alpha;
+      info.self = static_cast<int>(i);
+      info.selfWeight = w[i][i];
+      nodes[i]->absorb(info, msg[i], nbrs);
+    }
+  }
+}
+
+struct Nodes {
+  std::vector<std::unique_ptr<QuadraticOracle>> oracles;
+  std::vector<std::unique_ptr<Algorithm<double>>> algs;
+};
+
+Nodes makeNodes(const std::vector<Quadratic>& fs, const DilocoSpec& spec, const Vec& x0) {
+  Nodes ns;
+  for (const auto& f : fs) {
+    ns.oracles.push_back(std::make_unique<QuadraticOracle>(f));
+    ns.algs.push_back(createDiloco<double>(spec, x0, *ns.oracles.back()));
+  }
+  return ns;
+}
+
+Vec modelOf(const Algorithm<double>& a) { return Vec(a.model().begin(), a.model().end()); }
+
+double relDiff(const Vec& got, const Vec& want) {
+  double num = 0, den = 0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    num += (got[k] - want[k]) * (got[k] - want[k]);
+    den += want[k] * want[k];
+  }
+  return std::sqrt(num / den);
+}
+
+// H inner SGD steps of node i from theta.
+Vec innerSteps(const Quadratic& f, Vec x, double alpha, uint64_t h, const Vec* y = nullptr) {
+  Vec g(x.size());
+  for (uint64_t s = 0; s < h; ++s) {
+    f.gradient(x, g);
+    for (size_t k = 0; k < x.size(); ++k) x[k] -= alpha * (g[k] + (y ? (*y)[k] : 0.0));
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("diloco on the complete graph is all-reduce DiLoCo with outer Nesterov", "[diloco]") {
+  const size_t n = 4, d = 7;
+  const auto fs = problems(n, d, 11);
+  const Vec x0 = randomVec(d, 1.0, 99);
+  DilocoSpec spec;
+  spec.innerSteps = 5;
+  spec.outer = DilocoSpec::Outer::kNesterov;
+  spec.outerLr = 0.7;
+  spec.outerMomentum = 0.9;
+  const double alpha = 0.05;
+  const int rounds = 12;
+  auto ns = makeNodes(fs, spec, x0);
+  drive(ns.algs, completeWeights(n), alpha, rounds);
+  for (const auto& o : ns.oracles) CHECK(o->calls == rounds * 5);
+
+  // All-reduce DiLoCo: one theta, delta = mean_i (theta - x_i), buf = mu buf + delta,
+  // theta -= lr (delta + mu buf) (torch.optim.SGD with nesterov=True).
+  Vec theta = x0, buf(d, 0.0);
+  for (int r = 0; r < rounds; ++r) {
+    Vec delta(d, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      const Vec x = innerSteps(fs[i], theta, alpha, 5);
+      for (size_t k = 0; k < d; ++k) delta[k] += (theta[k] - x[k]) / static_cast<double>(n);
+    }
+    for (size_t k = 0; k < d; ++k) {
+      buf[k] = 0.9 * buf[k] + delta[k];
+      theta[k] -= 0.7 * (delta[k] + 0.9 * buf[k]);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    INFO("node " << i);
+    CHECK(relDiff(modelOf(*ns.algs[i]), theta) < 1e-12);
+  }
+}
+
+TEST_CASE("diloco on a ring follows the gossip equations of its outer steps", "[diloco]") {
+  const size_t n = 6, d = 5;
+  const auto fs = problems(n, d, 21);
+  const Vec x0 = randomVec(d, 1.0, 7);
+  const double alpha = 0.04;
+  const int rounds = 15;
+  const uint64_t h = 3;
+  const Matrix w = ringWeights(n);
+  for (auto outer : {DilocoSpec::Outer::kSgd, DilocoSpec::Outer::kNesterov,
+                     DilocoSpec::Outer::kExactDiffusion}) {
+    INFO("outer " << dilocoOuterName(outer));
+    DilocoSpec spec;
+    spec.innerSteps = h;
+    spec.outer = outer;
+    spec.outerLr = outer == DilocoSpec::Outer::kNesterov ? 0.6 : 0.8;
+    spec.outerMomentum = 0.5;
+    auto ns = makeNodes(fs, spec, x0);
+    drive(ns.algs, w, alpha, rounds);
+
+    std::vector<Vec> theta(n, x0), m(n, Vec(d, 0.0)), y(n, Vec(d, 0.0));
+    const bool ed = outer == DilocoSpec::Outer::kExactDiffusion;
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<Vec> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], theta[i], alpha, h, ed ? &y[i] : nullptr);
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t k = 0; k < d; ++k) {
+          double xbar = 0;
+          for (size_t j = 0; j < n; ++j) xbar += w[i][j] * x[j][k];
+          const double delta = theta[i][k] - xbar;
+          double u = delta;
+          if (outer == DilocoSpec::Outer::kNesterov) {
+            m[i][k] = spec.outerMomentum * m[i][k] + delta;
+            u = delta + spec.outerMomentum * m[i][k];
+          }
+          if (ed) y[i][k] += (x[i][k] - xbar) / (2 * alpha * static_cast<double>(h));
+          theta[i][k] -= spec.outerLr * u;
+        }
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      INFO("node " << i);
+      CHECK(relDiff(modelOf(*ns.algs[i]), theta[i]) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("diloco with outer sgd at lr 1 and one inner step is DSGD, bit for bit", "[diloco]") {
+  const size_t n = 5, d = 9;
+  const auto fs = problems(n, d, 31);
+  const Vec x0 = randomVec(d, 1.0, 3);
+  DilocoSpec spec;
+  spec.innerSteps = 1;
+  spec.outer = DilocoSpec::Outer::kSgd;
+  spec.outerLr = 1.0;
+  auto ns = makeNodes(fs, spec, x0);
+  Nodes dsgd;
+  AlgorithmSpec ds;
+  ds.kind = AlgorithmKind::kDsgd;
+  for (const auto& f : fs) {
+    dsgd.oracles.push_back(std::make_unique<QuadraticOracle>(f));
+    dsgd.algs.push_back(createAlgorithm<double>(ds, x0, *dsgd.oracles.back()));
+  }
+  const Matrix w = ringWeights(n);
+  drive(ns.algs, w, 0.1, 20);
+  drive(dsgd.algs, w, 0.1, 20);
+  for (size_t i = 0; i < n; ++i) {
+    const Vec a = modelOf(*ns.algs[i]), b = modelOf(*dsgd.algs[i]);
+    for (size_t k = 0; k < d; ++k) REQUIRE(a[k] == b[k]);
+  }
+}
+
+TEST_CASE("the exact_diffusion outer step reaches the optimum where nesterov stays biased",
+          "[diloco]") {
+  // Eight nodes on a ring, each with its own quadratic, ten inner steps a round.
+  const size_t n = 8, d = 6;
+  const auto fs = problems(n, d, 41);
+  Vec opt(d);
+  for (size_t k = 0; k < d; ++k) {
+    double num = 0, den = 0;
+    for (const auto& f : fs) {
+      num += f.a[k] * f.b[k];
+      den += f.a[k];
+    }
+    opt[k] = num / den;
+  }
+  const Vec x0(d, 0.0);
+  auto errorOf = [&](DilocoSpec::Outer outer, double lr) {
+    DilocoSpec spec;
+    spec.innerSteps = 10;
+    spec.outer = outer;
+    spec.outerLr = lr;
+    auto ns = makeNodes(fs, spec, x0);
+    drive(ns.algs, ringWeights(n), 0.05, 600);
+    double worst = 0;
+    for (const auto& a : ns.algs) worst = std::max(worst, relDiff(modelOf(*a), opt));
+    return worst;
+  };
+  const double ed = errorOf(DilocoSpec::Outer::kExactDiffusion, 1.0);
+  const double nesterov = errorOf(DilocoSpec::Outer::kNesterov, 0.7);
+  INFO("exact_diffusion " << ed << ", nesterov " << nesterov);
+  CHECK(ed < 1e-10);
+  CHECK(nesterov > 1e-2);
+}
+
+TEST_CASE("diloco's state round-trips through a checkpoint", "[diloco]") {
+  const size_t n = 3, d = 4;
+  const auto fs = problems(n, d, 51);
+  const Vec x0 = randomVec(d, 1.0, 5);
+  for (auto outer : {DilocoSpec::Outer::kNesterov, DilocoSpec::Outer::kExactDiffusion}) {
+    DilocoSpec spec;
+    spec.innerSteps = 4;
+    spec.outer = outer;
+    auto a = makeNodes(fs, spec, x0);
+    drive(a.algs, completeWeights(n), 0.05, 3);
+    // Restore every node's state into fresh algorithms and continue both for 4 rounds.
+    auto b = makeNodes(fs, spec, randomVec(d, 1.0, 6));
+    for (size_t i = 0; i < n; ++i) {
+      Store store;
+      MemoryVisitor save(store, false);
+      a.algs[i]->visitState(save);
+      REQUIRE_FALSE(save.failed());
+      MemoryVisitor load(store, true);
+      b.algs[i]->visitState(load);
+      REQUIRE_FALSE(load.failed());
+    }
+    drive(a.algs, completeWeights(n), 0.05, 4, 3);
+    drive(b.algs, completeWeights(n), 0.05, 4, 3);
+    std::vector<MethodMetric> ma, mb;
+    for (size_t i = 0; i < n; ++i) {
+      const Vec x = modelOf(*a.algs[i]), z = modelOf(*b.algs[i]);
+      for (size_t k = 0; k < d; ++k) REQUIRE(x[k] == z[k]);
+      a.algs[i]->methodMetrics(ma);
+      b.algs[i]->methodMetrics(mb);
+    }
+    REQUIRE(ma.size() == 3 * n);
+    for (size_t q = 0; q < ma.size(); ++q) {
+      CHECK(ma[q].name == mb[q].name);
+      CHECK(ma[q].value == mb[q].value);
+    }
+    CHECK(ma[0].name == "outer_round");
+    CHECK(ma[0].value == 7);
+    CHECK(ma[1].name == "inner_steps");
+    CHECK(ma[1].value == 28);
+  }
+}
