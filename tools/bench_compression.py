@@ -37,6 +37,9 @@ def runs(d):
     dsgd = {"kind": "dsgd", "step_size": STEP}
     choco = {"kind": "choco", "step_size": STEP, "gamma": 0.05}
     lead = {"kind": "lead", "step_size": STEP, "gamma": 1.0, "alpha": 0.2}
+
+    def diloco(h, outer):
+        return {"kind": "diloco", "step_size": STEP, "inner_steps": h, "outer": {"kind": outer}}
     return {
         "dsgd": ("DSGD, uncompressed (the reference)", dsgd, None),
         "dsgd-topk1-ef": ("DSGD, top-1% with error feedback (gamma 0.2)",
@@ -70,11 +73,23 @@ def runs(d):
         "lead-lgc1": ("LEAD, LGC on top-1% (chunk 32, latent 4; as above)", lead,
                       {"kind": "lgc", "ratio": 0.01, "warmup": 100, "refresh": 50,
                        "learning_rate": 0.003}),
+        # DiLoCo over gossip (docs/algorithms.md §29): the same gradient steps, one exchange
+        # every H of them (the run has rounds / H outer rounds).
+        "diloco-h10": ("DiLoCo, H = 10, outer Nesterov (lr 0.7, momentum 0.9)",
+                       diloco(10, "nesterov"), None),
+        "diloco-h50": ("DiLoCo, H = 50, outer Nesterov (as above)", diloco(50, "nesterov"), None),
+        "diloco-h10-sgd": ("Local SGD: H = 10, outer sgd lr 1 (plain averaging)",
+                           diloco(10, "sgd"), None),
+        "diloco-h10-ed": ("DiLoCo, H = 10, outer exact_diffusion (lr 1)",
+                          diloco(10, "exact_diffusion"), None),
+        "diloco-h50-topk1-ef": ("DiLoCo, H = 50, outer Nesterov, top-1% with error feedback",
+                                diloco(50, "nesterov"),
+                                {"kind": "topk", "ratio": 0.01, "error_feedback": True}),
     }
 
 
 def scenario(label, partition, epochs, layers, algorithm, compression, test_samples):
-    rounds = max(1, round(epochs * TRAIN / (NODES * BATCH)))
+    rounds = max(1, round(epochs * TRAIN / (NODES * BATCH) / algorithm.get("inner_steps", 1)))
     s = {
         "schema_version": 1, "name": f"bc-{label}-{partition}", "nodes": NODES, "seed": 1,
         "rounds": rounds, "log_every": max(1, rounds // 12), "precision": "float32",

@@ -227,6 +227,15 @@ TEST_CASE("CHOCO with QSGD, minibatches and corrupted links, every process kille
       R"(, {"corrupt": 0.05})", /*killPeersToo=*/true);
 }
 
+TEST_CASE("diloco (outer momentum, the inner Adam's moments, error feedback) resumes bit for bit",
+          "[integration][peers][checkpoint][diloco]") {
+  checkKillAndResume(
+      "diloco", R"(, "estimator": {"kind": "sgd", "batch": 8})",
+      R"({"kind": "diloco", "step_size": 0.05, "inner_steps": 3, "inner": {"kind": "adamw"}})",
+      R"(, "compression": {"kind": "topk", "ratio": 0.5, "error_feedback": true})", "",
+      /*killPeersToo=*/false);
+}
+
 TEST_CASE("codistillation (the neighbours' copies are state) resumes bit for bit",
           "[integration][peers][checkpoint][codistillation]") {
   if (::access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0) {
