@@ -79,6 +79,12 @@ std::optional<Peer::Codistillation> Peer::codistillation() const {
   return Codistillation{c->loss.alpha, c->loss.distance == optim::CodistillationSpec::Distance::kKl,
                         c->period, c->burnIn};
 }
+std::optional<Peer::Diloco> Peer::diloco() const {
+  const auto& a = impl_->scenario.algorithm;
+  if (a.kind != optim::AlgorithmKind::kDiloco) return std::nullopt;
+  return Diloco{a.diloco.innerSteps, optim::dilocoOuterName(a.diloco.outer), a.diloco.outerLr,
+                a.diloco.outerMomentum};
+}
 Status Peer::neighbourModels(std::vector<std::span<const float>>& out) const {
   return impl_->neighbourModels(out);
 }

@@ -244,6 +244,16 @@ class Peer {
     uint64_t burnIn = 0;
   };
   std::optional<Codistillation> codistillation() const;
+  // The scenario's DiLoCo keys (kind "diloco", docs/algorithms.md §29), if it is one: a trainer
+  // takes innerSteps steps with its own optimizer, then mix() and the outer step on
+  // theta - mixed (starling.torch.DiLoCo does). outer is "sgd", "nesterov" or "exact_diffusion".
+  struct Diloco {
+    uint64_t innerSteps = 1;
+    std::string outer = "nesterov";
+    double outerLr = 0.7;
+    double outerMomentum = 0.9;
+  };
+  std::optional<Diloco> diloco() const;
   // The neighbours' models the next step()'s loss should distil from, sorted by rank: copies
   // from the last exchange, each of the parameter buffer's size. Empty while the term is off
   // (the rounds before burn_in, before the first exchange, before the first step()). The spans

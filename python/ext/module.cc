@@ -220,6 +220,17 @@ class PyPeer {
     return d;
   }
 
+  py::object diloco() {
+    const auto c = alive("diloco").diloco();
+    if (!c) return py::none();
+    py::dict d;
+    d["inner_steps"] = c->innerSteps;
+    d["outer"] = c->outer;
+    d["outer_lr"] = c->outerLr;
+    d["outer_momentum"] = c->outerMomentum;
+    return d;
+  }
+
   // Fixed for the Peer's life, so readable while another thread is in a call.
   int rank() { return alive("rank").rank(); }
   int nodes() { return alive("nodes").nodes(); }
@@ -348,6 +359,9 @@ codistillation_loss turns them into the term. Raises starling.Error without codi
       .def_property_readonly("codistillation", &PyPeer::codistillation,
                              "The scenario's codistillation as a dict (alpha, distance, period, "
                              "burn_in), or None.")
+      .def_property_readonly("diloco", &PyPeer::diloco,
+                             "The scenario's DiLoCo keys as a dict (inner_steps, outer, outer_lr, "
+                             "outer_momentum) when its algorithm is diloco, else None.")
       .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")
       .def("close", &PyPeer::close,
            "Flushes this peer's last messages and leaves the run. Closing twice is harmless.")

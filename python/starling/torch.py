@@ -20,7 +20,7 @@ import torch
 
 from . import Peer
 
-__all__ = ["DecentralizedOptimizer", "Codistillation"]
+__all__ = ["DecentralizedOptimizer", "DiLoCo", "Codistillation"]
 
 _MODES = ("mix", "step")
 
@@ -281,6 +281,181 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             raise ValueError('mode="step" takes one step size, but the optimizer\'s param groups '
                              f"have learning rates {sorted(lrs)}")
         return lrs.pop()
+
+
+_OUTERS = ("sgd", "nesterov", "exact_diffusion")
+
+
+class DiLoCo:
+    """DiLoCo over gossip (docs/algorithms.md §29): `inner_steps` steps of your optimizer, then
+    one exchange with the neighbours and an outer step.
+
+        inner = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = starling.torch.DiLoCo(inner, model)     # inner_steps, outer... from the scenario
+        for x, y in loader:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()          # the inner step; every inner_steps-th also the outer round
+
+    The outer model theta is where the last outer round left the parameters. Every H-th step,
+    after the inner step: `peer.mix(params)` averages the local models over the graph (x-bar),
+    D = theta - x-bar, and
+      outer="sgd":       theta <- theta - outer_lr D (lr 1: plain averaging, local SGD)
+      outer="nesterov":  m <- outer_momentum m + D; theta <- theta - outer_lr (D + outer_momentum m)
+      outer="exact_diffusion": each inner step's gradient gets y added (the optimizer must be
+                         plain torch.optim.SGD), y <- y + (x - x-bar) / (2 lr H) after the mix,
+                         and theta <- theta - outer_lr D: the optimum of everyone's data, not a
+                         mixture biased by the local steps.
+    On the complete graph this is all-reduce DiLoCo. The parameters then hold theta. Arguments
+    left None come from the scenario's algorithm (kind "diloco": inner_steps, outer.kind, lr,
+    momentum; peer.diloco); with another scenario inner_steps must be given, outer defaults to
+    "nesterov" with lr 0.7 and momentum 0.9 (DiLoCo's). Parameters move into one flat buffer as
+    with DecentralizedOptimizer (wrap after moving the model). fragments > 1 and overlap=True
+    (Streaming DiLoCo) are not built yet and are refused. A membership change restarts nothing
+    here: the outer momentum and y carry on.
+    """
+
+    def __init__(self, inner_optimizer, model, peer=None, inner_steps=None, outer=None,
+                 outer_lr=None, outer_momentum=None, fragments=1, overlap=False):
+        if not isinstance(inner_optimizer, torch.optim.Optimizer):
+            raise TypeError("inner_optimizer must be a torch.optim.Optimizer; got "
+                            f"{type(inner_optimizer).__name__}")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+        if fragments != 1 or overlap:
+            raise NotImplementedError("fragments > 1 and overlap=True (Streaming DiLoCo) are not "
+                                      "built yet")
+        self.optimizer = inner_optimizer
+        self.model = model
+        self._owns_peer = peer is None
+        self._params, self._names = _model_parameters(model, inner_optimizer)
+        self._flat, _ = _flatten(self._params, with_grads=False)
+        self._param_ptrs = [p.data_ptr() for p in self._params]
+        self._layout = [p.numel() for p in self._params if p.numel() > 0]
+        if peer is None:
+            peer = Peer.from_env(layout=self._layout)
+        self.peer = peer
+        keys = peer.diloco or {}
+        self.inner_steps = int(inner_steps if inner_steps is not None
+                               else keys.get("inner_steps", 0))
+        if self.inner_steps < 1:
+            raise ValueError("inner_steps must be given (at least 1) when the scenario's "
+                             "algorithm is not diloco")
+        self.outer = outer if outer is not None else keys.get("outer", "nesterov")
+        if self.outer not in _OUTERS:
+            raise ValueError(f"outer must be one of {', '.join(_OUTERS)}; got {self.outer!r}")
+        default_lr = 0.7 if self.outer == "nesterov" else 1.0
+        if keys and keys.get("outer") == self.outer:
+            default_lr = keys["outer_lr"]
+        self.outer_lr = float(outer_lr if outer_lr is not None else default_lr)
+        self.outer_momentum = float(outer_momentum if outer_momentum is not None
+                                    else keys.get("outer_momentum", 0.9))
+        if not 0 < self.outer_lr <= 2:
+            raise ValueError(f"outer_lr must be in (0, 2]; got {self.outer_lr}")
+        if not 0 <= self.outer_momentum < 1:
+            raise ValueError(f"outer_momentum must be in [0, 1); got {self.outer_momentum}")
+        if self.outer == "exact_diffusion" and type(inner_optimizer) is not torch.optim.SGD:
+            raise ValueError('outer="exact_diffusion" corrects the inner gradients, which a '
+                             "stateful optimizer would change: use torch.optim.SGD (no momentum)")
+        with torch.no_grad():
+            self._theta = self._flat.clone()
+            self._local = torch.empty_like(self._flat)
+            self._momentum = torch.zeros_like(self._flat) if self.outer == "nesterov" else None
+            self._dual = torch.zeros_like(self._flat) if self.outer == "exact_diffusion" else None
+        self.steps = 0          # inner steps taken
+        self.outer_rounds = 0
+        self.pseudo_gradient_norm = 0.0
+
+    def zero_grad(self, set_to_none=None):
+        if set_to_none is None:
+            self.optimizer.zero_grad()
+        else:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def flat_params(self):
+        """The one buffer all parameters live in (1-D, in `model.parameters()` order)."""
+        return self._flat
+
+    def step(self, closure=None):
+        """The inner optimizer's step; every `inner_steps`-th also the outer round. Returns
+        closure's loss."""
+        for p, ptr, name in zip(self._params, self._param_ptrs, self._names):
+            if p.data_ptr() != ptr:
+                raise RuntimeError(f"parameter {name} no longer lives in Starling's flat buffer; "
+                                   "wrap the model after moving it")
+        if self._dual is not None:
+            if closure is not None:
+                raise ValueError('outer="exact_diffusion" takes no closure (its correction is '
+                                 "added to the gradients before the inner step)")
+            with torch.no_grad():
+                offset = 0
+                for p in self._params:
+                    n = p.numel()
+                    if p.grad is not None:
+                        p.grad.add_(self._dual[offset:offset + n].view_as(p))
+                    offset += n
+        loss = self.optimizer.step(closure)
+        self.steps += 1
+        if self.steps % self.inner_steps == 0:
+            self._outer_round()
+        return loss
+
+    def _outer_round(self):
+        with torch.no_grad():
+            flat, theta = self._flat, self._theta
+            self.pseudo_gradient_norm = float(torch.linalg.vector_norm(theta - flat))
+            if self._dual is not None:
+                self._local.copy_(flat)
+            self.peer.mix(flat)                   # flat = x-bar, the mixed local models
+            delta = theta - flat                  # D
+            if self.outer == "nesterov":
+                self._momentum.mul_(self.outer_momentum).add_(delta)
+                update = delta + self.outer_momentum * self._momentum
+            else:
+                update = delta
+            if self._dual is not None:
+                lrs = {float(g["lr"]) for g in self.optimizer.param_groups}
+                if len(lrs) != 1:
+                    raise ValueError('outer="exact_diffusion" takes one inner lr; the param '
+                                     f"groups have {sorted(lrs)}")
+                scale = 1.0 / (2.0 * lrs.pop() * self.inner_steps)
+                self._dual.add_(self._local - flat, alpha=scale)
+            # theta <- x-bar + (D - lr u), which is theta - lr u (docs/algorithms.md §29).
+            theta.copy_(flat + (delta - self.outer_lr * update))
+            flat.copy_(theta)
+        self.outer_rounds += 1
+
+    def state_dict(self):
+        """The inner optimizer's state and the outer state (theta, momentum, y, counters)."""
+        return {"inner": self.optimizer.state_dict(), "theta": self._theta.clone(),
+                "momentum": None if self._momentum is None else self._momentum.clone(),
+                "dual": None if self._dual is None else self._dual.clone(),
+                "steps": self.steps, "outer_rounds": self.outer_rounds}
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state["inner"])
+        with torch.no_grad():
+            self._theta.copy_(state["theta"])
+            if self._momentum is not None:
+                self._momentum.copy_(state["momentum"])
+            if self._dual is not None:
+                self._dual.copy_(state["dual"])
+        self.steps, self.outer_rounds = int(state["steps"]), int(state["outer_rounds"])
+
+    def close(self):
+        """Closes the peer if this wrapper created it (peer=None)."""
+        if self._owns_peer:
+            self.peer.close()
+
+    def __repr__(self):
+        return (f"DiLoCo(inner_steps={self.inner_steps}, outer={self.outer!r}, "
+                f"outer_lr={self.outer_lr}, outer_momentum={self.outer_momentum}, "
+                f"{self._flat.numel()} parameters, {self.peer!r})\n{self.optimizer!r}")
 
 
 def _model_parameters(model, optimizer):
