@@ -28,6 +28,17 @@ class Diloco final : public Algorithm<T> {
         grad_(x0.size()), oracle_(oracle) {
     if (spec_.outer == DilocoSpec::Outer::kNesterov) momentum_.assign(x0.size(), T(0));
     if (spec_.outer == DilocoSpec::Outer::kExactDiffusion) dual_.assign(x0.size(), T(0));
+    if (spec_.compressedDifferences) {
+      // Every node must agree on every reference point without an exchange: x0 where all start
+      // from it (sharedStart), 0 otherwise (the first message is then the whole local model).
+      if (spec_.sharedStart) {
+        reference_.assign(x0.begin(), x0.end());
+        referenceMix_.assign(x0.begin(), x0.end());
+      } else {
+        reference_.assign(x0.size(), T(0));
+        referenceMix_.assign(x0.size(), T(0));
+      }
+    }
   }
 
   size_t messageSize() const override { return theta_.size(); }
@@ -55,7 +66,11 @@ class Diloco final : public Algorithm<T> {
       sq += delta * delta;
     }
     pseudoGradientNorm_ = std::sqrt(sq);
-    std::copy(x_.begin(), x_.end(), out.begin());
+    if (spec_.compressedDifferences) {
+      for (size_t k = 0; k < d; ++k) out[k] = x_[k] - reference_[k];
+    } else {
+      std::copy(x_.begin(), x_.end(), out.begin());
+    }
     lossless_ = out.data();
   }
 
@@ -64,10 +79,28 @@ class Diloco final : public Algorithm<T> {
     const size_t d = theta_.size();
     // xbar = x + sum_j w_ij (m_j - m_i), in DSGD's difference form; under a lossy codec the sum
     // starts from the exact local model (m_i is then the decoded frame the neighbours see).
-    const T* start = own.data() == lossless_ ? own.data() : x_.data();
-    detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0, d, nullptr);
-    const T lr = static_cast<T>(spec_.outerLr);
     const T* xbar = mixed_.data();
+    if (spec_.compressedDifferences) {
+      // q_j = C(x_j - x-hat_j) as decoded: x-hat_i += q_i, and s_i = sum_j w_ij x-hat_j follows
+      // with w_ii q_i + sum_j w_ij q_j (a static W). s_i stands for the mixed local models.
+      T* ref = reference_.data();
+      T* s = referenceMix_.data();
+      const T self = static_cast<T>(info.selfWeight);
+      for (size_t k = 0; k < d; ++k) {
+        ref[k] += own[k];
+        s[k] += self * own[k];
+      }
+      for (const auto& n : nbrs) {
+        const T w = static_cast<T>(n.weight);
+        const T* q = n.message.data();
+        for (size_t k = 0; k < d; ++k) s[k] += w * q[k];
+      }
+      xbar = referenceMix_.data();
+    } else {
+      const T* start = own.data() == lossless_ ? own.data() : x_.data();
+      detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0, d, nullptr);
+    }
+    const T lr = static_cast<T>(spec_.outerLr);
     T* theta = theta_.data();
     switch (spec_.outer) {
       case DilocoSpec::Outer::kSgd:
@@ -90,8 +123,10 @@ class Diloco final : public Algorithm<T> {
         // Half of (x - xbar) per round, as exact diffusion's (I + W) / 2 (docs/algorithms.md §29).
         const T scale = T(1) / (T(2) * static_cast<T>(info.stepSize) *
                                 static_cast<T>(spec_.innerSteps));
+        // With compressed differences the reference points stand for the local models, so that
+        // sum_i (x-hat_i - s_i) = 0 keeps sum_i y_i = 0 exactly as the messages are decoded.
         T* y = dual_.data();
-        const T* x = x_.data();
+        const T* x = spec_.compressedDifferences ? reference_.data() : x_.data();
         for (size_t k = 0; k < d; ++k) {
           y[k] += scale * (x[k] - xbar[k]);
           const T delta = theta[k] - xbar[k];
@@ -113,6 +148,10 @@ class Diloco final : public Algorithm<T> {
     v.fixed("theta", theta_);
     if (!momentum_.empty()) v.fixed("outer_momentum", momentum_);
     if (!dual_.empty()) v.fixed("dual", dual_);
+    if (!reference_.empty()) {
+      v.fixed("reference", reference_);
+      v.fixed("reference_mix", referenceMix_);
+    }
     v.scalar("outer_rounds", outerRounds_);
     v.scalar("inner_steps", innerSteps_);
   }
@@ -128,6 +167,7 @@ class Diloco final : public Algorithm<T> {
   std::vector<T> theta_, x_, mixed_, grad_;
   std::vector<T> momentum_;  // nesterov
   std::vector<T> dual_;      // exact_diffusion
+  std::vector<T> reference_, referenceMix_;  // compressedDifferences: x-hat_i, sum_j w_ij x-hat_j
   uint64_t outerRounds_ = 0, innerSteps_ = 0;
   double pseudoGradientNorm_ = 0.0;
   const T* lossless_ = nullptr;

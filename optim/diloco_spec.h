@@ -17,6 +17,14 @@ struct DilocoSpec {
   Outer outer = Outer::kNesterov;
   double outerLr = 0.7;        // in (0, 1] for sgd and exact_diffusion, (0, 2] for nesterov
   double outerMomentum = 0.9;  // nesterov: in [0, 1)
+  // Set by the scenario for a lossy codec without error feedback: the message is the change of
+  // the local model against a reference point that sender and receivers both track (x_i - x-hat_i,
+  // as CHOCO does for models), so the codec's error is never lost (docs/algorithms.md §29).
+  bool compressedDifferences = false;
+  // Set by the runtime for the first start of a run, where every node starts from the same x0:
+  // the reference points then start at x0 rather than 0, so the first messages are small too.
+  // A restart after a membership change starts from each node's own model and leaves it false.
+  bool sharedStart = false;
 };
 
 // "sgd", "nesterov", "exact_diffusion".

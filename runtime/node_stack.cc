@@ -74,8 +74,12 @@ core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
   }
   const std::vector<double> start = scenario::initialModel(e);
   const std::vector<T> x0(start.begin(), start.end());
+  // Every node starts from the same x0 here (not after a membership change, which restarts
+  // from each node's own model): DiLoCo's reference points may start there.
+  optim::AlgorithmSpec first = s.algorithm;
+  first.diloco.sharedStart = true;
   stack.node = std::make_unique<engine::Node<T>>(
-      rank, stack.algorithmFrom(s.algorithm, x0), transport, typename engine::Node<T>::LogFn{},
+      rank, stack.algorithmFrom(first, x0), transport, typename engine::Node<T>::LogFn{},
       stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
       core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->configure(scenario::engineOptions(s), &e.schedule->support());

@@ -276,6 +276,10 @@ Scenario parseRoot(const json& root, const std::string& file, const std::filesys
     o.get("transport");
   }
   checkTrainingMethodsCompression(s);
+  s.algorithm.diloco.compressedDifferences =
+      s.algorithm.kind == optim::AlgorithmKind::kDiloco &&
+      !compression::sendsIdentityOnly(s.compression) && !s.compression.errorFeedback &&
+      s.compression.kind != compression::CompressorSpec::Kind::kAdaComp;
   if (s.algorithm.combine == optim::AlgorithmSpec::Combine::kAdasum &&
       !compression::sendsIdentityOnly(s.compression)) {
     throw ScenarioError{"/compression/kind", "\"combine\": \"adasum\" sends models and updates "

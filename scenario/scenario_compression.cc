@@ -127,6 +127,17 @@ void checkCodecForAlgorithm(const Obj& o, const compression::CompressorSpec& c,
       (c.errorFeedback || c.kind == Kind::kAdaComp)) {
     return;
   }
+  // Without error feedback DiLoCo sends the change of its local model against a reference
+  // point every node tracks (docs/algorithms.md §29), which needs a fixed mixing matrix.
+  if (s.algorithm.kind == optim::AlgorithmKind::kDiloco) {
+    if (s.topology.schedule.kind != topology::ScheduleKind::kStatic) {
+      throw ScenarioError{o.at("kind"),
+                          "diloco sends compressed differences against reference points summed "
+                          "with a fixed W; on a time-varying topology use \"error_feedback\": "
+                          "true"};
+    }
+    return;
+  }
   throw ScenarioError{o.at("kind"),
                       std::string(alg) +
                           " sends raw vectors, so a lossy codec's error would accumulate; use "

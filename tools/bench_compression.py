@@ -82,9 +82,16 @@ def runs(d):
                            diloco(10, "sgd"), None),
         "diloco-h10-ed": ("DiLoCo, H = 10, outer exact_diffusion (lr 1)",
                           diloco(10, "exact_diffusion"), None),
-        "diloco-h50-topk1-ef": ("DiLoCo, H = 50, outer Nesterov, top-1% with error feedback",
-                                diloco(50, "nesterov"),
+        "diloco-h50-topk1-ef": ("DiLoCo, H = 50, outer Nesterov, top-1% of the model with "
+                                "error feedback", diloco(50, "nesterov"),
                                 {"kind": "topk", "ratio": 0.01, "error_feedback": True}),
+        "diloco-h50-topk1": ("DiLoCo, H = 50, outer Nesterov, top-1% of the difference "
+                             "against the reference point", diloco(50, "nesterov"),
+                             {"kind": "topk", "ratio": 0.01}),
+        "diloco-h50-int8": ("DiLoCo, H = 50, outer Nesterov, int8 differences",
+                            diloco(50, "nesterov"), {"kind": "int8"}),
+        "diloco-h10-topk1": ("DiLoCo, H = 10, outer Nesterov, top-1% differences",
+                             diloco(10, "nesterov"), {"kind": "topk", "ratio": 0.01}),
     }
 
 

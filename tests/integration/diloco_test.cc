@@ -67,6 +67,15 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
   CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4, "inner": {"kind": "adam"},
                                            "outer": {"kind": "exact_diffusion"})"))),
              Catch::Contains("/algorithm/inner/kind") && Catch::Contains("§29"));
+  // A lossy codec: error feedback (the model as the message) or compressed differences against
+  // reference points, which need a fixed W.
+  CHECK(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4)"),
+                             R"(, "compression": {"kind": "qsgd", "bits": 3})")) == "accepted");
+  CHECK_THAT(errorOf(R"({"schema_version": 1, "name": "d", "nodes": 4,
+    "topology": {"kind": "ring", "schedule": {"kind": "edge_dropout", "p": 0.2}},
+    "algorithm": {"kind": "diloco", "step_size": 0.1, "inner_steps": 2},
+    "compression": {"kind": "topk", "ratio": 0.1}})"),
+             Catch::Contains("/compression/kind") && Catch::Contains("error_feedback"));
   // diloco's keys under another kind.
   CHECK_THAT(errorOf(scenarioWith(R"({"kind": "dsgd", "step_size": 0.1, "inner_steps": 4})")),
              Catch::Contains("/algorithm/inner_steps") && Catch::Contains("diloco"));
@@ -148,6 +157,8 @@ TEST_CASE("diloco over real peers equals simulate for every outer step, with a c
       {"exact-diffusion", diloco(R"(, "inner_steps": 5, "outer": {"kind": "exact_diffusion"})")},
       {"topk", diloco(R"(, "inner_steps": 4)") +
                    R"(, "compression": {"kind": "topk", "ratio": 0.5, "error_feedback": true})"},
+      {"topk-differences", diloco(R"(, "inner_steps": 4)") +
+                               R"(, "compression": {"kind": "topk", "ratio": 0.3})"},
       {"kill", diloco(R"(, "inner_steps": 4)") +
                    R"(, "faults": {"on_peer_loss": "continue",
                                    "script": [{"kill": 2, "at_round": 25}]})"},
