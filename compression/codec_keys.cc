@@ -69,6 +69,10 @@ const std::vector<CodecKey>& table(Kind kind) {
        STARLING_FIELD(learningRate)}};
   static const std::vector<CodecKey> kInt8{
       integer("chunk", 1, kMaxUint32, 256, STARLING_FIELD(scaleChunk))};
+  static const std::vector<CodecKey> kChunkTopK{
+      integer("chunk", 2, 65536, 64, STARLING_FIELD(scaleChunk)),
+      {"per_chunk", Type::kInteger, 1, 65535, false, 2, {}, nullptr, "chunk",
+       STARLING_FIELD(perChunk)}};
   switch (kind) {
     case Kind::kTopK: return kTopK;
     case Kind::kRandK: return kRandK;
@@ -81,6 +85,8 @@ const std::vector<CodecKey>& table(Kind kind) {
     case Kind::kDqsgd: return kDqsgd;
     case Kind::kLgc: return kLgc;
     case Kind::kInt8: return kInt8;
+    case Kind::kTopK2Bit:
+    case Kind::kDctSign: return kChunkTopK;
     default: return kNone;  // identity, fp16, bf16, sign, natural: no keys
   }
 }

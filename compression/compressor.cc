@@ -146,6 +146,24 @@ Built<T> buildInt8(const CompressorSpec& spec) {
   return codecs::makeInt8<T>(spec.scaleChunk);
 }
 
+core::Status checkChunkTopK(const char* name, const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkRange((std::string(name) + ": chunk").c_str(),
+                                      static_cast<int64_t>(spec.scaleChunk), 2, 65536));
+  return checkRange((std::string(name) + ": per_chunk").c_str(),
+                    static_cast<int64_t>(spec.perChunk), 1,
+                    static_cast<int64_t>(spec.scaleChunk) - 1);
+}
+template <typename T>
+Built<T> buildTopK2Bit(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkChunkTopK("topk_2bit", spec));
+  return codecs::makeTopK2Bit<T>(spec.scaleChunk, spec.perChunk);
+}
+template <typename T>
+Built<T> buildDctSign(const CompressorSpec& spec) {
+  STARLING_RETURN_IF_ERROR(checkChunkTopK("dct_sign", spec));
+  return codecs::makeDctSign<T>(spec.scaleChunk, spec.perChunk);
+}
+
 #define STARLING_CODEC(K, NAME, BUILD, SUMMARY) \
   CodecInfo { Kind::K, NAME, CodecId::K, SUMMARY, &BUILD<float>, &BUILD<double> }
 
@@ -175,6 +193,10 @@ constexpr CodecInfo kCodecs[] = {
     STARLING_CODEC(kLgc, "lgc", buildLgc, "top-k whose values a learned autoencoder codes"),
     STARLING_CODEC(kInt8, "int8", buildInt8,
                    "a float32 scale per chunk and a signed byte per value"),
+    STARLING_CODEC(kTopK2Bit, "topk_2bit", buildTopK2Bit,
+                   "the top k of each chunk, a scale per chunk and 2 bits per value"),
+    STARLING_CODEC(kDctSign, "dct_sign", buildDctSign,
+                   "the top k DCT coefficients of each chunk: their signs and mean magnitude"),
 };
 
 #undef STARLING_CODEC

@@ -58,6 +58,8 @@ struct CompressorSpec {
     kDqsgd,
     kLgc,
     kInt8,
+    kTopK2Bit,
+    kDctSign,
   };
   Kind kind = Kind::kIdentity;
   // topk / randk: keep k elements, or ratio * d (rounded up, at least 1) when k == 0.
@@ -102,6 +104,9 @@ struct CompressorSpec {
   double learningRate = 1e-3;
   // int8 (docs/compression.md "int8"): one float32 scale per `scaleChunk` values (key "chunk").
   uint32_t scaleChunk = 256;
+  // topk_2bit, dct_sign (docs/compression.md): chunks of `scaleChunk` values (key "chunk", default
+  // 64 there), the `perChunk` largest magnitudes of each (values, or DCT coefficients) kept.
+  uint32_t perChunk = 2;
   // Wraps the codec: p = C(e + v), e <- e + v - p (docs/algorithms.md §13).
   bool errorFeedback = false;
   // Layer-aware compression (docs/compression.md): each rule's codec for the tensors it names,

@@ -41,6 +41,8 @@ enum class CodecId : uint8_t {
   kLayered = 14,
   kLgc = 15,
   kInt8 = 16,
+  kTopK2Bit = 17,
+  kDctSign = 18,
 };
 
 // Element types of the model state.

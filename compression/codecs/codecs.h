@@ -57,6 +57,11 @@ std::unique_ptr<Compressor<T>> makeLgc(const CompressorSpec& spec);
 // chunk in [1, 2^32 - 1].
 template <typename T>
 std::unique_ptr<Compressor<T>> makeInt8(uint32_t chunk);
+// chunk in [2, 65536], perChunk in [1, chunk - 1] (chunk_topk.cc).
+template <typename T>
+std::unique_ptr<Compressor<T>> makeTopK2Bit(uint32_t chunk, uint32_t perChunk);
+template <typename T>
+std::unique_ptr<Compressor<T>> makeDctSign(uint32_t chunk, uint32_t perChunk);
 // Wraps `inner` with error feedback.
 template <typename T>
 std::unique_ptr<Compressor<T>> makeErrorFeedback(std::unique_ptr<Compressor<T>> inner);

@@ -99,6 +99,12 @@ CompressorSpec specFor(Kind kind, bool variant) {
     case Kind::kInt8:
       if (variant) s.scaleChunk = 3;
       break;
+    case Kind::kTopK2Bit:
+    case Kind::kDctSign:
+      // The typical set: chunks of 8, 2 kept (3-bit indices); the corner: chunks of 3, 2 kept.
+      s.scaleChunk = variant ? 3 : 8;
+      s.perChunk = 2;
+      break;
     case Kind::kLgc:
       // Seeds of every mode: the typical set ships a new decoder every round (mode 2); the
       // corner has a warm-up round (mode 0), then one version kept (mode 2, then mode 1).
