@@ -14,6 +14,7 @@ const char* dilocoOuterName(DilocoSpec::Outer outer) {
     case DilocoSpec::Outer::kSgd: return "sgd";
     case DilocoSpec::Outer::kNesterov: return "nesterov";
     case DilocoSpec::Outer::kExactDiffusion: return "exact_diffusion";
+    case DilocoSpec::Outer::kNoloco: return "noloco";
   }
   return "unknown";
 }
@@ -26,7 +27,10 @@ class Diloco final : public Algorithm<T> {
   Diloco(const DilocoSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
       : spec_(spec), theta_(x0.begin(), x0.end()), x_(x0.size()), mixed_(x0.size()),
         grad_(x0.size()), oracle_(oracle) {
-    if (spec_.outer == DilocoSpec::Outer::kNesterov) momentum_.assign(x0.size(), T(0));
+    if (spec_.outer == DilocoSpec::Outer::kNesterov || noloco()) {
+      momentum_.assign(x0.size(), T(0));
+    }
+    if (noloco()) mixed_.resize(2 * x0.size());
     if (spec_.outer == DilocoSpec::Outer::kExactDiffusion) dual_.assign(x0.size(), T(0));
     if (spec_.compressedDifferences) {
       // Every node must agree on every reference point without an exchange: x0 where all start
@@ -41,7 +45,8 @@ class Diloco final : public Algorithm<T> {
     }
   }
 
-  size_t messageSize() const override { return theta_.size(); }
+  // noloco sends [theta_i, x_i]; the others x_i (or its compressed difference).
+  size_t messageSize() const override { return (noloco() ? 2 : 1) * theta_.size(); }
 
   // The H inner steps from theta, and the local model they reach as the message.
   void prepare(const RoundInfo& info, std::span<T> out) override {
@@ -68,6 +73,9 @@ class Diloco final : public Algorithm<T> {
     pseudoGradientNorm_ = std::sqrt(sq);
     if (spec_.compressedDifferences) {
       for (size_t k = 0; k < d; ++k) out[k] = x_[k] - reference_[k];
+    } else if (noloco()) {
+      std::copy(theta_.begin(), theta_.end(), out.begin());
+      std::copy(x_.begin(), x_.end(), out.begin() + static_cast<std::ptrdiff_t>(d));
     } else {
       std::copy(x_.begin(), x_.end(), out.begin());
     }
@@ -96,6 +104,16 @@ class Diloco final : public Algorithm<T> {
         for (size_t k = 0; k < d; ++k) s[k] += w * q[k];
       }
       xbar = referenceMix_.data();
+    } else if (noloco()) {
+      // [theta-bar_i, x-bar_i] = sum_j w_ij [theta_j, x_j]; under error feedback the sum starts
+      // from the exact [theta_i, x_i].
+      if (own.data() != lossless_) {
+        std::copy(theta_.begin(), theta_.end(), mixed_.begin());
+        std::copy(x_.begin(), x_.end(), mixed_.begin() + static_cast<std::ptrdiff_t>(d));
+      }
+      const T* start = own.data() == lossless_ ? own.data() : mixed_.data();
+      detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0, 2 * d,
+                         nullptr);
     } else {
       const T* start = own.data() == lossless_ ? own.data() : x_.data();
       detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0, d, nullptr);
@@ -116,6 +134,19 @@ class Diloco final : public Algorithm<T> {
           const T delta = theta[k] - xbar[k];
           m[k] = mu * m[k] + delta;
           theta[k] = xbar[k] + (delta - lr * (delta + mu * m[k]));
+        }
+        break;
+      }
+      case DilocoSpec::Outer::kNoloco: {
+        // delta <- mu delta - lr (theta-bar - x-bar) - pull (theta - theta-bar); theta += delta.
+        const T mu = static_cast<T>(spec_.outerMomentum);
+        const T pull = static_cast<T>(spec_.pull);
+        const T* thetaBar = mixed_.data();
+        const T* xBar = mixed_.data() + d;
+        T* m = momentum_.data();
+        for (size_t k = 0; k < d; ++k) {
+          m[k] = mu * m[k] - lr * (thetaBar[k] - xBar[k]) - pull * (theta[k] - thetaBar[k]);
+          theta[k] += m[k];
         }
         break;
       }
@@ -155,6 +186,8 @@ class Diloco final : public Algorithm<T> {
     v.scalar("outer_rounds", outerRounds_);
     v.scalar("inner_steps", innerSteps_);
   }
+
+  bool noloco() const { return spec_.outer == DilocoSpec::Outer::kNoloco; }
 
   void methodMetrics(std::vector<MethodMetric>& out) const override {
     out.push_back({"outer_round", static_cast<double>(outerRounds_)});

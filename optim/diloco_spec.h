@@ -12,11 +12,13 @@ struct DilocoSpec {
     kSgd,             // theta <- theta - lr D: lr 1 is plain averaging of the local models
     kNesterov,        // DiLoCo's outer Nesterov momentum on D
     kExactDiffusion,  // corrected inner steps and a dual variable: exact on heterogeneous data
+    kNoloco,          // NoLoCo's momentum step with a pull toward the neighbours' outer models
   };
   uint64_t innerSteps = 1;  // H >= 1 inner steps per outer round (one exchange)
   Outer outer = Outer::kNesterov;
   double outerLr = 0.7;        // in (0, 1] for sgd and exact_diffusion, (0, 2] for nesterov
-  double outerMomentum = 0.9;  // nesterov: in [0, 1)
+  double outerMomentum = 0.9;  // nesterov, noloco: in [0, 1)
+  double pull = 0.7;           // noloco: gamma, the pull toward the mixed outer models, (0, 2]
   // Set by the scenario for a lossy codec without error feedback: the message is the change of
   // the local model against a reference point that sender and receivers both track (x_i - x-hat_i,
   // as CHOCO does for models), so the codec's error is never lost (docs/algorithms.md §29).
@@ -27,7 +29,7 @@ struct DilocoSpec {
   bool sharedStart = false;
 };
 
-// "sgd", "nesterov", "exact_diffusion".
+// "sgd", "nesterov", "exact_diffusion", "noloco".
 const char* dilocoOuterName(DilocoSpec::Outer outer);
 
 }  // namespace starling::optim

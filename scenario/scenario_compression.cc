@@ -130,6 +130,11 @@ void checkCodecForAlgorithm(const Obj& o, const compression::CompressorSpec& c,
   // Without error feedback DiLoCo sends the change of its local model against a reference
   // point every node tracks (docs/algorithms.md §29), which needs a fixed mixing matrix.
   if (s.algorithm.kind == optim::AlgorithmKind::kDiloco) {
+    if (s.algorithm.diloco.outer == optim::DilocoSpec::Outer::kNoloco) {
+      throw ScenarioError{o.at("kind"),
+                          "the noloco outer step mixes outer and local models as they are; with "
+                          "a lossy codec use \"error_feedback\": true"};
+    }
     if (s.topology.schedule.kind != topology::ScheduleKind::kStatic) {
       throw ScenarioError{o.at("kind"),
                           "diloco sends compressed differences against reference points summed "

@@ -142,14 +142,17 @@ void parseDilocoOf(Obj& alg, Scenario& s) {
   using Outer = optim::DilocoSpec::Outer;
   if (alg.has("outer")) {
     Obj out = alg.object("outer");
-    d.outer = static_cast<Outer>(
-        out.choice("kind", "outer optimizer", {"sgd", "nesterov", "exact_diffusion"}, 1));
-    // DiLoCo's lr 0.7 and momentum 0.9 for nesterov; plain averaging (lr 1) otherwise.
-    d.outerLr = out.number("lr", 0.0, 2.0, d.outer == Outer::kNesterov ? 0.7 : 1.0,
-                           /*openLo=*/true);
-    if (d.outer == Outer::kNesterov) {
-      d.outerMomentum = out.number("momentum", 0.0, 1.0, 0.9, false, /*openHi=*/true);
+    d.outer = static_cast<Outer>(out.choice(
+        "kind", "outer optimizer", {"sgd", "nesterov", "exact_diffusion", "noloco"}, 1));
+    // DiLoCo's lr 0.7 and momentum 0.9 for nesterov; NoLoCo's lr 0.7, momentum 0.5 and a pull
+    // as strong as the lr; plain averaging (lr 1) otherwise.
+    const bool momentum = d.outer == Outer::kNesterov || d.outer == Outer::kNoloco;
+    d.outerLr = out.number("lr", 0.0, 2.0, momentum ? 0.7 : 1.0, /*openLo=*/true);
+    if (momentum) {
+      d.outerMomentum = out.number("momentum", 0.0, 1.0, d.outer == Outer::kNoloco ? 0.5 : 0.9,
+                                   false, /*openHi=*/true);
     }
+    if (d.outer == Outer::kNoloco) d.pull = out.number("pull", 0.0, 2.0, d.outerLr, true);
     out.finish();
   } else {
     alg.get("outer");

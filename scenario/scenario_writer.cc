@@ -208,7 +208,11 @@ ojson algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
     const optim::DilocoSpec& d = a.diloco;
     j["inner_steps"] = d.innerSteps;
     ojson outer{{"kind", optim::dilocoOuterName(d.outer)}, {"lr", d.outerLr}};
-    if (d.outer == optim::DilocoSpec::Outer::kNesterov) outer["momentum"] = d.outerMomentum;
+    if (d.outer == optim::DilocoSpec::Outer::kNesterov ||
+        d.outer == optim::DilocoSpec::Outer::kNoloco) {
+      outer["momentum"] = d.outerMomentum;
+    }
+    if (d.outer == optim::DilocoSpec::Outer::kNoloco) outer["pull"] = d.pull;
     j["outer"] = outer;
   }
   if (const auto& ada = a.adascale) {

@@ -80,6 +80,8 @@ def runs(d):
         "diloco-h50": ("DiLoCo, H = 50, outer Nesterov (as above)", diloco(50, "nesterov"), None),
         "diloco-h10-sgd": ("Local SGD: H = 10, outer sgd lr 1 (plain averaging)",
                            diloco(10, "sgd"), None),
+        "diloco-h10-noloco": ("DiLoCo, H = 10, outer noloco (lr 0.7, momentum 0.5, pull 0.7)",
+                              diloco(10, "noloco"), None),
         "diloco-h10-ed": ("DiLoCo, H = 10, outer exact_diffusion (lr 1)",
                           diloco(10, "exact_diffusion"), None),
         "diloco-h50-topk1-ef": ("DiLoCo, H = 50, outer Nesterov, top-1% of the model with "
@@ -92,6 +94,15 @@ def runs(d):
                             diloco(50, "nesterov"), {"kind": "int8"}),
         "diloco-h10-topk1": ("DiLoCo, H = 10, outer Nesterov, top-1% differences",
                              diloco(10, "nesterov"), {"kind": "topk", "ratio": 0.01}),
+        "diloco-h50-topk2bit": ("DiLoCo, H = 50, outer Nesterov, topk_2bit differences (1 of "
+                                "every 64, 2-bit values)", diloco(50, "nesterov"),
+                                {"kind": "topk_2bit", "chunk": 64, "per_chunk": 1}),
+        "diloco-h50-dctsign": ("DiLoCo, H = 50, outer Nesterov, dct_sign differences (2 of "
+                               "every 64 DCT coefficients, signs)", diloco(50, "nesterov"),
+                               {"kind": "dct_sign", "chunk": 64, "per_chunk": 2}),
+        "diloco-h100-topk2bit": ("DiLoCo, H = 100, outer Nesterov, topk_2bit differences (as "
+                                 "above)", diloco(100, "nesterov"),
+                                 {"kind": "topk_2bit", "chunk": 64, "per_chunk": 1}),
     }
 
 

@@ -342,6 +342,11 @@ class DiLoCo:
             raise ValueError("inner_steps must be given (at least 1) when the scenario's "
                              "algorithm is not diloco")
         self.outer = outer if outer is not None else keys.get("outer", "nesterov")
+        if self.outer == "noloco":
+            raise NotImplementedError(
+                'outer="noloco" mixes the outer models as well as the local ones, two vectors a '
+                "round, and mix() exchanges one; run noloco with node-launcher on the scenario's "
+                "problem (docs/algorithms.md §29)")
         if self.outer not in _OUTERS:
             raise ValueError(f"outer must be one of {', '.join(_OUTERS)}; got {self.outer!r}")
         default_lr = 0.7 if self.outer == "nesterov" else 1.0

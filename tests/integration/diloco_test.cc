@@ -76,6 +76,12 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
     "algorithm": {"kind": "diloco", "step_size": 0.1, "inner_steps": 2},
     "compression": {"kind": "topk", "ratio": 0.1}})"),
              Catch::Contains("/compression/kind") && Catch::Contains("error_feedback"));
+  CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4, "outer": {"kind": "noloco"})"),
+                                  R"(, "compression": {"kind": "topk", "ratio": 0.1})")),
+             Catch::Contains("/compression/kind") && Catch::Contains("noloco"));
+  CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4,
+                                           "outer": {"kind": "nesterov", "pull": 0.5})"))),
+             Catch::Contains("/algorithm/outer/pull"));
   // diloco's keys under another kind.
   CHECK_THAT(errorOf(scenarioWith(R"({"kind": "dsgd", "step_size": 0.1, "inner_steps": 4})")),
              Catch::Contains("/algorithm/inner_steps") && Catch::Contains("diloco"));
@@ -98,6 +104,7 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
        {R"(, "inner_steps": 4, "inner": {"kind": "adamw"})",
         R"(, "inner_steps": 7, "outer": {"kind": "sgd", "lr": 1})",
         R"(, "inner_steps": 2, "outer": {"kind": "exact_diffusion", "lr": 0.5})",
+        R"(, "inner_steps": 2, "outer": {"kind": "noloco", "lr": 0.6, "pull": 0.4})",
         R"(, "inner_steps": 3, "inner": {"kind": "momentum", "momentum": 0.5},
             "outer": {"kind": "nesterov", "lr": 0.9, "momentum": 0.6})"}) {
     INFO(keys);
@@ -155,6 +162,7 @@ TEST_CASE("diloco over real peers equals simulate for every outer step, with a c
       {"nesterov", diloco(R"(, "inner_steps": 4, "inner": {"kind": "adamw"})")},
       {"sgd", diloco(R"(, "inner_steps": 3, "outer": {"kind": "sgd", "lr": 1})")},
       {"exact-diffusion", diloco(R"(, "inner_steps": 5, "outer": {"kind": "exact_diffusion"})")},
+      {"noloco", diloco(R"(, "inner_steps": 4, "outer": {"kind": "noloco", "pull": 0.5})")},
       {"topk", diloco(R"(, "inner_steps": 4)") +
                    R"(, "compression": {"kind": "topk", "ratio": 0.5, "error_feedback": true})"},
       {"topk-differences", diloco(R"(, "inner_steps": 4)") +

@@ -191,13 +191,14 @@ TEST_CASE("diloco on a ring follows the gossip equations of its outer steps", "[
   const uint64_t h = 3;
   const Matrix w = ringWeights(n);
   for (auto outer : {DilocoSpec::Outer::kSgd, DilocoSpec::Outer::kNesterov,
-                     DilocoSpec::Outer::kExactDiffusion}) {
+                     DilocoSpec::Outer::kExactDiffusion, DilocoSpec::Outer::kNoloco}) {
     INFO("outer " << dilocoOuterName(outer));
     DilocoSpec spec;
     spec.innerSteps = h;
     spec.outer = outer;
     spec.outerLr = outer == DilocoSpec::Outer::kNesterov ? 0.6 : 0.8;
     spec.outerMomentum = 0.5;
+    spec.pull = 0.3;
     auto ns = makeNodes(fs, spec, x0);
     drive(ns.algs, w, alpha, rounds);
 
@@ -206,10 +207,19 @@ TEST_CASE("diloco on a ring follows the gossip equations of its outer steps", "[
     for (int r = 0; r < rounds; ++r) {
       std::vector<Vec> x(n);
       for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], theta[i], alpha, h, ed ? &y[i] : nullptr);
+      std::vector<Vec> next = theta;
       for (size_t i = 0; i < n; ++i) {
         for (size_t k = 0; k < d; ++k) {
-          double xbar = 0;
+          double xbar = 0, thetaBar = 0;
           for (size_t j = 0; j < n; ++j) xbar += w[i][j] * x[j][k];
+          for (size_t j = 0; j < n; ++j) thetaBar += w[i][j] * theta[j][k];
+          if (outer == DilocoSpec::Outer::kNoloco) {
+            // NoLoCo: the neighbourhood's mean pseudo-gradient and a pull toward its outer models.
+            m[i][k] = spec.outerMomentum * m[i][k] - spec.outerLr * (thetaBar - xbar) -
+                      spec.pull * (theta[i][k] - thetaBar);
+            next[i][k] = theta[i][k] + m[i][k];
+            continue;
+          }
           const double delta = theta[i][k] - xbar;
           double u = delta;
           if (outer == DilocoSpec::Outer::kNesterov) {
@@ -217,9 +227,10 @@ TEST_CASE("diloco on a ring follows the gossip equations of its outer steps", "[
             u = delta + spec.outerMomentum * m[i][k];
           }
           if (ed) y[i][k] += (x[i][k] - xbar) / (2 * alpha * static_cast<double>(h));
-          theta[i][k] -= spec.outerLr * u;
+          next[i][k] = theta[i][k] - spec.outerLr * u;
         }
       }
+      theta = next;
     }
     for (size_t i = 0; i < n; ++i) {
       INFO("node " << i);
