@@ -25,13 +25,15 @@ template <typename T>
 class Diloco final : public Algorithm<T> {
  public:
   Diloco(const DilocoSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
-      : spec_(spec), theta_(x0.begin(), x0.end()), x_(x0.size()), mixed_(x0.size()),
-        grad_(x0.size()), oracle_(oracle) {
-    if (spec_.outer == DilocoSpec::Outer::kNesterov || noloco()) {
-      momentum_.assign(x0.size(), T(0));
-    }
-    if (noloco()) mixed_.resize(2 * x0.size());
-    if (spec_.outer == DilocoSpec::Outer::kExactDiffusion) dual_.assign(x0.size(), T(0));
+      : spec_(spec), theta_(x0.begin(), x0.end()), x_(x0.begin(), x0.end()), grad_(x0.size()),
+        oracle_(oracle) {
+    const size_t d = x0.size();
+    const size_t f = std::max<uint64_t>(1, spec_.fragments);
+    fragment_ = (d + f - 1) / f;
+    mixed_.assign(blocks() * fragment_, T(0));
+    exact_.assign(blocks() * fragment_, T(0));
+    if (spec_.outer == DilocoSpec::Outer::kNesterov || noloco()) momentum_.assign(d, T(0));
+    if (spec_.outer == DilocoSpec::Outer::kExactDiffusion) dual_.assign(d, T(0));
     if (spec_.compressedDifferences) {
       // Every node must agree on every reference point without an exchange: x0 where all start
       // from it (sharedStart), 0 otherwise (the first message is then the whole local model).
@@ -39,21 +41,22 @@ class Diloco final : public Algorithm<T> {
         reference_.assign(x0.begin(), x0.end());
         referenceMix_.assign(x0.begin(), x0.end());
       } else {
-        reference_.assign(x0.size(), T(0));
-        referenceMix_.assign(x0.size(), T(0));
+        reference_.assign(d, T(0));
+        referenceMix_.assign(d, T(0));
       }
     }
   }
 
-  // noloco sends [theta_i, x_i]; the others x_i (or its compressed difference).
-  size_t messageSize() const override { return (noloco() ? 2 : 1) * theta_.size(); }
+  // One fragment a round (the whole model without fragments): noloco sends [theta, x] of it, the
+  // others x (or its compressed difference), each block padded with zeros to the longest
+  // fragment's length.
+  size_t messageSize() const override { return blocks() * fragment_; }
 
-  // The H inner steps from theta, and the local model they reach as the message.
+  // The round's inner steps (H / fragments) on the local model, and the round's fragment of it.
   void prepare(const RoundInfo& info, std::span<T> out) override {
     const T alpha = static_cast<T>(info.stepSize);
     const size_t d = theta_.size();
-    std::copy(theta_.begin(), theta_.end(), x_.begin());
-    for (uint64_t h = 0; h < spec_.innerSteps; ++h) {
+    for (uint64_t h = 0; h < stepsPerRound(); ++h) {
       oracle_.gradient(x_, grad_);
       T* x = x_.data();
       const T* g = grad_.data();
@@ -65,72 +68,77 @@ class Diloco final : public Algorithm<T> {
         for (size_t k = 0; k < d; ++k) x[k] = x[k] - alpha * (g[k] + y[k]);
       }
     }
+    const auto [lo, n] = fragmentOf(info.round);
     double sq = 0;
-    for (size_t k = 0; k < d; ++k) {
+    for (size_t k = lo; k < lo + n; ++k) {
       const double delta = static_cast<double>(theta_[k]) - static_cast<double>(x_[k]);
       sq += delta * delta;
     }
     pseudoGradientNorm_ = std::sqrt(sq);
+    std::fill(out.begin(), out.end(), T(0));
     if (spec_.compressedDifferences) {
-      for (size_t k = 0; k < d; ++k) out[k] = x_[k] - reference_[k];
+      for (size_t k = 0; k < n; ++k) out[k] = x_[lo + k] - reference_[lo + k];
     } else if (noloco()) {
-      std::copy(theta_.begin(), theta_.end(), out.begin());
-      std::copy(x_.begin(), x_.end(), out.begin() + static_cast<std::ptrdiff_t>(d));
+      std::copy_n(theta_.begin() + static_cast<std::ptrdiff_t>(lo), n, out.begin());
+      std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(lo), n,
+                  out.begin() + static_cast<std::ptrdiff_t>(fragment_));
     } else {
-      std::copy(x_.begin(), x_.end(), out.begin());
+      std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(lo), n, out.begin());
     }
     lossless_ = out.data();
   }
 
   void absorb(const RoundInfo& info, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
-    const size_t d = theta_.size();
+    const auto [lo, n] = fragmentOf(info.round);
     // xbar = x + sum_j w_ij (m_j - m_i), in DSGD's difference form; under a lossy codec the sum
     // starts from the exact local model (m_i is then the decoded frame the neighbours see).
+    // Indexed from the fragment's start: xbar[k] is element lo + k.
     const T* xbar = mixed_.data();
     if (spec_.compressedDifferences) {
       // q_j = C(x_j - x-hat_j) as decoded: x-hat_i += q_i, and s_i = sum_j w_ij x-hat_j follows
       // with w_ii q_i + sum_j w_ij q_j (a static W). s_i stands for the mixed local models.
-      T* ref = reference_.data();
-      T* s = referenceMix_.data();
+      T* ref = reference_.data() + lo;
+      T* s = referenceMix_.data() + lo;
       const T self = static_cast<T>(info.selfWeight);
-      for (size_t k = 0; k < d; ++k) {
+      for (size_t k = 0; k < n; ++k) {
         ref[k] += own[k];
         s[k] += self * own[k];
       }
-      for (const auto& n : nbrs) {
-        const T w = static_cast<T>(n.weight);
-        const T* q = n.message.data();
-        for (size_t k = 0; k < d; ++k) s[k] += w * q[k];
+      for (const auto& nb : nbrs) {
+        const T w = static_cast<T>(nb.weight);
+        const T* q = nb.message.data();
+        for (size_t k = 0; k < n; ++k) s[k] += w * q[k];
       }
-      xbar = referenceMix_.data();
-    } else if (noloco()) {
-      // [theta-bar_i, x-bar_i] = sum_j w_ij [theta_j, x_j]; under error feedback the sum starts
-      // from the exact [theta_i, x_i].
-      if (own.data() != lossless_) {
-        std::copy(theta_.begin(), theta_.end(), mixed_.begin());
-        std::copy(x_.begin(), x_.end(), mixed_.begin() + static_cast<std::ptrdiff_t>(d));
-      }
-      const T* start = own.data() == lossless_ ? own.data() : mixed_.data();
-      detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0, 2 * d,
-                         nullptr);
+      xbar = referenceMix_.data() + lo;
     } else {
-      const T* start = own.data() == lossless_ ? own.data() : x_.data();
-      detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0, d, nullptr);
+      // [theta-bar, x-bar] (noloco) or x-bar over the message; under error feedback the sum
+      // starts from the exact values, laid out as the message.
+      const T* start = own.data();
+      if (own.data() != lossless_) {
+        if (noloco()) {
+          std::copy_n(theta_.begin() + static_cast<std::ptrdiff_t>(lo), n, exact_.begin());
+        }
+        std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(lo), n,
+                    exact_.begin() + static_cast<std::ptrdiff_t>(noloco() ? fragment_ : 0));
+        start = exact_.data();
+      }
+      detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0,
+                         mixed_.size(), nullptr);
     }
     const T lr = static_cast<T>(spec_.outerLr);
-    T* theta = theta_.data();
+    T* theta = theta_.data() + lo;
     switch (spec_.outer) {
       case DilocoSpec::Outer::kSgd:
-        for (size_t k = 0; k < d; ++k) {
+        for (size_t k = 0; k < n; ++k) {
           const T delta = theta[k] - xbar[k];
           theta[k] = xbar[k] + (delta - lr * delta);
         }
         break;
       case DilocoSpec::Outer::kNesterov: {
         const T mu = static_cast<T>(spec_.outerMomentum);
-        T* m = momentum_.data();
-        for (size_t k = 0; k < d; ++k) {
+        T* m = momentum_.data() + lo;
+        for (size_t k = 0; k < n; ++k) {
           const T delta = theta[k] - xbar[k];
           m[k] = mu * m[k] + delta;
           theta[k] = xbar[k] + (delta - lr * (delta + mu * m[k]));
@@ -142,23 +150,24 @@ class Diloco final : public Algorithm<T> {
         const T mu = static_cast<T>(spec_.outerMomentum);
         const T pull = static_cast<T>(spec_.pull);
         const T* thetaBar = mixed_.data();
-        const T* xBar = mixed_.data() + d;
-        T* m = momentum_.data();
-        for (size_t k = 0; k < d; ++k) {
+        const T* xBar = mixed_.data() + fragment_;
+        T* m = momentum_.data() + lo;
+        for (size_t k = 0; k < n; ++k) {
           m[k] = mu * m[k] - lr * (thetaBar[k] - xBar[k]) - pull * (theta[k] - thetaBar[k]);
           theta[k] += m[k];
         }
         break;
       }
       case DilocoSpec::Outer::kExactDiffusion: {
-        // Half of (x - xbar) per round, as exact diffusion's (I + W) / 2 (docs/algorithms.md §29).
+        // Half of (x - xbar) per round, as exact diffusion's (I + W) / 2 (docs/algorithms.md §29),
+        // over the inner steps the fragment's local model took since its last exchange (H).
         const T scale = T(1) / (T(2) * static_cast<T>(info.stepSize) *
                                 static_cast<T>(spec_.innerSteps));
         // With compressed differences the reference points stand for the local models, so that
         // sum_i (x-hat_i - s_i) = 0 keeps sum_i y_i = 0 exactly as the messages are decoded.
-        T* y = dual_.data();
-        const T* x = spec_.compressedDifferences ? reference_.data() : x_.data();
-        for (size_t k = 0; k < d; ++k) {
+        T* y = dual_.data() + lo;
+        const T* x = (spec_.compressedDifferences ? reference_.data() : x_.data()) + lo;
+        for (size_t k = 0; k < n; ++k) {
           y[k] += scale * (x[k] - xbar[k]);
           const T delta = theta[k] - xbar[k];
           theta[k] = xbar[k] + (delta - lr * delta);
@@ -166,17 +175,21 @@ class Diloco final : public Algorithm<T> {
         break;
       }
     }
+    // The fragment's local model starts again from its new outer model.
+    std::copy_n(theta, n, x_.begin() + static_cast<std::ptrdiff_t>(lo));
     // Counted from the engine's round, so a membership change (which starts the algorithm
     // afresh from its model) keeps the counts.
     outerRounds_ = info.round + 1;
-    innerSteps_ = outerRounds_ * spec_.innerSteps;
+    innerSteps_ = outerRounds_ * stepsPerRound();
   }
 
   std::span<const T> model() const override { return theta_; }
 
-  // x_, mixed_ and grad_ are rewritten every round before they are read.
+  // mixed_, exact_ and grad_ are rewritten every round before they are read; x_ equals theta_
+  // between rounds unless the model is in fragments.
   void visitState(core::StateVisitor& v) override {
     v.fixed("theta", theta_);
+    if (spec_.fragments > 1) v.fixed("local", x_);
     if (!momentum_.empty()) v.fixed("outer_momentum", momentum_);
     if (!dual_.empty()) v.fixed("dual", dual_);
     if (!reference_.empty()) {
@@ -185,9 +198,8 @@ class Diloco final : public Algorithm<T> {
     }
     v.scalar("outer_rounds", outerRounds_);
     v.scalar("inner_steps", innerSteps_);
+    if (v.loading() && spec_.fragments <= 1) x_ = theta_;
   }
-
-  bool noloco() const { return spec_.outer == DilocoSpec::Outer::kNoloco; }
 
   void methodMetrics(std::vector<MethodMetric>& out) const override {
     out.push_back({"outer_round", static_cast<double>(outerRounds_)});
@@ -196,9 +208,25 @@ class Diloco final : public Algorithm<T> {
   }
 
  private:
+  bool noloco() const { return spec_.outer == DilocoSpec::Outer::kNoloco; }
+  size_t blocks() const { return noloco() ? 2 : 1; }
+  uint64_t stepsPerRound() const {
+    return spec_.innerSteps / std::max<uint64_t>(1, spec_.fragments);
+  }
+  // The round's fragment: its first element and its length (Streaming DiLoCo's schedule, one
+  // fragment after the other).
+  std::pair<size_t, size_t> fragmentOf(uint64_t round) const {
+    const size_t f = static_cast<size_t>(round % std::max<uint64_t>(1, spec_.fragments));
+    const size_t lo = std::min(theta_.size(), f * fragment_);
+    return {lo, std::min(theta_.size(), lo + fragment_) - lo};
+  }
+
   const DilocoSpec spec_;
-  std::vector<T> theta_, x_, mixed_, grad_;
-  std::vector<T> momentum_;  // nesterov
+  std::vector<T> theta_, x_, grad_;
+  size_t fragment_ = 0;     // elements per fragment (the last may be shorter)
+  std::vector<T> mixed_;    // the round's mixed message
+  std::vector<T> exact_;    // the exact message, under error feedback
+  std::vector<T> momentum_;  // nesterov, noloco
   std::vector<T> dual_;      // exact_diffusion
   std::vector<T> reference_, referenceMix_;  // compressedDifferences: x-hat_i, sum_j w_ij x-hat_j
   uint64_t outerRounds_ = 0, innerSteps_ = 0;

@@ -18,6 +18,10 @@ struct DilocoSpec {
   Outer outer = Outer::kNesterov;
   double outerLr = 0.7;        // in (0, 1] for sgd and exact_diffusion, (0, 2] for nesterov
   double outerMomentum = 0.9;  // nesterov, noloco: in [0, 1)
+  // Streaming DiLoCo: the model in F contiguous fragments, one exchanged per round in turn after
+  // H / F inner steps, so each fragment is exchanged every H steps; the local model of the other
+  // fragments keeps training. innerSteps is a multiple of fragments.
+  uint64_t fragments = 1;
   double pull = 0.7;           // noloco: gamma, the pull toward the mixed outer models, (0, 2]
   // Set by the scenario for a lossy codec without error feedback: the message is the change of
   // the local model against a reference point that sender and receivers both track (x_i - x-hat_i,

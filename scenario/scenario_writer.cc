@@ -207,6 +207,7 @@ ojson algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
   if (a.kind == optim::AlgorithmKind::kDiloco) {
     const optim::DilocoSpec& d = a.diloco;
     j["inner_steps"] = d.innerSteps;
+    j["fragments"] = d.fragments;
     ojson outer{{"kind", optim::dilocoOuterName(d.outer)}, {"lr", d.outerLr}};
     if (d.outer == optim::DilocoSpec::Outer::kNesterov ||
         d.outer == optim::DilocoSpec::Outer::kNoloco) {

@@ -100,6 +100,15 @@ def runs(d):
         "diloco-h50-dctsign": ("DiLoCo, H = 50, outer Nesterov, dct_sign differences (2 of "
                                "every 64 DCT coefficients, signs)", diloco(50, "nesterov"),
                                {"kind": "dct_sign", "chunk": 64, "per_chunk": 2}),
+        "diloco-h50-topk0.5": ("DiLoCo, H = 50, outer Nesterov, top-0.5% differences",
+                               diloco(50, "nesterov"), {"kind": "topk", "ratio": 0.005}),
+        "diloco-h100-topk1": ("DiLoCo, H = 100, outer Nesterov, top-1% differences",
+                              diloco(100, "nesterov"), {"kind": "topk", "ratio": 0.01}),
+        "diloco-h50-topk2bit-1024": ("DiLoCo, H = 50, outer Nesterov, topk_2bit differences (16 "
+                                     "of every 1,024)", diloco(50, "nesterov"),
+                                     {"kind": "topk_2bit", "chunk": 1024, "per_chunk": 16}),
+        "diloco-h10-ed-topk1": ("DiLoCo, H = 10, outer exact_diffusion, top-1% differences",
+                                diloco(10, "exact_diffusion"), {"kind": "topk", "ratio": 0.01}),
         "diloco-h100-topk2bit": ("DiLoCo, H = 100, outer Nesterov, topk_2bit differences (as "
                                  "above)", diloco(100, "nesterov"),
                                  {"kind": "topk_2bit", "chunk": 64, "per_chunk": 1}),

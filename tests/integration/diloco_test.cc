@@ -82,6 +82,8 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
   CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4,
                                            "outer": {"kind": "nesterov", "pull": 0.5})"))),
              Catch::Contains("/algorithm/outer/pull"));
+  CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4, "fragments": 3)"))),
+             Catch::Contains("/algorithm/fragments") && Catch::Contains("multiple"));
   // diloco's keys under another kind.
   CHECK_THAT(errorOf(scenarioWith(R"({"kind": "dsgd", "step_size": 0.1, "inner_steps": 4})")),
              Catch::Contains("/algorithm/inner_steps") && Catch::Contains("diloco"));
@@ -105,6 +107,7 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
         R"(, "inner_steps": 7, "outer": {"kind": "sgd", "lr": 1})",
         R"(, "inner_steps": 2, "outer": {"kind": "exact_diffusion", "lr": 0.5})",
         R"(, "inner_steps": 2, "outer": {"kind": "noloco", "lr": 0.6, "pull": 0.4})",
+        R"(, "inner_steps": 6, "fragments": 3)",
         R"(, "inner_steps": 3, "inner": {"kind": "momentum", "momentum": 0.5},
             "outer": {"kind": "nesterov", "lr": 0.9, "momentum": 0.6})"}) {
     INFO(keys);
@@ -118,6 +121,7 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
     CHECK(b->algorithm.diloco.outer == a->algorithm.diloco.outer);
     CHECK(b->algorithm.diloco.outerLr == a->algorithm.diloco.outerLr);
     CHECK(b->algorithm.diloco.outerMomentum == a->algorithm.diloco.outerMomentum);
+    CHECK(b->algorithm.diloco.fragments == a->algorithm.diloco.fragments);
     CHECK(b->algorithm.localOptimizer.kind == a->algorithm.localOptimizer.kind);
     CHECK(b->algorithm.localOptimizer.weightDecay == a->algorithm.localOptimizer.weightDecay);
   }
@@ -163,6 +167,8 @@ TEST_CASE("diloco over real peers equals simulate for every outer step, with a c
       {"sgd", diloco(R"(, "inner_steps": 3, "outer": {"kind": "sgd", "lr": 1})")},
       {"exact-diffusion", diloco(R"(, "inner_steps": 5, "outer": {"kind": "exact_diffusion"})")},
       {"noloco", diloco(R"(, "inner_steps": 4, "outer": {"kind": "noloco", "pull": 0.5})")},
+      {"fragments", diloco(R"(, "inner_steps": 4, "fragments": 2)") +
+                        R"(, "compression": {"kind": "topk_2bit", "chunk": 4, "per_chunk": 1})"},
       {"topk", diloco(R"(, "inner_steps": 4)") +
                    R"(, "compression": {"kind": "topk", "ratio": 0.5, "error_feedback": true})"},
       {"topk-differences", diloco(R"(, "inner_steps": 4)") +

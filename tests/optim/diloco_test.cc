@@ -279,9 +279,10 @@ TEST_CASE("the exact_diffusion outer step reaches the optimum where nesterov sta
     opt[k] = num / den;
   }
   const Vec x0(d, 0.0);
-  auto errorOf = [&](DilocoSpec::Outer outer, double lr) {
+  auto errorOf = [&](DilocoSpec::Outer outer, double lr, uint64_t fragments = 1) {
     DilocoSpec spec;
     spec.innerSteps = 10;
+    spec.fragments = fragments;
     spec.outer = outer;
     spec.outerLr = lr;
     auto ns = makeNodes(fs, spec, x0);
@@ -292,8 +293,12 @@ TEST_CASE("the exact_diffusion outer step reaches the optimum where nesterov sta
   };
   const double ed = errorOf(DilocoSpec::Outer::kExactDiffusion, 1.0);
   const double nesterov = errorOf(DilocoSpec::Outer::kNesterov, 0.7);
-  INFO("exact_diffusion " << ed << ", nesterov " << nesterov);
+  // In two fragments (5 inner steps a round, each fragment exchanged every 10).
+  const double edFragments = errorOf(DilocoSpec::Outer::kExactDiffusion, 1.0, 2);
+  INFO("exact_diffusion " << ed << " (in 2 fragments " << edFragments << "), nesterov "
+                          << nesterov);
   CHECK(ed < 1e-10);
+  CHECK(edFragments < 1e-10);
   CHECK(nesterov > 1e-2);
 }
 
@@ -386,4 +391,60 @@ TEST_CASE("diloco's compressed differences: exact without loss, and the exact_di
   for (const auto& a : ns.algs) worst = std::max(worst, relDiff(modelOf(*a), opt));
   INFO("worst rel error " << worst);
   CHECK(worst < 1e-10);
+}
+
+TEST_CASE("diloco with fragments follows Streaming DiLoCo's schedule: one fragment a round, "
+          "the others keep training", "[diloco]") {
+  // Two nodes' worth of checks on a ring of 5: 7 values in 3 fragments of 3, 3 and 1; H = 6, so
+  // 2 inner steps a round; nesterov and exact_diffusion.
+  const size_t n = 5, d = 7, f = 3, len = 3;
+  const uint64_t h = 6;
+  const auto fs = problems(n, d, 71);
+  const Vec x0 = randomVec(d, 1.0, 9);
+  const Matrix w = ringWeights(n);
+  const double alpha = 0.04;
+  const int rounds = 10;
+  for (auto outer : {DilocoSpec::Outer::kNesterov, DilocoSpec::Outer::kExactDiffusion}) {
+    INFO("outer " << dilocoOuterName(outer));
+    DilocoSpec spec;
+    spec.innerSteps = h;
+    spec.fragments = f;
+    spec.outer = outer;
+    spec.outerLr = 0.7;
+    spec.outerMomentum = 0.6;
+    auto ns = makeNodes(fs, spec, x0);
+    REQUIRE(ns.algs[0]->messageSize() == len);
+    drive(ns.algs, w, alpha, rounds);
+    for (const auto& o : ns.oracles) CHECK(o->calls == rounds * 2);
+
+    const bool ed = outer == DilocoSpec::Outer::kExactDiffusion;
+    std::vector<Vec> theta(n, x0), x(n, x0), m(n, Vec(d, 0.0)), y(n, Vec(d, 0.0));
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], x[i], alpha, h / f, ed ? &y[i] : nullptr);
+      const size_t lo = (static_cast<size_t>(r) % f) * len, hi = std::min(d, lo + len);
+      std::vector<Vec> next = theta;
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t k = lo; k < hi; ++k) {
+          double xbar = 0;
+          for (size_t j = 0; j < n; ++j) xbar += w[i][j] * x[j][k];
+          const double delta = theta[i][k] - xbar;
+          if (ed) {
+            y[i][k] += (x[i][k] - xbar) / (2 * alpha * static_cast<double>(h));
+            next[i][k] = theta[i][k] - spec.outerLr * delta;
+          } else {
+            m[i][k] = spec.outerMomentum * m[i][k] + delta;
+            next[i][k] = theta[i][k] - spec.outerLr * (delta + spec.outerMomentum * m[i][k]);
+          }
+        }
+      }
+      theta = next;
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t k = lo; k < hi; ++k) x[i][k] = theta[i][k];  // the fragment starts again
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      INFO("node " << i);
+      CHECK(relDiff(modelOf(*ns.algs[i]), theta[i]) < 1e-12);
+    }
+  }
 }
