@@ -160,13 +160,15 @@ def simulate(launcher, out, s):
 
 
 def read_curve(metrics):
-    """(round, test accuracy, bytes sent, compression error) of every logged round."""
+    """(round, test accuracy, bytes sent, compression error, consensus distance, each node's own
+    accuracy: mean, min) of every logged round."""
     curve = []
     for line in open(metrics):
         j = json.loads(line)
         if j.get("test_accuracy") is not None:
             curve.append((j["round"], j["test_accuracy"], j.get("bytes_sent", 0),
-                          j.get("compression_error"), j.get("consensus_distance")))
+                          j.get("compression_error"), j.get("consensus_distance"),
+                          j.get("test_accuracy_peers_mean"), j.get("test_accuracy_peers_min")))
     return curve
 
 
@@ -222,15 +224,16 @@ def main():
         ref_bytes_to_target = next((b for r, acc, b, e, *_ in ref[0] if acc >= target), None)
         ref_total = ref[0][-1][2]
         print(f"### {partition} (reference accuracy {ref_acc:.2%}, target {target:.2%})\n")
-        print("| run | what | accuracy | MB to target | fewer bytes to target | MB in all | "
-              "fewer bytes in all | compression error | simulate s |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| run | what | accuracy | nodes' own: mean / min | consensus distance | "
+              "MB to target | fewer bytes to target | MB in all | fewer bytes in all | "
+              "compression error | simulate s |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for label, (what, alg, comp) in table.items():
             if (partition, label) not in results:
                 continue
             curve, wall, note = results[(partition, label)]
             if not curve:
-                print(f"| {label} | {what} | failed: {note} | | | | | | {wall:.0f} |")
+                print(f"| {label} | {what} | failed: {note} | | | | | | | | {wall:.0f} |")
                 continue
             acc = curve[-1][1]
             total = curve[-1][2]
@@ -242,8 +245,13 @@ def main():
             fewer = "-" if reach is None or ref_bytes_to_target is None else \
                 (f"{ref_bytes_to_target / reach:,.1f}x" if ref_bytes_to_target < 10 * reach
                  else f"{ref_bytes_to_target / reach:,.0f}x")
-            print(f"| {label} | {what} | {acc:.2%} | {to_target} | {fewer} | "
-                  f"{total / 1e6:,.1f} | {ref_total / total:,.0f}x | {err:.3f} | {wall:.0f} |")
+            last = curve[-1]
+            own = ("-" if last[5] is None or last[6] is None
+                   else f"{last[5]:.2%} / {last[6]:.2%}")
+            consensus = "-" if last[4] is None else f"{last[4]:.3g}"
+            print(f"| {label} | {what} | {acc:.2%} | {own} | {consensus} | {to_target} | "
+                  f"{fewer} | {total / 1e6:,.1f} | {ref_total / total:,.0f}x | {err:.3f} | "
+                  f"{wall:.0f} |")
         print()
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({f"{p}/{l}": v for (p, l), v in results.items()}, f, indent=1)
