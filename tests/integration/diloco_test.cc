@@ -5,6 +5,8 @@
 // metric, for every outer step, with a codec, and with a peer killed during a run.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "process_helpers.h"
 #include "run_helpers.h"
 #include "scenario/scenario_writer.h"
@@ -212,6 +214,38 @@ TEST_CASE("diloco over real peers equals simulate for every outer step, with a c
       }
     }
   }
+}
+
+TEST_CASE("a diloco peer killed during its inner steps restarts and rejoins; the run ends at "
+          "everyone's optimum", "[integration][peers][faults][rejoin][diloco]") {
+  // 8 peers on a ring, the exact_diffusion outer step on a heterogeneous logistic problem, 4 inner
+  // steps a round; rank 3 is killed at round 60 and restarted. A 1 ms delay on every message
+  // keeps the run going while the restarted process starts (as tests/integration/rejoin_test.cc).
+  const auto dir = tempDir("diloco-rejoin");
+  const auto file = dir / "rejoin.json";
+  writeFile(file, R"({"schema_version": 1, "name": "diloco-rejoin", "nodes": 8, "seed": 5,
+    "rounds": 2500, "log_every": 50, "topology": {"kind": "ring"}, "transport": {"kind": "ucx"},
+    "problem": {"kind": "logistic", "l2": 0.05, "partition": "random",
+                "data": {"synthetic": {"samples": 803, "features": 12, "heterogeneity": 1.0}}},
+    "algorithm": {"kind": "diloco", "step_size": 0.3, "inner_steps": 4,
+                  "outer": {"kind": "exact_diffusion"}},
+    "faults": {"on_peer_loss": "continue", "restart": true,
+               "script": [{"kill": 3, "at_round": 60},
+                          {"delay_ms": 1, "from_round": 0, "to_round": 2500}]}})");
+  const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
+                               dir / "run.log");
+  INFO(run.output);
+  REQUIRE(run.exit == 0);
+  CHECK(run.output.find("peer 3 restarted (1 of 3); it rejoins") != std::string::npos);
+  const std::string changes = readFile(dir / "run" / "membership.jsonl");
+  INFO(changes);
+  CHECK(changes.find(R"("joined":[3])") != std::string::npos);
+  // Back with everyone: the outer step restarted at the return, and exact_diffusion's correction
+  // reaches the optimum of all eight shards again.
+  const auto metrics = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  REQUIRE(metrics.size() == 51);
+  CHECK(metrics.back()["outer_round"].get<double>() == 2500);
+  CHECK(metrics.back()["rel_error"].get<double>() < 1e-8);
 }
 
 }  // namespace starling_diloco_test
