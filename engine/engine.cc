@@ -92,6 +92,9 @@ template <typename T>
 core::Status Engine<T>::wait(Node<T>& node) {
   const auto third = std::chrono::milliseconds(std::max<uint64_t>(1, run_.roundTimeoutMs / 3));
   auto nextLongWait = Clock::now() + third;
+  // Work the algorithm does while its messages travel (DiLoCo's overlapped inner steps), moving
+  // the transport between its pieces; a failure there shows in the loop below.
+  node.computeDuringExchange([this] { (void)net_.progress(Clock::now()); });
   while (!node.roundComplete() || (alsoWaitFor_ && !alsoWaitFor_())) {
     if (opt_.stop && opt_.stop->load()) return core::cancelled("stopped by a signal");
     auto ran = net_.progress(std::min(Clock::now() + kStopPoll, deadline_ + std::chrono::seconds(1)));

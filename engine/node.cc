@@ -207,6 +207,7 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
                                  transport::Clock::time_point deadline) {
   if (inRound_) return core::failedPrecondition("startRound called twice without finishRound");
   inRound_ = true;
+  computedDuringExchange_ = false;
   const topology::MixingRow& row = topology.weights.rows[rank_];
   info_ = optim::RoundInfo{round, stepSize, row.self, rank_};
   if (!algorithm_->exchangesIn(round)) {
@@ -450,9 +451,17 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
 }
 
 template <typename T>
+void Node<T>::computeDuringExchange(const std::function<void()>& poll) {
+  if (!inRound_ || computedDuringExchange_ || !algorithm_->computesDuringExchange()) return;
+  computedDuringExchange_ = true;
+  algorithm_->computeDuringExchange(poll);
+}
+
+template <typename T>
 core::Status Node<T>::finishRound() {
   if (!inRound_) return core::failedPrecondition("finishRound without startRound");
   if (!roundComplete()) return core::failedPrecondition("finishRound before the round completed");
+  computeDuringExchange([] {});
   inRound_ = false;
   STARLING_RETURN_IF_ERROR(sendStatus_);
   if (async_) return finishAsyncRound();

@@ -132,6 +132,10 @@ class Node {
     return pending_ == 0 || !sendStatus_.isOk() || (async_ && transport::Clock::now() >= deadline_);
   }
   core::Status finishRound();
+  // The algorithm's work during the exchange (Algorithm::computesDuringExchange), once per round
+  // between startRound and finishRound: the engine's wait runs it first, with `poll` moving the
+  // transport; finishRound runs it if nobody has.
+  void computeDuringExchange(const std::function<void()>& poll);
 
   int rank() const { return rank_; }
   std::span<const T> model() const { return algorithm_->model(); }
@@ -210,6 +214,7 @@ class Node {
   transport::SharedBytes ownFrame_;     // this round's outgoing frame
   // The frames of the last absorbed round, own first, while the algorithm still reads them
   // (Algorithm::holdsMessages): kept until the next absorb or restartAlgorithm.
+  bool computedDuringExchange_ = false;
   std::vector<transport::SharedBytes> kept_;
   std::span<const T> own_;           // its payload, as the algorithm wrote it
   std::vector<Slot> slots_;

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -255,6 +256,15 @@ class Algorithm {
   // gossip on a lent buffer (Peer::mix) uses it to leave its own copy of the mixed model
   // unwritten, and to recompute it from the messages only where something asks for it.
   virtual bool holdsMessages() const { return false; }
+
+  // True when the algorithm has local work to do while its round's messages are on the wire
+  // (DiLoCo's inner steps with "overlap": the next round's, docs/algorithms.md §29). The engine
+  // then calls computeDuringExchange once per round, after the sends are posted and before the
+  // absorb, whatever else happens in between: from its wait loop, with `poll` moving the
+  // transport between pieces of work, or, where nothing waits (the simulator), just before the
+  // absorb, with a `poll` that does nothing. Results must not depend on which.
+  virtual bool computesDuringExchange() const { return false; }
+  virtual void computeDuringExchange(const std::function<void()>& /*poll*/) {}
 
   // Appends the method's own metrics (MethodMetric); between rounds. Most algorithms have none.
   virtual void methodMetrics(std::vector<MethodMetric>& /*out*/) const {}

@@ -52,23 +52,18 @@ class Diloco final : public Algorithm<T> {
   // fragment's length.
   size_t messageSize() const override { return blocks() * fragment_; }
 
-  // The round's inner steps (H / fragments) on the local model, and the round's fragment of it.
+  // The round's inner steps (H / fragments) on the local model, unless they ran during the last
+  // exchange (overlap), and the round's fragment of it.
   void prepare(const RoundInfo& info, std::span<T> out) override {
-    const T alpha = static_cast<T>(info.stepSize);
-    const size_t d = theta_.size();
-    for (uint64_t h = 0; h < stepsPerRound(); ++h) {
-      oracle_.gradient(x_, grad_);
-      T* x = x_.data();
-      const T* g = grad_.data();
-      if (dual_.empty()) {
-        // The same arithmetic as DSGD's psi = x - alpha g (optim/algorithms.cc).
-        for (size_t k = 0; k < d; ++k) x[k] = x[k] - alpha * g[k];
-      } else {
-        const T* y = dual_.data();
-        for (size_t k = 0; k < d; ++k) x[k] = x[k] - alpha * (g[k] + y[k]);
-      }
-    }
+    alpha_ = static_cast<T>(info.stepSize);
+    if (!primed_) innerSteps({});
+    primed_ = false;
     const auto [lo, n] = fragmentOf(info.round);
+    if (spec_.overlap) {
+      // The sent local model: the outer step lands on the inner steps taken since (absorb).
+      sent_.assign(x_.begin() + static_cast<std::ptrdiff_t>(lo),
+                   x_.begin() + static_cast<std::ptrdiff_t>(lo + n));
+    }
     double sq = 0;
     for (size_t k = lo; k < lo + n; ++k) {
       const double delta = static_cast<double>(theta_[k]) - static_cast<double>(x_[k]);
@@ -88,9 +83,18 @@ class Diloco final : public Algorithm<T> {
     lossless_ = out.data();
   }
 
+  bool computesDuringExchange() const override { return spec_.overlap; }
+  // The next round's inner steps, while this round's messages travel.
+  void computeDuringExchange(const std::function<void()>& poll) override {
+    innerSteps(poll);
+    primed_ = true;
+  }
+
   void absorb(const RoundInfo& info, std::span<const T> own,
               std::span<const NeighborMessage<T>> nbrs) override {
     const auto [lo, n] = fragmentOf(info.round);
+    // The local model as it was sent (overlap: x_ has moved on since).
+    const T* sentX = spec_.overlap ? sent_.data() : x_.data() + lo;
     // xbar = x + sum_j w_ij (m_j - m_i), in DSGD's difference form; under a lossy codec the sum
     // starts from the exact local model (m_i is then the decoded frame the neighbours see).
     // Indexed from the fragment's start: xbar[k] is element lo + k.
@@ -119,8 +123,7 @@ class Diloco final : public Algorithm<T> {
         if (noloco()) {
           std::copy_n(theta_.begin() + static_cast<std::ptrdiff_t>(lo), n, exact_.begin());
         }
-        std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(lo), n,
-                    exact_.begin() + static_cast<std::ptrdiff_t>(noloco() ? fragment_ : 0));
+        std::copy_n(sentX, n, exact_.begin() + static_cast<std::ptrdiff_t>(noloco() ? fragment_ : 0));
         start = exact_.data();
       }
       detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0,
@@ -166,7 +169,7 @@ class Diloco final : public Algorithm<T> {
         // With compressed differences the reference points stand for the local models, so that
         // sum_i (x-hat_i - s_i) = 0 keeps sum_i y_i = 0 exactly as the messages are decoded.
         T* y = dual_.data() + lo;
-        const T* x = (spec_.compressedDifferences ? reference_.data() : x_.data()) + lo;
+        const T* x = spec_.compressedDifferences ? reference_.data() + lo : sentX;
         for (size_t k = 0; k < n; ++k) {
           y[k] += scale * (x[k] - xbar[k]);
           const T delta = theta[k] - xbar[k];
@@ -175,8 +178,14 @@ class Diloco final : public Algorithm<T> {
         break;
       }
     }
-    // The fragment's local model starts again from its new outer model.
-    std::copy_n(theta, n, x_.begin() + static_cast<std::ptrdiff_t>(lo));
+    // The fragment's local model starts again from its new outer model, plus (overlap) the inner
+    // steps it took while the messages travelled.
+    if (spec_.overlap) {
+      T* x = x_.data() + lo;
+      for (size_t k = 0; k < n; ++k) x[k] = theta[k] + (x[k] - sentX[k]);
+    } else {
+      std::copy_n(theta, n, x_.begin() + static_cast<std::ptrdiff_t>(lo));
+    }
     // Counted from the engine's round, so a membership change (which starts the algorithm
     // afresh from its model) keeps the counts.
     outerRounds_ = info.round + 1;
@@ -189,7 +198,8 @@ class Diloco final : public Algorithm<T> {
   // between rounds unless the model is in fragments.
   void visitState(core::StateVisitor& v) override {
     v.fixed("theta", theta_);
-    if (spec_.fragments > 1) v.fixed("local", x_);
+    if (spec_.fragments > 1 || spec_.overlap) v.fixed("local", x_);
+    if (spec_.overlap) v.flag("primed", primed_);
     if (!momentum_.empty()) v.fixed("outer_momentum", momentum_);
     if (!dual_.empty()) v.fixed("dual", dual_);
     if (!reference_.empty()) {
@@ -198,7 +208,7 @@ class Diloco final : public Algorithm<T> {
     }
     v.scalar("outer_rounds", outerRounds_);
     v.scalar("inner_steps", innerSteps_);
-    if (v.loading() && spec_.fragments <= 1) x_ = theta_;
+    if (v.loading() && spec_.fragments <= 1 && !spec_.overlap) x_ = theta_;
   }
 
   void methodMetrics(std::vector<MethodMetric>& out) const override {
@@ -208,6 +218,27 @@ class Diloco final : public Algorithm<T> {
   }
 
  private:
+  // One round's inner steps on the local model (H / fragments), moving the transport between
+  // them (overlap).
+  void innerSteps(const std::function<void()>& poll) {
+    const size_t d = theta_.size();
+    const T alpha = alpha_;
+    for (uint64_t h = 0; h < stepsPerRound(); ++h) {
+      if (poll) poll();
+      oracle_.gradient(x_, grad_);
+      T* x = x_.data();
+      const T* g = grad_.data();
+      if (dual_.empty()) {
+        // The same arithmetic as DSGD's psi = x - alpha g (optim/algorithms.cc).
+        for (size_t k = 0; k < d; ++k) x[k] = x[k] - alpha * g[k];
+      } else {
+        const T* y = dual_.data();
+        for (size_t k = 0; k < d; ++k) x[k] = x[k] - alpha * (g[k] + y[k]);
+      }
+    }
+    if (poll) poll();
+  }
+
   bool noloco() const { return spec_.outer == DilocoSpec::Outer::kNoloco; }
   size_t blocks() const { return noloco() ? 2 : 1; }
   uint64_t stepsPerRound() const {
@@ -232,6 +263,9 @@ class Diloco final : public Algorithm<T> {
   uint64_t outerRounds_ = 0, innerSteps_ = 0;
   double pseudoGradientNorm_ = 0.0;
   const T* lossless_ = nullptr;
+  T alpha_ = T(0);        // the round's inner step size
+  bool primed_ = false;   // overlap: x_ already holds the next round's inner steps
+  std::vector<T> sent_;   // overlap: the round's fragment of the local model as it was sent
   GradientOracle<T>& oracle_;
 };
 

@@ -22,6 +22,9 @@ struct DilocoSpec {
   // H / F inner steps, so each fragment is exchanged every H steps; the local model of the other
   // fragments keeps training. innerSteps is a multiple of fragments.
   uint64_t fragments = 1;
+  // Eager overlap (one-step delay): the inner steps of round r + 1 run while round r's messages
+  // travel, from the local model that was sent; the outer step of round r lands on top of them.
+  bool overlap = false;
   double pull = 0.7;           // noloco: gamma, the pull toward the mixed outer models, (0, 2]
   // Set by the scenario for a lossy codec without error feedback: the message is the change of
   // the local model against a reference point that sender and receivers both track (x_i - x-hat_i,

@@ -122,7 +122,7 @@ void parseLocalOptimizerOf(Obj& alg, Scenario& s) {
 void parseDilocoOf(Obj& alg, Scenario& s) {
   using AK = optim::AlgorithmKind;
   if (s.algorithm.kind != AK::kDiloco) {
-    for (const char* key : {"inner_steps", "inner", "outer", "fragments"}) {
+    for (const char* key : {"inner_steps", "inner", "outer", "fragments", "overlap"}) {
       if (alg.has(key)) {
         throw ScenarioError{alg.at(key), std::string("\"") + key + "\" is a key of \"kind\": "
                                          "\"diloco\"; \"kind\" is \"" +
@@ -134,6 +134,7 @@ void parseDilocoOf(Obj& alg, Scenario& s) {
   optim::DilocoSpec& d = s.algorithm.diloco;
   d.innerSteps = alg.integer<uint64_t>("inner_steps", 1, uint64_t{1} << 20);
   d.fragments = alg.integer<uint64_t>("fragments", 1, 4096, uint64_t{1});
+  d.overlap = alg.boolean("overlap", false);
   if (d.innerSteps % d.fragments != 0) {
     throw ScenarioError{alg.at("fragments"),
                         "each of the " + std::to_string(d.fragments) +

@@ -208,6 +208,7 @@ ojson algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
     const optim::DilocoSpec& d = a.diloco;
     j["inner_steps"] = d.innerSteps;
     j["fragments"] = d.fragments;
+    j["overlap"] = d.overlap;
     ojson outer{{"kind", optim::dilocoOuterName(d.outer)}, {"lr", d.outerLr}};
     if (d.outer == optim::DilocoSpec::Outer::kNesterov ||
         d.outer == optim::DilocoSpec::Outer::kNoloco) {

@@ -109,7 +109,7 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
         R"(, "inner_steps": 7, "outer": {"kind": "sgd", "lr": 1})",
         R"(, "inner_steps": 2, "outer": {"kind": "exact_diffusion", "lr": 0.5})",
         R"(, "inner_steps": 2, "outer": {"kind": "noloco", "lr": 0.6, "pull": 0.4})",
-        R"(, "inner_steps": 6, "fragments": 3)",
+        R"(, "inner_steps": 6, "fragments": 3, "overlap": true)",
         R"(, "inner_steps": 3, "inner": {"kind": "momentum", "momentum": 0.5},
             "outer": {"kind": "nesterov", "lr": 0.9, "momentum": 0.6})"}) {
     INFO(keys);
@@ -124,6 +124,7 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
     CHECK(b->algorithm.diloco.outerLr == a->algorithm.diloco.outerLr);
     CHECK(b->algorithm.diloco.outerMomentum == a->algorithm.diloco.outerMomentum);
     CHECK(b->algorithm.diloco.fragments == a->algorithm.diloco.fragments);
+    CHECK(b->algorithm.diloco.overlap == a->algorithm.diloco.overlap);
     CHECK(b->algorithm.localOptimizer.kind == a->algorithm.localOptimizer.kind);
     CHECK(b->algorithm.localOptimizer.weightDecay == a->algorithm.localOptimizer.weightDecay);
   }
@@ -169,6 +170,7 @@ TEST_CASE("diloco over real peers equals simulate for every outer step, with a c
       {"sgd", diloco(R"(, "inner_steps": 3, "outer": {"kind": "sgd", "lr": 1})")},
       {"exact-diffusion", diloco(R"(, "inner_steps": 5, "outer": {"kind": "exact_diffusion"})")},
       {"noloco", diloco(R"(, "inner_steps": 4, "outer": {"kind": "noloco", "pull": 0.5})")},
+      {"overlap", diloco(R"(, "inner_steps": 4, "fragments": 2, "overlap": true)")},
       {"fragments", diloco(R"(, "inner_steps": 4, "fragments": 2)") +
                         R"(, "compression": {"kind": "topk_2bit", "chunk": 4, "per_chunk": 1})"},
       {"topk", diloco(R"(, "inner_steps": 4)") +

@@ -95,6 +95,10 @@ void drive(std::vector<std::unique_ptr<Algorithm<double>>>& nodes, const Matrix&
       nodes[i]->prepare(info, msg[i]);
       if (codec) codec(msg[i]);  // what every receiver, the sender included, decodes
     }
+    // The work an algorithm does while the messages travel (overlap), as the engine calls it.
+    for (auto& node : nodes) {
+      if (node->computesDuringExchange()) node->computeDuringExchange([] {});
+    }
     for (size_t i = 0; i < n; ++i) {
       std::vector<NeighborMessage<double>> nbrs;
       for (size_t j = 0; j < n; ++j) {
@@ -440,6 +444,59 @@ TEST_CASE("diloco with fragments follows Streaming DiLoCo's schedule: one fragme
       theta = next;
       for (size_t i = 0; i < n; ++i) {
         for (size_t k = lo; k < hi; ++k) x[i][k] = theta[i][k];  // the fragment starts again
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      INFO("node " << i);
+      CHECK(relDiff(modelOf(*ns.algs[i]), theta[i]) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("diloco with overlap takes the next round's inner steps during the exchange and lands "
+          "the outer step on top of them (one-step delay)", "[diloco]") {
+  const size_t n = 5, d = 6;
+  const uint64_t h = 3;
+  const auto fs = problems(n, d, 81);
+  const Vec x0 = randomVec(d, 1.0, 10);
+  const Matrix w = ringWeights(n);
+  const double alpha = 0.04;
+  const int rounds = 9;
+  for (auto outer : {DilocoSpec::Outer::kNesterov, DilocoSpec::Outer::kExactDiffusion}) {
+    INFO("outer " << dilocoOuterName(outer));
+    DilocoSpec spec;
+    spec.innerSteps = h;
+    spec.outer = outer;
+    spec.overlap = true;
+    auto ns = makeNodes(fs, spec, x0);
+    REQUIRE(ns.algs[0]->computesDuringExchange());
+    drive(ns.algs, w, alpha, rounds);
+    // H steps before the first send, then H during each of the 9 exchanges.
+    for (const auto& o : ns.oracles) CHECK(o->calls == static_cast<int>(h) * (rounds + 1));
+
+    const bool ed = outer == DilocoSpec::Outer::kExactDiffusion;
+    std::vector<Vec> theta(n, x0), x(n, x0), m(n, Vec(d, 0.0)), y(n, Vec(d, 0.0));
+    for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], x[i], alpha, h, ed ? &y[i] : nullptr);
+    for (int r = 0; r < rounds; ++r) {
+      const std::vector<Vec> sent = x;
+      // The next round's inner steps, during the exchange, with the correction as it stands.
+      for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], x[i], alpha, h, ed ? &y[i] : nullptr);
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t k = 0; k < d; ++k) {
+          double xbar = 0;
+          for (size_t j = 0; j < n; ++j) xbar += w[i][j] * sent[j][k];
+          const double delta = theta[i][k] - xbar;
+          double next;
+          if (ed) {
+            y[i][k] += (sent[i][k] - xbar) / (2 * alpha * static_cast<double>(h));
+            next = theta[i][k] - spec.outerLr * delta;
+          } else {
+            m[i][k] = spec.outerMomentum * m[i][k] + delta;
+            next = theta[i][k] - spec.outerLr * (delta + spec.outerMomentum * m[i][k]);
+          }
+          x[i][k] = next + (x[i][k] - sent[i][k]);
+          theta[i][k] = next;
+        }
       }
     }
     for (size_t i = 0; i < n; ++i) {
