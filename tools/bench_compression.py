@@ -13,6 +13,7 @@ real message of the model's size), next to the bytes it sends.
 
 Usage: tools/bench_compression.py [--build DIR] [--epochs E] [--layers JSON] [--slack P]
            [--partitions iid,dirichlet] [--only label,...] [--out DIR] [--jobs N]
+           [--nodes N] [--topology KIND]
 Standard library only (any python3); the plot needs matplotlib (/usr/bin/python3 with Debian's
 python3-matplotlib) and is skipped without it.
 """
@@ -26,8 +27,10 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUFFIX = ""
 TRAIN = 60000
-NODES = 8
+NODES = 8           # --nodes
+TOPOLOGY = "ring"   # --topology
 BATCH = 32          # per peer
 STEP = 0.1
 
@@ -118,9 +121,10 @@ def runs(d):
 def scenario(label, partition, epochs, layers, algorithm, compression, test_samples):
     rounds = max(1, round(epochs * TRAIN / (NODES * BATCH) / algorithm.get("inner_steps", 1)))
     s = {
-        "schema_version": 1, "name": f"bc-{label}-{partition}", "nodes": NODES, "seed": 1,
+        "schema_version": 1, "name": f"bc-{label}-{partition}" + SUFFIX, "nodes": NODES,
+        "seed": 1,
         "rounds": rounds, "log_every": max(1, rounds // 12), "precision": "float32",
-        "topology": {"kind": "ring"},
+        "topology": {"kind": TOPOLOGY},
         "problem": {"kind": "mlp", "layers": layers, "l2": 0.0001,
                     "partition": "iid" if partition == "iid"
                     else {"kind": "dirichlet", "alpha": 0.1},
@@ -173,6 +177,7 @@ def read_curve(metrics):
 
 
 def main():
+    global NODES, TOPOLOGY, SUFFIX
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--epochs", type=float, default=2.0)
@@ -184,7 +189,12 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--launcher", default="", help="default: BUILD/tools/node-launcher")
     ap.add_argument("--test-samples", type=int, default=2000)
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--topology", default="ring", help="ring, exponential, complete, ...")
     a = ap.parse_args()
+    NODES, TOPOLOGY = a.nodes, a.topology
+    # Runs of another size or graph than the default get names (and folders) of their own.
+    SUFFIX = "" if (NODES, TOPOLOGY) == (8, "ring") else f"-{TOPOLOGY}{NODES}"
     layers = json.loads(a.layers)
     params = sum(layers[i + 1] * (layers[i] + 1) for i in range(len(layers) - 1))
     launcher = a.launcher or os.path.join(ROOT, a.build, "tools", "node-launcher")
@@ -211,7 +221,7 @@ def main():
                   f"{(last[2] / 1e6) if last else '-'} MB, {wall:.0f} s {note}", flush=True)
 
     print(f"\n{a.epochs:g} epochs of Fashion-MNIST, MLP {layers} ({params:,} parameters), "
-          f"{NODES} peers on a ring, batch {BATCH} per peer, step {STEP}, float32. Target: the "
+          f"{NODES} peers ({TOPOLOGY}), batch {BATCH} per peer, step {STEP}, float32. Target: the "
           f"reference's final accuracy minus {a.slack:g} point(s).\n")
     rows = []
     for partition in a.partitions.split(","):
