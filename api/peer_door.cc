@@ -68,6 +68,54 @@ Status Peer::mix(std::span<double> params) {
   STARLING_RETURN_IF_ERROR(impl_->mixStart(params));
   return impl_->mixWait();
 }
+namespace {
+template <typename T>
+Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* outerRound) {
+  if (outerRound) *outerRound = false;
+  const auto keys = peer.diloco();
+  if (!keys || (keys->outer != "sgd" && keys->outer != "nesterov")) {
+    return core::failedPrecondition(
+        "dilocoStep: the scenario's algorithm must be diloco with outer sgd or nesterov (" +
+        (keys ? "outer is " + keys->outer : std::string("it is not diloco")) +
+        "; docs/algorithms.md §29)");
+  }
+  if (impl.dilocoTheta.empty()) {
+    // The first call, before any inner step: the outer model starts here.
+    impl.dilocoTheta.assign(params.begin(), params.end());
+    impl.dilocoMomentum.assign(params.size(), 0.0);
+    return Status::ok();
+  }
+  if (impl.dilocoTheta.size() != params.size()) {
+    return core::invalidArgument("dilocoStep: " + std::to_string(params.size()) +
+                                 " parameters, the first call had " +
+                                 std::to_string(impl.dilocoTheta.size()));
+  }
+  if (++impl.dilocoSteps % keys->innerSteps != 0) return Status::ok();
+  STARLING_RETURN_IF_ERROR(peer.mix(params));  // params: the mixed local models, x-bar
+  const bool nesterov = keys->outer == "nesterov";
+  const double lr = keys->outerLr, mu = keys->outerMomentum;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const double xbar = static_cast<double>(params[k]);
+    const double delta = impl.dilocoTheta[k] - xbar;
+    double u = delta;
+    if (nesterov) {
+      impl.dilocoMomentum[k] = mu * impl.dilocoMomentum[k] + delta;
+      u = delta + mu * impl.dilocoMomentum[k];
+    }
+    impl.dilocoTheta[k] = xbar + (delta - lr * u);
+    params[k] = static_cast<T>(impl.dilocoTheta[k]);
+  }
+  if (outerRound) *outerRound = true;
+  return Status::ok();
+}
+}  // namespace
+
+Status Peer::dilocoStep(std::span<float> params, bool* outerRound) {
+  return dilocoStepOf(*this, *impl_, params, outerRound);
+}
+Status Peer::dilocoStep(std::span<double> params, bool* outerRound) {
+  return dilocoStepOf(*this, *impl_, params, outerRound);
+}
 int Peer::rank() const { return impl_->rank; }
 int Peer::nodes() const { return impl_->scenario.nodes; }
 uint64_t Peer::round() const { return impl_->rounds(); }

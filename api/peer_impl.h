@@ -98,6 +98,9 @@ class Peer::Impl {
   // buffer has moved on with its next local step. "x" for small models, else "sketch"; empty
   // when not taken (a large model in a round not due by log_every: the line has neither).
   std::vector<double> snapshotX, snapshotSketch;
+  // dilocoStep: the outer model, its momentum, and the inner steps counted so far.
+  std::vector<double> dilocoTheta, dilocoMomentum;
+  uint64_t dilocoSteps = 0;
   bool snapshotTaken = false;
   bool closed = false;
   // A lost rank's restarted trainer (PeerOptions::rejoin): the first call rejoins; the model it

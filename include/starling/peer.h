@@ -254,6 +254,17 @@ class Peer {
     double outerMomentum = 0.9;
   };
   std::optional<Diloco> diloco() const;
+  // DiLoCo from a trainer: call it once before your first inner step (it takes `params` as the
+  // outer model theta), then after each of your optimizer's (inner) steps on `params`. Every
+  // innerSteps-th call after the first is an outer round: mix() of the local models, then the outer step
+  // (sgd or nesterov, from diloco()) on theta - mixed, leaving the new outer model theta in
+  // `params`; the other calls only count. `outerRound` (optional) says whether this call was
+  // one. theta and the outer momentum live in the Peer, in float64. kFailedPrecondition unless
+  // the scenario's algorithm is diloco with outer sgd or nesterov (exact_diffusion adds its
+  // correction to every inner gradient, and noloco mixes two vectors: starling.torch.DiLoCo
+  // does the first; node-launcher both).
+  Status dilocoStep(std::span<float> params, bool* outerRound = nullptr);
+  Status dilocoStep(std::span<double> params, bool* outerRound = nullptr);
   // The neighbours' models the next step()'s loss should distil from, sorted by rank: copies
   // from the last exchange, each of the parameter buffer's size. Empty while the term is off
   // (the rounds before burn_in, before the first exchange, before the first step()). The spans

@@ -264,4 +264,83 @@ TEST_CASE("Peer::step refuses diloco: its inner steps are the trainer's, and mix
   }
 }
 
+TEST_CASE("Peer::dilocoStep: a trainer's inner steps and the outer Nesterov step are all-reduce "
+          "DiLoCo on the complete graph", "[api][methods][diloco]") {
+  constexpr int kNodes = 3, kInner = 4, kOuter = 5;
+  const double lr = 0.05;
+  const auto file = scenarioFile("diloco-step", kNodes, R"({"kind": "diloco", "step_size": 0.1,
+      "inner_steps": 4, "outer": {"kind": "nesterov", "lr": 0.7, "momentum": 0.9}})");
+  // Node r's quadratic: f_r(x) = 1/2 sum_k (k + 1 + r) (x_k - r + k)^2.
+  const auto grad = [](int r, const Vec& x) {
+    Vec g(x.size());
+    for (size_t k = 0; k < x.size(); ++k) {
+      g[k] = (static_cast<double>(k) + 1 + r) * (x[k] - r + static_cast<double>(k));
+    }
+    return g;
+  };
+  std::vector<Vec> got(kNodes);
+  std::vector<int> outerRounds(kNodes, 0);
+  const auto st = onThreads(kNodes, [&](int r) -> Status {
+    auto peer = Peer::fromScenario(file, r);
+    if (!peer.isOk()) return peer.status();
+    Vec x = start(0);  // every node starts from the same model
+    // The first call takes the outer model; then one after every inner step.
+    if (auto t = (*peer)->dilocoStep(std::span<double>(x)); !t.isOk()) return t;
+    for (int s = 0; s < kInner * kOuter; ++s) {
+      const Vec g = grad(r, x);
+      for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
+      bool outer = false;
+      if (auto t = (*peer)->dilocoStep(std::span<double>(x), &outer); !t.isOk()) return t;
+      outerRounds[r] += outer;
+    }
+    got[r] = x;
+    return (*peer)->close();
+  });
+  for (const auto& s : st) {
+    INFO(s.message());
+    REQUIRE(s.isOk());
+  }
+  std::filesystem::remove(file);
+  // All-reduce DiLoCo: theta, delta = mean_r (theta - x_r), buf = 0.9 buf + delta,
+  // theta -= 0.7 (delta + 0.9 buf).
+  Vec theta = start(0), buf(theta.size(), 0.0);
+  for (int o = 0; o < kOuter; ++o) {
+    Vec delta(theta.size(), 0.0);
+    for (int r = 0; r < kNodes; ++r) {
+      Vec x = theta;
+      for (int s = 0; s < kInner; ++s) {
+        const Vec g = grad(r, x);
+        for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
+      }
+      for (size_t k = 0; k < x.size(); ++k) delta[k] += (theta[k] - x[k]) / kNodes;
+    }
+    for (size_t k = 0; k < theta.size(); ++k) {
+      buf[k] = 0.9 * buf[k] + delta[k];
+      theta[k] -= 0.7 * (delta[k] + 0.9 * buf[k]);
+    }
+  }
+  for (int r = 0; r < kNodes; ++r) {
+    CHECK(outerRounds[r] == kOuter);
+    for (size_t k = 0; k < theta.size(); ++k) CHECK(got[r][k] == Approx(theta[k]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd or nesterov",
+          "[api][methods][diloco]") {
+  for (const std::string algorithm :
+       {std::string(R"({"kind": "dsgd", "step_size": 0.1})"),
+        std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
+                       "outer": {"kind": "exact_diffusion"}})")}) {
+    const auto file = scenarioFile("diloco-refused", 1, algorithm);
+    auto peer = Peer::fromScenario(file, 0);
+    REQUIRE(peer.isOk());
+    Vec x = start(0);
+    const Status s = (*peer)->dilocoStep(std::span<double>(x));  // refused at the first call
+    CHECK(s.code() == StatusCode::kFailedPrecondition);
+    CHECK_THAT(s.message(), Catch::Contains("dilocoStep"));
+    CHECK((*peer)->close().isOk());
+    std::filesystem::remove(file);
+  }
+}
+
 }  // namespace methods_test
