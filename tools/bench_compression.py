@@ -112,6 +112,11 @@ def runs(d):
                                      {"kind": "topk_2bit", "chunk": 1024, "per_chunk": 16}),
         "diloco-h10-ed-topk1": ("DiLoCo, H = 10, outer exact_diffusion, top-1% differences",
                                 diloco(10, "exact_diffusion"), {"kind": "topk", "ratio": 0.01}),
+        "diloco-h10-lgc1": ("DiLoCo, H = 10, outer Nesterov, LGC on top-1% differences (chunk "
+                            "32, latent 4; warm-up 10 rounds, a new decoder every 10)",
+                            diloco(10, "nesterov"),
+                            {"kind": "lgc", "ratio": 0.01, "warmup": 10, "refresh": 10,
+                             "share_every": 2, "learning_rate": 0.003}),
         "diloco-h100-topk2bit": ("DiLoCo, H = 100, outer Nesterov, topk_2bit differences (as "
                                  "above)", diloco(100, "nesterov"),
                                  {"kind": "topk_2bit", "chunk": 64, "per_chunk": 1}),

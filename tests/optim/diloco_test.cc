@@ -149,6 +149,19 @@ Vec innerSteps(const Quadratic& f, Vec x, double alpha, uint64_t h, const Vec* y
   return x;
 }
 
+// One coordinate's outer step as §29 writes it: exact_diffusion (the dual y from the sent local
+// value x, over alpha H) or nesterov (the momentum m); returns theta's new value.
+double outerStep(const DilocoSpec& spec, bool ed, double alphaH, double theta, double xbar,
+                 double x, double& m, double& y) {
+  const double delta = theta - xbar;
+  if (ed) {
+    y += (x - xbar) / (2 * alphaH);
+    return theta - spec.outerLr * delta;
+  }
+  m = spec.outerMomentum * m + delta;
+  return theta - spec.outerLr * (delta + spec.outerMomentum * m);
+}
+
 }  // namespace
 
 TEST_CASE("diloco on the complete graph is all-reduce DiLoCo with outer Nesterov", "[diloco]") {
@@ -431,14 +444,8 @@ TEST_CASE("diloco with fragments follows Streaming DiLoCo's schedule: one fragme
         for (size_t k = lo; k < hi; ++k) {
           double xbar = 0;
           for (size_t j = 0; j < n; ++j) xbar += w[i][j] * x[j][k];
-          const double delta = theta[i][k] - xbar;
-          if (ed) {
-            y[i][k] += (x[i][k] - xbar) / (2 * alpha * static_cast<double>(h));
-            next[i][k] = theta[i][k] - spec.outerLr * delta;
-          } else {
-            m[i][k] = spec.outerMomentum * m[i][k] + delta;
-            next[i][k] = theta[i][k] - spec.outerLr * (delta + spec.outerMomentum * m[i][k]);
-          }
+          next[i][k] = outerStep(spec, ed, alpha * static_cast<double>(h), theta[i][k], xbar,
+                                 x[i][k], m[i][k], y[i][k]);
         }
       }
       theta = next;
@@ -485,15 +492,8 @@ TEST_CASE("diloco with overlap takes the next round's inner steps during the exc
         for (size_t k = 0; k < d; ++k) {
           double xbar = 0;
           for (size_t j = 0; j < n; ++j) xbar += w[i][j] * sent[j][k];
-          const double delta = theta[i][k] - xbar;
-          double next;
-          if (ed) {
-            y[i][k] += (sent[i][k] - xbar) / (2 * alpha * static_cast<double>(h));
-            next = theta[i][k] - spec.outerLr * delta;
-          } else {
-            m[i][k] = spec.outerMomentum * m[i][k] + delta;
-            next = theta[i][k] - spec.outerLr * (delta + spec.outerMomentum * m[i][k]);
-          }
+          const double next = outerStep(spec, ed, alpha * static_cast<double>(h), theta[i][k],
+                                        xbar, sent[i][k], m[i][k], y[i][k]);
           x[i][k] = next + (x[i][k] - sent[i][k]);
           theta[i][k] = next;
         }

@@ -20,3 +20,11 @@ def problem(rank):
 def lr(step):
     """The learning rate of step `step` (0-based): LambdaLR's factor times the base 0.05."""
     return 0.05 / (1.0 + 0.5 * step)
+
+
+def gradient(rank, flat):
+    """d/dx of rank's mean((X W^T + b - Y)^2) at flat = [W.ravel(), b], by hand."""
+    x, y, _, _ = problem(rank)
+    w, b = flat[:6].reshape(2, 3), flat[6:]
+    dpred = 2.0 * (x @ w.T + b - y) / y.size
+    return np.concatenate([(dpred.T @ x).ravel(), dpred.sum(axis=0)])

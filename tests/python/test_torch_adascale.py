@@ -17,18 +17,10 @@ harness.require("numpy", "torch", "starling")
 import numpy as np  # noqa: E402
 
 from adascale_worker import SQUARED_MEAN, VARIANCE  # noqa: E402
-from local_optimizer_problem import STEPS, problem  # noqa: E402
+from local_optimizer_problem import STEPS, gradient, problem  # noqa: E402
 
 NODES = 2
 SCALE = 4.0
-
-
-def gradient(rank, flat):
-    """d/dx of mean((X W^T + b - Y)^2) at flat = [W.ravel(), b]."""
-    x, y, _, _ = problem(rank)
-    w, b = flat[:6].reshape(2, 3), flat[6:]
-    dpred = 2.0 * (x @ w.T + b - y) / y.size
-    return np.concatenate([(dpred.T @ x).ravel(), dpred.sum(axis=0)])
 
 
 def reference():

@@ -15,17 +15,9 @@ harness.require("numpy", "torch", "starling")
 
 import numpy as np  # noqa: E402
 
-from local_optimizer_problem import LAYOUT, STEPS, lr, problem  # noqa: E402
+from local_optimizer_problem import LAYOUT, STEPS, gradient, lr, problem  # noqa: E402
 
 NODES = 2
-
-
-def gradient(rank, flat):
-    """d/dx of mean((X W^T + b - Y)^2) at flat = [W.ravel(), b]."""
-    x, y, _, _ = problem(rank)
-    w, b = flat[:6].reshape(2, 3), flat[6:]
-    dpred = 2.0 * (x @ w.T + b - y) / y.size
-    return np.concatenate([(dpred.T @ x).ravel(), dpred.sum(axis=0)])
 
 
 class Adam:
