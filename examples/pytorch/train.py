@@ -20,6 +20,11 @@ steps): 86.2-86.6% test accuracy at the 4 ranks' own models and 86.6% at their a
 ranks agreeing to a relative consensus distance (1/n) sum_i |x_i - mean|^2 / |mean|^2 of 6e-6;
 about 2 minutes on 2 cores. `--model cnn` trains a small CNN instead (slower on CPU).
 
+A scenario with `"algorithm": {"kind": "diloco", "inner_steps": H, ...}` (e.g.
+scenarios/ring4-pytorch-diloco.json) runs the same program as DiLoCo: your optimizer takes the
+inner steps and every H-th step also mixes and takes the outer step (starling.torch.DiLoCo);
+nothing else changes.
+
 With `"faults": {"on_peer_loss": "continue", "restart": true}` in the scenario, a rank that dies
 is started again by the launcher: its `optimizer.restore()` takes a neighbour's model and the
 round the run is at (`peer.round`), and it trains on from there to the same last step as the
@@ -95,8 +100,12 @@ def main():
         torch.manual_seed(args.seed + 1000 * (rank + 1))
         model = make_model(args.model)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    optimizer = starling.torch.DecentralizedOptimizer(  # starling
-        optimizer, model, peer=peer, mode=args.mode)  # starling
+    diloco = peer.diloco is not None  # starling: a DiLoCo scenario (its keys)
+    if diloco:
+        optimizer = starling.torch.DiLoCo(optimizer, model, peer=peer)  # starling
+    else:
+        optimizer = starling.torch.DecentralizedOptimizer(  # starling
+            optimizer, model, peer=peer, mode=args.mode)  # starling
 
     # Equal shards: every rank must take the same number of steps, since each step is a round
     # that its neighbours wait for.
@@ -117,10 +126,11 @@ def main():
     if args.steps:
         total = min(total, args.steps)
     if peer.last_round:  # starling: a scenario with "rounds" says where the run ends
-        total = min(total, peer.last_round)
+        total = min(total, peer.last_round * (optimizer.inner_steps if diloco else 1))
     # starling: a restarted rank (faults.restart) takes its neighbours' model and learns where
     # the run stands; for every other rank this does nothing and peer.round is 0.
-    optimizer.restore()
+    if not diloco:
+        optimizer.restore()
     step = peer.round  # starling
     if step:
         print(f"rank {rank}: rejoined the run at step {step} of {total}", flush=True)
@@ -136,7 +146,8 @@ def main():
             loss.backward()
             optimizer.step()  # the SGD step, then one gossip round with the neighbours
             losses.append(loss.item())
-            step = peer.round  # starling: one round per step
+            # starling: one round per step (DiLoCo: one every inner_steps steps)
+            step = optimizer.steps if diloco else peer.round
             if args.save_every and step % args.save_every == 0:
                 save(step)
             if step % args.log_every == 0:
@@ -151,8 +162,8 @@ def main():
             break
     if not (args.save_every and step % args.save_every == 0):
         save(step)
-    print(f"rank {rank}: {step} steps, test accuracy {accuracy(model, test_x, test_y):.4f}",
-          flush=True)
+    print(f"rank {rank}: {step} steps, test accuracy {accuracy(model, test_x, test_y):.4f}, "
+          f"{time.time() - start:.2f} s", flush=True)
     peer.close()  # starling
 
 
