@@ -105,6 +105,10 @@ def runs(d):
                                {"kind": "dct_sign", "chunk": 64, "per_chunk": 2}),
         "diloco-h50-topk0.5": ("DiLoCo, H = 50, outer Nesterov, top-0.5% differences",
                                diloco(50, "nesterov"), {"kind": "topk", "ratio": 0.005}),
+        "diloco-h75-topk1": ("DiLoCo, H = 75, outer Nesterov, top-1% differences",
+                             diloco(75, "nesterov"), {"kind": "topk", "ratio": 0.01}),
+        "diloco-h50-topk0.7": ("DiLoCo, H = 50, outer Nesterov, top-0.7% differences",
+                               diloco(50, "nesterov"), {"kind": "topk", "ratio": 0.007}),
         "diloco-h100-topk1": ("DiLoCo, H = 100, outer Nesterov, top-1% differences",
                               diloco(100, "nesterov"), {"kind": "topk", "ratio": 0.01}),
         "diloco-h50-topk2bit-1024": ("DiLoCo, H = 50, outer Nesterov, topk_2bit differences (16 "
