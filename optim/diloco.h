@@ -19,6 +19,13 @@
 // stops moving only at consensus), so each node's corrected local steps stand still there:
 // grad f_i(theta) + y_i = 0, whose sum over i is the optimality condition of (1/n) sum_i f_i.
 // It needs the plain sgd inner step for that (the scenario refuses another).
+//   noloco:     sends [theta_i, x_i]; with theta-bar_i, x-bar_i their mixes,
+//               m_i <- mu m_i - lr (theta-bar_i - x-bar_i) - pull (theta_i - theta-bar_i);
+//               theta_i += m_i.
+// Also in §29: compressed differences against reference points (a lossy codec without error
+// feedback: the message is x_i - x-hat_i), fragments (one slice of the model exchanged a round,
+// H / F inner steps each, the local model of the others kept) and overlap (the next round's
+// inner steps during the exchange, the outer step landing on top of them).
 //
 // The algorithm asks its oracle H times a round, at its local model rather than at model() (the
 // outer model), so a trainer's one gradient per step() cannot drive it (the public Peer refuses).
