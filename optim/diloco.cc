@@ -2,6 +2,7 @@
 #include "optim/diloco.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <utility>
@@ -32,8 +33,8 @@ class Diloco final : public Algorithm<T> {
     const size_t d = x0.size();
     const size_t f = std::max<uint64_t>(1, spec_.fragments);
     fragment_ = (d + f - 1) / f;
-    mixed_.assign(blocks() * fragment_, T(0));
-    exact_.assign(blocks() * fragment_, T(0));
+    mixed_.assign(messageSize(), T(0));
+    exact_.assign(messageSize(), T(0));
     if (spec_.outer == DilocoSpec::Outer::kNesterov || noloco()) momentum_.assign(d, T(0));
     if (spec_.outer == DilocoSpec::Outer::kExactDiffusion) dual_.assign(d, T(0));
     if (spec_.compressedDifferences) {
@@ -52,7 +53,7 @@ class Diloco final : public Algorithm<T> {
   // One fragment a round (the whole model without fragments): noloco sends [theta, x] of it, the
   // others x (or its compressed difference), each block padded with zeros to the longest
   // fragment's length.
-  size_t messageSize() const override { return blocks() * fragment_; }
+  size_t messageSize() const override { return blocks() * fragment_ + (byTime() ? 1 : 0); }
 
   // The round's inner steps (H / fragments) on the local model, unless they ran during the last
   // exchange (overlap), and the round's fragment of it.
@@ -73,7 +74,12 @@ class Diloco final : public Algorithm<T> {
     }
     pseudoGradientNorm_ = std::sqrt(sq);
     std::fill(out.begin(), out.end(), T(0));
-    if (spec_.compressedDifferences) {
+    if (byTime()) {
+      // [h x, h]: mixed with W, the ratio is the step-weighted average of the local models.
+      const T h = static_cast<T>(steps_);
+      for (size_t k = 0; k < n; ++k) out[k] = h * x_[lo + k];
+      out[fragment_] = h;
+    } else if (spec_.compressedDifferences) {
       for (size_t k = 0; k < n; ++k) out[k] = x_[lo + k] - reference_[lo + k];
     } else if (noloco()) {
       std::copy_n(theta_.begin() + static_cast<std::ptrdiff_t>(lo), n, out.begin());
@@ -130,6 +136,11 @@ class Diloco final : public Algorithm<T> {
       }
       detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0,
                          mixed_.size(), nullptr);
+      if (byTime()) {
+        // x-bar = sum_j w_ij h_j x_j / sum_j w_ij h_j (DyLU-style step weighting).
+        const T total = mixed_[fragment_];
+        for (size_t k = 0; k < n; ++k) mixed_[k] /= total;
+      }
     }
     const T lr = static_cast<T>(spec_.outerLr);
     T* theta = theta_.data() + lo;
@@ -191,7 +202,7 @@ class Diloco final : public Algorithm<T> {
     // Counted from the engine's round, so a membership change (which starts the algorithm
     // afresh from its model) keeps the counts.
     outerRounds_ = info.round + 1;
-    innerSteps_ = outerRounds_ * stepsPerRound();
+    innerSteps_ = byTime() ? innerSteps_ : outerRounds_ * stepsPerRound();
   }
 
   std::span<const T> model() const override { return theta_; }
@@ -225,7 +236,18 @@ class Diloco final : public Algorithm<T> {
   void innerSteps(const std::function<void()>& poll) {
     const size_t d = theta_.size();
     const T alpha = alpha_;
-    for (uint64_t h = 0; h < stepsPerRound(); ++h) {
+    // by_time: until the time is up (at least one step, at most innerSteps), or the node's
+    // emulated count.
+    const auto begin = std::chrono::steady_clock::now();
+    const auto budget = std::chrono::duration<double>(spec_.seconds);
+    const uint64_t limit = byTime() && spec_.emulatedSteps > 0 ? spec_.emulatedSteps
+                                                               : stepsPerRound();
+    uint64_t h = 0;
+    for (; h < limit; ++h) {
+      if (byTime() && spec_.emulatedSteps == 0 && h > 0 &&
+          std::chrono::steady_clock::now() - begin >= budget) {
+        break;
+      }
       if (poll) poll();
       oracle_.gradient(x_, grad_);
       T* x = x_.data();
@@ -238,8 +260,12 @@ class Diloco final : public Algorithm<T> {
         for (size_t k = 0; k < d; ++k) x[k] = x[k] - alpha * (g[k] + y[k]);
       }
     }
+    steps_ = h;
+    if (byTime()) innerSteps_ += h;
     if (poll) poll();
   }
+
+  bool byTime() const { return spec_.seconds > 0; }
 
   bool noloco() const { return spec_.outer == DilocoSpec::Outer::kNoloco; }
   size_t blocks() const { return noloco() ? 2 : 1; }
@@ -267,6 +293,7 @@ class Diloco final : public Algorithm<T> {
   const T* lossless_ = nullptr;
   T alpha_ = T(0);        // the round's inner step size
   bool primed_ = false;   // overlap: x_ already holds the next round's inner steps
+  uint64_t steps_ = 0;    // the inner steps of the round being sent
   std::vector<T> sent_;   // overlap: the round's fragment of the local model as it was sent
   GradientOracle<T>& oracle_;
 };

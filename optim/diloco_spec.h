@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace starling::optim {
 
@@ -15,6 +16,13 @@ struct DilocoSpec {
     kNoloco,          // NoLoCo's momentum step with a pull toward the neighbours' outer models
   };
   uint64_t innerSteps = 1;  // H >= 1 inner steps per outer round (one exchange)
+  // "inner_steps": {"kind": "by_time", ...}: as many inner steps as fit in `seconds` (at least
+  // one, at most innerSteps), and the mix weights each local model by its steps. In simulate
+  // the count is emulatedSteps (from the node's speed), so the run is reproducible.
+  double seconds = 0;           // > 0: by_time
+  uint64_t emulatedSteps = 0;   // > 0: this node's count per round, instead of the clock
+  double stepSeconds = 1e-3;    // simulate: a speed-1 inner step's duration
+  std::vector<double> speeds;   // simulate: each node's relative speed (empty: all 1)
   Outer outer = Outer::kNesterov;
   double outerLr = 0.7;        // in (0, 1] for sgd and exact_diffusion, (0, 2] for nesterov
   double outerMomentum = 0.9;  // nesterov, noloco: in [0, 1)

@@ -1,5 +1,8 @@
 #include "runtime/node_stack.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "optim/adascale_gossip.h"
 #include "optim/local_optimizer.h"
 #include "optim/mlp.h"
@@ -19,7 +22,7 @@ uint64_t gradientSeed(const scenario::Scenario& s, int rank) {
 
 template <typename T>
 core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
-                                     transport::Transport& transport) {
+                                     transport::Transport& transport, bool simulated) {
   const scenario::Scenario& s = e.scenario;
   NodeStack<T> stack;
   if (s.problem.isMlp()) {
@@ -74,9 +77,18 @@ core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
   }
   const std::vector<double> start = scenario::initialModel(e);
   const std::vector<T> x0(start.begin(), start.end());
+  stack.spec = s.algorithm;
+  if (simulated && s.algorithm.diloco.seconds > 0) {
+    // by_time in virtual time: as many steps of step_seconds / speed as fit in `seconds`.
+    optim::DilocoSpec& d = stack.spec.diloco;
+    const double speed = d.speeds.empty() ? 1.0 : d.speeds[static_cast<size_t>(rank)];
+    const double fit = std::floor(d.seconds * speed / d.stepSeconds);
+    d.emulatedSteps = static_cast<uint64_t>(
+        std::clamp(fit, 1.0, static_cast<double>(d.innerSteps)));
+  }
   // Every node starts from the same x0 here (not after a membership change, which restarts
   // from each node's own model): DiLoCo's reference points may start there.
-  optim::AlgorithmSpec first = s.algorithm;
+  optim::AlgorithmSpec first = stack.spec;
   first.diloco.sharedStart = true;
   stack.node = std::make_unique<engine::Node<T>>(
       rank, stack.algorithmFrom(first, x0), transport, typename engine::Node<T>::LogFn{},
@@ -87,8 +99,8 @@ core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
 }
 
 template core::Result<NodeStack<float>> buildNode<float>(const scenario::Experiment&, int,
-                                                         transport::Transport&);
+                                                         transport::Transport&, bool);
 template core::Result<NodeStack<double>> buildNode<double>(const scenario::Experiment&, int,
-                                                           transport::Transport&);
+                                                           transport::Transport&, bool);
 
 }  // namespace starling::runtime

@@ -31,6 +31,9 @@ struct NodeStack {
   std::unique_ptr<optim::NeighborModels<T>> neighbors;
   std::unique_ptr<compression::Compressor<T>> codec;  // null: identity frames, read in place
   std::unique_ptr<engine::Node<T>> node;
+  // The scenario's algorithm as this node runs it (by_time's emulated step count in simulate):
+  // what a membership change or a rejoin restarts it with.
+  optim::AlgorithmSpec spec;
 
   // The node's algorithm for `spec` from x0, over this stack's oracle (and, for codistillation,
   // its neighbours' models): what buildNode starts with and what a membership change or a
@@ -48,9 +51,11 @@ struct NodeStack {
 uint64_t gradientSeed(const scenario::Scenario& s, int rank);
 
 // Node `rank` of the experiment, starting from initialModel(e), on the borrowed `transport`. Errors only for
-// a codec the scenario validated but this build cannot make (kInvalidArgument).
+// a codec the scenario validated but this build cannot make (kInvalidArgument). `simulated`: in
+// `simulate`, where time is virtual (DiLoCo's by_time inner steps then come from the node's
+// speed).
 template <typename T>
 core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
-                                     transport::Transport& transport);
+                                     transport::Transport& transport, bool simulated = false);
 
 }  // namespace starling::runtime

@@ -128,7 +128,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
       return core::Status::ok();
     }
     std::vector<T> x0(got->model.begin(), got->model.end());
-    node.restartAlgorithm(stack.algorithmFrom(s.algorithm, x0));
+    node.restartAlgorithm(stack.algorithmFrom(stack.spec, x0));
     joined = std::move(*got);
   }
   if (!opt.resumeRound && !opt.rejoin && !opt.outDir.empty()) {
@@ -216,7 +216,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     return std::vector<double>(x.begin(), x.end());
   });
   STARLING_RETURN_IF_ERROR(session.add(node, [&](std::vector<T> x0) {
-    return stack.algorithmFrom(e.scenario.algorithm, x0);
+    return stack.algorithmFrom(stack.spec, x0);
   }));
   while (engine.rounds() < s.rounds) {
     if (s.asynchronous.enabled && s.asynchronous.computeMs > 0 &&

@@ -42,7 +42,7 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
       owned.push_back(std::move(injector));
     }
     transports.push_back(owned.back().get());
-    auto stack = buildNode<T>(e, i, *transports.back());
+    auto stack = buildNode<T>(e, i, *transports.back(), /*simulated=*/true);
     if (!stack) return stack.status();
     stacks.push_back(std::move(*stack));
     nodes.push_back(stacks.back().node.get());
@@ -126,8 +126,8 @@ core::Result<SimulateResult> simulateAs(const scenario::Experiment& e, const Sim
                                                             std::move(so)));
     STARLING_RETURN_IF_ERROR(sessions.back()->open());
     STARLING_RETURN_IF_ERROR(
-        sessions.back()->add(*nodes[i], [&stack = stacks[i], &s](std::vector<T> x0) {
-          return stack.algorithmFrom(s.algorithm, x0);
+        sessions.back()->add(*nodes[i], [&stack = stacks[i]](std::vector<T> x0) {
+          return stack.algorithmFrom(stack.spec, x0);
         }));
   }
   struct Counters {

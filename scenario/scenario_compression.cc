@@ -120,6 +120,11 @@ void checkCodecForAlgorithm(const Obj& o, const compression::CompressorSpec& c,
                         "codec's error does not accumulate, and error feedback (or adacomp's "
                         "residue) would carry one model's error into the next; leave it out"};
   }
+  if (s.algorithm.kind == optim::AlgorithmKind::kDiloco && s.algorithm.diloco.seconds > 0) {
+    throw ScenarioError{o.at("kind"),
+                        "inner_steps by_time sends each local model weighted by its steps, "
+                        "uncompressed; leave compression out"};
+  }
   // DSGD and DiLoCo keep their exact message and add only the mixed differences (the
   // DeepSqueeze form), so error feedback carries each round's codec error into the next message.
   if ((s.algorithm.kind == optim::AlgorithmKind::kDsgd ||

@@ -132,7 +132,32 @@ void parseDilocoOf(Obj& alg, Scenario& s) {
     return;
   }
   optim::DilocoSpec& d = s.algorithm.diloco;
-  d.innerSteps = alg.integer<uint64_t>("inner_steps", 1, uint64_t{1} << 20);
+  const json* steps = alg.get("inner_steps");
+  if (steps != nullptr && steps->is_object()) {
+    // {"kind": "by_time", "seconds": s, "max_steps": M, "step_seconds": t, "speeds": [...]}
+    Obj bt = alg.object("inner_steps");
+    bt.choice("kind", "inner_steps kind", {"by_time"});
+    d.seconds = bt.number("seconds", 0.0, 3600.0, std::nullopt, /*openLo=*/true);
+    d.innerSteps = bt.integer<uint64_t>("max_steps", 1, uint64_t{1} << 20, uint64_t{10000});
+    d.stepSeconds = bt.number("step_seconds", 0.0, 3600.0, 1e-3, /*openLo=*/true);
+    if (bt.has("speeds")) {
+      const json& sp = bt.require("speeds");
+      if (!sp.is_array() || static_cast<int>(sp.size()) != s.nodes) {
+        throw ScenarioError{bt.at("speeds"), "expected an array of " + std::to_string(s.nodes) +
+                                                 " numbers, one per node (/nodes)"};
+      }
+      for (size_t i = 0; i < sp.size(); ++i) {
+        const std::string at = bt.at("speeds") + "/" + std::to_string(i);
+        if (!sp[i].is_number() || !(sp[i].get<double>() >= 1e-6 && sp[i].get<double>() <= 1e6)) {
+          throw ScenarioError{at, "expected a relative speed in [1e-6, 1e6]"};
+        }
+        d.speeds.push_back(sp[i].get<double>());
+      }
+    }
+    bt.finish();
+  } else {
+    d.innerSteps = alg.integer<uint64_t>("inner_steps", 1, uint64_t{1} << 20);
+  }
   d.fragments = alg.integer<uint64_t>("fragments", 1, 4096, uint64_t{1});
   d.overlap = alg.boolean("overlap", false);
   if (d.innerSteps % d.fragments != 0) {
@@ -165,6 +190,20 @@ void parseDilocoOf(Obj& alg, Scenario& s) {
     out.finish();
   } else {
     alg.get("outer");
+  }
+  if (d.seconds > 0) {
+    // Step-weighted mixing is not symmetric: the exactness of exact_diffusion and the
+    // reference-point sums of compressed differences assume W is.
+    const char* why = d.outer == Outer::kExactDiffusion ? "the exact_diffusion outer step"
+                      : d.outer == Outer::kNoloco      ? "the noloco outer step"
+                      : d.fragments > 1                ? "fragments"
+                      : d.overlap                      ? "overlap"
+                                                       : nullptr;
+    if (why != nullptr) {
+      throw ScenarioError{alg.at("inner_steps") + "/kind",
+                          std::string("by_time weights each local model by its steps; ") + why +
+                              " does not take that yet (docs/algorithms.md §29)"};
+    }
   }
   const optim::LocalOptimizerSpec& l = s.algorithm.localOptimizer;
   if (d.outer == Outer::kExactDiffusion &&

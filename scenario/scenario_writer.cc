@@ -206,7 +206,14 @@ ojson algorithmJson(const optim::AlgorithmSpec& a, const Scenario& s) {
   }
   if (a.kind == optim::AlgorithmKind::kDiloco) {
     const optim::DilocoSpec& d = a.diloco;
-    j["inner_steps"] = d.innerSteps;
+    if (d.seconds > 0) {
+      ojson bt{{"kind", "by_time"}, {"seconds", d.seconds}, {"max_steps", d.innerSteps},
+               {"step_seconds", d.stepSeconds}};
+      if (!d.speeds.empty()) bt["speeds"] = d.speeds;
+      j["inner_steps"] = bt;
+    } else {
+      j["inner_steps"] = d.innerSteps;
+    }
     j["fragments"] = d.fragments;
     j["overlap"] = d.overlap;
     ojson outer{{"kind", optim::dilocoOuterName(d.outer)}, {"lr", d.outerLr}};

@@ -86,6 +86,19 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
              Catch::Contains("/algorithm/outer/pull"));
   CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4, "fragments": 3)"))),
              Catch::Contains("/algorithm/fragments") && Catch::Contains("multiple"));
+  // by_time: its keys, and what it does not take.
+  const std::string byTime = R"(, "inner_steps": {"kind": "by_time", "seconds": 0.01})";
+  CHECK(errorOf(scenarioWith(diloco(byTime))) == "accepted");
+  CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": {"kind": "by_time"})"))),
+             Catch::Contains("/algorithm/inner_steps") && Catch::Contains("seconds"));
+  CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": {"kind": "by_time", "seconds": 1,
+                                           "speeds": [1, 2]})"))),
+             Catch::Contains("/algorithm/inner_steps/speeds") && Catch::Contains("5"));
+  CHECK_THAT(errorOf(scenarioWith(diloco(byTime + R"(, "outer": {"kind": "exact_diffusion"})"))),
+             Catch::Contains("/algorithm/inner_steps/kind") && Catch::Contains("by_time"));
+  CHECK_THAT(errorOf(scenarioWith(diloco(byTime),
+                                  R"(, "compression": {"kind": "int8", "error_feedback": true})")),
+             Catch::Contains("/compression/kind") && Catch::Contains("by_time"));
   // diloco's keys under another kind.
   CHECK_THAT(errorOf(scenarioWith(R"({"kind": "dsgd", "step_size": 0.1, "inner_steps": 4})")),
              Catch::Contains("/algorithm/inner_steps") && Catch::Contains("diloco"));
@@ -110,6 +123,8 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
         R"(, "inner_steps": 2, "outer": {"kind": "exact_diffusion", "lr": 0.5})",
         R"(, "inner_steps": 2, "outer": {"kind": "noloco", "lr": 0.6, "pull": 0.4})",
         R"(, "inner_steps": 6, "fragments": 3, "overlap": true)",
+        R"(, "inner_steps": {"kind": "by_time", "seconds": 0.5, "max_steps": 40,
+                             "step_seconds": 0.1, "speeds": [1, 2, 1, 1, 0.5]})",
         R"(, "inner_steps": 3, "inner": {"kind": "momentum", "momentum": 0.5},
             "outer": {"kind": "nesterov", "lr": 0.9, "momentum": 0.6})"}) {
     INFO(keys);
@@ -125,6 +140,8 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
     CHECK(b->algorithm.diloco.outerMomentum == a->algorithm.diloco.outerMomentum);
     CHECK(b->algorithm.diloco.fragments == a->algorithm.diloco.fragments);
     CHECK(b->algorithm.diloco.overlap == a->algorithm.diloco.overlap);
+    CHECK(b->algorithm.diloco.seconds == a->algorithm.diloco.seconds);
+    CHECK(b->algorithm.diloco.speeds == a->algorithm.diloco.speeds);
     CHECK(b->algorithm.localOptimizer.kind == a->algorithm.localOptimizer.kind);
     CHECK(b->algorithm.localOptimizer.weightDecay == a->algorithm.localOptimizer.weightDecay);
   }
@@ -216,6 +233,33 @@ TEST_CASE("diloco over real peers equals simulate for every outer step, with a c
       }
     }
   }
+}
+
+TEST_CASE("diloco by_time: simulate takes each node's steps from its speed, real peers from the "
+          "clock", "[integration][peers][diloco]") {
+  const auto dir = tempDir("diloco-by-time");
+  const auto file = dir / "by-time.json";
+  // 0.05 s a round at 0.01 s a step: 5 steps at speed 1, 10 at 2, 20 at 4; 60 rounds.
+  writeFile(file, scenarioWith(diloco(R"(, "inner_steps": {"kind": "by_time", "seconds": 0.05,
+      "step_seconds": 0.01, "max_steps": 50, "speeds": [1, 2, 1, 4, 1]})")));
+  const auto sim = runLauncher(
+      {kLauncher, "simulate", file.string(), "--out", (dir / "sim").string()}, dir / "sim.log");
+  INFO(sim.output);
+  REQUIRE(sim.exit == 0);
+  const auto m = metricsWithoutWall(dir / "sim" / "metrics.jsonl");
+  REQUIRE(m.size() == 7);
+  CHECK(m.back()["inner_steps"].get<double>() == 60.0 * (5 + 10 + 5 + 20 + 5) / 5);
+  CHECK(m.back()["outer_round"].get<double>() == 60);
+  // Real peers: as many steps as fit in 2 ms each round (at least one); the run completes.
+  writeFile(file, scenarioWith(diloco(R"(, "inner_steps": {"kind": "by_time", "seconds": 0.002})")));
+  const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
+                               dir / "run.log");
+  INFO(run.output);
+  REQUIRE(run.exit == 0);
+  const auto r = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  REQUIRE(r.size() == 7);
+  CHECK(r.back()["inner_steps"].get<double>() >= 60);
+  CHECK(std::isfinite(r.back()["rel_error"].get<double>()));
 }
 
 TEST_CASE("a diloco peer killed during its inner steps restarts and rejoins; the run ends at "

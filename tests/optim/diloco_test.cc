@@ -505,3 +505,57 @@ TEST_CASE("diloco with overlap takes the next round's inner steps during the exc
     }
   }
 }
+
+TEST_CASE("diloco by_time: each node's own number of inner steps, the mix weighted by them",
+          "[diloco]") {
+  const size_t n = 5, d = 4;
+  const auto fs = problems(n, d, 91);
+  const Vec x0 = randomVec(d, 1.0, 11);
+  const double alpha = 0.05;
+  const int rounds = 8;
+  const uint64_t steps[n] = {1, 2, 3, 4, 5};
+  for (const bool complete : {false, true}) {
+    INFO((complete ? "complete" : "ring"));
+    const Matrix w = complete ? completeWeights(n) : ringWeights(n);
+    Nodes ns;
+    for (size_t i = 0; i < n; ++i) {
+      DilocoSpec spec;
+      spec.innerSteps = 100;  // the cap
+      spec.seconds = 1;       // by_time; the emulated count below stands for the clock
+      spec.emulatedSteps = steps[i];
+      ns.oracles.push_back(std::make_unique<QuadraticOracle>(fs[i]));
+      ns.algs.push_back(createDiloco<double>(spec, x0, *ns.oracles.back()));
+    }
+    REQUIRE(ns.algs[0]->messageSize() == d + 1);
+    drive(ns.algs, w, alpha, rounds);
+    for (size_t i = 0; i < n; ++i) CHECK(ns.oracles[i]->calls == static_cast<int>(steps[i]) * rounds);
+
+    // x-bar_i = sum_j w_ij h_j x_j / sum_j w_ij h_j, then DiLoCo's Nesterov step (lr 0.7, 0.9).
+    std::vector<Vec> theta(n, x0), m(n, Vec(d, 0.0));
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<Vec> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], theta[i], alpha, steps[i]);
+      for (size_t i = 0; i < n; ++i) {
+        double total = 0;
+        for (size_t j = 0; j < n; ++j) total += w[i][j] * static_cast<double>(steps[j]);
+        for (size_t k = 0; k < d; ++k) {
+          double xbar = 0;
+          for (size_t j = 0; j < n; ++j) xbar += w[i][j] * static_cast<double>(steps[j]) * x[j][k];
+          xbar /= total;
+          const double delta = theta[i][k] - xbar;
+          m[i][k] = 0.9 * m[i][k] + delta;
+          theta[i][k] -= 0.7 * (delta + 0.9 * m[i][k]);
+        }
+      }
+    }
+    std::vector<MethodMetric> metrics;
+    for (size_t i = 0; i < n; ++i) {
+      INFO("node " << i);
+      CHECK(relDiff(modelOf(*ns.algs[i]), theta[i]) < 1e-12);
+      metrics.clear();
+      ns.algs[i]->methodMetrics(metrics);
+      CHECK(metrics[1].name == "inner_steps");
+      CHECK(metrics[1].value == static_cast<double>(steps[i] * rounds));
+    }
+  }
+}
