@@ -9,6 +9,7 @@ build's python/ folder). A test whose modules are missing exits 77, meson's "ski
 import importlib
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -60,17 +61,35 @@ class TempDir:
 
 
 def free_ports(count):
-    """`count` loopback ports that were free a moment ago (held open together, so distinct)."""
-    sockets = []
+    """`count` distinct loopback ports that were free a moment ago, outside the kernel's
+    ephemeral range, as the launcher picks them (runtime::freeLoopbackPorts): a port from
+    bind(0) is an ephemeral one, which a UCX worker of a test running beside this one can take
+    (for its own sockets) before the peer binds it."""
+    lo, hi = 32768, 60999
     try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        pass
+    first, last = 10000, lo - 1
+    if last - first < 4 * count:
+        first, last = hi + 1, 65535
+    span = last - first + 1
+    start = random.SystemRandom().randrange(span)
+    ports = []
+    for k in range(span):
+        if len(ports) == count:
+            break
+        port = first + (start + k) % span
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    if len(ports) < count:
+        raise RuntimeError(f"cannot find {count} free loopback ports")
+    return ports
 
 
 def embedded_scenario(folder, name, nodes, algorithm=None, extra=None):
