@@ -281,8 +281,20 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     // its neighbours applied the return in a step() call, this first mix() only loads it
     // (loadOnly: its next call, a step(), lines up with theirs).
     takeRejoinModel(params);
+    // mixReference(): the reference points start at the common model, and under diloco's
+    // compressed differences the round leaves the mixed reference points (§29).
+    if (!mixReference.empty() && mixReference.size() != params.size()) {
+      return core::invalidArgument("mix: " + std::to_string(params.size()) +
+                                   " parameters, mixReference() was given " +
+                                   std::to_string(mixReference.size()));
+    }
+    const std::vector<T> start(mixReference.begin(), mixReference.end());
+    const optim::GossipReference<T> reference{
+        start, !start.empty() && scenario.algorithm.kind == optim::AlgorithmKind::kDiloco &&
+                   scenario.algorithm.diloco.compressedDifferences};
     auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
-                                         st.mixCodec != nullptr, scenario.algorithm.timeVarying);
+                                         st.mixCodec != nullptr, scenario.algorithm.timeVarying,
+                                         reference);
     st.gossip = gossip.get();
     st.mixNode = std::make_unique<engine::Node<T>>(
         rank, std::move(gossip), *net, typename engine::Node<T>::LogFn{}, st.mixCodec.get(),

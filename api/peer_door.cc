@@ -70,6 +70,21 @@ Status Peer::mix(std::span<double> params) {
 }
 namespace {
 template <typename T>
+Status mixReferenceOf(Peer::Impl& impl, std::span<const T> start) {
+  if (impl.mixStarted()) {
+    return core::failedPrecondition("mixReference: mix() has run; the reference points start "
+                                    "before the first mix()");
+  }
+  impl.mixReference.assign(start.begin(), start.end());
+  return Status::ok();
+}
+}  // namespace
+
+Status Peer::mixReference(std::span<const float> start) { return mixReferenceOf(*impl_, start); }
+Status Peer::mixReference(std::span<const double> start) { return mixReferenceOf(*impl_, start); }
+
+namespace {
+template <typename T>
 Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* outerRound) {
   if (outerRound) *outerRound = false;
   const auto keys = peer.diloco();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "api/external_oracle.h"
@@ -100,6 +101,8 @@ class Peer::Impl {
   std::vector<double> snapshotX, snapshotSketch;
   // dilocoStep: the outer model, its momentum, and the inner steps counted so far.
   std::vector<double> dilocoTheta, dilocoMomentum;
+  // mixReference(): where the mix codec's reference points start (empty: zero).
+  std::vector<double> mixReference;
   uint64_t dilocoSteps = 0;
   bool snapshotTaken = false;
   bool closed = false;
@@ -130,6 +133,18 @@ class Peer::Impl {
   // not written into the trainer's buffer, which may be gone (stack unwinding).
   Status close(bool fromDestructor = false);
   uint64_t rounds() const;
+  // Whether a mix() has built its node (its codec and reference points are fixed then).
+  bool mixStarted() const {
+    return std::visit(
+        [](const auto& st) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(st)>, std::monostate>) {
+            return false;
+          } else {
+            return st.mixNode != nullptr;
+          }
+        },
+        state);
+  }
   Status setLayout(std::vector<size_t> sizes);
   template <typename T>
   Status neighbourModels(std::vector<std::span<const T>>& out) const;

@@ -140,9 +140,17 @@ class PlainGossip final : public GossipAlgorithm<T> {
 template <typename T>
 class ChocoGossip final : public GossipAlgorithm<T> {
  public:
-  ChocoGossip(double gamma, size_t dim, bool tracking)
-      : gamma_(static_cast<T>(gamma)), tracking_(tracking), x_(dim, T(0)), hat_(dim, T(0)),
-        s_(dim, T(0)) {}
+  ChocoGossip(double gamma, size_t dim, bool tracking, const GossipReference<T>& ref)
+      : gamma_(static_cast<T>(gamma)), tracking_(tracking), averages_(ref.averageReferences),
+        x_(dim, T(0)), hat_(dim, T(0)), s_(dim, T(0)) {
+    // Every node agrees on every reference point without an exchange: the common start given
+    // (s_i = sum_j w_ij start = start), zero otherwise.
+    if (!ref.start.empty()) {
+      start_.assign(ref.start.begin(), ref.start.end());
+      hat_ = start_;
+      s_ = start_;
+    }
+  }
 
   void setModel(std::span<const T> x) override { std::copy(x.begin(), x.end(), x_.begin()); }
   size_t messageSize() const override { return x_.size(); }
@@ -168,12 +176,16 @@ class ChocoGossip final : public GossipAlgorithm<T> {
     }
     for (size_t k = 0; k < d; ++k) hat_[k] += own[k];
     for (const auto& n : nbrs) {
-      std::vector<T>& h = peers_.try_emplace(n.peer, d, T(0)).first->second;
+      auto [at, added] = peers_.try_emplace(n.peer, d, T(0));
+      if (added && !start_.empty()) at->second = start_;
+      std::vector<T>& h = at->second;
       for (size_t k = 0; k < d; ++k) h[k] += n.message[k];
     }
+    // averageReferences: x_i <- x-hat_i + sum_j w_ij (x-hat_j - x-hat_i), from the reference.
+    if (averages_) x_ = hat_;
     for (const auto& n : nbrs) {
       if (n.weight == 0.0) continue;
-      const T w = gamma_ * static_cast<T>(n.weight);
+      const T w = (averages_ ? T(1) : gamma_) * static_cast<T>(n.weight);
       const std::vector<T>& h = peers_.at(n.peer);
       for (size_t k = 0; k < d; ++k) x_[k] += w * (h[k] - hat_[k]);
     }
@@ -192,14 +204,21 @@ class ChocoGossip final : public GossipAlgorithm<T> {
   std::span<const T> model() const override { return x_; }
 
  private:
-  // x <- x + gamma (s - x-hat) = x + gamma sum_j w_ij (x-hat_j - x-hat_i).
+  // x <- x + gamma (s - x-hat) = x + gamma sum_j w_ij (x-hat_j - x-hat_i); averageReferences:
+  // x <- s = sum_j w_ij x-hat_j (what the reference points say the mixed models are).
   void step() {
+    if (averages_) {
+      x_ = s_;
+      return;
+    }
     for (size_t k = 0; k < x_.size(); ++k) x_[k] += gamma_ * (s_[k] - hat_[k]);
   }
 
   const T gamma_;
   const bool tracking_;
+  const bool averages_;
   std::vector<T> x_, hat_, s_;
+  std::vector<T> start_;                 // the common reference start (empty: zero)
   std::map<int, std::vector<T>> peers_;  // time-varying: x-hat_j of every neighbour heard from
 };
 
@@ -207,12 +226,15 @@ class ChocoGossip final : public GossipAlgorithm<T> {
 
 template <typename T>
 std::unique_ptr<GossipAlgorithm<T>> createGossip(double gamma, size_t dim, bool compressed,
-                                                 bool timeVarying) {
+                                                 bool timeVarying,
+                                                 const GossipReference<T>& reference) {
   if (!compressed) return std::make_unique<PlainGossip<T>>(gamma, dim);
-  return std::make_unique<ChocoGossip<T>>(gamma, dim, timeVarying);
+  return std::make_unique<ChocoGossip<T>>(gamma, dim, timeVarying, reference);
 }
 
-template std::unique_ptr<GossipAlgorithm<float>> createGossip<float>(double, size_t, bool, bool);
-template std::unique_ptr<GossipAlgorithm<double>> createGossip<double>(double, size_t, bool, bool);
+template std::unique_ptr<GossipAlgorithm<float>> createGossip<float>(
+    double, size_t, bool, bool, const GossipReference<float>&);
+template std::unique_ptr<GossipAlgorithm<double>> createGossip<double>(
+    double, size_t, bool, bool, const GossipReference<double>&);
 
 }  // namespace starling::optim

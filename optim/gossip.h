@@ -38,10 +38,22 @@ class GossipAlgorithm : public Algorithm<T> {
   virtual bool release() { return false; }
 };
 
-// `compressed`: the messages go through a lossy codec (CHOCO-gossip); `timeVarying`: the mixing
-// matrix changes between rounds.
+// Where a compressed gossip's reference points x-hat start, and what the round makes of them.
+template <typename T>
+struct GossipReference {
+  // The point every node's x-hat starts from; it must be the same on every node (the common
+  // initial model). Empty: zero, so the first messages carry the whole model.
+  std::span<const T> start;
+  // DiLoCo's mix of compressed differences (docs/algorithms.md §29): the round leaves
+  // x_i = sum_j w_ij x-hat_j, not CHOCO's x_i + gamma sum_j w_ij (x-hat_j - x-hat_i).
+  bool averageReferences = false;
+};
+
+// `compressed`: the messages go through a lossy codec (CHOCO-gossip: each sends the compressed
+// x - x-hat); `timeVarying`: the mixing matrix changes between rounds.
 template <typename T>
 std::unique_ptr<GossipAlgorithm<T>> createGossip(double gamma, size_t dim, bool compressed,
-                                                 bool timeVarying);
+                                                 bool timeVarying,
+                                                 const GossipReference<T>& reference = {});
 
 }  // namespace starling::optim

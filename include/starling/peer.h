@@ -228,6 +228,16 @@ class Peer {
   Status mixStart(std::span<float> params);
   Status mixStart(std::span<double> params);
   Status mixWait();
+  // Before the first mix(): the model every rank starts from, the same on every rank (DiLoCo's
+  // common initial model). With a lossy codec, mix() sends each round the compressed change of
+  // `params` against reference points that start there, which every rank tracks alike, so no
+  // exchange is spent on the start; in a diloco scenario the round leaves params = the mixed
+  // reference points, sum_j w_ij x-hat_j (docs/algorithms.md §29). Without it the reference
+  // points start at zero and mix() is CHOCO-gossip (the first messages carry the whole model).
+  // A membership change starts the reference points again from zero. kFailedPrecondition after
+  // the first mix(); the size is checked there. Without a codec it changes nothing.
+  Status mixReference(std::span<const float> start);
+  Status mixReference(std::span<const double> start);
   // The model's layout for the local optimizer and the compression's layers rules (see
   // PeerOptions::layout), for a Peer made by fromEnv() or one made without it: replaces the one
   // given. kInvalidArgument for a tensor of size 0; kFailedPrecondition once step() has run (the

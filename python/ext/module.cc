@@ -126,6 +126,13 @@ class PyPeer {
     }));
   }
 
+  void mixReference(py::object params) {
+    Peer& peer = use("mix_reference");
+    Borrowed x = Borrowed::from(params.ptr(), "params", Access::kRead);
+    check(x.dtype() == DType::kFloat32 ? peer.mixReference(spanOf<const float>(x))
+                                       : peer.mixReference(spanOf<const double>(x)));
+  }
+
   // The array stays borrowed (alive and in place) until mixWait(): the exchange writes into it.
   void mixStart(py::object params) {
     Peer& peer = use("mix_start");
@@ -344,6 +351,10 @@ starling::StepStats and docs/algorithms.md §22).)doc")
       .def("restore", &PyPeer::restore, py::arg("params"),
            "A restarted trainer (STARLING_REJOIN=1): takes its neighbours' model into params "
            "before the first step()/mix(); a no-op otherwise.")
+      .def("mix_reference", &PyPeer::mixReference, py::arg("params"),
+           "Before the first mix(): the model every rank starts from (the same on every rank). "
+           "With a lossy codec, mix() then sends compressed changes against reference points "
+           "that start there (in a diloco scenario: DiLoCo's compressed differences).")
       .def("mix_start", &PyPeer::mixStart, py::arg("params"),
            "Starts mix(params) and returns; mix_wait() finishes it. Leave params alone between.")
       .def("mix_wait", &PyPeer::mixWait, "Finishes the exchange mix_start() started.")

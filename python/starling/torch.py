@@ -313,10 +313,19 @@ class DiLoCo:
     with DecentralizedOptimizer (wrap after moving the model). fragments > 1 and overlap=True
     (Streaming DiLoCo) are not built yet and are refused. A membership change restarts nothing
     here: the outer momentum and y carry on.
+
+    With a lossy codec in the scenario (e.g. "compression": {"kind": "topk", "ratio": 0.01}),
+    each exchange carries the compressed change of the local model against reference points
+    every rank tracks alike, and x-bar is the mix of the reference points (§29). `shared_start`
+    (default True) says every rank starts from the same model (seed the initialization alike),
+    so the reference points start there and no exchange is spent on the start; pass False if
+    the ranks start from different models (the reference points then start at zero, and the
+    mix is CHOCO-gossip's).
     """
 
     def __init__(self, inner_optimizer, model, peer=None, inner_steps=None, outer=None,
-                 outer_lr=None, outer_momentum=None, fragments=1, overlap=False):
+                 outer_lr=None, outer_momentum=None, fragments=1, overlap=False,
+                 shared_start=True):
         if not isinstance(inner_optimizer, torch.optim.Optimizer):
             raise TypeError("inner_optimizer must be a torch.optim.Optimizer; got "
                             f"{type(inner_optimizer).__name__}")
@@ -367,6 +376,8 @@ class DiLoCo:
             self._local = torch.empty_like(self._flat)
             self._momentum = torch.zeros_like(self._flat) if self.outer == "nesterov" else None
             self._dual = torch.zeros_like(self._flat) if self.outer == "exact_diffusion" else None
+        if shared_start and peer.round == 0 and not peer.rejoining:
+            peer.mix_reference(self._flat)
         self.steps = 0          # inner steps taken
         self.outer_rounds = 0
         self.pseudo_gradient_norm = 0.0

@@ -325,6 +325,71 @@ TEST_CASE("Peer::dilocoStep: a trainer's inner steps and the outer Nesterov step
   }
 }
 
+TEST_CASE("Peer::mixReference: diloco's compressed differences start at the common model, and "
+          "mix() leaves the mix of the reference points", "[api][methods][diloco]") {
+  constexpr int kNodes = 2;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("starling-api-methods-mixref-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"schema_version": 1, "name": "mixref", "nodes": 2,
+      "topology": {"kind": "complete"}, "transport": {"kind": "inproc"},
+      "algorithm": {"kind": "diloco", "step_size": 0.1, "inner_steps": 3},
+      "compression": {"kind": "topk", "k": 1}})";
+  const Vec common = start(0);
+  const auto local = [&](int r) {  // where each node's inner steps took it
+    Vec x = common;
+    x[static_cast<size_t>(r)] += 2.0 + r;  // the largest change: what top-1 keeps
+    x[3] -= 0.5;                           // dropped by top-1
+    return x;
+  };
+  std::vector<Vec> mixed(kNodes);
+  std::vector<Status> late(kNodes);
+  const auto st = onThreads(kNodes, [&](int r) -> Status {
+    auto peer = Peer::fromScenario(path.string(), r);
+    if (!peer.isOk()) return peer.status();
+    if (auto m = (*peer)->mixReference(std::span<const double>(common)); !m.isOk()) return m;
+    Vec x = local(r);
+    if (auto m = (*peer)->mix(std::span<double>(x)); !m.isOk()) return m;
+    mixed[r] = x;
+    late[r] = (*peer)->mixReference(std::span<const double>(common));
+    return (*peer)->close();
+  });
+  for (const auto& s : st) {
+    INFO(s.message());
+    REQUIRE(s.isOk());
+  }
+  std::filesystem::remove(path);
+  // x-hat_r = common + top-1(x_r - common); both nodes end at (x-hat_0 + x-hat_1) / 2: the
+  // dropped coordinate 3 stays at the common model's value on both.
+  Vec want = common;
+  want[0] += 0.5 * 2.0;
+  want[1] += 0.5 * 3.0;
+  for (int r = 0; r < kNodes; ++r) {
+    for (size_t k = 0; k < want.size(); ++k) CHECK(mixed[r][k] == Approx(want[k]).epsilon(1e-15));
+    CHECK(late[r].code() == StatusCode::kFailedPrecondition);
+    CHECK_THAT(late[r].message(), Catch::Contains("before the first mix()"));
+  }
+}
+
+TEST_CASE("Peer::mixReference of another size than the model is refused at the first mix()",
+          "[api][methods][diloco]") {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("starling-api-methods-mixref-size-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"schema_version": 1, "name": "mixref-size", "nodes": 1,
+      "topology": {"kind": "complete"}, "transport": {"kind": "inproc"},
+      "algorithm": {"kind": "diloco", "step_size": 0.1, "inner_steps": 3},
+      "compression": {"kind": "topk", "k": 1}})";
+  auto peer = Peer::fromScenario(path.string(), 0);
+  REQUIRE(peer.isOk());
+  const Vec three = {1.0, 2.0, 3.0};
+  REQUIRE((*peer)->mixReference(std::span<const double>(three)).isOk());
+  Vec x = start(0);
+  const Status s = (*peer)->mix(std::span<double>(x));
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("mixReference() was given 3"));
+  (void)(*peer)->close();
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd or nesterov",
           "[api][methods][diloco]") {
   for (const std::string algorithm :

@@ -3,7 +3,10 @@
 (Metropolis weights 1/3) and on the complete graph, with the outer steps nesterov and
 exact_diffusion taken from the scenario. After every outer round each rank's parameters must
 equal a numpy reference of the same recursion written here: H inner SGD steps of each rank's
-mean-square loss (its gradient by hand), x-bar = W x, D = theta - x-bar, the outer step."""
+mean-square loss (its gradient by hand), x-bar = W x, D = theta - x-bar, the outer step. With a
+top-k codec (2 of the 8 parameters) the exchange carries compressed differences: each rank keeps
+x-hat_j for itself and its neighbours, starting at the common initial model (DiLoCo's
+shared_start), sends q_i = top-2(x_i - x-hat_i), x-hat_i += q_i, and x-bar_i = sum_j w_ij x-hat_j."""
 
 import os
 import sys
@@ -32,9 +35,18 @@ def weights(topology):
     return w
 
 
-def reference(topology, outer, lr, mu):
+def top_k(v, k):
+    """v with all but its k largest magnitudes set to zero."""
+    out = np.zeros_like(v)
+    keep = np.argsort(-np.abs(v), kind="stable")[:k]
+    out[keep] = v[keep]
+    return out
+
+
+def reference(topology, outer, lr, mu, topk=None):
     _, _, w0, b0 = problem(0)
     theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
+    hat = [t.copy() for t in theta]  # the reference points start at the common model
     m = [np.zeros(8) for _ in range(NODES)]
     y = [np.zeros(8) for _ in range(NODES)]
     w = weights(topology)
@@ -49,8 +61,11 @@ def reference(topology, outer, lr, mu):
                     g = g + y[r]
                 x = x - LR * g
             xs.append(x)
+        if topk:
+            hat = [hat[r] + top_k(xs[r] - hat[r], topk) for r in range(NODES)]
         for r in range(NODES):
-            xbar = sum(w[r, j] * xs[j] for j in range(NODES))
+            mixed = hat if topk else xs
+            xbar = sum(w[r, j] * mixed[j] for j in range(NODES))
             d = theta[r] - xbar
             u = d
             if outer == "nesterov":
@@ -63,23 +78,26 @@ def reference(topology, outer, lr, mu):
     return history
 
 
-def run(tmp, topology, outer):
+def run(tmp, topology, outer, topk=None):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
-    name = f"torch-diloco-{topology}-{outer}"
+    name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "")
     lr, mu = (0.7, 0.9) if outer == "nesterov" else (0.8, 0.0)
     outer_keys = {"kind": outer, "lr": lr}
     if outer == "nesterov":
         outer_keys["momentum"] = mu
+    extra = {"topology": {"kind": topology}}
+    if topk:
+        extra["compression"] = {"kind": "topk", "k": topk}
     scenario = harness.embedded_scenario(
         tmp, name, NODES,
         algorithm={"kind": "diloco", "step_size": LR, "inner_steps": H, "outer": outer_keys},
-        extra={"topology": {"kind": topology}})
+        extra=extra)
     out = os.path.join(tmp, name)
     rc, output = harness.run_launcher(scenario, out, [sys.executable, worker], timeout=120)
     print(output)
     harness.check(rc == 0, f"{name}: node-launcher exited {rc}")
     got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]
-    want = reference(topology, outer, lr, mu)
+    want = reference(topology, outer, lr, mu, topk)
     worst = 0.0
     for s in range(OUTER_ROUNDS + 1):
         for r in range(NODES):
@@ -101,7 +119,14 @@ def main():
         run(tmp, "ring", "nesterov")
         run(tmp, "complete", "nesterov")
         run(tmp, "ring", "exact_diffusion")
-    print("python torch diloco: nesterov and exact_diffusion match the reference")
+        run(tmp, "ring", "nesterov", topk=2)
+        # The compressed run differs from the uncompressed one: the codec is in the loop.
+        plain, top2 = reference("ring", "nesterov", 0.7, 0.9), \
+            reference("ring", "nesterov", 0.7, 0.9, 2)
+        harness.check(np.max(np.abs(plain[-1][0] - top2[-1][0])) > 1e-3,
+                      "top-2 differences change nothing in the reference")
+    print("python torch diloco: nesterov and exact_diffusion match the reference, with and "
+          "without top-k differences")
 
 
 if __name__ == "__main__":
