@@ -51,6 +51,9 @@ core::Result<transport::NetworkOptions> networkOptions(const Scenario& s, int ra
                     ? transport::coreForEachLocalRank(no.addresses, rank)
                     : s.transport.busyPoll == TransportConfig::BusyPoll::kOn;
   no.failReceivesOfLostPeers = s.faults.onPeerLoss == engine::OnPeerLoss::kContinue;
+  // DiLoCo's overlap computes while its frames travel, polling between inner steps: a
+  // rendezvous would stall each frame until the receiver's next poll.
+  no.eagerSends = s.algorithm.kind == optim::AlgorithmKind::kDiloco && s.algorithm.diloco.overlap;
   // The cluster's key: the scenario's key_file, or the file STARLING_KEY_FILE names.
   std::string keyFile = s.security.keyFile;
   if (keyFile.empty()) {

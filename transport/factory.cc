@@ -63,6 +63,7 @@ core::Result<std::unique_ptr<Transport>> createNetworkTransport(const NetworkOpt
   o.sharedMemoryThreshold = options.sharedMemoryThreshold;
   o.spin = options.spin;
   o.busyPoll = options.busyPoll;
+  o.eagerSends = options.eagerSends;
   o.log = options.log;
   o.failReceivesOfLostPeers = options.failReceivesOfLostPeers;
   o.key = options.key;

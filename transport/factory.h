@@ -31,6 +31,7 @@ struct NetworkOptions {
   // a rank that sleeps makes its neighbours wait long enough to sleep too (docs/bench_gossip.md,
   // "A host with a core per peer"). For hosts with a core per rank: coreForEachLocalRank.
   bool busyPoll = false;
+  bool eagerSends = false;  // UCX: every message eagerly, no rendezvous (ucx_transport.h)
   std::function<void(const std::string&)> log;  // diagnostics, one line each (default stderr)
   // Receives from a neighbour whose connection failed fail soon after (kPeerGone) rather than at
   // their deadlines: for runs that carry on without lost peers (faults.on_peer_loss "continue").

@@ -16,6 +16,7 @@
 
 #include "core/read_file.h"
 #include "engine/fault_injection.h"
+#include "scenario/compile.h"
 #include "scenario/experiment.h"
 #include "scenario/scenario_limits.h"
 #include "tests/runtime/scenario_testing.h"
@@ -559,6 +560,25 @@ namespace {
 
 using namespace scenario_testing;
 using Catch::Matchers::Contains;
+
+TEST_CASE("transport: DiLoCo's overlap sends eagerly, every other run keeps UCX's rendezvous",
+          "[runtime][unit]") {
+  const auto eager = [](const std::string& algorithm) {
+    const auto s = scenario::parseScenario(
+        with(R"("algorithm": {"kind": "exact_diffusion", "step_size": 0.3}})",
+             R"("algorithm": )" + algorithm + "}"),
+        "s.json", ".");
+    INFO(s.status().toString());
+    REQUIRE(s.isOk());
+    const auto no = scenario::networkOptions(*s, 0, {});
+    INFO(no.status().toString());
+    REQUIRE(no.isOk());
+    return no->eagerSends;
+  };
+  CHECK(eager(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 4, "overlap": true})"));
+  CHECK_FALSE(eager(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 4})"));
+  CHECK_FALSE(eager(R"({"kind": "dsgd", "step_size": 0.1})"));
+}
 
 TEST_CASE("transport: busy_poll, its default and its refusals", "[runtime][unit]") {
   const std::string alg = R"("step_size": 0.3}})";

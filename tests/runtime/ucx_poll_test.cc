@@ -33,6 +33,22 @@ std::chrono::microseconds threadCpu() {
 }
 }  // namespace
 
+TEST_CASE("ucx: eager sends (no rendezvous) carry small and large frames", "[runtime][unit][ucx]") {
+  const auto ports = freePorts(2);
+  auto log0 = std::make_shared<std::vector<std::string>>();
+  auto log1 = std::make_shared<std::vector<std::string>>();
+  auto o0 = options(0, ports, log0, "tcp");
+  auto o1 = options(1, ports, log1, "tcp");
+  o0.eagerSends = o1.eagerSends = true;  // UCX_RNDV_THRESH=inf: a bad key fails make()
+  auto t0 = make(o0);
+  auto t1 = make(o1);
+  LogDump dump0{log0}, dump1{log1};
+  for (size_t size : {size_t{100}, size_t{1} << 22}) {
+    CAPTURE(size);
+    exchange(*t0, *t1, Tag{size, 0}, size, static_cast<uint32_t>(size));
+  }
+}
+
 TEST_CASE("ucx: busy polling carries messages, keeps deadlines, and never sleeps while waiting",
           "[runtime][unit][ucx]") {
   const std::string tls = GENERATE(std::string("tcp"), std::string("sysv,posix,cma,tcp"));

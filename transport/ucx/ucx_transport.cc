@@ -180,6 +180,9 @@ core::Status UcxTransport::start() {
     // memory out silently (ep_cfg shows am(tcp/lo) only) unless this is on.
     st = fromUcs(ucp_config_modify(config, "MM_ERROR_HANDLING", "y"), "MM_ERROR_HANDLING");
   }
+  if (st.isOk() && options_.eagerSends && std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    st = fromUcs(ucp_config_modify(config, "RNDV_THRESH", "inf"), "RNDV_THRESH");
+  }
   if (st.isOk()) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;

@@ -59,6 +59,11 @@ struct Options {
   std::chrono::microseconds spin{50};
   // Never sleep while waiting: poll (yielding the core) until the message or the deadline.
   bool busyPoll = false;
+  // Send every message eagerly (UCX_RNDV_THRESH=inf unless the environment sets it): the sender
+  // pushes a large frame out at each progress() without waiting for the receiver to answer a
+  // rendezvous, so a frame keeps moving while both ends compute between polls (DiLoCo's
+  // overlap: docs/benchmarks.md, "Overlap on a bandwidth-limited link").
+  bool eagerSends = false;
   // Where diagnostics go (one line each); default: stderr.
   std::function<void(const std::string&)> log;
   // A neighbour whose connection failed (its process died: the kernel closes its sockets) fails
