@@ -137,7 +137,7 @@ def schedule(args):
 
 def make_parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=1600, help="optimizer steps per rank")
+    ap.add_argument("--steps", type=int, default=1200, help="optimizer steps per rank")
     ap.add_argument("--batch-size", type=int, default=16, help="windows per step per rank")
     ap.add_argument("--context", type=int, default=64, help="characters per window")
     ap.add_argument("--width", type=int, default=128)

@@ -14,13 +14,14 @@ Runs, on every link (--links RATE:DELAY_MS,...):
 and once, over a plain veth bridge (no shaping): `diloco` ("free": compute and a local exchange).
 
 It prints, per link and run: the training's wall time (metrics.jsonl's wall_s from round 0 to the
-last), the time to the accuracy target (the first logged round at or above it; the target is
+last; the median of --repeat runs), the time to the accuracy target (the first logged round at or above it; the target is
 DSGD's final accuracy on that link minus one point), seconds per outer round, the share of the
 exchange the run hides ((diloco - run) / (diloco - free), training wall times), the average
 model's test accuracy and the MB each peer sent. Writes OUT/results.json and OUT/table.md.
 
 Usage: tools/bench/diloco_links.py [--build DIR] [--nodes 8] [--links 100mbit:1,1gbit:1]
-           [--inner-steps H] [--rounds R] [--fragments F] [--layers JSON] [--only RUNS] [--out DIR]
+           [--inner-steps H] [--rounds R] [--fragments F] [--layers JSON] [--only RUNS]
+           [--repeat N] [--out DIR]
 Needs root, iproute2, /dev/net/tun and the build's node-launcher and link-emulator. Standard
 library only. Nothing is sent outside 198.18.0.0/24 and loopback. Measure on an otherwise idle
 machine: the peers and the emulator share its cores.
@@ -29,6 +30,7 @@ machine: the peers and the emulator share its cores.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -75,6 +77,16 @@ def run_peers(a, hosts, s, work):
     if m.returncode != 0:
         sys.exit(f"{s['name']}: merge failed: {m.stderr[-1500:]}")
     return [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+
+
+def repeated(a, hosts, s, work):
+    """--repeat runs of `s`: the summary of the first, with the median training wall time."""
+    runs = [summary(run_peers(a, hosts, s, os.path.join(work, f"rep{i}")), s["rounds"], a.nodes)
+            for i in range(a.repeat)]
+    first = runs[0]
+    first["wall_s_all"] = [r["wall_s"] for r in runs]
+    first["wall_s"] = statistics.median(first["wall_s_all"])
+    return first
 
 
 def summary(rows, rounds, nodes):
@@ -130,6 +142,7 @@ def main():
     ap.add_argument("--test-samples", type=int, default=2000)
     ap.add_argument("--step", type=float, default=0.1)
     ap.add_argument("--only", default="", help="runs to take (default: all)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each (the median wall time)")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds a run may take")
     ap.add_argument("--out", default="")
     ap.add_argument("--tables", metavar="RESULTS", help="only print the tables of a results.json")
@@ -164,9 +177,8 @@ def main():
     what, alg, r, every = runs["diloco"]
     with netns.Hosts(a.nodes, netns.Link(), hosts_file=False) as hosts:
         t0 = time.time()
-        rows = run_peers(a, hosts, scenario("links-free", a, alg, r, every),
-                         os.path.join(out, "free"))
-        results["free"] = {"diloco": summary(rows, r, a.nodes)}
+        results["free"] = {"diloco": repeated(a, hosts, scenario("links-free", a, alg, r, every),
+                                              os.path.join(out, "free"))}
         print(f"free/diloco: {results['free']['diloco']['wall_s']:.1f} s "
               f"({time.time() - t0:.0f} s in all)", flush=True)
     for link in links:
@@ -176,9 +188,9 @@ def main():
             for name in chosen:
                 what, alg, r, every = runs[name]
                 t0 = time.time()
-                rows = run_peers(a, hosts, scenario(f"links-{name}", a, alg, r, every),
-                                 os.path.join(out, key.replace(", ", "-").replace(" ", ""), name))
-                results[key][name] = summary(rows, r, a.nodes)
+                results[key][name] = repeated(
+                    a, hosts, scenario(f"links-{name}", a, alg, r, every),
+                    os.path.join(out, key.replace(", ", "-").replace(" ", ""), name))
                 print(f"{key}/{name}: {results[key][name]['wall_s']:.1f} s, accuracy "
                       f"{results[key][name]['accuracy']:.4f} ({time.time() - t0:.0f} s in all)",
                       flush=True)
