@@ -15,7 +15,7 @@ It prints seconds per step (rank 0's training loop), the test accuracy of each r
 all-reduce's 2 (n - 1) / n times the gradient's bytes per step (gloo's exact traffic is not
 reported).
 
-Usage: tools/bench/torch_diloco.py [--build DIR] [--steps S] [--model mlp|cnn]
+Usage: tools/bench/torch_diloco.py [--build DIR] [--steps S] [--model mlp|cnn] [--nodes N]
 Needs Debian's /usr/bin/python3 with python3-torch, and a build with the Python module.
 """
 
@@ -87,8 +87,14 @@ def run_ddp(args, out):
 def run_starling(args, out, scenario, name):
     launcher = os.path.join(ROOT, args.build, "tools", "node-launcher")
     folder = os.path.join(out, name)
+    with open(os.path.join(ROOT, "scenarios", scenario)) as f:
+        s = json.load(f)
+    s["nodes"] = args.nodes  # the scenario's ring, with --nodes ranks
+    scenario = os.path.join(out, f"{name}-scenario.json")
+    with open(scenario, "w") as f:
+        json.dump(s, f, indent=1)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, args.build, "python"))
-    r = subprocess.run([launcher, "run", os.path.join(ROOT, "scenarios", scenario), "--out",
+    r = subprocess.run([launcher, "run", scenario, "--out",
                         folder, "--", sys.executable, TRAIN, "--steps", str(args.steps),
                         "--epochs", "1000", "--model", args.model],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -107,9 +113,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--nodes", type=int, default=4, help="processes (the scenarios' ring, resized)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
-    args.nodes = 4  # the two scenarios' ring of 4
     out = args.out or os.path.join(ROOT, args.build, "bench-torch-diloco")
     os.makedirs(out, exist_ok=True)
     rows = [("starling-mix", "DecentralizedOptimizer, a gossip round every step",
