@@ -121,6 +121,11 @@ def runs(d):
                             diloco(10, "nesterov"),
                             {"kind": "lgc", "ratio": 0.01, "warmup": 10, "refresh": 10,
                              "share_every": 2, "learning_rate": 0.003}),
+        "diloco-h200": ("DiLoCo, H = 200, outer Nesterov", diloco(200, "nesterov"), None),
+        "diloco-h200-int8": ("DiLoCo, H = 200, outer Nesterov, int8 differences",
+                             diloco(200, "nesterov"), {"kind": "int8"}),
+        "diloco-h50-sign": ("DiLoCo, H = 50, outer Nesterov, sign differences (1 bit a value, "
+                            "one scale)", diloco(50, "nesterov"), {"kind": "sign"}),
         "diloco-h100-topk2bit": ("DiLoCo, H = 100, outer Nesterov, topk_2bit differences (as "
                                  "above)", diloco(100, "nesterov"),
                                  {"kind": "topk_2bit", "chunk": 64, "per_chunk": 1}),
