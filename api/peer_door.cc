@@ -88,6 +88,11 @@ template <typename T>
 Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* outerRound) {
   if (outerRound) *outerRound = false;
   const auto keys = peer.diloco();
+  if (keys && (keys->overlap || keys->fragments != 1)) {
+    return core::failedPrecondition(
+        "dilocoStep: the scenario's overlap and fragments are not built for C++ trainers "
+        "(starling.torch.DiLoCo takes overlap; node-launcher both; docs/algorithms.md §29)");
+  }
   if (!keys || (keys->outer != "sgd" && keys->outer != "nesterov")) {
     return core::failedPrecondition(
         "dilocoStep: the scenario's algorithm must be diloco with outer sgd or nesterov (" +
@@ -146,7 +151,7 @@ std::optional<Peer::Diloco> Peer::diloco() const {
   const auto& a = impl_->scenario.algorithm;
   if (a.kind != optim::AlgorithmKind::kDiloco) return std::nullopt;
   return Diloco{a.diloco.innerSteps, optim::dilocoOuterName(a.diloco.outer), a.diloco.outerLr,
-                a.diloco.outerMomentum};
+                a.diloco.outerMomentum, a.diloco.fragments, a.diloco.overlap};
 }
 Status Peer::neighbourModels(std::vector<std::span<const float>>& out) const {
   return impl_->neighbourModels(out);

@@ -262,6 +262,8 @@ class Peer {
     std::string outer = "nesterov";
     double outerLr = 0.7;
     double outerMomentum = 0.9;
+    uint64_t fragments = 1;  // Streaming DiLoCo's fragments (node-launcher only)
+    bool overlap = false;    // the exchange runs during the next round's inner steps
   };
   std::optional<Diloco> diloco() const;
   // DiLoCo from a trainer: call it once before your first inner step (it takes `params` as the

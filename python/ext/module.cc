@@ -235,6 +235,8 @@ class PyPeer {
     d["outer"] = c->outer;
     d["outer_lr"] = c->outerLr;
     d["outer_momentum"] = c->outerMomentum;
+    d["fragments"] = c->fragments;
+    d["overlap"] = c->overlap;
     return d;
   }
 
@@ -372,7 +374,8 @@ codistillation_loss turns them into the term. Raises starling.Error without codi
                              "burn_in), or None.")
       .def_property_readonly("diloco", &PyPeer::diloco,
                              "The scenario's DiLoCo keys as a dict (inner_steps, outer, outer_lr, "
-                             "outer_momentum) when its algorithm is diloco, else None.")
+                             "outer_momentum, fragments, overlap) when its algorithm is diloco, "
+                             "else None.")
       .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")
       .def("close", &PyPeer::close,
            "Flushes this peer's last messages and leaves the run. Closing twice is harmless.")

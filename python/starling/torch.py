@@ -310,8 +310,11 @@ class DiLoCo:
     left None come from the scenario's algorithm (kind "diloco": inner_steps, outer.kind, lr,
     momentum; peer.diloco); with another scenario inner_steps must be given, outer defaults to
     "nesterov" with lr 0.7 and momentum 0.9 (DiLoCo's). Parameters move into one flat buffer as
-    with DecentralizedOptimizer (wrap after moving the model). fragments > 1 and overlap=True
-    (Streaming DiLoCo) are not built yet and are refused. A membership change restarts nothing
+    with DecentralizedOptimizer (wrap after moving the model). overlap=True (or the scenario's
+    "overlap": true) sends each round's local model and finishes the round H steps later
+    (finish()): the exchange travels during the next inner steps, and the outer step lands under
+    them (x <- theta + (x - sent)); sgd and nesterov only. fragments > 1 (Streaming DiLoCo) runs
+    under node-launcher only and is refused here. A membership change restarts nothing
     here: the outer momentum and y carry on.
 
     With a lossy codec in the scenario (e.g. "compression": {"kind": "topk", "ratio": 0.01}),
@@ -324,16 +327,17 @@ class DiLoCo:
     """
 
     def __init__(self, inner_optimizer, model, peer=None, inner_steps=None, outer=None,
-                 outer_lr=None, outer_momentum=None, fragments=1, overlap=False,
+                 outer_lr=None, outer_momentum=None, fragments=None, overlap=None,
                  shared_start=True):
         if not isinstance(inner_optimizer, torch.optim.Optimizer):
             raise TypeError("inner_optimizer must be a torch.optim.Optimizer; got "
                             f"{type(inner_optimizer).__name__}")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
-        if fragments != 1 or overlap:
-            raise NotImplementedError("fragments > 1 and overlap=True (Streaming DiLoCo) are not "
-                                      "built yet")
+        if fragments not in (None, 1):
+            raise NotImplementedError("fragments > 1 (Streaming DiLoCo) runs under node-launcher "
+                                      "on the scenario's problem; starling.torch.DiLoCo has not "
+                                      "built it yet")
         self.optimizer = inner_optimizer
         self.model = model
         self._owns_peer = peer is None
@@ -345,6 +349,11 @@ class DiLoCo:
             peer = Peer.from_env(layout=self._layout)
         self.peer = peer
         keys = peer.diloco or {}
+        if fragments is None and keys.get("fragments", 1) != 1:
+            raise NotImplementedError(f"the scenario's fragments ({keys['fragments']}): Streaming "
+                                      "DiLoCo runs under node-launcher on the scenario's problem; "
+                                      "starling.torch.DiLoCo has not built it yet")
+        self.overlap = bool(overlap if overlap is not None else keys.get("overlap", False))
         self.inner_steps = int(inner_steps if inner_steps is not None
                                else keys.get("inner_steps", 0))
         if self.inner_steps < 1:
@@ -368,6 +377,10 @@ class DiLoCo:
             raise ValueError(f"outer_lr must be in (0, 2]; got {self.outer_lr}")
         if not 0 <= self.outer_momentum < 1:
             raise ValueError(f"outer_momentum must be in [0, 1); got {self.outer_momentum}")
+        if self.overlap and self.outer == "exact_diffusion":
+            raise NotImplementedError('overlap=True with outer="exact_diffusion": its correction '
+                                      "would act on inner steps the delayed round has not seen; "
+                                      "node-launcher runs it")
         if self.outer == "exact_diffusion" and type(inner_optimizer) is not torch.optim.SGD:
             raise ValueError('outer="exact_diffusion" corrects the inner gradients, which a '
                              "stateful optimizer would change: use torch.optim.SGD (no momentum)")
@@ -376,6 +389,10 @@ class DiLoCo:
             self._local = torch.empty_like(self._flat)
             self._momentum = torch.zeros_like(self._flat) if self.outer == "nesterov" else None
             self._dual = torch.zeros_like(self._flat) if self.outer == "exact_diffusion" else None
+            # overlap: the local model as sent, and the buffer the exchange mixes it into.
+            self._sent = torch.empty_like(self._flat) if self.overlap else None
+            self._mixing = torch.empty_like(self._flat) if self.overlap else None
+        self._pending = False   # overlap: an exchange is in flight
         if shared_start and peer.round == 0 and not peer.rejoining:
             peer.mix_reference(self._flat)
         self.steps = 0          # inner steps taken
@@ -418,8 +435,46 @@ class DiLoCo:
         loss = self.optimizer.step(closure)
         self.steps += 1
         if self.steps % self.inner_steps == 0:
-            self._outer_round()
+            if self.overlap:
+                self._overlapped_round()
+            else:
+                self._outer_round()
+        elif self._pending:
+            self.peer.poll()  # move the exchange along between inner steps
         return loss
+
+    def _overlapped_round(self):
+        """overlap=True (eager, one-step delay, as node-launcher's "overlap": true): the round
+        sent H steps ago is finished now, its outer step lands under the H inner steps taken
+        since (x <- theta + (x - sent)), and this round's local model leaves at once; the next
+        H inner steps run while it travels."""
+        if self._pending:
+            self.finish()
+        with torch.no_grad():
+            self.pseudo_gradient_norm = float(torch.linalg.vector_norm(self._theta - self._flat))
+            self._sent.copy_(self._flat)
+            self._mixing.copy_(self._flat)
+        self.peer.mix_start(self._mixing)
+        self._pending = True
+
+    def finish(self):
+        """overlap=True: waits for the exchange in flight and takes its outer step (close() and
+        state_dict() call it; a no-op when nothing is in flight)."""
+        if not self._pending:
+            return
+        self.peer.mix_wait()
+        self._pending = False
+        with torch.no_grad():
+            xbar = self._mixing
+            delta = self._theta - xbar
+            if self.outer == "nesterov":
+                self._momentum.mul_(self.outer_momentum).add_(delta)
+                update = delta + self.outer_momentum * self._momentum
+            else:
+                update = delta
+            self._theta.copy_(xbar + (delta - self.outer_lr * update))
+            self._flat.add_(self._theta - self._sent)  # theta + (x - sent)
+        self.outer_rounds += 1
 
     def _outer_round(self):
         with torch.no_grad():
@@ -447,7 +502,9 @@ class DiLoCo:
         self.outer_rounds += 1
 
     def state_dict(self):
-        """The inner optimizer's state and the outer state (theta, momentum, y, counters)."""
+        """The inner optimizer's state and the outer state (theta, momentum, y, counters); with
+        overlap the exchange in flight is finished first."""
+        self.finish()
         return {"inner": self.optimizer.state_dict(), "theta": self._theta.clone(),
                 "momentum": None if self._momentum is None else self._momentum.clone(),
                 "dual": None if self._dual is None else self._dual.clone(),
@@ -464,13 +521,16 @@ class DiLoCo:
         self.steps, self.outer_rounds = int(state["steps"]), int(state["outer_rounds"])
 
     def close(self):
-        """Closes the peer if this wrapper created it (peer=None)."""
+        """Finishes an exchange in flight (overlap) and closes the peer if this wrapper created it
+        (peer=None)."""
+        self.finish()
         if self._owns_peer:
             self.peer.close()
 
     def __repr__(self):
         return (f"DiLoCo(inner_steps={self.inner_steps}, outer={self.outer!r}, "
                 f"outer_lr={self.outer_lr}, outer_momentum={self.outer_momentum}, "
+                f"overlap={self.overlap}, "
                 f"{self._flat.numel()} parameters, {self.peer!r})\n{self.optimizer!r}")
 
 

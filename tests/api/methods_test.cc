@@ -395,7 +395,9 @@ TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd
   for (const std::string algorithm :
        {std::string(R"({"kind": "dsgd", "step_size": 0.1})"),
         std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
-                       "outer": {"kind": "exact_diffusion"}})")}) {
+                       "outer": {"kind": "exact_diffusion"}})"),
+        std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
+                       "overlap": true})")}) {
     const auto file = scenarioFile("diloco-refused", 1, algorithm);
     auto peer = Peer::fromScenario(file, 0);
     REQUIRE(peer.isOk());

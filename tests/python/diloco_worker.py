@@ -38,8 +38,14 @@ def main():
         opt.step()
         if opt.steps % opt.inner_steps == 0:
             saved.append(opt.flat_params.numpy().copy())
+    if opt.overlap:
+        # The last round is in flight until close() finishes it: its outer model is the end.
+        check(opt.outer_rounds == OUTER_ROUNDS - 1, f"{opt.outer_rounds} outer rounds in flight")
+        opt.close()
+        saved.append(opt.flat_params.numpy().copy())
+    else:
+        opt.close()
     check(opt.outer_rounds == OUTER_ROUNDS, f"{opt.outer_rounds} outer rounds")
-    opt.close()
     np.save(os.path.join(os.environ["STARLING_OUT"], f"params-rank-{rank}.npy"), np.array(saved))
     print(f"rank {rank}: {opt!r}", flush=True)
 

@@ -43,6 +43,41 @@ def top_k(v, k):
     return out
 
 
+def reference_overlap(lr, mu):
+    """overlap=True on the ring, outer Nesterov: round k's models leave after its H steps and
+    are mixed while the next H steps run; then theta takes the outer step and each local model
+    keeps the steps taken since it was sent (x <- theta + (x - sent)). The saved points: each
+    rank's local model after every H-th step (that round sent), and theta after the last round
+    finishes."""
+    _, _, w0, b0 = problem(0)
+    theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
+    x = [t.copy() for t in theta]
+    m = [np.zeros(8) for _ in range(NODES)]
+    w = weights("ring")
+    sent = None
+    history = [[t.copy() for t in theta]]
+
+    def finish():
+        for r in range(NODES):
+            xbar = sum(w[r, j] * sent[j] for j in range(NODES))
+            d = theta[r] - xbar
+            m[r] = mu * m[r] + d
+            theta[r] = xbar + (d - lr * (d + mu * m[r]))
+            x[r] = theta[r] + (x[r] - sent[r])
+
+    for _ in range(OUTER_ROUNDS):
+        for r in range(NODES):
+            for _ in range(H):
+                x[r] = x[r] - LR * gradient(r, x[r])
+        if sent is not None:
+            finish()
+        sent = [v.copy() for v in x]
+        history.append([v.copy() for v in x])
+    finish()
+    history.append([v.copy() for v in x])
+    return history
+
+
 def reference(topology, outer, lr, mu, topk=None):
     _, _, w0, b0 = problem(0)
     theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
@@ -78,9 +113,10 @@ def reference(topology, outer, lr, mu, topk=None):
     return history
 
 
-def run(tmp, topology, outer, topk=None):
+def run(tmp, topology, outer, topk=None, overlap=False):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
-    name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "")
+    name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "") + \
+        ("-overlap" if overlap else "")
     lr, mu = (0.7, 0.9) if outer == "nesterov" else (0.8, 0.0)
     outer_keys = {"kind": outer, "lr": lr}
     if outer == "nesterov":
@@ -88,18 +124,20 @@ def run(tmp, topology, outer, topk=None):
     extra = {"topology": {"kind": topology}}
     if topk:
         extra["compression"] = {"kind": "topk", "k": topk}
-    scenario = harness.embedded_scenario(
-        tmp, name, NODES,
-        algorithm={"kind": "diloco", "step_size": LR, "inner_steps": H, "outer": outer_keys},
-        extra=extra)
+    algorithm = {"kind": "diloco", "step_size": LR, "inner_steps": H, "outer": outer_keys}
+    if overlap:
+        algorithm["overlap"] = True
+    scenario = harness.embedded_scenario(tmp, name, NODES, algorithm=algorithm, extra=extra)
     out = os.path.join(tmp, name)
     rc, output = harness.run_launcher(scenario, out, [sys.executable, worker], timeout=120)
     print(output)
     harness.check(rc == 0, f"{name}: node-launcher exited {rc}")
     got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]
-    want = reference(topology, outer, lr, mu, topk)
+    want = reference_overlap(lr, mu) if overlap else reference(topology, outer, lr, mu, topk)
+    harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
+                  f"reference has {len(want)}")
     worst = 0.0
-    for s in range(OUTER_ROUNDS + 1):
+    for s in range(len(want)):
         for r in range(NODES):
             harness.check(np.allclose(got[r][s], want[s][r], rtol=1e-10, atol=1e-12),
                           f"{name}: rank {r} after outer round {s}: {got[r][s]}, the reference "
@@ -125,8 +163,12 @@ def main():
             reference("ring", "nesterov", 0.7, 0.9, 2)
         harness.check(np.max(np.abs(plain[-1][0] - top2[-1][0])) > 1e-3,
                       "top-2 differences change nothing in the reference")
+        run(tmp, "ring", "nesterov", overlap=True)
+        delayed = reference_overlap(0.7, 0.9)
+        harness.check(np.max(np.abs(plain[-1][0] - delayed[-1][0])) > 1e-3,
+                      "overlap changes nothing in the reference")
     print("python torch diloco: nesterov and exact_diffusion match the reference, with and "
-          "without top-k differences")
+          "without top-k differences, and nesterov with overlap")
 
 
 if __name__ == "__main__":
