@@ -33,19 +33,31 @@ std::chrono::microseconds threadCpu() {
 }
 }  // namespace
 
-TEST_CASE("ucx: eager sends (no rendezvous) carry small and large frames", "[runtime][unit][ucx]") {
-  const auto ports = freePorts(2);
-  auto log0 = std::make_shared<std::vector<std::string>>();
-  auto log1 = std::make_shared<std::vector<std::string>>();
-  auto o0 = options(0, ports, log0, "tcp");
-  auto o1 = options(1, ports, log1, "tcp");
-  o0.eagerSends = o1.eagerSends = true;  // UCX_RNDV_THRESH=inf: a bad key fails make()
-  auto t0 = make(o0);
-  auto t1 = make(o1);
+// Two transports on loopback over `tls`, both options changed by `tune`; the logs are dumped
+// when a check fails.
+struct Connected {
+  template <typename Tune>
+  Connected(const std::string& tls, Tune tune) {
+    const auto ports = freePorts(2);
+    auto o0 = options(0, ports, log0, tls);
+    auto o1 = options(1, ports, log1, tls);
+    tune(o0);
+    tune(o1);
+    t0 = make(o0);
+    t1 = make(o1);
+  }
+  LogLines log0 = std::make_shared<std::vector<std::string>>();
+  LogLines log1 = std::make_shared<std::vector<std::string>>();
+  std::unique_ptr<Transport> t0, t1;
   LogDump dump0{log0}, dump1{log1};
+};
+
+TEST_CASE("ucx: eager sends (no rendezvous) carry small and large frames", "[runtime][unit][ucx]") {
+  // UCX_RNDV_THRESH=inf: a bad key or value fails make().
+  Connected c("tcp", [](ucx::Options& o) { o.eagerSends = true; });
   for (size_t size : {size_t{100}, size_t{1} << 22}) {
     CAPTURE(size);
-    exchange(*t0, *t1, Tag{size, 0}, size, static_cast<uint32_t>(size));
+    exchange(*c.t0, *c.t1, Tag{size, 0}, size, static_cast<uint32_t>(size));
   }
 }
 
@@ -53,16 +65,12 @@ TEST_CASE("ucx: busy polling carries messages, keeps deadlines, and never sleeps
           "[runtime][unit][ucx]") {
   const std::string tls = GENERATE(std::string("tcp"), std::string("sysv,posix,cma,tcp"));
   CAPTURE(tls);
-  const auto ports = freePorts(2);
-  auto log0 = std::make_shared<std::vector<std::string>>();
-  auto log1 = std::make_shared<std::vector<std::string>>();
-  auto o0 = options(0, ports, log0, tls);
-  auto o1 = options(1, ports, log1, tls);
-  o0.busyPoll = o1.busyPoll = true;
-  o0.sharedMemoryFrames = o1.sharedMemoryFrames = tls != "tcp";
-  auto t0 = make(o0);
-  auto t1 = make(o1);
-  LogDump dump0{log0}, dump1{log1};
+  Connected c(tls, [&](ucx::Options& o) {
+    o.busyPoll = true;
+    o.sharedMemoryFrames = tls != "tcp";
+  });
+  auto& t0 = c.t0;
+  auto& t1 = c.t1;
   for (size_t size : {size_t{100}, size_t{1} << 20}) {
     CAPTURE(size);
     exchange(*t0, *t1, Tag{size, 0}, size, static_cast<uint32_t>(size));
