@@ -163,14 +163,6 @@ TEST_CASE("faults: drop, duplicate and reorder events", "[runtime][unit]") {
              Contains("/faults/script/0/at_round: unknown key"));
 }
 
-}  // namespace
-}  // namespace starling::runtime
-
-namespace starling::runtime {
-namespace {
-
-using namespace scenario_testing;
-using Catch::Matchers::Contains;
 
 // {"kind": KIND, "step_size": 0.1, MORE "codistillation": {KEYS}}
 std::string codistilling(const std::string& keys, const std::string& more = "",
@@ -234,14 +226,6 @@ TEST_CASE("codistillation: the keys, their defaults and their refusals", "[runti
              Contains("/faults/on_peer_loss: codistillation does not restart"));
 }
 
-}  // namespace
-}  // namespace starling::runtime
-
-namespace starling::runtime {
-namespace {
-
-using namespace scenario_testing;
-using Catch::Matchers::Contains;
 
 TEST_CASE("transport: DiLoCo's overlap sends eagerly, every other run keeps UCX's rendezvous",
           "[runtime][unit]") {
