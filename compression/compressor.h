@@ -13,8 +13,9 @@
 // The engine's send path (docs/compression.md, "Writing into transport memory"): encodeInto()
 // writes the frame straight into a buffer the caller lends (a transport's shared memory, sized by
 // maxEncodedBytes) and gives the sender what its neighbours will decode in the same call. A codec
-// whose payload is the message itself (identity) says so with writesInPlace(): the producer of the
-// message then writes it straight into the frame's payload (beginInPlace) and seals the frame.
+// whose payload is the message itself (identity) has the InPlaceEncoding capability: the producer
+// of the message then writes it straight into the frame's payload (beginInPlace) and seals the
+// frame.
 //
 // Thread-safety: const methods only; safe to share between threads. The Rng passed to encode()
 // (stochastic rounding, random sparsification) is the caller's.
@@ -254,6 +255,70 @@ class LinearAccumulator {
   virtual void finish(std::span<T> out) = 0;
 };
 
+// Optional capabilities. Most codecs have none of them; a codec that has one also implements its
+// interface and returns itself from Compressor::capabilities(), which the engine asks once, when
+// it builds a node, instead of asking every round. Compressor's non-virtual members of the same
+// names (writesInPlace, beginInPlace, newAccumulator, newReceiverState, decodeFrom, endRound)
+// go through capabilities() and answer as a codec without the capability would.
+
+// In-place encoding: the frame is a header, the vector itself in the state's precision and the
+// trailer (identity), so the producer of the vector may write it straight into the payload.
+// beginInPlace(d, out), `out` exactly maxEncodedBytes(d) bytes and 8-byte aligned, writes the
+// header and returns the payload (d elements of T, not cleared); once every element is written,
+// sealFrame(out) (frame.h) writes the CRC, and the frame is encode's for those values. What the
+// receivers decode is the payload itself.
+template <typename T>
+class InPlaceEncoding {
+ public:
+  virtual std::span<T> beginInPlace(size_t d, std::span<std::byte> out) const = 0;
+
+ protected:
+  ~InPlaceEncoding() = default;
+};
+
+// Linear decoding: decode is linear in the frame (see LinearAccumulator), so a receiver may sum
+// its neighbours' weighted frames and decode once. newAccumulator is non-null for vectors of d
+// elements.
+template <typename T>
+class LinearDecoding {
+ public:
+  virtual std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t d) const = 0;
+
+ protected:
+  ~LinearDecoding() = default;
+};
+
+// Receiver state. Every codec but one decodes a frame from the frame alone. LGC's frames name a
+// decoder version that the sender shipped in an earlier frame, so a receiver keeps, per sender,
+// what that sender's frames taught it. The engine then keeps one state per neighbour
+// (newReceiverState, non-null) and decodes that neighbour's frames with decodeFrom, never with
+// decodeView. A frame is checked whole before the state changes, so a rejected frame teaches
+// nothing. endRound is called once a round, after the round's frames were decoded, with this
+// node's stream state and the receiver states of the neighbours whose frames it decoded this
+// round, in peer order (LGC averages its autoencoder with the ones they shipped).
+template <typename T>
+class ReceiverDecoding {
+ public:
+  virtual std::unique_ptr<CodecState> newReceiverState(size_t d) const = 0;
+  virtual core::Result<std::span<const T>> decodeFrom(std::span<const std::byte> frame,
+                                                      size_t count, std::vector<T>& scratch,
+                                                      Checksum checksum,
+                                                      CodecState* sender) const = 0;
+  virtual void endRound(const StreamContext& ctx, std::span<CodecState* const> heard) const = 0;
+
+ protected:
+  ~ReceiverDecoding() = default;
+};
+
+// What capabilities() answers: each non-null when the codec has it (pointers into the codec
+// itself, or into the codec it wraps; valid as long as the codec).
+template <typename T>
+struct CodecCapabilities {
+  const InPlaceEncoding<T>* inPlace = nullptr;
+  const LinearDecoding<T>* linear = nullptr;
+  const ReceiverDecoding<T>* receiver = nullptr;
+};
+
 template <typename T>
 class Compressor {
  public:
@@ -318,17 +383,6 @@ class Compressor {
     return frame.size();
   }
 
-  // True for a codec whose frame is a header, the vector itself in the state's precision and the
-  // trailer (identity): the producer of the vector may write it straight into the payload.
-  // beginInPlace(d, out), `out` exactly maxEncodedBytes(d) bytes and 8-byte aligned, writes the
-  // header and returns the payload (d elements of T, not cleared); once every element is written,
-  // sealFrame(out) (frame.h) writes the CRC, and the frame is encode's for those values. What the
-  // receivers decode is the payload itself. Codecs that do not write in place return {}.
-  virtual bool writesInPlace() const { return false; }
-  virtual std::span<T> beginInPlace(size_t /*d*/, std::span<std::byte> /*out*/) const {
-    return {};
-  }
-
   // decode into a view: the values of a frame of `count` elements, in `scratch` (resized) or, for
   // a codec that can, in the frame itself (identity reads an aligned payload in place). kSkip
   // lets a codec leave out the CRC of a frame the transport vouches for
@@ -341,30 +395,35 @@ class Compressor {
     return std::span<const T>(scratch);
   }
 
-  // Non-null when decode is linear in the frame (see LinearAccumulator) for vectors of d
-  // elements, so a receiver may sum its neighbours' weighted frames and decode once.
-  virtual std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t /*d*/) const {
-    return nullptr;
-  }
+  // The optional capabilities above; none by default.
+  virtual CodecCapabilities<T> capabilities() const { return {}; }
 
-  // Receiver state. Every codec but one decodes a frame from the frame alone. LGC's frames name
-  // a decoder version that the sender shipped in an earlier frame, so a receiver keeps, per
-  // sender, what that sender's frames taught it. newReceiverState is non-null for such a codec;
-  // the engine then keeps one per neighbour and decodes that neighbour's frames with
-  // decodeFrom, never with decodeView. A frame is checked whole before the state changes, so a
-  // rejected frame teaches nothing.
-  virtual std::unique_ptr<CodecState> newReceiverState(size_t /*d*/) const { return nullptr; }
-  virtual core::Result<std::span<const T>> decodeFrom(std::span<const std::byte> frame,
-                                                      size_t count, std::vector<T>& scratch,
-                                                      Checksum checksum,
-                                                      CodecState* /*sender*/) const {
-    return decodeView(frame, count, scratch, checksum);
+  // Through capabilities(), for callers that ask once (tests, tools): InPlaceEncoding,
+  // LinearDecoding and ReceiverDecoding, or what a codec without them answers (no in-place
+  // payload, no accumulator, no receiver state, decodeView, nothing at the end of a round).
+  bool writesInPlace() const { return capabilities().inPlace != nullptr; }
+  std::span<T> beginInPlace(size_t d, std::span<std::byte> out) const {
+    const auto* c = capabilities().inPlace;
+    return c ? c->beginInPlace(d, out) : std::span<T>();
   }
-  // Called once a round, after the round's frames were decoded, with this node's stream state
-  // and the receiver states of the neighbours whose frames it decoded this round, in peer
-  // order (LGC averages its autoencoder with the ones they shipped). Nothing for other codecs.
-  virtual void endRound(const StreamContext& /*ctx*/,
-                        std::span<CodecState* const> /*heard*/) const {}
+  std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t d) const {
+    const auto* c = capabilities().linear;
+    return c ? c->newAccumulator(d) : nullptr;
+  }
+  std::unique_ptr<CodecState> newReceiverState(size_t d) const {
+    const auto* c = capabilities().receiver;
+    return c ? c->newReceiverState(d) : nullptr;
+  }
+  core::Result<std::span<const T>> decodeFrom(std::span<const std::byte> frame, size_t count,
+                                              std::vector<T>& scratch, Checksum checksum,
+                                              CodecState* sender) const {
+    const auto* c = capabilities().receiver;
+    return c ? c->decodeFrom(frame, count, scratch, checksum, sender)
+             : decodeView(frame, count, scratch, checksum);
+  }
+  void endRound(const StreamContext& ctx, std::span<CodecState* const> heard) const {
+    if (const auto* c = capabilities().receiver) c->endRound(ctx, heard);
+  }
 };
 
 // kInvalidArgument for parameters out of range (k = 0 and ratio <= 0, bits outside 2..8, ...).

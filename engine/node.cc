@@ -44,15 +44,17 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
     identity_ = std::move(*identity);  // the identity spec has no parameter to refuse
     codec_ = identity_.get();
   }
-  inPlace_ = codec_->writesInPlace();
+  // The codec's optional capabilities, asked for once.
+  caps_ = codec_->capabilities();
+  inPlace_ = caps_.inPlace != nullptr;
   if (!inPlace_) {
     outgoing_.resize(messageSize_);
     ownDecoded_.resize(messageSize_);
   }
   codecState_ = codec_->newState(messageSize_);
-  receiverStateful_ = codec_->newReceiverState(messageSize_) != nullptr;
-  if (algorithm_->absorbsCombined()) {
-    accumulator_ = codec_->newAccumulator(messageSize_);
+  receiverStateful_ = caps_.receiver != nullptr;
+  if (algorithm_->absorbsCombined() && caps_.linear != nullptr) {
+    accumulator_ = caps_.linear->newAccumulator(messageSize_);
     if (accumulator_) combined_.resize(messageSize_);
   }
 }
@@ -158,7 +160,7 @@ core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
   if (inPlace_) {
     // The algorithm writes its message straight into the frame's payload (identity): no copy on
     // the way out, and the neighbours decode exactly what it wrote.
-    const std::span<T> payload = codec_->beginInPlace(messageSize_, frame);
+    const std::span<T> payload = caps_.inPlace->beginInPlace(messageSize_, frame);
     const bool inBlocks = algorithm_->preparesInBlocks();
     if (!inBlocks) algorithm_->prepare(info_, payload);
     STARLING_RETURN_IF_ERROR(checkAndSeal(frame, payload, inBlocks));
@@ -381,8 +383,8 @@ core::Result<std::span<const T>> Node<T>::decodeMessage(size_t s,
       bytes.intact() ? compression::Checksum::kSkip : compression::Checksum::kVerify;
   if (receiverStateful_) {
     auto& state = receiverStates_[slots_[s].peer];
-    if (!state) state = codec_->newReceiverState(messageSize_);
-    return codec_->decodeFrom(*bytes, messageSize_, scratch_[s], checksum, state.get());
+    if (!state) state = caps_.receiver->newReceiverState(messageSize_);
+    return caps_.receiver->decodeFrom(*bytes, messageSize_, scratch_[s], checksum, state.get());
   }
   return codec_->decodeView(*bytes, messageSize_, scratch_[s], checksum);
 }
@@ -525,7 +527,7 @@ core::Status Node<T>::finishRound() {
       if (it != receiverStates_.end()) heard.push_back(it->second.get());
     }
     const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get()};
-    codec_->endRound(ctx, heard);
+    caps_.receiver->endRound(ctx, heard);
   }
   for (Slot& slot : slots_) slot.bytes.reset();  // the next round needs none (kept_ aside)
   ownFrame_.reset();

@@ -225,14 +225,15 @@ class Node {
   std::vector<std::vector<T>> scratch_;  // decode copies (unaligned frames, lossy codecs)
   std::unique_ptr<compression::Compressor<T>> identity_;  // the codec when none is given
   const compression::Compressor<T>* codec_ = nullptr;     // never null
-  bool inPlace_ = false;  // codec_->writesInPlace(): the algorithm writes into the frame
+  compression::CodecCapabilities<T> caps_;  // codec_'s optional capabilities, asked once
+  bool inPlace_ = false;  // caps_.inPlace: the algorithm writes into the frame
   core::Rng codecRng_{0};
   std::vector<T> outgoing_;    // lossy codecs: what prepare wrote, before compression
   std::vector<T> ownDecoded_;  // lossy codecs: this node's frame as its neighbours decode it
   std::unique_ptr<compression::CodecState> codecState_;
   uint64_t codecSharedSeed_ = 0;
-  // A codec whose receivers remember each sender's earlier frames (Compressor::newReceiverState,
-  // LGC's decoder versions): one state per neighbour, by peer id.
+  // A codec whose receivers remember each sender's earlier frames (caps_.receiver, LGC's decoder
+  // versions): one state per neighbour, by peer id.
   bool receiverStateful_ = false;
   std::map<int, std::unique_ptr<compression::CodecState>> receiverStates_;
   // Linear codec and an algorithm that only needs the weighted sum: frames are summed in the

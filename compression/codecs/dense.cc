@@ -369,7 +369,7 @@ void decodeHalvesFast(const std::byte* in, size_t n, bool bf16, float* out) {
 }
 
 template <typename T>
-class IdentityCompressor final : public Compressor<T> {
+class IdentityCompressor final : public Compressor<T>, public InPlaceEncoding<T> {
  public:
   CodecId id() const override { return CodecId::kIdentity; }
   bool unbiased() const override { return true; }
@@ -396,7 +396,7 @@ class IdentityCompressor final : public Compressor<T> {
     return frame.frame().size();
   }
 
-  bool writesInPlace() const override { return true; }
+  CodecCapabilities<T> capabilities() const override { return {.inPlace = this}; }
   std::span<T> beginInPlace(size_t d, std::span<std::byte> out) const override {
     return beginDense<T>(d, out);
   }

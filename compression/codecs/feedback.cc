@@ -34,9 +34,10 @@ struct FeedbackState final : CodecState {
 };
 
 template <typename T>
-class ErrorFeedback final : public Compressor<T> {
+class ErrorFeedback final : public Compressor<T>, public ReceiverDecoding<T> {
  public:
-  explicit ErrorFeedback(std::unique_ptr<Compressor<T>> inner) : inner_(std::move(inner)) {}
+  explicit ErrorFeedback(std::unique_ptr<Compressor<T>> inner)
+      : inner_(std::move(inner)), innerCaps_(inner_->capabilities()) {}
 
   CodecId id() const override { return inner_->id(); }
   bool unbiased() const override { return inner_->unbiased(); }
@@ -103,11 +104,12 @@ class ErrorFeedback final : public Compressor<T> {
     return n;
   }
 
-  std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t d) const override {
-    return inner_->newAccumulator(d);
+  // The frames are the inner codec's: its accumulator sums them, and its receiver state decodes
+  // them (this codec's only to hand the inner codec its part of the stream state at endRound).
+  // Never in place: the residual needs what the frame carries.
+  CodecCapabilities<T> capabilities() const override {
+    return {.linear = innerCaps_.linear, .receiver = innerCaps_.receiver ? this : nullptr};
   }
-
-  // Receivers decode the inner codec's frames, with its receiver state.
   std::unique_ptr<CodecState> newReceiverState(size_t d) const override {
     return inner_->newReceiverState(d);
   }
@@ -125,6 +127,7 @@ class ErrorFeedback final : public Compressor<T> {
 
  private:
   std::unique_ptr<Compressor<T>> inner_;
+  CodecCapabilities<T> innerCaps_;
 };
 
 }  // namespace

@@ -61,7 +61,7 @@ struct LayeredReceiverState final : CodecState {
 };
 
 template <typename T>
-class Layered final : public Compressor<T> {
+class Layered final : public Compressor<T>, public ReceiverDecoding<T> {
  public:
   Layered(std::vector<std::unique_ptr<Compressor<T>>> inner, std::vector<LayeredSegment> segments)
       : inner_(std::move(inner)), segments_(std::move(segments)), groups_(inner_.size()) {
@@ -78,7 +78,8 @@ class Layered final : public Compressor<T> {
     for (size_t g = 0; g < groups_.size(); ++g) {
       assert(!groups_[g].pieces.empty());
       groups_[g].bound = inner_[g]->maxEncodedBytes(groups_[g].count);
-      groups_[g].receiver = inner_[g]->newReceiverState(groups_[g].count) != nullptr;
+      groups_[g].receiver = inner_[g]->capabilities().receiver != nullptr;
+      receiver_ = receiver_ || groups_[g].receiver;
       if (groups_[g].pieces.size() > 1) widest_ = std::max<size_t>(widest_, groups_[g].count);
     }
     storeLe<uint32_t>(params_, static_cast<uint32_t>(groups_.size()));
@@ -169,12 +170,15 @@ class Layered final : public Compressor<T> {
     return std::span<const T>(scratch);
   }
 
-  // Receiver state only for a group whose codec keeps it (LGC): the engine then decodes this
-  // sender's frames with decodeFrom, which hands that group its part of the state.
+  // Receiver state only when a group's codec keeps it (LGC): the engine then decodes this
+  // sender's frames with decodeFrom, which hands that group its part of the state. Never linear,
+  // even when every group's codec is: the sum of layered frames would need an accumulator per
+  // group over its own slice, which no algorithm has asked for yet; receivers decode each frame
+  // instead.
+  CodecCapabilities<T> capabilities() const override {
+    return {.receiver = receiver_ ? this : nullptr};
+  }
   std::unique_ptr<CodecState> newReceiverState(size_t /*d*/) const override {
-    if (std::none_of(groups_.begin(), groups_.end(), [](const Group& g) { return g.receiver; })) {
-      return nullptr;
-    }
     auto s = std::make_unique<LayeredReceiverState>();
     for (size_t g = 0; g < groups_.size(); ++g) {
       s->inner.push_back(groups_[g].receiver ? inner_[g]->newReceiverState(groups_[g].count)
@@ -223,12 +227,6 @@ class Layered final : public Compressor<T> {
     return s;
   }
 
-  // Null even when every group's codec is linear: the sum of layered frames would need an
-  // accumulator per group over its own slice, which no algorithm has asked for yet; receivers
-  // decode each frame instead.
-  std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t /*d*/) const override {
-    return nullptr;
-  }
 
  private:
   struct Piece {
@@ -418,6 +416,7 @@ class Layered final : public Compressor<T> {
   std::byte params_[kLayeredParamsBytes] = {};
   uint64_t total_ = 0;
   size_t widest_ = 0;  // the most elements of a scattered group (the gather scratch)
+  bool receiver_ = false;  // some group's codec keeps receiver state
 };
 
 }  // namespace

@@ -111,7 +111,7 @@ struct ReceiverState final : CodecState {
 };
 
 template <typename T>
-class LgcCompressor final : public Compressor<T> {
+class LgcCompressor final : public Compressor<T>, public ReceiverDecoding<T> {
  public:
   explicit LgcCompressor(const CompressorSpec& spec)
       : k_(spec.k), ratio_(spec.ratio), warmup_(spec.warmup), refresh_(spec.refresh),
@@ -137,6 +137,7 @@ class LgcCompressor final : public Compressor<T> {
   std::unique_ptr<CodecState> newState(size_t) const override {
     return std::make_unique<SenderState>();
   }
+  CodecCapabilities<T> capabilities() const override { return {.receiver = this}; }
   std::unique_ptr<CodecState> newReceiverState(size_t) const override {
     return std::make_unique<ReceiverState>();
   }

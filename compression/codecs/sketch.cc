@@ -417,7 +417,7 @@ class SketchAccumulator final : public LinearAccumulator<T> {
 };
 
 template <typename T>
-class CountSketchCompressor final : public Compressor<T> {
+class CountSketchCompressor final : public Compressor<T>, public LinearDecoding<T> {
  public:
   explicit CountSketchCompressor(const CompressorSpec& spec) : spec_(spec) {}
 
@@ -482,8 +482,13 @@ class CountSketchCompressor final : public Compressor<T> {
     return core::Status::ok();
   }
 
+  // The mean estimate is linear in the table; the median is not.
+  CodecCapabilities<T> capabilities() const override {
+    CodecCapabilities<T> c;
+    if (spec_.meanEstimate) c.linear = this;
+    return c;
+  }
   std::unique_ptr<LinearAccumulator<T>> newAccumulator(size_t d) const override {
-    if (!spec_.meanEstimate) return nullptr;
     return std::make_unique<SketchAccumulator<T>>(d);
   }
 

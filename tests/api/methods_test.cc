@@ -392,7 +392,7 @@ TEST_CASE("Peer::mixReference of another size than the model is refused at the f
 
 TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd or nesterov",
           "[api][methods][diloco]") {
-  for (const std::string algorithm :
+  for (const std::string& algorithm :
        {std::string(R"({"kind": "dsgd", "step_size": 0.1})"),
         std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
                        "outer": {"kind": "exact_diffusion"}})"),

@@ -281,6 +281,58 @@ TEMPLATE_TEST_CASE("identity writes in place: header, the caller's values, the s
   }
 }
 
+TEMPLATE_TEST_CASE("capabilities: in place for identity, linear for the mean sketch, receiver "
+                   "state for lgc, through error feedback and layers",
+                   "[compression][unit]", float, double) {
+  // What each codec's definition says it can do (docs/compression.md): identity's frame is the
+  // vector itself; only the mean estimate is linear in the Count-Sketch table; only LGC's frames
+  // need what the sender shipped before. Error feedback keeps its inner codec's linear decoding
+  // and receiver state (its frames are the inner codec's) but never writes in place (it needs the
+  // frame's values for its residual); the layered codec has receiver state when a group has it,
+  // and is never linear.
+  const size_t d = 64;
+  for (CompressorSpec spec : everyKind()) {
+    for (const bool feedback : {false, true}) {
+      for (const bool layered : {false, true}) {
+        if (feedback && spec.kind == Kind::kAdaComp) continue;  // its residue is error feedback
+        if (layered && spec.kind == Kind::kIdentity) continue;  // all identity: no layered codec
+        CAPTURE(compressorKindName(spec.kind), feedback, layered);
+        spec.errorFeedback = feedback;
+        const CompressorSpec built = layered ? layeredOver(spec) : spec;
+        const std::vector<size_t> layout = layered ? fiveTensors(d) : std::vector<size_t>{};
+        auto codec = createCompressor<TestType>(built, layout);
+        REQUIRE(codec.isOk());
+        const CodecCapabilities<TestType> caps = (*codec)->capabilities();
+        const bool inPlace = spec.kind == Kind::kIdentity && !feedback;
+        const bool linear = spec.kind == Kind::kCountSketch && spec.meanEstimate && !layered;
+        const bool receiver = spec.kind == Kind::kLgc;
+        CHECK((caps.inPlace != nullptr) == inPlace);
+        CHECK((caps.linear != nullptr) == linear);
+        CHECK((caps.receiver != nullptr) == receiver);
+        // The members of the same names answer through them.
+        CHECK((*codec)->writesInPlace() == inPlace);
+        CHECK(((*codec)->newAccumulator(d) != nullptr) == linear);
+        CHECK(((*codec)->newReceiverState(d) != nullptr) == receiver);
+      }
+    }
+  }
+  // Both estimates, whatever everyKind chose: only the mean is linear, with error feedback too.
+  for (const bool mean : {false, true}) {
+    for (const bool feedback : {false, true}) {
+      CAPTURE(mean, feedback);
+      CompressorSpec sketch = makeSpec(Kind::kCountSketch);
+      sketch.rows = 3;
+      sketch.cols = 32;
+      sketch.meanEstimate = mean;
+      if (!mean) sketch.k = 5;
+      sketch.errorFeedback = feedback;
+      const auto codec = make<TestType>(sketch);
+      CHECK((codec->capabilities().linear != nullptr) == mean);
+      CHECK((codec->newAccumulator(d) != nullptr) == mean);
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("decodeView of a lossy codec is decode", "[compression][unit]", float, double) {
   const std::vector<TestType> x = normalVector<TestType>(200, 4);
   for (const CompressorSpec& spec : everyKind()) {
