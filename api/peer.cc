@@ -233,7 +233,7 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   // its address instead of comparing every parameter a second time.
   st.oracle.offer(node.model(), grads,
                   stats.loss.value_or(std::numeric_limits<double>::quiet_NaN()), sample);
-  if (node.algorithm().needsStart()) {
+  if (node.needsStart()) {
     // nids, lead, prox_lead: the local step from x0 (no message; round() stays).
     engine::Engine<T>& rounds = st.engine();
     if (auto s = node.startAlgorithm(rounds.rounds(), rounds.stepSizeAt(lr)); !s.isOk()) {

@@ -39,6 +39,7 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
     : rank_(rank), log_(std::move(log)), algorithm_(std::move(algorithm)), transport_(transport),
       codec_(codec), codecRng_(codecSeed), codecSharedSeed_(codecSharedSeed) {
   messageSize_ = algorithm_->messageSize();
+  steps_ = algorithm_->capabilities();
   if (codec_ == nullptr) {
     auto identity = compression::createCompressor<T>(compression::CompressorSpec{});
     identity_ = std::move(*identity);  // the identity spec has no parameter to refuse
@@ -53,7 +54,7 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
   }
   codecState_ = codec_->newState(messageSize_);
   receiverStateful_ = caps_.receiver != nullptr;
-  if (algorithm_->absorbsCombined() && caps_.linear != nullptr) {
+  if (steps_.combined != nullptr && caps_.linear != nullptr) {
     accumulator_ = caps_.linear->newAccumulator(messageSize_);
     if (accumulator_) combined_.resize(messageSize_);
   }
@@ -101,6 +102,7 @@ void Node<T>::configure(const Options& run, const topology::Graph* support, uint
 template <typename T>
 void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
   algorithm_ = std::move(algorithm);
+  steps_ = algorithm_->capabilities();
   kept_.clear();  // only the replaced algorithm read them
   codecState_ = codec_->newState(messageSize_);
 }
@@ -131,7 +133,7 @@ core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<T> payl
                                    bool prepareBlocks) {
   // The message's finiteness check and the frame's CRC32C in one pass over the payload, a block
   // at a time while it is in L1, rather than two passes over d values. With `prepareBlocks` the
-  // algorithm writes each block just before it is checked (Algorithm::preparesInBlocks), so the
+  // algorithm writes each block just before it is checked (optim::BlockPreparation), so the
   // message is written and read back in one pass too.
   constexpr size_t kBlock = 4096;
   const T limit = std::numeric_limits<T>::max();
@@ -143,7 +145,7 @@ core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<T> payl
     const auto block = payload.subspan(b, std::min(kBlock, payload.size() - b));
     // The algorithm may point at the same values where they are cheaper to read back.
     const std::span<const T> written =
-        prepareBlocks ? algorithm_->prepareBlock(info_, b, block) : std::span<const T>(block);
+        prepareBlocks ? steps_.blocks->prepareBlock(info_, b, block) : std::span<const T>(block);
     ok &= core::allWithin(written, limit);
     crc.update(std::as_bytes(written));
   }
@@ -161,7 +163,7 @@ core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
     // The algorithm writes its message straight into the frame's payload (identity): no copy on
     // the way out, and the neighbours decode exactly what it wrote.
     const std::span<T> payload = caps_.inPlace->beginInPlace(messageSize_, frame);
-    const bool inBlocks = algorithm_->preparesInBlocks();
+    const bool inBlocks = steps_.blocks != nullptr;
     if (!inBlocks) algorithm_->prepare(info_, payload);
     STARLING_RETURN_IF_ERROR(checkAndSeal(frame, payload, inBlocks));
     own_ = payload;
@@ -199,7 +201,7 @@ template <typename T>
 core::Status Node<T>::startAlgorithm(uint64_t round, double stepSize) {
   if (inRound_) return core::failedPrecondition("startAlgorithm during a round");
   info_ = optim::RoundInfo{round, stepSize, 1.0, rank_};
-  if (algorithm_->needsStart()) algorithm_->start(info_);
+  if (steps_.start != nullptr && steps_.start->needsStart()) steps_.start->start(info_);
   return checkFinite(algorithm_->model(), "its model", divergenceLimit_);
 }
 
@@ -454,9 +456,9 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
 
 template <typename T>
 void Node<T>::computeDuringExchange(const std::function<void()>& poll) {
-  if (!inRound_ || computedDuringExchange_ || !algorithm_->computesDuringExchange()) return;
+  if (!inRound_ || computedDuringExchange_ || steps_.overlap == nullptr) return;
   computedDuringExchange_ = true;
-  algorithm_->computeDuringExchange(poll);
+  steps_.overlap->computeDuringExchange(poll);
 }
 
 template <typename T>
@@ -548,9 +550,13 @@ core::Status Node<T>::absorbMessages() {
   // The model's divergence check, inside the algorithm's own last pass over it where it has one
   // (Algorithm::absorbWithin); checkFinite finds and names the coordinate only when it failed.
   const T limit = limitIn<T>(divergenceLimit_);
-  const bool within = accumulator_
-                          ? algorithm_->absorbCombinedWithin(info_, own_, combined_, limit)
-                          : algorithm_->absorbWithin(info_, own_, messages_, limit);
+  bool within;
+  if (accumulator_) {
+    steps_.combined->absorbCombined(info_, own_, combined_);
+    within = core::allWithin(algorithm_->model(), limit);
+  } else {
+    within = algorithm_->absorbWithin(info_, own_, messages_, limit);
+  }
   if (!within) {
     STARLING_RETURN_IF_ERROR(checkFinite(algorithm_->model(), "its model", divergenceLimit_));
   }

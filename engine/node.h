@@ -117,10 +117,11 @@ class Node {
   void configure(const Options& run, const topology::Graph* support,
                  uint32_t channel = kModelChannel);
 
-  // The algorithm's local step before its first round (Algorithm::start), on its own: no message.
-  // Only needed by callers that hand the algorithm a gradient per call (the public Peer);
-  // startRound runs it otherwise.
+  // The algorithm's local step before its first round (optim::LocalStart), on its own: no
+  // message. Only needed by callers that hand the algorithm a gradient per call (the public
+  // Peer); startRound runs it otherwise. needsStart(): the algorithm has one and it has not run.
   core::Status startAlgorithm(uint64_t round, double stepSize);
+  bool needsStart() const { return steps_.start != nullptr && steps_.start->needsStart(); }
 
   core::Status startRound(uint64_t round, const topology::RoundTopology& topology, double stepSize,
                           transport::Clock::time_point deadline);
@@ -132,7 +133,7 @@ class Node {
     return pending_ == 0 || !sendStatus_.isOk() || (async_ && transport::Clock::now() >= deadline_);
   }
   core::Status finishRound();
-  // The algorithm's work during the exchange (Algorithm::computesDuringExchange), once per round
+  // The algorithm's work during the exchange (optim::ExchangeOverlap), once per round
   // between startRound and finishRound: the engine's wait runs it first, with `poll` moving the
   // transport; finishRound runs it if nobody has.
   void computeDuringExchange(const std::function<void()>& poll);
@@ -205,6 +206,7 @@ class Node {
   transport::Tag tag_;
   transport::Clock::time_point deadline_;
   std::unique_ptr<optim::Algorithm<T>> algorithm_;
+  optim::AlgorithmCapabilities<T> steps_;  // algorithm_'s optional capabilities, asked once
   transport::Transport& transport_;
 
   // The round in flight.

@@ -164,6 +164,85 @@ struct MethodMetric {
   double value = 0.0;
 };
 
+// Optional capabilities. Most algorithms have none of them; one that has one also implements its
+// interface and returns itself from Algorithm::capabilities(), which the Node asks when it is
+// given the algorithm, instead of asking every round. Algorithm's non-virtual members of the
+// same names go through capabilities() and answer as an algorithm without the capability would.
+
+// Block-wise preparation: the algorithm can write its message a block at a time (plain gossip
+// copies its model; exact diffusion's fused update is elementwise once the gradient is taken).
+// The engine then calls prepareBlock instead of prepare, once for every block of the message, in
+// order from offset 0 to the end, and checks and checksums each block while it is still in
+// cache, instead of a pass to write the message and another to read it back. So an algorithm
+// may do its whole-vector work at offset 0 and finish its state at the last block. prepare()
+// stays the reference: prepareBlock over every block in order writes the same values and
+// leaves the same state.
+template <typename T>
+class BlockPreparation {
+ public:
+  // Writes elements [offset, offset + out.size()) of this round's message. Returns where the
+  // node reads those values back for its check and checksum: `out`, or the same values
+  // elsewhere where that is cheaper (plain gossip streams a large message past the cache, and
+  // returns the block it copied from).
+  virtual std::span<const T> prepareBlock(const RoundInfo& info, size_t offset,
+                                          std::span<T> out) = 0;
+
+ protected:
+  ~BlockPreparation() = default;
+};
+
+// Combined absorption: absorb depends on the neighbours' messages only through
+// combined = w_ii own + sum_j w_ij m_j. With a linear codec (a mean-estimate Count-Sketch) the
+// engine may then sum the weighted frames in the codec's domain, decode once, and call
+// absorbCombined instead of absorb.
+template <typename T>
+class CombinedAbsorption {
+ public:
+  virtual void absorbCombined(const RoundInfo& info, std::span<const T> own,
+                              std::span<const T> combined) = 0;
+
+ protected:
+  ~CombinedAbsorption() = default;
+};
+
+// A local start: nids, lead and prox_lead take a local step from x0 before their first round
+// (x1 = prox(x0 - eta grad f(x0))), with a gradient at x0, and the first round then asks for the
+// gradient at x1. start() is that step alone; prepare() runs it first if nobody did, so a caller
+// that owns the problem never needs to know. needsStart() is true until it has run.
+template <typename T>
+class LocalStart {
+ public:
+  virtual bool needsStart() const = 0;
+  virtual void start(const RoundInfo& info) = 0;
+
+ protected:
+  ~LocalStart() = default;
+};
+
+// Work during the exchange: local work to do while the round's messages are on the wire
+// (DiLoCo's inner steps with "overlap": the next round's, docs/algorithms.md §29). The engine
+// calls computeDuringExchange once per round, after the sends are posted and before the absorb,
+// whatever else happens in between: from its wait loop, with `poll` moving the transport
+// between pieces of work, or, where nothing waits (the simulator), just before the absorb, with
+// a `poll` that does nothing. Results must not depend on which.
+class ExchangeOverlap {
+ public:
+  virtual void computeDuringExchange(const std::function<void()>& poll) = 0;
+
+ protected:
+  ~ExchangeOverlap() = default;
+};
+
+// What capabilities() answers: each non-null when the algorithm has it (pointers into the
+// algorithm itself, valid as long as it).
+template <typename T>
+struct AlgorithmCapabilities {
+  BlockPreparation<T>* blocks = nullptr;
+  CombinedAbsorption<T>* combined = nullptr;
+  LocalStart<T>* start = nullptr;
+  ExchangeOverlap* overlap = nullptr;
+};
+
 template <typename T>
 class Algorithm {
  public:
@@ -178,23 +257,6 @@ class Algorithm {
   virtual bool exchangesIn(uint64_t /*round*/) const { return true; }
   // Local work before communication; writes this round's outgoing message.
   virtual void prepare(const RoundInfo& info, std::span<T> outgoing) = 0;
-  // True when the algorithm can write its message a block at a time (plain gossip copies its
-  // model; exact diffusion's fused update is elementwise once the gradient is taken): the engine
-  // then calls prepareBlock instead of prepare, once for every block of the message, in order
-  // from offset 0 to the end, and checks and checksums each block while it is still in cache,
-  // instead of a pass to write the message and another to read it back. So an algorithm may do
-  // its whole-vector work at offset 0 and finish its state at the last block. prepare() stays
-  // the reference: prepareBlock over every block in order writes the same values and leaves
-  // the same state.
-  virtual bool preparesInBlocks() const { return false; }
-  // Writes elements [offset, offset + out.size()) of this round's message.
-  // Returns where the node reads those values back for its check and checksum: `out`, or the
-  // same values elsewhere where that is cheaper (plain gossip streams a large message past the
-  // cache, and returns the block it copied from).
-  virtual std::span<const T> prepareBlock(const RoundInfo& /*info*/, size_t /*offset*/,
-                                          std::span<T> out) {
-    return out;
-  }
   // Combines the node's own message with its neighbours' and advances the state. With a lossy
   // codec, `own` is the decoded frame (what the neighbours see), not what prepare wrote. `neighbors` is sorted by peer id, so the result never depends on arrival order.
   virtual void absorb(const RoundInfo& info, std::span<const T> own,
@@ -204,28 +266,13 @@ class Algorithm {
   // so a trainer's own gradient at its parameters can stand in for the oracle (the public Peer).
   virtual std::span<const T> model() const = 0;
 
-  // nids, lead and prox_lead take a local step from x0 before their first round
-  // (x1 = prox(x0 - eta grad f(x0))), with a gradient at x0, and the first round then asks for
-  // the gradient at x1. start() is that step alone; prepare() runs it first if nobody did, so a
-  // caller that owns the problem never needs to know. needsStart() is true until it has run.
-  virtual bool needsStart() const { return false; }
-  virtual void start(const RoundInfo& /*info*/) {}
-
   // True when the algorithm keeps state per neighbour that each of that neighbour's messages
   // updates (CHOCO's x-hat_j on a time-varying graph). The engine then exchanges messages with
   // every neighbour the schedule can ever give this node (Schedule::support), with weight 0 in
   // the rounds where the edge is absent, so no update is ever missed.
   virtual bool tracksNeighbors() const { return false; }
 
-  // True when absorb depends on the neighbours' messages only through
-  // combined = w_ii own + sum_j w_ij m_j. With a linear codec (a mean-estimate Count-Sketch) the
-  // engine may then sum the weighted frames in the codec's domain, decode once, and call
-  // absorbCombined instead of absorb.
-  virtual bool absorbsCombined() const { return false; }
-  virtual void absorbCombined(const RoundInfo& /*info*/, std::span<const T> /*own*/,
-                              std::span<const T> /*combined*/) {}
-
-  // absorb (absorbCombined), then the engine's divergence check of the model it leaves: true when
+  // absorb, then the engine's divergence check of the model it leaves: true when
   // every |x_k| <= limit in model() (NaN never is; core::allWithin). The default checks with a
   // pass of its own over the model after absorbing; an algorithm whose absorb writes its whole
   // model block by block may check each block right after writing it, while it is in L1, and so
@@ -234,11 +281,6 @@ class Algorithm {
   virtual bool absorbWithin(const RoundInfo& info, std::span<const T> own,
                             std::span<const NeighborMessage<T>> neighbors, T limit) {
     absorb(info, own, neighbors);
-    return core::allWithin(model(), limit);
-  }
-  virtual bool absorbCombinedWithin(const RoundInfo& info, std::span<const T> own,
-                                    std::span<const T> combined, T limit) {
-    absorbCombined(info, own, combined);
     return core::allWithin(model(), limit);
   }
 
@@ -257,17 +299,36 @@ class Algorithm {
   // unwritten, and to recompute it from the messages only where something asks for it.
   virtual bool holdsMessages() const { return false; }
 
-  // True when the algorithm has local work to do while its round's messages are on the wire
-  // (DiLoCo's inner steps with "overlap": the next round's, docs/algorithms.md §29). The engine
-  // then calls computeDuringExchange once per round, after the sends are posted and before the
-  // absorb, whatever else happens in between: from its wait loop, with `poll` moving the
-  // transport between pieces of work, or, where nothing waits (the simulator), just before the
-  // absorb, with a `poll` that does nothing. Results must not depend on which.
-  virtual bool computesDuringExchange() const { return false; }
-  virtual void computeDuringExchange(const std::function<void()>& /*poll*/) {}
-
   // Appends the method's own metrics (MethodMetric); between rounds. Most algorithms have none.
   virtual void methodMetrics(std::vector<MethodMetric>& /*out*/) const {}
+
+  // The optional capabilities above; none by default.
+  virtual AlgorithmCapabilities<T> capabilities() { return {}; }
+
+  // Through capabilities(), for callers that ask once (the public Peer, tests): BlockPreparation,
+  // CombinedAbsorption, LocalStart and ExchangeOverlap, or what an algorithm without them
+  // answers (prepare() whole, absorb() only, no start, nothing to do during the exchange).
+  bool preparesInBlocks() { return capabilities().blocks != nullptr; }
+  std::span<const T> prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) {
+    auto* c = capabilities().blocks;
+    return c ? c->prepareBlock(info, offset, out) : std::span<const T>(out);
+  }
+  bool absorbsCombined() { return capabilities().combined != nullptr; }
+  void absorbCombined(const RoundInfo& info, std::span<const T> own,
+                      std::span<const T> combined) {
+    if (auto* c = capabilities().combined) c->absorbCombined(info, own, combined);
+  }
+  bool needsStart() {
+    auto* c = capabilities().start;
+    return c != nullptr && c->needsStart();
+  }
+  void start(const RoundInfo& info) {
+    if (auto* c = capabilities().start) c->start(info);
+  }
+  bool computesDuringExchange() { return capabilities().overlap != nullptr; }
+  void computeDuringExchange(const std::function<void()>& poll) {
+    if (auto* c = capabilities().overlap) c->computeDuringExchange(poll);
+  }
 };
 
 // Builds the algorithm for one node, starting from x0 (copied). `oracle` is borrowed and must

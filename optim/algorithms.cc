@@ -76,7 +76,7 @@ const T* gradientAt(GradientOracle<T>& oracle, GradientBlocks<T>* blocks, std::s
 // lossy codec m_i = psi_i and this is the line above. With one (error feedback), the node keeps
 // its exact psi_i and only the differences carry compression error.
 template <typename T>
-class Dsgd final : public Algorithm<T> {
+class Dsgd final : public Algorithm<T>, public BlockPreparation<T> {
  public:
   Dsgd(double gamma, std::span<const T> x0, GradientOracle<T>& oracle)
       : gamma_(static_cast<T>(gamma)), x_(x0.begin(), x0.end()), psi_(x0.size()),
@@ -88,9 +88,9 @@ class Dsgd final : public Algorithm<T> {
 
   void prepare(const RoundInfo& info, std::span<T> out) override { prepareBlock(info, 0, out); }
 
-  // psi = x - alpha g a block at a time (Algorithm::preparesInBlocks), with the gradient's own
-  // blocks where the oracle has them (GradientBlocks), so the gradient is never stored whole.
-  bool preparesInBlocks() const override { return true; }
+  // psi = x - alpha g a block at a time (BlockPreparation), with the gradient's own blocks where
+  // the oracle has them (GradientBlocks), so the gradient is never stored whole.
+  AlgorithmCapabilities<T> capabilities() override { return {.blocks = this}; }
   std::span<const T> prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) override {
     if (offset == 0) lossless_ = out.data();
     const T* g = gradientAt<T>(oracle_, blocks_.get(), x_, offset, out.size(), grad_, scratch_);
@@ -149,7 +149,7 @@ class Dsgd final : public Algorithm<T> {
 // with Abar = (I + W)/2 (abar_ii = (1 + w_ii)/2, abar_il = w_il/2). psi^prev starts at w^{-1} = x0,
 // so the first round is a plain diffusion step. Sends phi (d values).
 template <typename T>
-class ExactDiffusion final : public Algorithm<T> {
+class ExactDiffusion final : public Algorithm<T>, public BlockPreparation<T> {
  public:
   ExactDiffusion(std::span<const T> x0, GradientOracle<T>& oracle)
       : w_(x0.begin(), x0.end()), psiPrev_(x0.begin(), x0.end()), oracle_(oracle),
@@ -162,10 +162,10 @@ class ExactDiffusion final : public Algorithm<T> {
   void prepare(const RoundInfo& info, std::span<T> out) override { prepareBlock(info, 0, out); }
 
   // The message a block at a time, so that the engine checks and seals each block while it is
-  // in cache (Algorithm::preparesInBlocks), with the gradient's own blocks where the oracle has
-  // them (GradientBlocks): then w and psi_prev are the only d-vectors read, and the gradient is
-  // never stored whole.
-  bool preparesInBlocks() const override { return true; }
+  // in cache (BlockPreparation), with the gradient's own blocks where the oracle has them
+  // (GradientBlocks): then w and psi_prev are the only d-vectors read, and the gradient is never
+  // stored whole.
+  AlgorithmCapabilities<T> capabilities() override { return {.blocks = this}; }
   std::span<const T> prepareBlock(const RoundInfo& info, size_t offset, std::span<T> out) override {
     const T* g = gradientAt<T>(oracle_, blocks_.get(), w_, offset, out.size(), grad_, scratch_);
     // psi = w - mu g, phi = psi + w - psi_prev, and psi the next round's psi_prev: one fused

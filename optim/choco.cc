@@ -11,7 +11,7 @@ namespace {
 
 // Static W: the memory-efficient form with s = sum_j w_ij x_hat_j kept as a running sum.
 template <typename T>
-class Choco final : public Algorithm<T> {
+class Choco final : public Algorithm<T>, public CombinedAbsorption<T> {
  public:
   Choco(double gamma, std::span<const T> x0, GradientOracle<T>& oracle)
       : gamma_(static_cast<T>(gamma)), x_(x0.begin(), x0.end()), hat_(x0.size(), T(0)),
@@ -42,7 +42,7 @@ class Choco final : public Algorithm<T> {
     }
   }
 
-  bool absorbsCombined() const override { return true; }
+  AlgorithmCapabilities<T> capabilities() override { return {.combined = this}; }
   void absorbCombined(const RoundInfo&, std::span<const T> own,
                       std::span<const T> combined) override {
     for (size_t k = 0; k < x_.size(); ++k) {

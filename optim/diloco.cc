@@ -25,7 +25,7 @@ const char* dilocoOuterName(DilocoSpec::Outer outer) {
 namespace {
 
 template <typename T>
-class Diloco final : public Algorithm<T> {
+class Diloco final : public Algorithm<T>, public ExchangeOverlap {
  public:
   Diloco(const DilocoSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
       : spec_(spec), theta_(x0.begin(), x0.end()), x_(x0.begin(), x0.end()), grad_(x0.size()),
@@ -91,8 +91,10 @@ class Diloco final : public Algorithm<T> {
     lossless_ = out.data();
   }
 
-  bool computesDuringExchange() const override { return spec_.overlap; }
-  // The next round's inner steps, while this round's messages travel.
+  AlgorithmCapabilities<T> capabilities() override {
+    return {.overlap = spec_.overlap ? this : nullptr};
+  }
+  // With "overlap", the next round's inner steps, while this round's messages travel.
   void computeDuringExchange(const std::function<void()>& poll) override {
     innerSteps(poll);
     primed_ = true;

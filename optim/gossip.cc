@@ -11,7 +11,7 @@ namespace starling::optim {
 namespace {
 
 template <typename T>
-class PlainGossip final : public GossipAlgorithm<T> {
+class PlainGossip final : public GossipAlgorithm<T>, public BlockPreparation<T> {
  public:
   PlainGossip(double gamma, size_t dim) : gamma_(static_cast<T>(gamma)), x_(dim, T(0)) {}
 
@@ -38,7 +38,7 @@ class PlainGossip final : public GossipAlgorithm<T> {
     const std::span<const T> x = current();
     std::copy(x.begin(), x.end(), out.begin());
   }
-  bool preparesInBlocks() const override { return true; }
+  AlgorithmCapabilities<T> capabilities() override { return {.blocks = this}; }
   // The message is the model. Copied into memory the transport lends (a shared-memory segment
   // the neighbours read from other cores), a message of kStreamBytes or more goes past this
   // core's cache (non-temporal stores, no read for ownership), and the node checks and checksums
@@ -138,7 +138,7 @@ class PlainGossip final : public GossipAlgorithm<T> {
 };
 
 template <typename T>
-class ChocoGossip final : public GossipAlgorithm<T> {
+class ChocoGossip final : public GossipAlgorithm<T>, public CombinedAbsorption<T> {
  public:
   ChocoGossip(double gamma, size_t dim, bool tracking, const GossipReference<T>& ref)
       : gamma_(static_cast<T>(gamma)), tracking_(tracking), averages_(ref.averageReferences),
@@ -192,7 +192,10 @@ class ChocoGossip final : public GossipAlgorithm<T> {
   }
 
   bool tracksNeighbors() const override { return tracking_; }
-  bool absorbsCombined() const override { return !tracking_; }
+  // Combined on a static graph; a time-varying one tracks each neighbour's reference point.
+  AlgorithmCapabilities<T> capabilities() override {
+    return {.combined = tracking_ ? nullptr : this};
+  }
   void absorbCombined(const RoundInfo&, std::span<const T> own,
                       std::span<const T> combined) override {
     for (size_t k = 0; k < x_.size(); ++k) {

@@ -21,7 +21,7 @@ T neighbourPull(std::span<const NeighborMessage<T>> nbrs, std::span<const T> own
 using elementwise::addCompensated;  // Kahan summation of the dual variables (elementwise.h)
 
 template <typename T>
-class Nids final : public Algorithm<T> {
+class Nids final : public Algorithm<T>, public LocalStart<T> {
  public:
   Nids(const RegularizerSpec& r, std::span<const T> x0, GradientOracle<T>& oracle)
       : r_(r), x_(x0.begin(), x0.end()), xPrev_(x0.size()), z_(x0.size()), g_(x0.size()),
@@ -46,6 +46,7 @@ class Nids final : public Algorithm<T> {
     gPrev_.swap(g_);
   }
 
+  AlgorithmCapabilities<T> capabilities() override { return {.start = this}; }
   bool needsStart() const override { return !started_; }
   // z^1 = x^0 - eta grad(x^0);  x^1 = prox(z^1).
   void start(const RoundInfo& info) override {
@@ -92,7 +93,7 @@ class Nids final : public Algorithm<T> {
 };
 
 template <typename T>
-class ProxLead final : public Algorithm<T> {
+class ProxLead final : public Algorithm<T>, public LocalStart<T>, public CombinedAbsorption<T> {
  public:
   ProxLead(const AlgorithmSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
       : r_(spec.regularizer), alpha_(static_cast<T>(spec.alpha)), gamma_(spec.gamma),
@@ -143,6 +144,10 @@ class ProxLead final : public Algorithm<T> {
     step2(info);
   }
 
+  // Combined on a static graph; a time-varying one tracks each neighbour's reference point.
+  AlgorithmCapabilities<T> capabilities() override {
+    return {.combined = tracking_ ? nullptr : this, .start = this};
+  }
   bool needsStart() const override { return !started_; }
   // Z^1 = X^0 - eta G^0;  X^1 = prox(Z^1).
   void start(const RoundInfo& info) override {
@@ -154,7 +159,6 @@ class ProxLead final : public Algorithm<T> {
   }
 
   bool tracksNeighbors() const override { return tracking_; }
-  bool absorbsCombined() const override { return !tracking_; }
   void absorbCombined(const RoundInfo& info, std::span<const T> own,
                       std::span<const T> combined) override {
     finish(info, own, combined);

@@ -49,7 +49,7 @@ double squaredNorm(std::span<const T> v) {
 }
 
 template <typename T>
-class SketchGossip final : public Algorithm<T> {
+class SketchGossip final : public Algorithm<T>, public CombinedAbsorption<T> {
  public:
   SketchGossip(const AlgorithmSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
       : gamma_(static_cast<T>(spec.gamma)), rho_(static_cast<T>(spec.sketch->momentum)),
@@ -90,7 +90,7 @@ class SketchGossip final : public Algorithm<T> {
     apply();
   }
 
-  bool absorbsCombined() const override { return true; }
+  AlgorithmCapabilities<T> capabilities() override { return {.combined = this}; }
   void absorbCombined(const RoundInfo&, std::span<const T> own,
                       std::span<const T> combined) override {
     for (size_t c = 0; c < se_.size(); ++c) se_[c] += su_[c] + gamma_ * (own[c] - combined[c]);

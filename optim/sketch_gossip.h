@@ -13,7 +13,7 @@
 //   Delta = top-k of U(S_e)             (U: the lower median over rows; ties to the lower index)
 //   S_e <- S_e - S(Delta);  x_i <- x_i - Delta;  S_x <- S_x - S(Delta)
 // The message is r c values whatever d; the neighbours' sketches are summed first and unsketched
-// once. absorb depends on the neighbours only through mix, so the algorithm absorbsCombined().
+// once. absorb depends on the neighbours only through mix: the CombinedAbsorption capability.
 // Thread-safety: none (one node's state).
 #pragma once
 

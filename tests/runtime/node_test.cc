@@ -158,7 +158,8 @@ TEST_CASE("round calls out of order are kFailedPrecondition", "[runtime][unit]")
 
 // Records w_ii own + sum_j w_ij m_j, computed from the individual messages or handed over by the
 // engine from a sketch-space sum.
-class SumAlgorithm final : public optim::Algorithm<double> {
+class SumAlgorithm final : public optim::Algorithm<double>,
+                           public optim::CombinedAbsorption<double> {
  public:
   SumAlgorithm(int rank, bool combined) : rank_(rank), combined_(combined), x_(40, 0.0) {}
   size_t messageSize() const override { return x_.size(); }
@@ -175,7 +176,9 @@ class SumAlgorithm final : public optim::Algorithm<double> {
     }
     sums.push_back(std::move(sum));
   }
-  bool absorbsCombined() const override { return combined_; }
+  optim::AlgorithmCapabilities<double> capabilities() override {
+    return {.combined = combined_ ? this : nullptr};
+  }
   void absorbCombined(const optim::RoundInfo&, std::span<const double>,
                       std::span<const double> combined) override {
     sums.emplace_back(combined.begin(), combined.end());
