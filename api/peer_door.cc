@@ -150,8 +150,13 @@ std::optional<Peer::Codistillation> Peer::codistillation() const {
 std::optional<Peer::Diloco> Peer::diloco() const {
   const auto& a = impl_->scenario.algorithm;
   if (a.kind != optim::AlgorithmKind::kDiloco) return std::nullopt;
-  return Diloco{a.diloco.innerSteps, optim::dilocoOuterName(a.diloco.outer), a.diloco.outerLr,
-                a.diloco.outerMomentum, a.diloco.fragments, a.diloco.overlap};
+  return Diloco{a.diloco.innerSteps,
+                optim::dilocoOuterName(a.diloco.outer),
+                a.diloco.outerLr,
+                a.diloco.outerMomentum,
+                a.diloco.fragments,
+                a.diloco.overlap,
+                !compression::sendsIdentityOnly(impl_->scenario.compression)};
 }
 Status Peer::neighbourModels(std::vector<std::span<const float>>& out) const {
   return impl_->neighbourModels(out);

@@ -262,8 +262,9 @@ class Peer {
     std::string outer = "nesterov";
     double outerLr = 0.7;
     double outerMomentum = 0.9;
-    uint64_t fragments = 1;  // Streaming DiLoCo's fragments (node-launcher only)
+    uint64_t fragments = 1;  // Streaming DiLoCo's fragments: 1/fragments of the model a round
     bool overlap = false;    // the exchange runs during the next round's inner steps
+    bool compressed = false;  // the scenario's messages go through a lossy codec
   };
   std::optional<Diloco> diloco() const;
   // DiLoCo from a trainer: call it once before your first inner step (it takes `params` as the

@@ -237,6 +237,7 @@ class PyPeer {
     d["outer_momentum"] = c->outerMomentum;
     d["fragments"] = c->fragments;
     d["overlap"] = c->overlap;
+    d["compressed"] = c->compressed;
     return d;
   }
 
@@ -374,7 +375,8 @@ codistillation_loss turns them into the term. Raises starling.Error without codi
                              "burn_in), or None.")
       .def_property_readonly("diloco", &PyPeer::diloco,
                              "The scenario's DiLoCo keys as a dict (inner_steps, outer, outer_lr, "
-                             "outer_momentum, fragments, overlap) when its algorithm is diloco, "
+                             "outer_momentum, fragments, overlap, compressed: a lossy codec) when "
+                             "its algorithm is diloco, "
                              "else None.")
       .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")
       .def("close", &PyPeer::close,

@@ -313,9 +313,14 @@ class DiLoCo:
     with DecentralizedOptimizer (wrap after moving the model). overlap=True (or the scenario's
     "overlap": true) sends each round's local model and finishes the round H steps later
     (finish()): the exchange travels during the next inner steps, and the outer step lands under
-    them (x <- theta + (x - sent)); sgd and nesterov only. fragments > 1 (Streaming DiLoCo) runs
-    under node-launcher only and is refused here. A membership change restarts nothing
-    here: the outer momentum and y carry on.
+    them (x <- theta + (x - sent)); sgd and nesterov only. fragments=F (or the scenario's
+    "fragments": F; Streaming DiLoCo) cuts the flat parameters into F contiguous fragments of
+    ceil(d / F) values: every H / F steps one of them, in turn, is mixed and takes its outer step
+    (its theta, momentum and y), and only that fragment of the parameters restarts from its new
+    theta, so each fragment is still exchanged every H steps but a round sends 1/F of the model;
+    inner_steps must be a multiple of F, and fragments take no lossy codec here (each fragment
+    would need reference points of its own; node-launcher runs that). A membership change
+    restarts nothing here: the outer momentum and y carry on.
 
     With a lossy codec in the scenario (e.g. "compression": {"kind": "topk", "ratio": 0.01}),
     each exchange carries the compressed change of the local model against reference points
@@ -334,10 +339,6 @@ class DiLoCo:
                             f"{type(inner_optimizer).__name__}")
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
-        if fragments not in (None, 1):
-            raise NotImplementedError("fragments > 1 (Streaming DiLoCo) runs under node-launcher "
-                                      "on the scenario's problem; starling.torch.DiLoCo has not "
-                                      "built it yet")
         self.optimizer = inner_optimizer
         self.model = model
         self._owns_peer = peer is None
@@ -349,16 +350,27 @@ class DiLoCo:
             peer = Peer.from_env(layout=self._layout)
         self.peer = peer
         keys = peer.diloco or {}
-        if fragments is None and keys.get("fragments", 1) != 1:
-            raise NotImplementedError(f"the scenario's fragments ({keys['fragments']}): Streaming "
-                                      "DiLoCo runs under node-launcher on the scenario's problem; "
-                                      "starling.torch.DiLoCo has not built it yet")
         self.overlap = bool(overlap if overlap is not None else keys.get("overlap", False))
         self.inner_steps = int(inner_steps if inner_steps is not None
                                else keys.get("inner_steps", 0))
         if self.inner_steps < 1:
             raise ValueError("inner_steps must be given (at least 1) when the scenario's "
                              "algorithm is not diloco")
+        self.fragments = int(fragments if fragments is not None else keys.get("fragments", 1))
+        if self.fragments < 1:
+            raise ValueError(f"fragments must be at least 1; got {self.fragments}")
+        if self.inner_steps % self.fragments != 0:
+            raise ValueError(f"each of the {self.fragments} fragments is mixed after inner_steps / "
+                             f"fragments inner steps: inner_steps ({self.inner_steps}) must be a "
+                             "multiple of fragments")
+        if self.fragments > 1 and keys.get("compressed", False):
+            raise NotImplementedError(
+                "fragments > 1 with the scenario's lossy codec: each fragment would need reference "
+                "points (or an error-feedback memory) of its own, and one peer mixes one vector; "
+                "run it with node-launcher on the scenario's problem, or drop the codec")
+        d = self._flat.numel()
+        self._fragment = -(-d // self.fragments)  # ceil(d / F): the last fragment may be shorter
+        self._steps_per_round = self.inner_steps // self.fragments
         self.outer = outer if outer is not None else keys.get("outer", "nesterov")
         if self.outer == "noloco":
             raise NotImplementedError(
@@ -389,11 +401,17 @@ class DiLoCo:
             self._local = torch.empty_like(self._flat)
             self._momentum = torch.zeros_like(self._flat) if self.outer == "nesterov" else None
             self._dual = torch.zeros_like(self._flat) if self.outer == "exact_diffusion" else None
-            # overlap: the local model as sent, and the buffer the exchange mixes it into.
-            self._sent = torch.empty_like(self._flat) if self.overlap else None
-            self._mixing = torch.empty_like(self._flat) if self.overlap else None
-        self._pending = False   # overlap: an exchange is in flight
-        if shared_start and peer.round == 0 and not peer.rejoining:
+            # overlap: the fragment of the local model as sent. The buffer the exchange mixes a
+            # fragment into (padded with zeros to ceil(d / F)): the parameters themselves when
+            # there is one fragment and no overlap.
+            self._sent = torch.empty(self._fragment, dtype=self._flat.dtype) if self.overlap \
+                else None
+            self._mixing = torch.empty(self._fragment, dtype=self._flat.dtype) \
+                if self.overlap or self.fragments > 1 else None
+        self._pending = None    # overlap: the fragment (lo, n) whose exchange is in flight
+        self._rounds = 0        # rounds started (a round every inner_steps / fragments steps)
+        # (Fragments take no lossy codec, whose reference points this is for.)
+        if shared_start and self.fragments == 1 and peer.round == 0 and not peer.rejoining:
             peer.mix_reference(self._flat)
         self.steps = 0          # inner steps taken
         self.outer_rounds = 0
@@ -434,71 +452,91 @@ class DiLoCo:
                     offset += n
         loss = self.optimizer.step(closure)
         self.steps += 1
-        if self.steps % self.inner_steps == 0:
+        if self.steps % self._steps_per_round == 0:
             if self.overlap:
                 self._overlapped_round()
             else:
                 self._outer_round()
-        elif self._pending:
+        elif self._pending is not None:
             self.peer.poll()  # move the exchange along between inner steps
         return loss
 
+    def _next_fragment(self):
+        """The round's fragment of the flat parameters, (first element, length), and the round
+        counted: fragment r mod F of round r (Streaming DiLoCo's schedule)."""
+        lo = min(self._flat.numel(), (self._rounds % self.fragments) * self._fragment)
+        n = min(self._flat.numel(), lo + self._fragment) - lo
+        self._rounds += 1
+        return lo, n
+
+    def _outer_step(self, lo, n, xbar):
+        """theta's outer step on elements [lo, lo + n) from the mixed local models x-bar there;
+        returns theta's new values there (a view)."""
+        theta = self._theta[lo:lo + n]
+        delta = theta - xbar                  # D
+        if self.outer == "nesterov":
+            m = self._momentum[lo:lo + n]
+            m.mul_(self.outer_momentum).add_(delta)
+            update = delta + self.outer_momentum * m
+        else:
+            update = delta
+        # theta <- x-bar + (D - lr u), which is theta - lr u (docs/algorithms.md §29).
+        theta.copy_(xbar + (delta - self.outer_lr * update))
+        return theta
+
     def _overlapped_round(self):
         """overlap=True (eager, one-step delay, as node-launcher's "overlap": true): the round
-        sent H steps ago is finished now, its outer step lands under the H inner steps taken
-        since (x <- theta + (x - sent)), and this round's local model leaves at once; the next
-        H inner steps run while it travels."""
-        if self._pending:
-            self.finish()
+        sent H / F steps ago is finished now, its outer step lands under the inner steps taken
+        since (x <- theta + (x - sent)), and this round's fragment of the local model leaves at
+        once; the next H / F inner steps run while it travels."""
+        self.finish()
+        lo, n = self._next_fragment()
         with torch.no_grad():
-            self.pseudo_gradient_norm = float(torch.linalg.vector_norm(self._theta - self._flat))
-            self._sent.copy_(self._flat)
-            self._mixing.copy_(self._flat)
+            x = self._flat[lo:lo + n]
+            self.pseudo_gradient_norm = float(torch.linalg.vector_norm(self._theta[lo:lo + n] - x))
+            self._sent[:n].copy_(x)
+            self._mixing.zero_()              # the padding of a short last fragment
+            self._mixing[:n].copy_(x)
         self.peer.mix_start(self._mixing)
-        self._pending = True
+        self._pending = (lo, n)
 
     def finish(self):
         """overlap=True: waits for the exchange in flight and takes its outer step (close() and
         state_dict() call it; a no-op when nothing is in flight)."""
-        if not self._pending:
+        if self._pending is None:
             return
+        lo, n = self._pending
         self.peer.mix_wait()
-        self._pending = False
+        self._pending = None
         with torch.no_grad():
-            xbar = self._mixing
-            delta = self._theta - xbar
-            if self.outer == "nesterov":
-                self._momentum.mul_(self.outer_momentum).add_(delta)
-                update = delta + self.outer_momentum * self._momentum
-            else:
-                update = delta
-            self._theta.copy_(xbar + (delta - self.outer_lr * update))
-            self._flat.add_(self._theta - self._sent)  # theta + (x - sent)
+            theta = self._outer_step(lo, n, self._mixing[:n])
+            self._flat[lo:lo + n].add_(theta - self._sent[:n])  # theta + (x - sent)
         self.outer_rounds += 1
 
     def _outer_round(self):
+        lo, n = self._next_fragment()
         with torch.no_grad():
-            flat, theta = self._flat, self._theta
-            self.pseudo_gradient_norm = float(torch.linalg.vector_norm(theta - flat))
+            x = self._flat[lo:lo + n]
+            self.pseudo_gradient_norm = float(torch.linalg.vector_norm(self._theta[lo:lo + n] - x))
             if self._dual is not None:
-                self._local.copy_(flat)
-            self.peer.mix(flat)                   # flat = x-bar, the mixed local models
-            delta = theta - flat                  # D
-            if self.outer == "nesterov":
-                self._momentum.mul_(self.outer_momentum).add_(delta)
-                update = delta + self.outer_momentum * self._momentum
+                self._local[lo:lo + n].copy_(x)
+            if self._mixing is None:
+                self.peer.mix(x)                  # x = x-bar, the mixed local models
+                xbar = x
             else:
-                update = delta
+                self._mixing.zero_()              # the padding of a short last fragment
+                self._mixing[:n].copy_(x)
+                self.peer.mix(self._mixing)
+                xbar = self._mixing[:n]
             if self._dual is not None:
                 lrs = {float(g["lr"]) for g in self.optimizer.param_groups}
                 if len(lrs) != 1:
                     raise ValueError('outer="exact_diffusion" takes one inner lr; the param '
                                      f"groups have {sorted(lrs)}")
+                # Over the H inner steps the fragment took since its last exchange.
                 scale = 1.0 / (2.0 * lrs.pop() * self.inner_steps)
-                self._dual.add_(self._local - flat, alpha=scale)
-            # theta <- x-bar + (D - lr u), which is theta - lr u (docs/algorithms.md §29).
-            theta.copy_(flat + (delta - self.outer_lr * update))
-            flat.copy_(theta)
+                self._dual[lo:lo + n].add_(self._local[lo:lo + n] - xbar, alpha=scale)
+            x.copy_(self._outer_step(lo, n, xbar))
         self.outer_rounds += 1
 
     def state_dict(self):
@@ -508,7 +546,7 @@ class DiLoCo:
         return {"inner": self.optimizer.state_dict(), "theta": self._theta.clone(),
                 "momentum": None if self._momentum is None else self._momentum.clone(),
                 "dual": None if self._dual is None else self._dual.clone(),
-                "steps": self.steps, "outer_rounds": self.outer_rounds}
+                "steps": self.steps, "outer_rounds": self.outer_rounds, "rounds": self._rounds}
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state["inner"])
@@ -519,6 +557,7 @@ class DiLoCo:
             if self._dual is not None:
                 self._dual.copy_(state["dual"])
         self.steps, self.outer_rounds = int(state["steps"]), int(state["outer_rounds"])
+        self._rounds = int(state.get("rounds", self.outer_rounds))  # the fragment schedule
 
     def close(self):
         """Finishes an exchange in flight (overlap) and closes the peer if this wrapper created it
@@ -530,7 +569,7 @@ class DiLoCo:
     def __repr__(self):
         return (f"DiLoCo(inner_steps={self.inner_steps}, outer={self.outer!r}, "
                 f"outer_lr={self.outer_lr}, outer_momentum={self.outer_momentum}, "
-                f"overlap={self.overlap}, "
+                f"fragments={self.fragments}, overlap={self.overlap}, "
                 f"{self._flat.numel()} parameters, {self.peer!r})\n{self.optimizer!r}")
 
 

@@ -1,9 +1,11 @@
 """One rank of test_torch_diloco.py: trains torch.nn.Linear(3, 2) on its own data
 (local_optimizer_problem.problem) through starling.torch.DiLoCo, with the scenario's keys
-(STEPS_ARG inner SGD steps at lr 0.05, then the outer step), and saves the flat parameters after
-every outer round to STARLING_OUT/params-rank-R.npy."""
+(inner_steps SGD steps at lr 0.05, then the outer step; with fragments, a fragment's outer step
+every inner_steps / fragments steps), and saves the flat parameters after every round to
+STARLING_OUT/params-rank-R.npy."""
 
 import os
+import types
 
 import numpy as np
 import torch
@@ -24,28 +26,40 @@ def main():
         model.weight.copy_(torch.from_numpy(w0))
         model.bias.copy_(torch.from_numpy(b0))
     inner = torch.optim.SGD(model.parameters(), lr=0.05)
-    raises(NotImplementedError, ["fragments"],
-           lambda: starling.torch.DiLoCo(inner, model, peer=object(), fragments=2))
+    # Argument checks, with a stand-in for the peer (its scenario keys only).
+    def fake(**keys):
+        return types.SimpleNamespace(diloco=dict(keys), round=0, rejoining=False)
+    raises(ValueError, ["multiple of fragments"],
+           lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=3, fragments=2)))
+    raises(ValueError, ["fragments must be at least 1"],
+           lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=3), fragments=0))
+    raises(NotImplementedError, ["lossy codec"],
+           lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=4, compressed=True),
+                                         fragments=2))
     opt = starling.torch.DiLoCo(inner, model)
     keys = opt.peer.diloco
     check(keys is not None and keys["inner_steps"] == opt.inner_steps,
           f"the scenario's keys {keys}, the wrapper's inner_steps {opt.inner_steps}")
+    check(opt.fragments == keys["fragments"], f"fragments {opt.fragments}, the scenario's {keys}")
+    check(keys["compressed"] == (os.environ["EXPECT_COMPRESSED"] == "1"),
+          f"the scenario's keys {keys}: compressed should be {os.environ['EXPECT_COMPRESSED']}")
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     saved = [opt.flat_params.numpy().copy()]
+    rounds = OUTER_ROUNDS * opt.fragments  # each fragment mixed OUTER_ROUNDS times
     for _ in range(OUTER_ROUNDS * opt.inner_steps):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(xt), yt).backward()
         opt.step()
-        if opt.steps % opt.inner_steps == 0:
+        if opt.steps % (opt.inner_steps // opt.fragments) == 0:
             saved.append(opt.flat_params.numpy().copy())
     if opt.overlap:
         # The last round is in flight until close() finishes it: its outer model is the end.
-        check(opt.outer_rounds == OUTER_ROUNDS - 1, f"{opt.outer_rounds} outer rounds in flight")
+        check(opt.outer_rounds == rounds - 1, f"{opt.outer_rounds} outer rounds in flight")
         opt.close()
         saved.append(opt.flat_params.numpy().copy())
     else:
         opt.close()
-    check(opt.outer_rounds == OUTER_ROUNDS, f"{opt.outer_rounds} outer rounds")
+    check(opt.outer_rounds == rounds, f"{opt.outer_rounds} outer rounds, not {rounds}")
     np.save(os.path.join(os.environ["STARLING_OUT"], f"params-rank-{rank}.npy"), np.array(saved))
     print(f"rank {rank}: {opt!r}", flush=True)
 

@@ -6,7 +6,9 @@ equal a numpy reference of the same recursion written here: H inner SGD steps of
 mean-square loss (its gradient by hand), x-bar = W x, D = theta - x-bar, the outer step. With a
 top-k codec (2 of the 8 parameters) the exchange carries compressed differences: each rank keeps
 x-hat_j for itself and its neighbours, starting at the common initial model (DiLoCo's
-shared_start), sends q_i = top-2(x_i - x-hat_i), x-hat_i += q_i, and x-bar_i = sum_j w_ij x-hat_j."""
+shared_start), sends q_i = top-2(x_i - x-hat_i), x-hat_i += q_i, and x-bar_i = sum_j w_ij x-hat_j.
+With overlap each round's outer step lands H steps later under the steps taken since; with
+fragments (Streaming DiLoCo) a fragment of the parameters, in turn, is mixed every H / F steps."""
 
 import os
 import sys
@@ -43,80 +45,93 @@ def top_k(v, k):
     return out
 
 
-def reference_overlap(lr, mu):
-    """overlap=True on the ring, outer Nesterov: round k's models leave after its H steps and
-    are mixed while the next H steps run; then theta takes the outer step and each local model
-    keeps the steps taken since it was sent (x <- theta + (x - sent)). The saved points: each
-    rank's local model after every H-th step (that round sent), and theta after the last round
-    finishes."""
+def fragment(k, fragments, d=8):
+    """Round k's fragment of the d parameters: fragment k mod F of ceil(d / F) values (the last
+    one shorter), Streaming DiLoCo's schedule."""
+    size = -(-d // fragments)
+    lo = min(d, (k % fragments) * size)
+    return slice(lo, min(d, lo + size))
+
+
+def reference_overlap(lr, mu, h=H, fragments=1):
+    """overlap=True on the ring, outer Nesterov: round k's fragment of the local models (all of
+    it without fragments) leaves after its h / F steps and is mixed while the next h / F steps
+    run; then that fragment of theta takes the outer step and of each local model keeps the
+    steps taken since it was sent (x <- theta + (x - sent)). The saved points: each rank's
+    parameters after every round's steps (that round sent), and after the last round finishes."""
     _, _, w0, b0 = problem(0)
     theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
     x = [t.copy() for t in theta]
     m = [np.zeros(8) for _ in range(NODES)]
     w = weights("ring")
-    sent = None
+    pending = None
     history = [[t.copy() for t in theta]]
 
-    def finish():
+    def finish(sl, sent):
         for r in range(NODES):
             xbar = sum(w[r, j] * sent[j] for j in range(NODES))
-            d = theta[r] - xbar
-            m[r] = mu * m[r] + d
-            theta[r] = xbar + (d - lr * (d + mu * m[r]))
-            x[r] = theta[r] + (x[r] - sent[r])
+            d = theta[r][sl] - xbar
+            m[r][sl] = mu * m[r][sl] + d
+            theta[r][sl] = xbar + (d - lr * (d + mu * m[r][sl]))
+            x[r][sl] = theta[r][sl] + (x[r][sl] - sent[r])
 
-    for _ in range(OUTER_ROUNDS):
+    for k in range(OUTER_ROUNDS * fragments):
         for r in range(NODES):
-            for _ in range(H):
+            for _ in range(h // fragments):
                 x[r] = x[r] - LR * gradient(r, x[r])
-        if sent is not None:
-            finish()
-        sent = [v.copy() for v in x]
+        if pending is not None:
+            finish(*pending)
+        sl = fragment(k, fragments)
+        pending = (sl, [v[sl].copy() for v in x])
         history.append([v.copy() for v in x])
-    finish()
+    finish(*pending)
     history.append([v.copy() for v in x])
     return history
 
 
-def reference(topology, outer, lr, mu, topk=None):
+def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1):
+    """Every round: h / F inner steps on each rank's local model, then round k's fragment (all of
+    it without fragments) is mixed, takes the outer step there, and restarts from its new theta.
+    The saved points: each rank's parameters after every round."""
     _, _, w0, b0 = problem(0)
     theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
+    x = [t.copy() for t in theta]
     hat = [t.copy() for t in theta]  # the reference points start at the common model
     m = [np.zeros(8) for _ in range(NODES)]
     y = [np.zeros(8) for _ in range(NODES)]
     w = weights(topology)
     history = [[t.copy() for t in theta]]
-    for _ in range(OUTER_ROUNDS):
-        xs = []
+    for k in range(OUTER_ROUNDS * fragments):
         for r in range(NODES):
-            x = theta[r].copy()
-            for _ in range(H):
-                g = gradient(r, x)
+            for _ in range(h // fragments):
+                g = gradient(r, x[r])
                 if outer == "exact_diffusion":
                     g = g + y[r]
-                x = x - LR * g
-            xs.append(x)
-        if topk:
-            hat = [hat[r] + top_k(xs[r] - hat[r], topk) for r in range(NODES)]
+                x[r] = x[r] - LR * g
+        sl = fragment(k, fragments)
+        sent = [v[sl].copy() for v in x]
+        if topk:  # (no fragments)
+            hat = [hat[r] + top_k(x[r] - hat[r], topk) for r in range(NODES)]
+        mixed = hat if topk else sent
+        xbars = [sum(w[r, j] * mixed[j] for j in range(NODES)) for r in range(NODES)]
         for r in range(NODES):
-            mixed = hat if topk else xs
-            xbar = sum(w[r, j] * mixed[j] for j in range(NODES))
-            d = theta[r] - xbar
+            d = theta[r][sl] - xbars[r]
             u = d
             if outer == "nesterov":
-                m[r] = mu * m[r] + d
-                u = d + mu * m[r]
+                m[r][sl] = mu * m[r][sl] + d
+                u = d + mu * m[r][sl]
             if outer == "exact_diffusion":
-                y[r] = y[r] + (xs[r] - xbar) / (2 * LR * H)
-            theta[r] = theta[r] - lr * u
-        history.append([t.copy() for t in theta])
+                y[r][sl] = y[r][sl] + (sent[r] - xbars[r]) / (2 * LR * h)
+            theta[r][sl] = theta[r][sl] - lr * u
+            x[r][sl] = theta[r][sl]
+        history.append([v.copy() for v in x])
     return history
 
 
-def run(tmp, topology, outer, topk=None, overlap=False):
+def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
     name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "") + \
-        ("-overlap" if overlap else "")
+        ("-overlap" if overlap else "") + (f"-{fragments}fragments" if fragments > 1 else "")
     lr, mu = (0.7, 0.9) if outer == "nesterov" else (0.8, 0.0)
     outer_keys = {"kind": outer, "lr": lr}
     if outer == "nesterov":
@@ -124,23 +139,27 @@ def run(tmp, topology, outer, topk=None, overlap=False):
     extra = {"topology": {"kind": topology}}
     if topk:
         extra["compression"] = {"kind": "topk", "k": topk}
-    algorithm = {"kind": "diloco", "step_size": LR, "inner_steps": H, "outer": outer_keys}
+    algorithm = {"kind": "diloco", "step_size": LR, "inner_steps": h, "outer": outer_keys}
     if overlap:
         algorithm["overlap"] = True
+    if fragments > 1:
+        algorithm["fragments"] = fragments
     scenario = harness.embedded_scenario(tmp, name, NODES, algorithm=algorithm, extra=extra)
     out = os.path.join(tmp, name)
-    rc, output = harness.run_launcher(scenario, out, [sys.executable, worker], timeout=120)
+    rc, output = harness.run_launcher(scenario, out, [sys.executable, worker], timeout=120,
+                                      env={"EXPECT_COMPRESSED": "1" if topk else "0"})
     print(output)
     harness.check(rc == 0, f"{name}: node-launcher exited {rc}")
     got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]
-    want = reference_overlap(lr, mu) if overlap else reference(topology, outer, lr, mu, topk)
+    want = reference_overlap(lr, mu, h, fragments) if overlap else \
+        reference(topology, outer, lr, mu, topk, h, fragments)
     harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
                   f"reference has {len(want)}")
     worst = 0.0
     for s in range(len(want)):
         for r in range(NODES):
             harness.check(np.allclose(got[r][s], want[s][r], rtol=1e-10, atol=1e-12),
-                          f"{name}: rank {r} after outer round {s}: {got[r][s]}, the reference "
+                          f"{name}: rank {r} after round {s}: {got[r][s]}, the reference "
                           f"{want[s][r]}")
             worst = max(worst, float(np.max(np.abs(got[r][s] - want[s][r]))))
     harness.check(np.max(np.abs(want[-1][0] - want[0][0])) > 1e-2, f"{name}: nothing moved")
@@ -148,7 +167,7 @@ def run(tmp, topology, outer, topk=None, overlap=False):
         # All-reduce DiLoCo: every rank holds the same outer model.
         harness.check(all(np.allclose(got[r][-1], got[0][-1], rtol=1e-12, atol=1e-13)
                           for r in range(NODES)), f"{name}: the ranks disagree")
-    print(f"{name}: {OUTER_ROUNDS} outer rounds on {NODES} ranks match the numpy reference "
+    print(f"{name}: {len(want) - 1} rounds on {NODES} ranks match the numpy reference "
           f"(max |diff| {worst:.2e})")
 
 
@@ -167,8 +186,17 @@ def main():
         delayed = reference_overlap(0.7, 0.9)
         harness.check(np.max(np.abs(plain[-1][0] - delayed[-1][0])) > 1e-3,
                       "overlap changes nothing in the reference")
+        # Streaming DiLoCo: 3 fragments of the 8 parameters (3, 3 and 2 of them), one mixed every
+        # 2 of the 6 inner steps; 2 fragments with exact_diffusion and with overlap.
+        run(tmp, "ring", "nesterov", h=6, fragments=3)
+        run(tmp, "ring", "exact_diffusion", h=4, fragments=2)
+        run(tmp, "ring", "nesterov", overlap=True, h=4, fragments=2)
+        whole, streamed = reference("ring", "nesterov", 0.7, 0.9, h=6), \
+            reference("ring", "nesterov", 0.7, 0.9, h=6, fragments=3)
+        harness.check(np.max(np.abs(whole[-1][0] - streamed[-1][0])) > 1e-3,
+                      "fragments change nothing in the reference")
     print("python torch diloco: nesterov and exact_diffusion match the reference, with and "
-          "without top-k differences, and nesterov with overlap")
+          "without top-k differences, with overlap, and in fragments (Streaming DiLoCo)")
 
 
 if __name__ == "__main__":
