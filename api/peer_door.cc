@@ -156,7 +156,8 @@ std::optional<Peer::Diloco> Peer::diloco() const {
                 a.diloco.outerMomentum,
                 a.diloco.fragments,
                 a.diloco.overlap,
-                !compression::sendsIdentityOnly(impl_->scenario.compression)};
+                !compression::sendsIdentityOnly(impl_->scenario.compression),
+                a.diloco.pull};
 }
 Status Peer::neighbourModels(std::vector<std::span<const float>>& out) const {
   return impl_->neighbourModels(out);

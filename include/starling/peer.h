@@ -256,7 +256,8 @@ class Peer {
   std::optional<Codistillation> codistillation() const;
   // The scenario's DiLoCo keys (kind "diloco", docs/algorithms.md §29), if it is one: a trainer
   // takes innerSteps steps with its own optimizer, then mix() and the outer step on
-  // theta - mixed (starling.torch.DiLoCo does). outer is "sgd", "nesterov" or "exact_diffusion".
+  // theta - mixed (starling.torch.DiLoCo does). outer is "sgd", "nesterov", "exact_diffusion" or
+  // "noloco".
   struct Diloco {
     uint64_t innerSteps = 1;
     std::string outer = "nesterov";
@@ -265,6 +266,7 @@ class Peer {
     uint64_t fragments = 1;  // Streaming DiLoCo's fragments: 1/fragments of the model a round
     bool overlap = false;    // the exchange runs during the next round's inner steps
     bool compressed = false;  // the scenario's messages go through a lossy codec
+    double pull = 0.7;        // noloco: the pull toward the neighbours' outer models
   };
   std::optional<Diloco> diloco() const;
   // DiLoCo from a trainer: call it once before your first inner step (it takes `params` as the

@@ -283,7 +283,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         return lrs.pop()
 
 
-_OUTERS = ("sgd", "nesterov", "exact_diffusion")
+_OUTERS = ("sgd", "nesterov", "exact_diffusion", "noloco")
 
 
 class DiLoCo:
@@ -306,6 +306,11 @@ class DiLoCo:
                          plain torch.optim.SGD), y <- y + (x - x-bar) / (2 lr H) after the mix,
                          and theta <- theta - outer_lr D: the optimum of everyone's data, not a
                          mixture biased by the local steps.
+      outer="noloco":    the exchange mixes [theta, x] (theta-bar, x-bar), and
+                         d <- outer_momentum d - outer_lr (theta-bar - x-bar) - pull (theta -
+                         theta-bar); theta <- theta + d (NoLoCo; lr 0.7, momentum 0.5 and pull =
+                         lr by default; with the scenario's random_matching topology, one
+                         neighbour a round).
     On the complete graph this is all-reduce DiLoCo. The parameters then hold theta. Arguments
     left None come from the scenario's algorithm (kind "diloco": inner_steps, outer.kind, lr,
     momentum; peer.diloco); with another scenario inner_steps must be given, outer defaults to
@@ -313,7 +318,7 @@ class DiLoCo:
     with DecentralizedOptimizer (wrap after moving the model). overlap=True (or the scenario's
     "overlap": true) sends each round's local model and finishes the round H steps later
     (finish()): the exchange travels during the next inner steps, and the outer step lands under
-    them (x <- theta + (x - sent)); sgd and nesterov only. fragments=F (or the scenario's
+    them (x <- theta + (x - sent)); not with exact_diffusion. fragments=F (or the scenario's
     "fragments": F; Streaming DiLoCo) cuts the flat parameters into F contiguous fragments of
     ceil(d / F) values: every H / F steps one of them, in turn, is mixed and takes its outer step
     (its theta, momentum and y), and only that fragment of the parameters restarts from its new
@@ -333,7 +338,7 @@ class DiLoCo:
 
     def __init__(self, inner_optimizer, model, peer=None, inner_steps=None, outer=None,
                  outer_lr=None, outer_momentum=None, fragments=None, overlap=None,
-                 shared_start=True):
+                 shared_start=True, pull=None):
         if not isinstance(inner_optimizer, torch.optim.Optimizer):
             raise TypeError("inner_optimizer must be a torch.optim.Optimizer; got "
                             f"{type(inner_optimizer).__name__}")
@@ -372,23 +377,27 @@ class DiLoCo:
         self._fragment = -(-d // self.fragments)  # ceil(d / F): the last fragment may be shorter
         self._steps_per_round = self.inner_steps // self.fragments
         self.outer = outer if outer is not None else keys.get("outer", "nesterov")
-        if self.outer == "noloco":
-            raise NotImplementedError(
-                'outer="noloco" mixes the outer models as well as the local ones, two vectors a '
-                "round, and mix() exchanges one; run noloco with node-launcher on the scenario's "
-                "problem (docs/algorithms.md §29)")
         if self.outer not in _OUTERS:
             raise ValueError(f"outer must be one of {', '.join(_OUTERS)}; got {self.outer!r}")
-        default_lr = 0.7 if self.outer == "nesterov" else 1.0
-        if keys and keys.get("outer") == self.outer:
-            default_lr = keys["outer_lr"]
+        # The scenario's values for its own outer kind; otherwise DiLoCo's lr 0.7 and momentum
+        # 0.9 (nesterov), NoLoCo's lr 0.7, momentum 0.5 and a pull as strong as the lr, and plain
+        # averaging (lr 1) for sgd and exact_diffusion.
+        same = bool(keys) and keys.get("outer") == self.outer
+        default_lr = keys["outer_lr"] if same else \
+            (0.7 if self.outer in ("nesterov", "noloco") else 1.0)
         self.outer_lr = float(outer_lr if outer_lr is not None else default_lr)
+        default_momentum = keys.get("outer_momentum", 0.9) if same else \
+            (0.5 if self.outer == "noloco" else 0.9)
         self.outer_momentum = float(outer_momentum if outer_momentum is not None
-                                    else keys.get("outer_momentum", 0.9))
+                                    else default_momentum)
+        self.pull = float(pull if pull is not None
+                          else (keys.get("pull", self.outer_lr) if same else self.outer_lr))
         if not 0 < self.outer_lr <= 2:
             raise ValueError(f"outer_lr must be in (0, 2]; got {self.outer_lr}")
         if not 0 <= self.outer_momentum < 1:
             raise ValueError(f"outer_momentum must be in [0, 1); got {self.outer_momentum}")
+        if not 0 < self.pull <= 2:
+            raise ValueError(f"pull must be in (0, 2]; got {self.pull}")
         if self.overlap and self.outer == "exact_diffusion":
             raise NotImplementedError('overlap=True with outer="exact_diffusion": its correction '
                                       "would act on inner steps the delayed round has not seen; "
@@ -399,19 +408,25 @@ class DiLoCo:
         with torch.no_grad():
             self._theta = self._flat.clone()
             self._local = torch.empty_like(self._flat)
-            self._momentum = torch.zeros_like(self._flat) if self.outer == "nesterov" else None
+            self._momentum = torch.zeros_like(self._flat) \
+                if self.outer in ("nesterov", "noloco") else None
             self._dual = torch.zeros_like(self._flat) if self.outer == "exact_diffusion" else None
             # overlap: the fragment of the local model as sent. The buffer the exchange mixes a
-            # fragment into (padded with zeros to ceil(d / F)): the parameters themselves when
-            # there is one fragment and no overlap.
+            # fragment into, padded with zeros to ceil(d / F) (noloco: [theta, x] of it, twice
+            # that): the parameters themselves when there is one fragment, no overlap and not
+            # noloco.
             self._sent = torch.empty(self._fragment, dtype=self._flat.dtype) if self.overlap \
                 else None
-            self._mixing = torch.empty(self._fragment, dtype=self._flat.dtype) \
-                if self.overlap or self.fragments > 1 else None
+            self._noloco = self.outer == "noloco"
+            width = (2 if self._noloco else 1) * self._fragment
+            self._mixing = torch.empty(width, dtype=self._flat.dtype) \
+                if self.overlap or self.fragments > 1 or self._noloco else None
         self._pending = None    # overlap: the fragment (lo, n) whose exchange is in flight
         self._rounds = 0        # rounds started (a round every inner_steps / fragments steps)
-        # (Fragments take no lossy codec, whose reference points this is for.)
-        if shared_start and self.fragments == 1 and peer.round == 0 and not peer.rejoining:
+        # (Fragments take no lossy codec, whose reference points this is for, and noloco's needs
+        # error feedback, which has none.)
+        if shared_start and self.fragments == 1 and not self._noloco and peer.round == 0 and \
+                not peer.rejoining:
             peer.mix_reference(self._flat)
         self.steps = 0          # inner steps taken
         self.outer_rounds = 0
@@ -469,10 +484,34 @@ class DiLoCo:
         self._rounds += 1
         return lo, n
 
-    def _outer_step(self, lo, n, xbar):
-        """theta's outer step on elements [lo, lo + n) from the mixed local models x-bar there;
-        returns theta's new values there (a view)."""
+    def _fill(self, lo, n, x):
+        """The exchange's buffer for the fragment [lo, lo + n): its local model x (noloco:
+        [theta, x]), zeros in the padding."""
+        self._mixing.zero_()
+        if self._noloco:
+            self._mixing[:n].copy_(self._theta[lo:lo + n])
+            self._mixing[self._fragment:self._fragment + n].copy_(x)
+        else:
+            self._mixing[:n].copy_(x)
+
+    def _mixed(self, n):
+        """x-bar (and noloco's theta-bar, else None) in the exchange's buffer once mixed."""
+        if self._noloco:
+            return self._mixing[self._fragment:self._fragment + n], self._mixing[:n]
+        return self._mixing[:n], None
+
+    def _outer_step(self, lo, n, xbar, thetabar=None):
+        """theta's outer step on elements [lo, lo + n) from the mixed local models x-bar there
+        (noloco: and the mixed outer models theta-bar); returns theta's new values there (a
+        view)."""
         theta = self._theta[lo:lo + n]
+        if self._noloco:
+            # delta <- mu delta - lr (theta-bar - x-bar) - pull (theta - theta-bar); theta += delta.
+            m = self._momentum[lo:lo + n]
+            m.copy_(self.outer_momentum * m - self.outer_lr * (thetabar - xbar)
+                    - self.pull * (theta - thetabar))
+            theta.add_(m)
+            return theta
         delta = theta - xbar                  # D
         if self.outer == "nesterov":
             m = self._momentum[lo:lo + n]
@@ -495,8 +534,7 @@ class DiLoCo:
             x = self._flat[lo:lo + n]
             self.pseudo_gradient_norm = float(torch.linalg.vector_norm(self._theta[lo:lo + n] - x))
             self._sent[:n].copy_(x)
-            self._mixing.zero_()              # the padding of a short last fragment
-            self._mixing[:n].copy_(x)
+            self._fill(lo, n, x)
         self.peer.mix_start(self._mixing)
         self._pending = (lo, n)
 
@@ -509,7 +547,7 @@ class DiLoCo:
         self.peer.mix_wait()
         self._pending = None
         with torch.no_grad():
-            theta = self._outer_step(lo, n, self._mixing[:n])
+            theta = self._outer_step(lo, n, *self._mixed(n))
             self._flat[lo:lo + n].add_(theta - self._sent[:n])  # theta + (x - sent)
         self.outer_rounds += 1
 
@@ -522,12 +560,11 @@ class DiLoCo:
                 self._local[lo:lo + n].copy_(x)
             if self._mixing is None:
                 self.peer.mix(x)                  # x = x-bar, the mixed local models
-                xbar = x
+                xbar, thetabar = x, None
             else:
-                self._mixing.zero_()              # the padding of a short last fragment
-                self._mixing[:n].copy_(x)
+                self._fill(lo, n, x)
                 self.peer.mix(self._mixing)
-                xbar = self._mixing[:n]
+                xbar, thetabar = self._mixed(n)
             if self._dual is not None:
                 lrs = {float(g["lr"]) for g in self.optimizer.param_groups}
                 if len(lrs) != 1:
@@ -536,7 +573,7 @@ class DiLoCo:
                 # Over the H inner steps the fragment took since its last exchange.
                 scale = 1.0 / (2.0 * lrs.pop() * self.inner_steps)
                 self._dual[lo:lo + n].add_(self._local[lo:lo + n] - xbar, alpha=scale)
-            x.copy_(self._outer_step(lo, n, xbar))
+            x.copy_(self._outer_step(lo, n, xbar, thetabar))
         self.outer_rounds += 1
 
     def state_dict(self):
@@ -569,7 +606,8 @@ class DiLoCo:
     def __repr__(self):
         return (f"DiLoCo(inner_steps={self.inner_steps}, outer={self.outer!r}, "
                 f"outer_lr={self.outer_lr}, outer_momentum={self.outer_momentum}, "
-                f"fragments={self.fragments}, overlap={self.overlap}, "
+                + (f"pull={self.pull}, " if self._noloco else "")
+                + f"fragments={self.fragments}, overlap={self.overlap}, "
                 f"{self._flat.numel()} parameters, {self.peer!r})\n{self.optimizer!r}")
 
 

@@ -8,7 +8,8 @@ top-k codec (2 of the 8 parameters) the exchange carries compressed differences:
 x-hat_j for itself and its neighbours, starting at the common initial model (DiLoCo's
 shared_start), sends q_i = top-2(x_i - x-hat_i), x-hat_i += q_i, and x-bar_i = sum_j w_ij x-hat_j.
 With overlap each round's outer step lands H steps later under the steps taken since; with
-fragments (Streaming DiLoCo) a fragment of the parameters, in turn, is mixed every H / F steps."""
+fragments (Streaming DiLoCo) a fragment of the parameters, in turn, is mixed every H / F steps;
+noloco mixes [theta, x] and takes NoLoCo's momentum step with its pull toward theta-bar."""
 
 import os
 import sys
@@ -53,7 +54,14 @@ def fragment(k, fragments, d=8):
     return slice(lo, min(d, lo + size))
 
 
-def reference_overlap(lr, mu, h=H, fragments=1):
+def noloco_step(theta, m, sl, thetabar, xbar, lr, mu, pull):
+    """NoLoCo's outer step on theta[sl]: d <- mu d - lr (theta-bar - x-bar) - pull (theta -
+    theta-bar); theta += d."""
+    m[sl] = mu * m[sl] - lr * (thetabar - xbar) - pull * (theta[sl] - thetabar)
+    theta[sl] = theta[sl] + m[sl]
+
+
+def reference_overlap(lr, mu, h=H, fragments=1, outer="nesterov", pull=None):
     """overlap=True on the ring, outer Nesterov: round k's fragment of the local models (all of
     it without fragments) leaves after its h / F steps and is mixed while the next h / F steps
     run; then that fragment of theta takes the outer step and of each local model keeps the
@@ -68,11 +76,16 @@ def reference_overlap(lr, mu, h=H, fragments=1):
     history = [[t.copy() for t in theta]]
 
     def finish(sl, sent):
+        thetas = [t[sl].copy() for t in theta]  # noloco's outer models, as sent
         for r in range(NODES):
             xbar = sum(w[r, j] * sent[j] for j in range(NODES))
-            d = theta[r][sl] - xbar
-            m[r][sl] = mu * m[r][sl] + d
-            theta[r][sl] = xbar + (d - lr * (d + mu * m[r][sl]))
+            if outer == "noloco":
+                thetabar = sum(w[r, j] * thetas[j] for j in range(NODES))
+                noloco_step(theta[r], m[r], sl, thetabar, xbar, lr, mu, pull)
+            else:
+                d = theta[r][sl] - xbar
+                m[r][sl] = mu * m[r][sl] + d
+                theta[r][sl] = xbar + (d - lr * (d + mu * m[r][sl]))
             x[r][sl] = theta[r][sl] + (x[r][sl] - sent[r])
 
     for k in range(OUTER_ROUNDS * fragments):
@@ -89,7 +102,7 @@ def reference_overlap(lr, mu, h=H, fragments=1):
     return history
 
 
-def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1):
+def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1, pull=None):
     """Every round: h / F inner steps on each rank's local model, then round k's fragment (all of
     it without fragments) is mixed, takes the outer step there, and restarts from its new theta.
     The saved points: each rank's parameters after every round."""
@@ -114,7 +127,12 @@ def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1):
             hat = [hat[r] + top_k(x[r] - hat[r], topk) for r in range(NODES)]
         mixed = hat if topk else sent
         xbars = [sum(w[r, j] * mixed[j] for j in range(NODES)) for r in range(NODES)]
+        thetabars = [sum(w[r, j] * theta[j][sl] for j in range(NODES)) for r in range(NODES)]
         for r in range(NODES):
+            if outer == "noloco":
+                noloco_step(theta[r], m[r], sl, thetabars[r], xbars[r], lr, mu, pull)
+                x[r][sl] = theta[r][sl]
+                continue
             d = theta[r][sl] - xbars[r]
             u = d
             if outer == "nesterov":
@@ -132,10 +150,13 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
     name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "") + \
         ("-overlap" if overlap else "") + (f"-{fragments}fragments" if fragments > 1 else "")
-    lr, mu = (0.7, 0.9) if outer == "nesterov" else (0.8, 0.0)
+    lr, mu = {"nesterov": (0.7, 0.9), "noloco": (0.7, 0.5)}.get(outer, (0.8, 0.0))
+    pull = 0.3 if outer == "noloco" else None
     outer_keys = {"kind": outer, "lr": lr}
-    if outer == "nesterov":
+    if outer in ("nesterov", "noloco"):
         outer_keys["momentum"] = mu
+    if pull is not None:
+        outer_keys["pull"] = pull
     extra = {"topology": {"kind": topology}}
     if topk:
         extra["compression"] = {"kind": "topk", "k": topk}
@@ -151,8 +172,8 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
     print(output)
     harness.check(rc == 0, f"{name}: node-launcher exited {rc}")
     got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]
-    want = reference_overlap(lr, mu, h, fragments) if overlap else \
-        reference(topology, outer, lr, mu, topk, h, fragments)
+    want = reference_overlap(lr, mu, h, fragments, outer, pull) if overlap else \
+        reference(topology, outer, lr, mu, topk, h, fragments, pull)
     harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
                   f"reference has {len(want)}")
     worst = 0.0
@@ -191,12 +212,19 @@ def main():
         run(tmp, "ring", "nesterov", h=6, fragments=3)
         run(tmp, "ring", "exact_diffusion", h=4, fragments=2)
         run(tmp, "ring", "nesterov", overlap=True, h=4, fragments=2)
+        # NoLoCo's outer step (the scenario's pull 0.3): [theta, x] mixed, alone, in fragments
+        # and with overlap.
+        run(tmp, "ring", "noloco")
+        run(tmp, "ring", "noloco", h=4, fragments=2)
+        run(tmp, "ring", "noloco", overlap=True)
+        harness.check(np.max(np.abs(reference("ring", "noloco", 0.7, 0.5, pull=0.3)[-1][0] -
+                                    plain[-1][0])) > 1e-3, "noloco is nesterov in the reference")
         whole, streamed = reference("ring", "nesterov", 0.7, 0.9, h=6), \
             reference("ring", "nesterov", 0.7, 0.9, h=6, fragments=3)
         harness.check(np.max(np.abs(whole[-1][0] - streamed[-1][0])) > 1e-3,
                       "fragments change nothing in the reference")
-    print("python torch diloco: nesterov and exact_diffusion match the reference, with and "
-          "without top-k differences, with overlap, and in fragments (Streaming DiLoCo)")
+    print("python torch diloco: nesterov, exact_diffusion and noloco match the reference, with "
+          "and without top-k differences, with overlap, and in fragments (Streaming DiLoCo)")
 
 
 if __name__ == "__main__":
