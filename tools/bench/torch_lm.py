@@ -60,6 +60,8 @@ def runs():
         "diloco-h50-int8": ("DiLoCo, H = 50, int8 differences", diloco(50, {"kind": "int8"})),
         "diloco-h10-sign": ("DiLoCo, H = 10, sign differences (1 bit a value, one scale)",
                             diloco(10, {"kind": "sign"})),
+        "diloco-h16-sign": ("DiLoCo, H = 16, sign differences (as above)",
+                            diloco(16, {"kind": "sign"})),
         "diloco-h20-sign": ("DiLoCo, H = 20, sign differences (as above)",
                             diloco(20, {"kind": "sign"})),
         "diloco-h10-topk1": ("DiLoCo, H = 10, top-1% differences", diloco(10, top1)),
