@@ -333,7 +333,9 @@ class DiLoCo:
     (default True) says every rank starts from the same model (seed the initialization alike),
     so the reference points start there and no exchange is spent on the start; pass False if
     the ranks start from different models (the reference points then start at zero, and the
-    mix is CHOCO-gossip's).
+    mix is CHOCO-gossip's). The scenario's per-tensor rules ("compression": {"layers": ...})
+    see the model's tensors: a peer passed without a layout gets the model's
+    (`peer.set_layout`), one with another layout is refused.
     """
 
     def __init__(self, inner_optimizer, model, peer=None, inner_steps=None, outer=None,
@@ -423,6 +425,15 @@ class DiLoCo:
                 if self.overlap or self.fragments > 1 or self._noloco else None
         self._pending = None    # overlap: the fragment (lo, n) whose exchange is in flight
         self._rounds = 0        # rounds started (a round every inner_steps / fragments steps)
+        # The model's tensors for the scenario's per-tensor codec rules ("compression": {"layers":
+        # ...}), given to a peer made without them, when the exchange carries the flat parameters
+        # as they are (not in fragments, not noloco's [theta, x]).
+        if self.fragments == 1 and not self._noloco and not self._owns_peer:
+            if list(peer.layout) not in ([], self._layout):
+                raise ValueError(f"the peer was given the layout {list(peer.layout)}, but the "
+                                 f"model's parameters have the sizes {self._layout}")
+            if not list(peer.layout) and peer.round == 0:
+                peer.set_layout(self._layout)
         # (Fragments take no lossy codec, whose reference points this is for, and noloco's needs
         # error feedback, which has none.)
         if shared_start and self.fragments == 1 and not self._noloco and peer.round == 0 and \

@@ -36,7 +36,16 @@ def main():
     raises(NotImplementedError, ["lossy codec"],
            lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=4, compressed=True),
                                          fragments=2))
-    opt = starling.torch.DiLoCo(inner, model)
+    if os.environ.get("EXPLICIT_PEER") == "1":
+        # A peer made without a layout: the wrapper gives it the model's tensors (for the
+        # scenario's per-tensor codec rules).
+        peer = starling.Peer.from_env()
+        check(list(peer.layout) == [], f"a new peer's layout {list(peer.layout)}")
+        opt = starling.torch.DiLoCo(inner, model, peer=peer)
+        check(list(peer.layout) == [6, 2], f"the peer's layout {list(peer.layout)}, not the "
+              "model's [6, 2]")
+    else:
+        opt = starling.torch.DiLoCo(inner, model)
     keys = opt.peer.diloco
     check(keys is not None and keys["inner_steps"] == opt.inner_steps,
           f"the scenario's keys {keys}, the wrapper's inner_steps {opt.inner_steps}")
@@ -60,6 +69,8 @@ def main():
     else:
         opt.close()
     check(opt.outer_rounds == rounds, f"{opt.outer_rounds} outer rounds, not {rounds}")
+    if not opt.peer.closed:
+        opt.peer.close()  # the worker's own peer (EXPLICIT_PEER)
     np.save(os.path.join(os.environ["STARLING_OUT"], f"params-rank-{rank}.npy"), np.array(saved))
     print(f"rank {rank}: {opt!r}", flush=True)
 

@@ -168,7 +168,8 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
     scenario = harness.embedded_scenario(tmp, name, NODES, algorithm=algorithm, extra=extra)
     out = os.path.join(tmp, name)
     rc, output = harness.run_launcher(scenario, out, [sys.executable, worker], timeout=120,
-                                      env={"EXPECT_COMPRESSED": "1" if topk else "0"})
+                                      env={"EXPECT_COMPRESSED": "1" if topk else "0",
+                                           "EXPLICIT_PEER": "1" if topk else "0"})
     print(output)
     harness.check(rc == 0, f"{name}: node-launcher exited {rc}")
     got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]

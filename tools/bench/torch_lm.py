@@ -40,6 +40,14 @@ TRAIN = os.path.join(ROOT, "examples", "pytorch", "train_lm.py")
 TARGET = 1.02  # the plot's line: within 2% of DDP's final perplexity
 
 
+def tensor_count():
+    """The transformer's parameter tensors (the layout a trainer passes), whatever the vocabulary."""
+    sys.path.insert(0, os.path.dirname(TRAIN))
+    import train_lm as lm
+    a = lm.make_parser().parse_args([])
+    return len(list(lm.CharLM(2, a.width, a.layers, a.heads, a.context).parameters()))
+
+
 def runs():
     def diloco(h, codec=None):
         s = {"algorithm": {"kind": "diloco", "step_size": 0.003, "inner_steps": h,
@@ -64,6 +72,10 @@ def runs():
                             diloco(16, {"kind": "sign"})),
         "diloco-h20-sign": ("DiLoCo, H = 20, sign differences (as above)",
                             diloco(20, {"kind": "sign"})),
+        "diloco-h16-sign-tensors": (
+            "DiLoCo, H = 16, sign differences with a scale per tensor",
+            diloco(16, {"kind": "sign", "layers": [{"tensors": [i], "kind": "sign"}
+                                                   for i in range(tensor_count())]})),
         "diloco-h10-topk1": ("DiLoCo, H = 10, top-1% differences", diloco(10, top1)),
         "diloco-h20-topk1": ("DiLoCo, H = 20, top-1% differences", diloco(20, top1)),
         "diloco-h50-topk1": ("DiLoCo, H = 50, top-1% differences", diloco(50, top1)),
@@ -187,6 +199,7 @@ def main():
     ap.add_argument("--plot", default="", help="the plot's file (default OUT/charlm.png)")
     args = ap.parse_args()
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    sys.path.insert(0, os.path.join(ROOT, args.build, "python"))  # train_lm.py imports starling
     table = runs()
     chosen = ["ddp"] + [n for n in (args.only.split(",") if args.only else table) if n != "ddp"]
     for n in chosen:
