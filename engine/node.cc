@@ -101,10 +101,30 @@ void Node<T>::configure(const Options& run, const topology::Graph* support, uint
 
 template <typename T>
 void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
+  // What the replaced algorithm carries across a restart (optim::CarriedState), into its
+  // successor: the same kind of algorithm on the same model, so it always fits.
+  std::vector<double> carried;
+  if (steps_.carry != nullptr) carried = steps_.carry->carried();
   algorithm_ = std::move(algorithm);
   steps_ = algorithm_->capabilities();
+  if (steps_.carry != nullptr) (void)steps_.carry->carry(carried);
   kept_.clear();  // only the replaced algorithm read them
   codecState_ = codec_->newState(messageSize_);
+}
+
+template <typename T>
+std::vector<double> Node<T>::carriedState() const {
+  return steps_.carry != nullptr ? steps_.carry->carried() : std::vector<double>();
+}
+
+template <typename T>
+core::Status Node<T>::carryState(std::span<const double> values) {
+  if (values.empty()) return core::Status::ok();
+  if (steps_.carry == nullptr) {
+    return core::invalidArgument(std::to_string(values.size()) +
+                                 " values to carry into an algorithm that keeps none");
+  }
+  return steps_.carry->carry(values);
 }
 
 template <typename T>

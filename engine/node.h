@@ -85,8 +85,14 @@ class Node {
   // (none between rounds, and none in asynchronous mode).
   std::vector<int> awaited() const;
   // A membership change: the algorithm starts afresh from this node's current model (what it
-  // keeps about the lost nodes cannot be corrected locally), codec state included.
+  // keeps about the lost nodes cannot be corrected locally), codec state included; what the old
+  // one carries across a restart (optim::CarriedState: DiLoCo's outer momentum) goes to the new
+  // one.
   void restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm);
+  // That carried state, for a returning neighbour's join state, and its loading there
+  // (kInvalidArgument when it does not fit the algorithm; empty: nothing to load).
+  std::vector<double> carriedState() const;
+  core::Status carryState(std::span<const double> values);
 
   // Asynchronous gossip (docs/algorithms.md §26): no round barrier. Each neighbour j keeps one
   // receive outstanding, for its next round l_j + 1; a message that comes becomes the newest

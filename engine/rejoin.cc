@@ -51,7 +51,7 @@ core::Result<uint64_t> decodeJoinRequest(std::span<const std::byte> bytes) {
 }
 
 // Layout: magic, round, epoch, nodes, entries, dim, channel; `nodes` alive flags; 4 per entry
-// (rank, change, at, applied); the model.
+// (rank, change, at, applied); the model; the carried state (none, or dim values).
 transport::Bytes encodeJoinState(const JoinState& s) {
   std::vector<double> v = {kStateMagic,
                            static_cast<double>(s.round),
@@ -68,6 +68,7 @@ transport::Bytes encodeJoinState(const JoinState& s) {
     v.push_back(e.applied ? 1 : 0);
   }
   v.insert(v.end(), s.model.begin(), s.model.end());
+  v.insert(v.end(), s.carried.begin(), s.carried.end());
   transport::Bytes out;
   compression::encodeDense<double>(v, out);
   return out;
@@ -90,7 +91,9 @@ core::Result<JoinState> decodeJoinState(std::span<const std::byte> bytes, int no
   if (x[5] != static_cast<double>(want)) return bad("a model of " + std::to_string(x[5]) + " values");
   if (!isCount(x[6], 16)) return bad("bad channel");
   s.channel = static_cast<uint32_t>(x[6]);
-  if (x.size() != 7 + static_cast<size_t>(nodes) + 4 * entries + want) return bad("wrong length");
+  const size_t head = 7 + static_cast<size_t>(nodes) + 4 * entries;
+  const bool carries = want > 0 && x.size() == head + 2 * want;
+  if (x.size() != head + want && !carries) return bad("wrong length");
   size_t k = 7;
   for (int r = 0; r < nodes; ++r, ++k) {
     if (x[k] != 0 && x[k] != 1) return bad("bad alive flag");
@@ -105,9 +108,14 @@ core::Result<JoinState> decodeJoinState(std::span<const std::byte> bytes, int no
                                                 static_cast<uint64_t>(x[k + 1]),
                                                 static_cast<uint64_t>(x[k + 2]), x[k + 3] == 1});
   }
-  s.model.assign(x.begin() + static_cast<std::ptrdiff_t>(k), x.end());
+  const auto model = x.begin() + static_cast<std::ptrdiff_t>(k);
+  s.model.assign(model, model + static_cast<std::ptrdiff_t>(want));
   for (double m : s.model) {
     if (!std::isfinite(m)) return bad("a non-finite model value");
+  }
+  if (carries) s.carried.assign(model + static_cast<std::ptrdiff_t>(want), x.end());
+  for (double c : s.carried) {
+    if (!std::isfinite(c)) return bad("a non-finite carried value");
   }
   return s;
 }

@@ -7,8 +7,9 @@
 // "rank j returns at round q + D" in the membership gossip (the same agreement as a departure,
 // so every survivor applies it at the same round Y), and at round Y, after applying the change,
 // every neighbour of j in the new graph sends j its join state (kJoinStateChannel, round 0): the
-// round Y, the membership, the gossip's proposals and its current model. That is a state
-// transfer, not a replay: j starts its algorithm at round Y from that model, as every survivor
+// round Y, the membership, the gossip's proposals, its current model and what its algorithm
+// carries across a restart (DiLoCo's outer momentum). That is a state transfer, not a replay: j
+// starts its algorithm at round Y from that model and carried state, as every survivor
 // restarts its own from its model at a membership change (§18), so the exact methods converge to
 // the optimum of everyone's data again. A survivor that knows the run ends too soon for a return
 // answers at once with a state of round 0 (a refusal).
@@ -40,6 +41,9 @@ struct JoinState {
   std::vector<bool> alive;
   std::vector<MembershipGossip::Entry> entries;
   std::vector<double> model;
+  // What the sponsor's algorithm carries across a restart (optim::CarriedState: DiLoCo's outer
+  // momentum): empty, or as many values as the model.
+  std::vector<double> carried;
   // The channel of the call in which the sponsor applied the return at round Y: a trainer's
   // Peer that calls both step() (channel 0) and mix() (channel 1) lines its calls up with its
   // neighbours' by it (api/peer.cc). 0 for `node-launcher peer`.

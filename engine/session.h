@@ -82,9 +82,13 @@ class Session {
   // losses, exchanges over the survivors' support graph and restarts from its model by
   // `restart` at a membership change.
   core::Status add(Node<T>& node, Restart restart);
-  // A survivor's model for a rejoining neighbour's join state.
+  // A survivor's model for a rejoining neighbour's join state, and what its algorithm carries
+  // across a restart (Node::carriedState).
   void setJoinSource(typename Survival<T>::ModelSource source) {
     survival_.setJoinSource(std::move(source));
+  }
+  void setJoinCarried(typename Survival<T>::ModelSource source) {
+    survival_.setJoinCarried(std::move(source));
   }
 
   // Whether the fault script kills this rank before round `round`.

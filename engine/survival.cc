@@ -187,6 +187,7 @@ void Survival<T>::sendJoinState(int to, uint64_t round) {
     st.alive = membership_.aliveMask();
     st.entries = gossip_.entries();
     st.model = joinSource_();
+    if (joinCarried_) st.carried = joinCarried_();
     st.channel = prepareChannel_;
   } else {
     st.alive.assign(static_cast<size_t>(run_.nodes), false);

@@ -76,6 +76,8 @@ class Survival {
   // model for their join state (runPeer: its node's model; a trainer's Peer: its last round's).
   using ModelSource = std::function<std::vector<double>()>;
   void setJoinSource(ModelSource source) { joinSource_ = std::move(source); }
+  // What the join state carries besides the model (Node::carriedState); none when not set.
+  void setJoinCarried(ModelSource source) { joinCarried_ = std::move(source); }
   // A restarted peer takes over the membership and proposals its sponsor sent (before
   // install(); its round is state.round).
   core::Status adopt(const JoinState& state);
@@ -154,6 +156,7 @@ class Survival {
   const topology::Graph* support_ = nullptr;  // this round's
   transport::Transport& net_;
   ModelSource joinSource_;
+  ModelSource joinCarried_;
   uint32_t prepareChannel_ = kModelChannel;  // of the prepare() applying a change
   std::vector<bool> joinListening_;
   std::vector<std::pair<int, uint64_t>> joinRequests_;  // (rank, attempt), not yet answered

@@ -233,6 +233,21 @@ class ExchangeOverlap {
   ~ExchangeOverlap() = default;
 };
 
+// State carried across a restart: at a membership change every node restarts its algorithm
+// from its model (docs/algorithms.md §18); what else the new algorithm should keep from the one
+// it replaces (DiLoCo's outer momentum, §29) is carried(), which the node hands to the new one's
+// carry(), and which a returning peer takes from its neighbour with the model (§19). carry()
+// takes nothing (empty) or exactly what carried() of the same algorithm on the same model size
+// returns: kInvalidArgument otherwise, and the state is unchanged.
+class CarriedState {
+ public:
+  virtual std::vector<double> carried() const = 0;
+  virtual core::Status carry(std::span<const double> values) = 0;
+
+ protected:
+  ~CarriedState() = default;
+};
+
 // What capabilities() answers: each non-null when the algorithm has it (pointers into the
 // algorithm itself, valid as long as it).
 template <typename T>
@@ -241,6 +256,7 @@ struct AlgorithmCapabilities {
   CombinedAbsorption<T>* combined = nullptr;
   LocalStart<T>* start = nullptr;
   ExchangeOverlap* overlap = nullptr;
+  CarriedState* carry = nullptr;
 };
 
 template <typename T>

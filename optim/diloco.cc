@@ -25,7 +25,7 @@ const char* dilocoOuterName(DilocoSpec::Outer outer) {
 namespace {
 
 template <typename T>
-class Diloco final : public Algorithm<T>, public ExchangeOverlap {
+class Diloco final : public Algorithm<T>, public ExchangeOverlap, public CarriedState {
  public:
   Diloco(const DilocoSpec& spec, std::span<const T> x0, GradientOracle<T>& oracle)
       : spec_(spec), theta_(x0.begin(), x0.end()), x_(x0.begin(), x0.end()), grad_(x0.size()),
@@ -91,8 +91,28 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap {
     lossless_ = out.data();
   }
 
+  // The outer momentum (nesterov, noloco) survives a membership change: the survivors keep
+  // theirs, a returning peer takes its neighbour's (exact_diffusion's y restarts at zero, which
+  // keeps sum_i y_i = 0 over the new membership).
   AlgorithmCapabilities<T> capabilities() override {
-    return {.overlap = spec_.overlap ? this : nullptr};
+    return {.overlap = spec_.overlap ? this : nullptr,
+            .carry = momentum_.empty() ? nullptr : this};
+  }
+  std::vector<double> carried() const override {
+    return std::vector<double>(momentum_.begin(), momentum_.end());
+  }
+  core::Status carry(std::span<const double> values) override {
+    if (values.empty()) return core::Status::ok();
+    if (values.size() != momentum_.size()) {
+      return core::invalidArgument("diloco: an outer momentum of " +
+                                   std::to_string(values.size()) + " values for a model of " +
+                                   std::to_string(momentum_.size()));
+    }
+    for (double v : values) {
+      if (!std::isfinite(v)) return core::invalidArgument("diloco: a non-finite outer momentum");
+    }
+    std::copy(values.begin(), values.end(), momentum_.begin());
+    return core::Status::ok();
   }
   // With "overlap", the next round's inner steps, while this round's messages travel.
   void computeDuringExchange(const std::function<void()>& poll) override {

@@ -129,6 +129,10 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     }
     std::vector<T> x0(got->model.begin(), got->model.end());
     node.restartAlgorithm(stack.algorithmFrom(stack.spec, x0));
+    // And what the neighbour's algorithm carries across a restart (DiLoCo's outer momentum).
+    if (auto st = node.carryState(got->carried); !st.isOk()) {
+      return core::corruption("rejoin: the join state's carried values: " + st.message());
+    }
     joined = std::move(*got);
   }
   if (!opt.resumeRound && !opt.rejoin && !opt.outDir.empty()) {
@@ -215,6 +219,7 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
     const auto x = node.model();
     return std::vector<double>(x.begin(), x.end());
   });
+  session.setJoinCarried([&node] { return node.carriedState(); });
   STARLING_RETURN_IF_ERROR(session.add(node, [&](std::vector<T> x0) {
     return stack.algorithmFrom(stack.spec, x0);
   }));

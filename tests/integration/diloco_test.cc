@@ -294,4 +294,42 @@ TEST_CASE("a diloco peer killed during its inner steps restarts and rejoins; the
   CHECK(metrics.back()["rel_error"].get<double>() < 1e-8);
 }
 
+TEST_CASE("a diloco peer that rejoins takes its neighbour's outer momentum with its model",
+          "[integration][peers][faults][rejoin][diloco]") {
+  // On the complete graph every node takes the same outer step from the same mean, so the outer
+  // models theta_i stay equal (to rounding) whatever the data: with nesterov, only if the
+  // momenta are equal too. Rank 2 is killed at round 40 and restarted; the survivors keep their
+  // momentum across the membership changes and rank 2 takes its sponsor's with the model (the
+  // join state), so the nodes still agree at the end. Had it restarted with a zero momentum,
+  // its theta would leave the others' by lr mu m at its first outer round and stay apart.
+  const auto dir = tempDir("diloco-rejoin-momentum");
+  const auto file = dir / "rejoin.json";
+  writeFile(file, R"({"schema_version": 1, "name": "diloco-rejoin-momentum", "nodes": 5,
+    "seed": 6, "rounds": 1500, "log_every": 50, "topology": {"kind": "complete"},
+    "transport": {"kind": "ucx"},
+    "problem": {"kind": "logistic", "l2": 0.05, "partition": "random",
+                "data": {"synthetic": {"samples": 500, "features": 8, "heterogeneity": 1.0}}},
+    "algorithm": {"kind": "diloco", "step_size": 0.2, "inner_steps": 3,
+                  "outer": {"kind": "nesterov", "lr": 0.7, "momentum": 0.9}},
+    "faults": {"on_peer_loss": "continue", "restart": true,
+               "script": [{"kill": 2, "at_round": 40},
+                          {"delay_ms": 1, "from_round": 0, "to_round": 1500}]}})");
+  const auto run = runLauncher({kLauncher, "run", file.string(), "--out", (dir / "run").string()},
+                               dir / "run.log");
+  INFO(run.output);
+  REQUIRE(run.exit == 0);
+  CHECK(run.output.find("peer 2 restarted (1 of 3); it rejoins") != std::string::npos);
+  const std::string changes = readFile(dir / "run" / "membership.jsonl");
+  INFO(changes);
+  REQUIRE(changes.find(R"("joined":[2])") != std::string::npos);
+  const auto metrics = metricsWithoutWall(dir / "run" / "metrics.jsonl");
+  REQUIRE(metrics.size() == 31);
+  CHECK(metrics.back()["outer_round"].get<double>() == 1500);
+  // Every logged round, before the loss, while rank 2 is away and after its return.
+  for (const auto& m : metrics) {
+    INFO("round " << m["round"].get<double>());
+    CHECK(m["consensus_distance"].get<double>() < 1e-9);
+  }
+}
+
 }  // namespace starling_diloco_test

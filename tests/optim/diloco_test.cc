@@ -361,6 +361,62 @@ TEST_CASE("diloco's state round-trips through a checkpoint", "[diloco]") {
   }
 }
 
+TEST_CASE("diloco carries its outer momentum across a restart; exact_diffusion's y restarts",
+          "[diloco]") {
+  // A restart builds the algorithm again from its model (theta) and hands it what the old one
+  // carried: with nesterov and noloco, theta and the momentum are all the state between rounds
+  // (x = theta), so the restarted nodes go on exactly as nodes that never restarted. Without the
+  // momentum they would not.
+  const size_t n = 4, d = 5;
+  const auto fs = problems(n, d, 81);
+  const Vec x0 = randomVec(d, 1.0, 8);
+  for (auto outer : {DilocoSpec::Outer::kNesterov, DilocoSpec::Outer::kNoloco}) {
+    DilocoSpec spec;
+    spec.innerSteps = 3;
+    spec.outer = outer;
+    spec.outerMomentum = 0.8;
+    auto kept = makeNodes(fs, spec, x0);
+    auto restarted = makeNodes(fs, spec, x0);
+    auto forgot = makeNodes(fs, spec, x0);
+    for (auto* ns : {&kept, &restarted, &forgot}) drive(ns->algs, ringWeights(n), 0.05, 3);
+    for (size_t i = 0; i < n; ++i) {
+      auto* carrier = restarted.algs[i]->capabilities().carry;
+      REQUIRE(carrier != nullptr);
+      const std::vector<double> momentum = carrier->carried();
+      REQUIRE(momentum.size() == d);
+      CHECK(std::any_of(momentum.begin(), momentum.end(), [](double v) { return v != 0.0; }));
+      const Vec theta = modelOf(*restarted.algs[i]);
+      restarted.algs[i] = createDiloco<double>(spec, theta, *restarted.oracles[i]);
+      REQUIRE(restarted.algs[i]->capabilities().carry->carry(momentum).isOk());
+      forgot.algs[i] = createDiloco<double>(spec, modelOf(*forgot.algs[i]), *forgot.oracles[i]);
+    }
+    for (auto* ns : {&kept, &restarted, &forgot}) drive(ns->algs, ringWeights(n), 0.05, 3, 3);
+    double apart = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const Vec a = modelOf(*kept.algs[i]), b = modelOf(*restarted.algs[i]);
+      for (size_t k = 0; k < d; ++k) REQUIRE(a[k] == b[k]);
+      apart = std::max(apart, relDiff(modelOf(*forgot.algs[i]), a));
+    }
+    CHECK(apart > 1e-6);  // the momentum matters
+    // What does not fit is refused, and changes nothing.
+    auto* carrier = restarted.algs[0]->capabilities().carry;
+    const std::vector<double> before = carrier->carried();
+    CHECK(carrier->carry(std::vector<double>(d + 1, 1.0)).code() ==
+          core::StatusCode::kInvalidArgument);
+    CHECK(carrier->carry(std::vector<double>(d, std::nan(""))).code() ==
+          core::StatusCode::kInvalidArgument);
+    CHECK(carrier->carried() == before);
+  }
+  // sgd keeps no momentum; exact_diffusion's y must restart at zero (sum_i y_i = 0 over the new
+  // membership): nothing to carry.
+  for (auto outer : {DilocoSpec::Outer::kSgd, DilocoSpec::Outer::kExactDiffusion}) {
+    DilocoSpec spec;
+    spec.outer = outer;
+    auto ns = makeNodes(fs, spec, x0);
+    CHECK(ns.algs[0]->capabilities().carry == nullptr);
+  }
+}
+
 TEST_CASE("diloco's compressed differences: exact without loss, and the exact_diffusion outer "
           "step still reaches the optimum through a lossy codec",
           "[diloco]") {

@@ -272,6 +272,54 @@ class NonLendingTransport final : public transport::Transport {
 // place (the in-process transport's frames, a shared-memory segment; DSGD and plain gossip then
 // stream a large message there). With a lossy codec the algorithm writes the node's own buffer,
 // which the codec then reads: never lent.
+// An algorithm that carries a state across a restart (optim::CarriedState): a counter vector.
+class CarryingAlgorithm final : public optim::Algorithm<double>, public optim::CarriedState {
+ public:
+  explicit CarryingAlgorithm(std::vector<double> kept) : kept_(std::move(kept)), x_(3, 0.0) {}
+  size_t messageSize() const override { return x_.size(); }
+  void prepare(const optim::RoundInfo&, std::span<double> out) override {
+    std::copy(x_.begin(), x_.end(), out.begin());
+  }
+  void absorb(const optim::RoundInfo&, std::span<const double>,
+              std::span<const optim::NeighborMessage<double>>) override {}
+  std::span<const double> model() const override { return x_; }
+  optim::AlgorithmCapabilities<double> capabilities() override { return {.carry = this}; }
+  std::vector<double> carried() const override { return kept_; }
+  core::Status carry(std::span<const double> values) override {
+    if (values.size() != kept_.size()) return core::invalidArgument("does not fit");
+    kept_.assign(values.begin(), values.end());
+    return core::Status::ok();
+  }
+  std::vector<double> kept_;
+
+ private:
+  std::vector<double> x_;
+};
+
+TEST_CASE("a restart hands the replaced algorithm's carried state to its successor",
+          "[runtime][unit]") {
+  auto hub = transport::inproc::createHub(1);
+  auto net = transport::inproc::createTransport(*hub, 0);
+  auto first = std::make_unique<CarryingAlgorithm>(std::vector<double>{1.5, -2, 7});
+  engine::Node<double> node(0, std::move(first), *net, engine::Node<double>::LogFn{});
+  CHECK(node.carriedState() == std::vector<double>{1.5, -2, 7});
+  // The successor starts with its own (zero) state and ends with its predecessor's.
+  auto second = std::make_unique<CarryingAlgorithm>(std::vector<double>{0, 0, 0});
+  const CarryingAlgorithm* successor = second.get();
+  node.restartAlgorithm(std::move(second));
+  CHECK(successor->kept_ == std::vector<double>{1.5, -2, 7});
+  // A returning peer's join state: loaded when it fits, refused (nothing changed) otherwise.
+  REQUIRE(node.carryState(std::vector<double>{4, 5, 6}).isOk());
+  CHECK(node.carriedState() == std::vector<double>{4, 5, 6});
+  CHECK_FALSE(node.carryState(std::vector<double>{1, 2}).isOk());
+  CHECK(node.carriedState() == std::vector<double>{4, 5, 6});
+  CHECK(node.carryState({}).isOk());  // nothing to load
+  // An algorithm that keeps nothing across a restart refuses carried values.
+  node.restartAlgorithm(std::make_unique<SumAlgorithm>(0, false));
+  CHECK(node.carriedState().empty());
+  CHECK(node.carryState(std::vector<double>{1}).code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("an algorithm is told its message is lent only where it writes the lent frame",
           "[runtime][unit]") {
   compression::CompressorSpec qsgd;

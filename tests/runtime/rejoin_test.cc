@@ -57,7 +57,15 @@ TEST_CASE("join frames: a state and a request come through whole", "[runtime][un
   CHECK(got->alive == s.alive);
   CHECK(sameEntries(got->entries, s.entries));
   CHECK(got->model == s.model);
+  CHECK(got->carried.empty());
   CHECK(got->channel == 1);
+  // With what the sponsor's algorithm carries across a restart (DiLoCo's outer momentum).
+  engine::JoinState c = s;
+  c.carried = {-0.25, 8, 1e-9};
+  auto carried = engine::decodeJoinState(engine::encodeJoinState(c), 4, 3);
+  REQUIRE(carried.isOk());
+  CHECK(carried->model == s.model);
+  CHECK(carried->carried == c.carried);
   // A refusal carries no model.
   engine::JoinState no;
   no.alive.assign(4, false);
@@ -93,6 +101,19 @@ TEST_CASE("join frames: anything else is refused, never trusted", "[runtime][uni
   const double magic = 0x4a535441;
   const std::vector<double> ok = {magic, 140, 2, 2, 1, 1, 0, 1, 1, 1, 1, 68, 1, 0.5};
   CHECK(engine::decodeJoinState(frameOf(ok), 2, 1).isOk());
+  // A carried state after the model: as many values as the model, finite.
+  auto withCarried = ok;
+  withCarried.push_back(-3.5);
+  auto c = engine::decodeJoinState(frameOf(withCarried), 2, 1);
+  REQUIRE(c.isOk());
+  CHECK(c->carried == std::vector<double>{-3.5});
+  withCarried.back() = NAN;
+  CHECK(engine::decodeJoinState(frameOf(withCarried), 2, 1).status().code() ==
+        core::StatusCode::kCorruption);
+  auto tooLong = ok;
+  tooLong.insert(tooLong.end(), {1.0, 2.0});  // neither none nor the model's length
+  CHECK(engine::decodeJoinState(frameOf(tooLong), 2, 1).status().code() ==
+        core::StatusCode::kCorruption);
   for (const auto& [k, v] : std::vector<std::pair<size_t, double>>{
            {0, 1.0},          // magic
            {1, -1},           // round
