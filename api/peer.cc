@@ -283,15 +283,28 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     takeRejoinModel(params);
     // mixReference(): the reference points start at the common model, and under diloco's
     // compressed differences the round leaves the mixed reference points (§29).
-    if (!mixReference.empty() && mixReference.size() != params.size()) {
-      return core::invalidArgument("mix: " + std::to_string(params.size()) +
-                                   " parameters, mixReference() was given " +
-                                   std::to_string(mixReference.size()));
+    // Streaming DiLoCo's fragments under compressed differences: each mix() carries one
+    // fragment of the model (ceil(d / F) values, the trainer's schedule: fragment r mod F in
+    // round r), and each fragment has reference points of its own.
+    const bool diloco = scenario.algorithm.kind == optim::AlgorithmKind::kDiloco;
+    const bool differences = diloco && scenario.algorithm.diloco.compressedDifferences;
+    const size_t pieces = diloco ? std::max<size_t>(1, scenario.algorithm.diloco.fragments) : 1;
+    const size_t fragments = differences ? pieces : 1;
+    const size_t expected =
+        mixReference.empty() ? params.size() : (mixReference.size() + pieces - 1) / pieces;
+    if (params.size() != expected) {
+      return core::invalidArgument(
+          "mix: " + std::to_string(params.size()) + " parameters, mixReference() was given " +
+          std::to_string(mixReference.size()) +
+          (pieces > 1 ? " (in " + std::to_string(pieces) + " fragments: " +
+                            std::to_string(expected) + " a mix)"
+                      : std::string()));
     }
-    const std::vector<T> start(mixReference.begin(), mixReference.end());
-    const optim::GossipReference<T> reference{
-        start, !start.empty() && scenario.algorithm.kind == optim::AlgorithmKind::kDiloco &&
-                   scenario.algorithm.diloco.compressedDifferences};
+    // (In fragments, reference points only for compressed differences: error feedback's are
+    // not kept per fragment.)
+    std::vector<T> start;
+    if (pieces == 1 || differences) start.assign(mixReference.begin(), mixReference.end());
+    const optim::GossipReference<T> reference{start, !start.empty() && differences, fragments};
     auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying,
                                          reference);
@@ -302,9 +315,11 @@ Status Peer::Impl::mixStart(std::span<T> params) {
         core::deriveSeed(scenario.seed, kSharedCodecSalt, 1));
     st.mixNode->configure(scenario::engineOptions(scenario), &schedule->support(), kMixChannel);
     // A membership change: gossip starts afresh from the current parameters.
-    STARLING_RETURN_IF_ERROR(st.session.add(*st.mixNode, [this, &st](std::vector<T> x0) {
+    STARLING_RETURN_IF_ERROR(st.session.add(*st.mixNode, [this, &st, fragments](std::vector<T> x0) {
+      // (Reference points from zero, as CHOCO-gossip's; a fragment's each.)
       auto fresh = optim::createGossip<T>(scenario.algorithm.gamma, x0.size(),
-                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying);
+                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying,
+                                          optim::GossipReference<T>{{}, false, fragments});
       fresh->setModel(x0);
       st.gossip = fresh.get();
       return std::unique_ptr<optim::Algorithm<T>>(std::move(fresh));

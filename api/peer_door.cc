@@ -157,6 +157,7 @@ std::optional<Peer::Diloco> Peer::diloco() const {
                 a.diloco.fragments,
                 a.diloco.overlap,
                 !compression::sendsIdentityOnly(impl_->scenario.compression),
+                a.diloco.compressedDifferences,
                 a.diloco.pull};
 }
 Status Peer::neighbourModels(std::vector<std::span<const float>>& out) const {

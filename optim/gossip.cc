@@ -1,6 +1,7 @@
 #include "optim/gossip.h"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 #include <utility>
 #include <vector>
@@ -142,11 +143,16 @@ class ChocoGossip final : public GossipAlgorithm<T>, public CombinedAbsorption<T
  public:
   ChocoGossip(double gamma, size_t dim, bool tracking, const GossipReference<T>& ref)
       : gamma_(static_cast<T>(gamma)), tracking_(tracking), averages_(ref.averageReferences),
-        x_(dim, T(0)), hat_(dim, T(0)), s_(dim, T(0)) {
+        fragments_(std::max<size_t>(1, ref.fragments)), x_(dim, T(0)),
+        hat_(dim * fragments_, T(0)), s_(dim * fragments_, T(0)) {
+    assert(!tracking_ || fragments_ == 1);
     // Every node agrees on every reference point without an exchange: the common start given
-    // (s_i = sum_j w_ij start = start), zero otherwise.
+    // (s_i = sum_j w_ij start = start), zero otherwise; in fragments, the model's piece f at
+    // [f dim, (f + 1) dim), padded with zeros.
     if (!ref.start.empty()) {
-      start_.assign(ref.start.begin(), ref.start.end());
+      assert(ref.start.size() <= hat_.size());
+      start_.assign(hat_.size(), T(0));
+      std::copy(ref.start.begin(), ref.start.end(), start_.begin());
       hat_ = start_;
       s_ = start_;
     }
@@ -154,8 +160,9 @@ class ChocoGossip final : public GossipAlgorithm<T>, public CombinedAbsorption<T
 
   void setModel(std::span<const T> x) override { std::copy(x.begin(), x.end(), x_.begin()); }
   size_t messageSize() const override { return x_.size(); }
-  void prepare(const RoundInfo&, std::span<T> out) override {
-    for (size_t k = 0; k < x_.size(); ++k) out[k] = x_[k] - hat_[k];
+  void prepare(const RoundInfo& info, std::span<T> out) override {
+    const T* hat = hat_.data() + piece(info);
+    for (size_t k = 0; k < x_.size(); ++k) out[k] = x_[k] - hat[k];
   }
 
   void absorb(const RoundInfo& info, std::span<const T> own,
@@ -163,15 +170,17 @@ class ChocoGossip final : public GossipAlgorithm<T>, public CombinedAbsorption<T
     const size_t d = x_.size();
     if (!tracking_) {
       const T self = static_cast<T>(info.selfWeight);
+      T* hat = hat_.data() + piece(info);
+      T* s = s_.data() + piece(info);
       for (size_t k = 0; k < d; ++k) {
-        hat_[k] += own[k];
-        s_[k] += self * own[k];
+        hat[k] += own[k];
+        s[k] += self * own[k];
       }
       for (const auto& n : nbrs) {
         const T w = static_cast<T>(n.weight);
-        for (size_t k = 0; k < d; ++k) s_[k] += w * n.message[k];
+        for (size_t k = 0; k < d; ++k) s[k] += w * n.message[k];
       }
-      step();
+      step(info);
       return;
     }
     for (size_t k = 0; k < d; ++k) hat_[k] += own[k];
@@ -196,30 +205,40 @@ class ChocoGossip final : public GossipAlgorithm<T>, public CombinedAbsorption<T
   AlgorithmCapabilities<T> capabilities() override {
     return {.combined = tracking_ ? nullptr : this};
   }
-  void absorbCombined(const RoundInfo&, std::span<const T> own,
+  void absorbCombined(const RoundInfo& info, std::span<const T> own,
                       std::span<const T> combined) override {
+    T* hat = hat_.data() + piece(info);
+    T* s = s_.data() + piece(info);
     for (size_t k = 0; k < x_.size(); ++k) {
-      hat_[k] += own[k];
-      s_[k] += combined[k];
+      hat[k] += own[k];
+      s[k] += combined[k];
     }
-    step();
+    step(info);
   }
   std::span<const T> model() const override { return x_; }
 
  private:
+  // Where the round's piece of the reference points starts (0 without fragments).
+  size_t piece(const RoundInfo& info) const {
+    return static_cast<size_t>(info.round % fragments_) * x_.size();
+  }
+
   // x <- x + gamma (s - x-hat) = x + gamma sum_j w_ij (x-hat_j - x-hat_i); averageReferences:
   // x <- s = sum_j w_ij x-hat_j (what the reference points say the mixed models are).
-  void step() {
+  void step(const RoundInfo& info) {
+    const T* hat = hat_.data() + piece(info);
+    const T* s = s_.data() + piece(info);
     if (averages_) {
-      x_ = s_;
+      std::copy_n(s, x_.size(), x_.begin());
       return;
     }
-    for (size_t k = 0; k < x_.size(); ++k) x_[k] += gamma_ * (s_[k] - hat_[k]);
+    for (size_t k = 0; k < x_.size(); ++k) x_[k] += gamma_ * (s[k] - hat[k]);
   }
 
   const T gamma_;
   const bool tracking_;
   const bool averages_;
+  const size_t fragments_;
   std::vector<T> x_, hat_, s_;
   std::vector<T> start_;                 // the common reference start (empty: zero)
   std::map<int, std::vector<T>> peers_;  // time-varying: x-hat_j of every neighbour heard from

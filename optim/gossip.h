@@ -47,6 +47,10 @@ struct GossipReference {
   // DiLoCo's mix of compressed differences (docs/algorithms.md §29): the round leaves
   // x_i = sum_j w_ij x-hat_j, not CHOCO's x_i + gamma sum_j w_ij (x-hat_j - x-hat_i).
   bool averageReferences = false;
+  // Streaming DiLoCo's fragments: the model is `fragments` pieces of the message's size (the
+  // last padded with zeros), round r mixes piece r mod fragments, and each piece has reference
+  // points of its own; `start` then holds the whole model (at most fragments * dim values).
+  size_t fragments = 1;
 };
 
 // `compressed`: the messages go through a lossy codec (CHOCO-gossip: each sends the compressed

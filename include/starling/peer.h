@@ -234,8 +234,12 @@ class Peer {
   // exchange is spent on the start; in a diloco scenario the round leaves params = the mixed
   // reference points, sum_j w_ij x-hat_j (docs/algorithms.md §29). Without it the reference
   // points start at zero and mix() is CHOCO-gossip (the first messages carry the whole model).
-  // A membership change starts the reference points again from zero. kFailedPrecondition after
-  // the first mix(); the size is checked there. Without a codec it changes nothing.
+  // With the scenario's "fragments": F (Streaming DiLoCo), `start` is the whole model of d
+  // values and each mix() carries fragment r mod F of it in round r (ceil(d / F) values, the
+  // last fragment padded with zeros), each fragment with reference points of its own (what
+  // starling.torch.DiLoCo(fragments=F) does). A membership change starts the reference points
+  // again from zero. kFailedPrecondition after the first mix(); the size is checked there.
+  // Without a codec it changes nothing.
   Status mixReference(std::span<const float> start);
   Status mixReference(std::span<const double> start);
   // The model's layout for the local optimizer and the compression's layers rules (see
@@ -266,6 +270,9 @@ class Peer {
     uint64_t fragments = 1;  // Streaming DiLoCo's fragments: 1/fragments of the model a round
     bool overlap = false;    // the exchange runs during the next round's inner steps
     bool compressed = false;  // the scenario's messages go through a lossy codec
+    // ... as compressed differences against reference points (a lossy codec without
+    // error_feedback, docs/algorithms.md §29): fragments take those (one set per fragment).
+    bool compressedDifferences = false;
     double pull = 0.7;        // noloco: the pull toward the neighbours' outer models
   };
   std::optional<Diloco> diloco() const;

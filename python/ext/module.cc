@@ -238,6 +238,7 @@ class PyPeer {
     d["fragments"] = c->fragments;
     d["overlap"] = c->overlap;
     d["compressed"] = c->compressed;
+    d["compressed_differences"] = c->compressedDifferences;
     d["pull"] = c->pull;
     return d;
   }
@@ -376,7 +377,8 @@ codistillation_loss turns them into the term. Raises starling.Error without codi
                              "burn_in), or None.")
       .def_property_readonly("diloco", &PyPeer::diloco,
                              "The scenario's DiLoCo keys as a dict (inner_steps, outer, outer_lr, "
-                             "outer_momentum, fragments, overlap, compressed: a lossy codec, pull) when "
+                             "outer_momentum, fragments, overlap, compressed: a lossy codec, "
+                             "compressed_differences, pull) when "
                              "its algorithm is diloco, "
                              "else None.")
       .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")

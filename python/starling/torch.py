@@ -323,9 +323,10 @@ class DiLoCo:
     ceil(d / F) values: every H / F steps one of them, in turn, is mixed and takes its outer step
     (its theta, momentum and y), and only that fragment of the parameters restarts from its new
     theta, so each fragment is still exchanged every H steps but a round sends 1/F of the model;
-    inner_steps must be a multiple of F, and fragments take no lossy codec here (each fragment
-    would need reference points of its own; node-launcher runs that). A membership change
-    restarts nothing here: the outer momentum and y carry on.
+    inner_steps must be a multiple of F; with a lossy codec's compressed differences each
+    fragment has reference points of its own (the scenario's "fragments" must be F), and error
+    feedback is refused (node-launcher runs that). A membership change restarts nothing here:
+    the outer momentum and y carry on.
 
     With a lossy codec in the scenario (e.g. "compression": {"kind": "topk", "ratio": 0.01}),
     each exchange carries the compressed change of the local model against reference points
@@ -370,11 +371,18 @@ class DiLoCo:
             raise ValueError(f"each of the {self.fragments} fragments is mixed after inner_steps / "
                              f"fragments inner steps: inner_steps ({self.inner_steps}) must be a "
                              "multiple of fragments")
-        if self.fragments > 1 and keys.get("compressed", False):
+        if self.fragments > 1 and keys.get("compressed", False) and \
+                not keys.get("compressed_differences", False):
             raise NotImplementedError(
-                "fragments > 1 with the scenario's lossy codec: each fragment would need reference "
-                "points (or an error-feedback memory) of its own, and one peer mixes one vector; "
-                "run it with node-launcher on the scenario's problem, or drop the codec")
+                "fragments > 1 with the scenario's lossy codec under error feedback: each fragment "
+                "would need an error-feedback memory of its own; leave error_feedback out (the "
+                "compressed differences then keep reference points per fragment) or run it with "
+                "node-launcher on the scenario's problem")
+        if self.fragments > 1 and keys.get("compressed_differences", False) and \
+                self.fragments != keys.get("fragments", 1):
+            raise ValueError(f"fragments={self.fragments} with the scenario's compressed "
+                             "differences: the peer keeps reference points for the scenario's "
+                             f"fragments ({keys.get('fragments', 1)}); set \"fragments\" there")
         d = self._flat.numel()
         self._fragment = -(-d // self.fragments)  # ceil(d / F): the last fragment may be shorter
         self._steps_per_round = self.inner_steps // self.fragments
@@ -424,7 +432,6 @@ class DiLoCo:
             self._mixing = torch.empty(width, dtype=self._flat.dtype) \
                 if self.overlap or self.fragments > 1 or self._noloco else None
         self._pending = None    # overlap: the fragment (lo, n) whose exchange is in flight
-        self._rounds = 0        # rounds started (a round every inner_steps / fragments steps)
         # The model's tensors for the scenario's per-tensor codec rules ("compression": {"layers":
         # ...}), given to a peer made without them, when the exchange carries the flat parameters
         # as they are (not in fragments, not noloco's [theta, x]).
@@ -434,10 +441,8 @@ class DiLoCo:
                                  f"model's parameters have the sizes {self._layout}")
             if not list(peer.layout) and peer.round == 0:
                 peer.set_layout(self._layout)
-        # (Fragments take no lossy codec, whose reference points this is for, and noloco's needs
-        # error feedback, which has none.)
-        if shared_start and self.fragments == 1 and not self._noloco and peer.round == 0 and \
-                not peer.rejoining:
+        # (noloco's codec needs error feedback, which has no reference points.)
+        if shared_start and not self._noloco and peer.round == 0 and not peer.rejoining:
             peer.mix_reference(self._flat)
         self.steps = 0          # inner steps taken
         self.outer_rounds = 0
@@ -488,11 +493,12 @@ class DiLoCo:
         return loss
 
     def _next_fragment(self):
-        """The round's fragment of the flat parameters, (first element, length), and the round
-        counted: fragment r mod F of round r (Streaming DiLoCo's schedule)."""
-        lo = min(self._flat.numel(), (self._rounds % self.fragments) * self._fragment)
+        """The round's fragment of the flat parameters, (first element, length): fragment r mod F
+        of the peer's round r (Streaming DiLoCo's schedule; the peer's count, so a rejoined or
+        resumed trainer keeps its neighbours' schedule, and the peer's reference points of
+        compressed differences follow the same one)."""
+        lo = min(self._flat.numel(), (self.peer.round % self.fragments) * self._fragment)
         n = min(self._flat.numel(), lo + self._fragment) - lo
-        self._rounds += 1
         return lo, n
 
     def _fill(self, lo, n, x):
@@ -594,7 +600,7 @@ class DiLoCo:
         return {"inner": self.optimizer.state_dict(), "theta": self._theta.clone(),
                 "momentum": None if self._momentum is None else self._momentum.clone(),
                 "dual": None if self._dual is None else self._dual.clone(),
-                "steps": self.steps, "outer_rounds": self.outer_rounds, "rounds": self._rounds}
+                "steps": self.steps, "outer_rounds": self.outer_rounds}
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state["inner"])
@@ -605,7 +611,6 @@ class DiLoCo:
             if self._dual is not None:
                 self._dual.copy_(state["dual"])
         self.steps, self.outer_rounds = int(state["steps"]), int(state["outer_rounds"])
-        self._rounds = int(state.get("rounds", self.outer_rounds))  # the fragment schedule
 
     def close(self):
         """Finishes an exchange in flight (overlap) and closes the peer if this wrapper created it

@@ -123,9 +123,15 @@ def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1, pull=None):
                 x[r] = x[r] - LR * g
         sl = fragment(k, fragments)
         sent = [v[sl].copy() for v in x]
-        if topk:  # (no fragments)
-            hat = [hat[r] + top_k(x[r] - hat[r], topk) for r in range(NODES)]
-        mixed = hat if topk else sent
+        if topk:
+            # Each fragment's reference points: q = top-k of the fragment's change, padded with
+            # zeros to ceil(8 / F) values as the exchange carries it.
+            width = -(-8 // fragments)
+            for r in range(NODES):
+                diff = np.zeros(width)
+                diff[:len(sent[r])] = sent[r] - hat[r][sl]
+                hat[r][sl] = hat[r][sl] + top_k(diff, topk)[:len(sent[r])]
+        mixed = [h[sl] for h in hat] if topk else sent
         xbars = [sum(w[r, j] * mixed[j] for j in range(NODES)) for r in range(NODES)]
         thetabars = [sum(w[r, j] * theta[j][sl] for j in range(NODES)) for r in range(NODES)]
         for r in range(NODES):
@@ -211,6 +217,8 @@ def main():
         # Streaming DiLoCo: 3 fragments of the 8 parameters (3, 3 and 2 of them), one mixed every
         # 2 of the 6 inner steps; 2 fragments with exact_diffusion and with overlap.
         run(tmp, "ring", "nesterov", h=6, fragments=3)
+        # With top-2 differences: reference points per fragment (3, 3 and 2 of the 8 values).
+        run(tmp, "ring", "nesterov", topk=2, h=6, fragments=3)
         run(tmp, "ring", "exact_diffusion", h=4, fragments=2)
         run(tmp, "ring", "nesterov", overlap=True, h=4, fragments=2)
         # NoLoCo's outer step (the scenario's pull 0.3): [theta, x] mixed, alone, in fragments
@@ -220,6 +228,10 @@ def main():
         run(tmp, "ring", "noloco", overlap=True)
         harness.check(np.max(np.abs(reference("ring", "noloco", 0.7, 0.5, pull=0.3)[-1][0] -
                                     plain[-1][0])) > 1e-3, "noloco is nesterov in the reference")
+        harness.check(np.max(np.abs(
+            reference("ring", "nesterov", 0.7, 0.9, 2, h=6, fragments=3)[-1][0] -
+            reference("ring", "nesterov", 0.7, 0.9, h=6, fragments=3)[-1][0])) > 1e-3,
+            "top-2 differences change nothing in fragments in the reference")
         whole, streamed = reference("ring", "nesterov", 0.7, 0.9, h=6), \
             reference("ring", "nesterov", 0.7, 0.9, h=6, fragments=3)
         harness.check(np.max(np.abs(whole[-1][0] - streamed[-1][0])) > 1e-3,
