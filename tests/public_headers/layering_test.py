@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The module order of docs/architecture.md, checked on every #include of the project's code.
 
-A module may include its own headers and those of the modules below it; nothing may include
+The page's table and this test's rows name the same modules in the same order. A module may
+include its own headers and those of the modules below it; nothing may include
 upwards (topology reaching into optim, the transport into the runtime, ...). The public headers
 (include/starling/) include only the standard library and each other, and no code outside api/
 includes api/'s internal headers. Standard library only; run by meson as the 'layering' test.
@@ -41,10 +42,28 @@ def module_of(rel: str):
     return None
 
 
+def documented_order(root: pathlib.Path):
+    """The module folders of docs/architecture.md's "Modules and their order" block, in order."""
+    text = (root / "docs" / "architecture.md").read_text(errors="replace")
+    section = text.split("## Modules and their order", 1)
+    if len(section) != 2 or "```" not in section[1]:
+        return None
+    block = section[1].split("```")[1]
+    return [m.group(1) for m in re.finditer(r"^([a-z_]+)/\s", block, re.M)]
+
+
 def main() -> int:
     root = pathlib.Path(sys.argv[1]).resolve()
     problems = []
     checked = 0
+    # The architecture page's table is this test's rows, in the same order (tools/ and tests/,
+    # which may include everything, are the page's alone).
+    order = documented_order(root)
+    if order is None:
+        problems.append("docs/architecture.md: no \"Modules and their order\" block")
+    elif [m for m in order if m not in ("tools", "tests")] != list(ALLOWED):
+        problems.append(f"docs/architecture.md lists the modules {order}; this test's rows are "
+                        f"{list(ALLOWED)} (plus tools and tests)")
     for m in ALLOWED:
         for path in sorted((root / m).rglob("*")):
             if path.suffix not in (".h", ".cc") or module_of(str(path.relative_to(root))) != m:
