@@ -207,7 +207,11 @@ core::Status runAs(const scenario::Experiment& e, const PeerOptions& opt, transp
                 resumedFrom);
   } else if (joined) {
     session.say(who + ": rejoined at round " + std::to_string(joined->round) +
-                " (membership epoch " + std::to_string(joined->epoch) + ")");
+                " (membership epoch " + std::to_string(joined->epoch) + ")" +
+                (joined->carried.empty()
+                     ? std::string()
+                     : ", with its neighbour's carried state (" +
+                           std::to_string(joined->carried.size()) + " values)"));
     // Its log says so (membership.jsonl has the survivors' line of the same change). Its model
     // is logged at the rounds the others log, so that the merge finds every round complete.
     if (joined->round % s.logEvery == 0) STARLING_RETURN_IF_ERROR(record(joined->round));

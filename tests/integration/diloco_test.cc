@@ -296,12 +296,12 @@ TEST_CASE("a diloco peer killed during its inner steps restarts and rejoins; the
 
 TEST_CASE("a diloco peer that rejoins takes its neighbour's outer momentum with its model",
           "[integration][peers][faults][rejoin][diloco]") {
-  // On the complete graph every node takes the same outer step from the same mean, so the outer
-  // models theta_i stay equal (to rounding) whatever the data: with nesterov, only if the
-  // momenta are equal too. Rank 2 is killed at round 40 and restarted; the survivors keep their
-  // momentum across the membership changes and rank 2 takes its sponsor's with the model (the
-  // join state), so the nodes still agree at the end. Had it restarted with a zero momentum,
-  // its theta would leave the others' by lr mu m at its first outer round and stay apart.
+  // Rank 2 of 5 is killed at round 40 and restarted; it takes its sponsor's model and outer
+  // momentum (the join state's carried values: one per parameter) and says so. On the complete
+  // graph every node takes the same outer step from the same mean, so the outer models theta_i
+  // agree to rounding again at the end. (Right after the loss they differ a
+  // little: each survivor stands in for the lost peer with its own model until the change
+  // applies, for as many rounds as noticing the loss takes, so the test does not look there.)
   const auto dir = tempDir("diloco-rejoin-momentum");
   const auto file = dir / "rejoin.json";
   writeFile(file, R"({"schema_version": 1, "name": "diloco-rejoin-momentum", "nodes": 5,
@@ -322,14 +322,15 @@ TEST_CASE("a diloco peer that rejoins takes its neighbour's outer momentum with 
   const std::string changes = readFile(dir / "run" / "membership.jsonl");
   INFO(changes);
   REQUIRE(changes.find(R"("joined":[2])") != std::string::npos);
+  // The restarted process's own output: the join state carried one value per parameter.
+  const std::string rejoined = readFile(dir / "run" / "peers" / "rank-2.out");
+  INFO(rejoined);
+  CHECK(rejoined.find("rejoined at round") != std::string::npos);
+  CHECK(rejoined.find("with its neighbour's carried state (8 values)") != std::string::npos);
   const auto metrics = metricsWithoutWall(dir / "run" / "metrics.jsonl");
   REQUIRE(metrics.size() == 31);
   CHECK(metrics.back()["outer_round"].get<double>() == 1500);
-  // Every logged round, before the loss, while rank 2 is away and after its return.
-  for (const auto& m : metrics) {
-    INFO("round " << m["round"].get<double>());
-    CHECK(m["consensus_distance"].get<double>() < 1e-9);
-  }
+  CHECK(metrics.back()["consensus_distance"].get<double>() < 1e-12);
 }
 
 }  // namespace starling_diloco_test
