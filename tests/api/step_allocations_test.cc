@@ -16,8 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "peer_testing.h"
-#include "runtime/launcher.h"
+#include "loopback_steps.h"
 
 namespace {
 
@@ -87,48 +86,23 @@ constexpr int kSteps = 200;
 constexpr int kWarmSteps = 50;
 constexpr int kWindow = 10;
 
-// Runs 4 peers over UCX loopback for kSteps float32 steps of `dim` parameters (the gradient:
-// a pull towards a per-rank target) and returns, per rank, the allocations of each window of
-// kWindow steps after the first kWarmSteps.
+// Runs 4 peers over UCX loopback for kSteps float32 steps of `dim` parameters and returns, per
+// rank, the allocations of each window of kWindow steps after the first kWarmSteps.
 std::vector<std::vector<long>> allocationsPerWindow(const std::string& name,
                                                     const std::string& algorithm, size_t dim) {
-  auto ports = runtime::freeLoopbackPorts(4);
-  REQUIRE(ports.isOk());
-  std::vector<std::string> addresses;
-  for (uint16_t p : *ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
-  // The problem only sizes the model here: the "trainer" below brings its own gradients.
-  const auto path = writeScenario(name, R"({"schema_version": 1, "name": ")" + name +
-                                            R"(", "nodes": 4, "seed": 3, "rounds": )" +
-                                            std::to_string(kSteps) + R"(,
-     "topology": {"kind": "ring"},
-     "problem": {"kind": "least_squares",
-                 "data": {"synthetic": {"samples": 8, "features": )" + std::to_string(dim) + R"(}}},
-     "algorithm": )" + algorithm + R"(, "transport": {"kind": "ucx", "round_timeout_ms": 20000}})");
   std::vector<std::vector<long>> windows(4);
-  const auto statuses = onThreads(4, [&](int rank) -> Status {
-    PeerOptions po;
-    po.addresses = addresses;
-    auto peer = Peer::fromScenario(path.string(), rank, po);
-    if (!peer) return peer.status();
-    std::vector<float> x(dim, 0.0f), g(dim);
-    for (int t = 0; t < kSteps; ++t) {
-      for (size_t i = 0; i < dim; ++i) g[i] = x[i] - static_cast<float>(rank + i % 3);
-      const bool measured = t >= kWarmSteps;
-      if (measured && (t - kWarmSteps) % kWindow == 0) windows[rank].push_back(0);
-      allocations = 0;
-      counting = measured;
-      const Status st = (*peer)->step(std::span<float>(x), std::span<const float>(g));
-      counting = false;
-      if (measured) windows[rank].back() += allocations;
-      if (!st.isOk()) return st;
-    }
-    return (*peer)->close();
-  });
-  for (int rank = 0; rank < 4; ++rank) {
-    INFO("rank " << rank << ": " << statuses[rank].toString());
-    CHECK(statuses[rank].isOk());
-  }
-  for (const auto& st : statuses) REQUIRE(st.isOk());
+  stepOnLoopback(
+      name, algorithm, dim, kSteps,
+      [&](int rank, int t, std::span<const float>, std::span<const float>) {
+        const bool measured = t >= kWarmSteps;
+        if (measured && (t - kWarmSteps) % kWindow == 0) windows[rank].push_back(0);
+        allocations = 0;
+        counting = measured;
+      },
+      [&](int rank, int t) {
+        counting = false;
+        if (t >= kWarmSteps) windows[rank].back() += allocations;
+      });
   return windows;
 }
 

@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "peer_testing.h"
-#include "runtime/launcher.h"
+#include "loopback_steps.h"
 
 namespace {
 
@@ -94,47 +93,24 @@ struct Copies {
 
 std::vector<Copies> copiesPerStep(const std::string& name, const std::string& algorithm,
                                   size_t dim) {
-  auto ports = runtime::freeLoopbackPorts(4);
-  REQUIRE(ports.isOk());
-  std::vector<std::string> addresses;
-  for (uint16_t p : *ports) addresses.push_back("127.0.0.1:" + std::to_string(p));
-  const auto path = writeScenario(name, R"({"schema_version": 1, "name": ")" + name +
-                                            R"(", "nodes": 4, "seed": 3, "rounds": )" +
-                                            std::to_string(kSteps) + R"(,
-     "topology": {"kind": "ring"},
-     "problem": {"kind": "least_squares",
-                 "data": {"synthetic": {"samples": 8, "features": )" + std::to_string(dim) + R"(}}},
-     "algorithm": )" + algorithm + R"(, "transport": {"kind": "ucx", "round_timeout_ms": 20000}})");
   std::vector<Copies> copies(4);
-  const auto statuses = onThreads(4, [&](int rank) -> Status {
-    PeerOptions po;
-    po.addresses = addresses;
-    auto peer = Peer::fromScenario(path.string(), rank, po);
-    if (!peer) return peer.status();
-    std::vector<float> x(dim, 0.0f), g(dim);
-    watch.params = reinterpret_cast<const unsigned char*>(x.data());
-    watch.grads = reinterpret_cast<const unsigned char*>(g.data());
-    watch.bytes = dim * sizeof(float);
-    for (int t = 0; t < kSteps; ++t) {
-      for (size_t i = 0; i < dim; ++i) g[i] = x[i] - static_cast<float>(rank + i % 3);
-      watch.paramBytes = watch.gradBytes = 0;
-      watch.on = t >= kWarmSteps;
-      const Status st = (*peer)->step(std::span<float>(x), std::span<const float>(g));
-      watch.on = false;
-      if (t >= kWarmSteps) {
+  stepOnLoopback(
+      name, algorithm, dim, kSteps,
+      [&](int, int t, std::span<const float> x, std::span<const float> g) {
+        watch.params = reinterpret_cast<const unsigned char*>(x.data());
+        watch.grads = reinterpret_cast<const unsigned char*>(g.data());
+        watch.bytes = dim * sizeof(float);
+        watch.paramBytes = watch.gradBytes = 0;
+        watch.on = t >= kWarmSteps;
+      },
+      [&](int rank, int t) {
+        watch.on = false;
+        if (t < kWarmSteps) return;
         copies[rank].params.push_back(static_cast<double>(watch.paramBytes) /
                                       static_cast<double>(watch.bytes));
         copies[rank].grads.push_back(static_cast<double>(watch.gradBytes) /
                                      static_cast<double>(watch.bytes));
-      }
-      if (!st.isOk()) return st;
-    }
-    return (*peer)->close();
-  });
-  for (int rank = 0; rank < 4; ++rank) {
-    INFO("rank " << rank << ": " << statuses[rank].toString());
-    REQUIRE(statuses[rank].isOk());
-  }
+      });
   return copies;
 }
 
