@@ -2,10 +2,13 @@
 // rounds, api/peer_factory.cc the ways to make one).
 #include <starling/peer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "api/peer_impl.h"
 
@@ -85,24 +88,44 @@ Status Peer::mixReference(std::span<const double> start) { return mixReferenceOf
 
 namespace {
 template <typename T>
+std::vector<T>& dilocoBuffer(Peer::Impl& impl) {
+  if constexpr (std::is_same_v<T, float>) {
+    return impl.dilocoBuffer32;
+  } else {
+    return impl.dilocoBuffer64;
+  }
+}
+
+template <typename T>
 Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* outerRound) {
   if (outerRound) *outerRound = false;
   const auto keys = peer.diloco();
-  if (keys && (keys->overlap || keys->fragments != 1)) {
+  if (keys && keys->overlap) {
     return core::failedPrecondition(
-        "dilocoStep: the scenario's overlap and fragments are not built for C++ trainers "
-        "(starling.torch.DiLoCo takes overlap; node-launcher both; docs/algorithms.md §29)");
+        "dilocoStep: the scenario's overlap is not built for C++ trainers (starling.torch.DiLoCo "
+        "and node-launcher run it; docs/algorithms.md §29)");
   }
-  if (!keys || (keys->outer != "sgd" && keys->outer != "nesterov")) {
+  if (!keys || (keys->outer != "sgd" && keys->outer != "nesterov" && keys->outer != "noloco")) {
     return core::failedPrecondition(
-        "dilocoStep: the scenario's algorithm must be diloco with outer sgd or nesterov (" +
+        "dilocoStep: the scenario's algorithm must be diloco with outer sgd, nesterov or noloco (" +
         (keys ? "outer is " + keys->outer : std::string("it is not diloco")) +
         "; docs/algorithms.md §29)");
   }
+  const size_t fragments = std::max<uint64_t>(1, keys->fragments);
+  const bool noloco = keys->outer == "noloco";
+  if (fragments > 1 && keys->compressed && !keys->compressedDifferences) {
+    return core::failedPrecondition(
+        "dilocoStep: fragments with error feedback: each fragment would need an error-feedback "
+        "memory of its own (node-launcher runs it)");
+  }
   if (impl.dilocoTheta.empty()) {
-    // The first call, before any inner step: the outer model starts here.
+    // The first call, before any inner step: the outer model starts here, and so do the
+    // reference points of compressed differences (every rank starts from the same model).
     impl.dilocoTheta.assign(params.begin(), params.end());
     impl.dilocoMomentum.assign(params.size(), 0.0);
+    if (keys->compressedDifferences && !noloco) {
+      STARLING_RETURN_IF_ERROR(peer.mixReference(std::span<const T>(params)));
+    }
     return Status::ok();
   }
   if (impl.dilocoTheta.size() != params.size()) {
@@ -110,20 +133,48 @@ Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* out
                                  " parameters, the first call had " +
                                  std::to_string(impl.dilocoTheta.size()));
   }
-  if (++impl.dilocoSteps % keys->innerSteps != 0) return Status::ok();
-  STARLING_RETURN_IF_ERROR(peer.mix(params));  // params: the mixed local models, x-bar
-  const bool nesterov = keys->outer == "nesterov";
-  const double lr = keys->outerLr, mu = keys->outerMomentum;
-  for (size_t k = 0; k < params.size(); ++k) {
-    const double xbar = static_cast<double>(params[k]);
-    const double delta = impl.dilocoTheta[k] - xbar;
-    double u = delta;
-    if (nesterov) {
-      impl.dilocoMomentum[k] = mu * impl.dilocoMomentum[k] + delta;
-      u = delta + mu * impl.dilocoMomentum[k];
+  if (++impl.dilocoSteps % (keys->innerSteps / fragments) != 0) return Status::ok();
+  // The round's fragment (all of the model without fragments): fragment r mod F of the peer's
+  // round r, ceil(d / F) values, the last one padded with zeros in the exchange.
+  const size_t d = params.size(), width = (d + fragments - 1) / fragments;
+  const size_t lo = std::min<size_t>(d, (peer.round() % fragments) * width);
+  const size_t n = std::min(d, lo + width) - lo;
+  std::span<const T> xbar, thetabar;
+  if (fragments == 1 && !noloco) {
+    STARLING_RETURN_IF_ERROR(peer.mix(params));  // params: the mixed local models, x-bar
+    xbar = params;
+  } else {
+    std::vector<T>& buf = dilocoBuffer<T>(impl);
+    buf.assign((noloco ? 2 : 1) * width, T(0));
+    const size_t at = noloco ? width : 0;  // noloco sends [theta, x]
+    for (size_t k = 0; k < n; ++k) {
+      if (noloco) buf[k] = static_cast<T>(impl.dilocoTheta[lo + k]);
+      buf[at + k] = params[lo + k];
     }
-    impl.dilocoTheta[k] = xbar + (delta - lr * u);
-    params[k] = static_cast<T>(impl.dilocoTheta[k]);
+    STARLING_RETURN_IF_ERROR(peer.mix(std::span<T>(buf)));
+    xbar = std::span<const T>(buf).subspan(at, n);
+    thetabar = std::span<const T>(buf).first(noloco ? n : 0);
+  }
+  const double lr = keys->outerLr, mu = keys->outerMomentum;
+  for (size_t k = 0; k < n; ++k) {
+    double& theta = impl.dilocoTheta[lo + k];
+    double& m = impl.dilocoMomentum[lo + k];
+    const double x = static_cast<double>(xbar[k]);
+    if (noloco) {
+      // m <- mu m - lr (theta-bar - x-bar) - pull (theta - theta-bar); theta += m.
+      const double tb = static_cast<double>(thetabar[k]);
+      m = mu * m - lr * (tb - x) - keys->pull * (theta - tb);
+      theta += m;
+    } else {
+      const double delta = theta - x;
+      double u = delta;
+      if (keys->outer == "nesterov") {
+        m = mu * m + delta;
+        u = delta + mu * m;
+      }
+      theta = x + (delta - lr * u);
+    }
+    params[lo + k] = static_cast<T>(theta);
   }
   if (outerRound) *outerRound = true;
   return Status::ok();

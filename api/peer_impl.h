@@ -101,6 +101,9 @@ class Peer::Impl {
   std::vector<double> snapshotX, snapshotSketch;
   // dilocoStep: the outer model, its momentum, and the inner steps counted so far.
   std::vector<double> dilocoTheta, dilocoMomentum;
+  // ... and what a fragment (noloco: [theta, x] of it) is mixed in, in the parameters' type.
+  std::vector<float> dilocoBuffer32;
+  std::vector<double> dilocoBuffer64;
   // mixReference(): where the mix codec's reference points start (empty: zero).
   std::vector<double> mixReference;
   uint64_t dilocoSteps = 0;

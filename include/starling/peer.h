@@ -277,14 +277,18 @@ class Peer {
   };
   std::optional<Diloco> diloco() const;
   // DiLoCo from a trainer: call it once before your first inner step (it takes `params` as the
-  // outer model theta), then after each of your optimizer's (inner) steps on `params`. Every
-  // innerSteps-th call after the first is an outer round: mix() of the local models, then the outer step
-  // (sgd or nesterov, from diloco()) on theta - mixed, leaving the new outer model theta in
-  // `params`; the other calls only count. `outerRound` (optional) says whether this call was
-  // one. theta and the outer momentum live in the Peer, in float64. kFailedPrecondition unless
-  // the scenario's algorithm is diloco with outer sgd or nesterov (exact_diffusion adds its
-  // correction to every inner gradient, and noloco mixes two vectors: starling.torch.DiLoCo
-  // does the first; node-launcher both).
+  // outer model theta; with a lossy codec's compressed differences, also the reference points'
+  // start, mixReference), then after each of your optimizer's (inner) steps on `params`. Every
+  // innerSteps-th call after the first is an outer round: mix() of the local models, then the
+  // outer step (sgd, nesterov or noloco, from diloco()) on theta - mixed, leaving the new outer
+  // model theta in `params`; the other calls only count. With the scenario's fragments F, every
+  // innerSteps / F-th call is a round of fragment r mod F of the peer's round r (ceil(d / F)
+  // values), and only that fragment of `params` takes its new theta. `outerRound` (optional)
+  // says whether this call was one. theta and the outer momentum live in the Peer, in float64.
+  // kFailedPrecondition unless the scenario's algorithm is diloco with outer sgd, nesterov or
+  // noloco and without overlap (exact_diffusion adds its correction to every inner gradient:
+  // starling.torch.DiLoCo does it, and overlap; node-launcher both), and for fragments with
+  // error feedback.
   Status dilocoStep(std::span<float> params, bool* outerRound = nullptr);
   Status dilocoStep(std::span<double> params, bool* outerRound = nullptr);
   // The neighbours' models the next step()'s loss should distil from, sorted by rank: copies

@@ -325,6 +325,89 @@ TEST_CASE("Peer::dilocoStep: a trainer's inner steps and the outer Nesterov step
   }
 }
 
+TEST_CASE("Peer::dilocoStep in fragments, with nesterov and noloco, against all-reduce DiLoCo "
+          "written out", "[api][methods][diloco]") {
+  // 3 nodes on the complete graph, 4 parameters in 3 fragments (2, 2 and 0 values: ceil(4 / 3)
+  // = 2, so the third fragment is empty and its rounds only count), inner_steps 6: a round every
+  // 2 steps. Each round mixes fragment r mod 3 of every node's local model: x-bar is the mean
+  // there, and (noloco) theta-bar the mean of the outer models, which stay equal on the complete
+  // graph. Only that fragment of each node's parameters takes its new theta.
+  constexpr int kNodes = 3, kInner = 6, kFragments = 3, kOuter = 4;
+  const double lr = 0.05;
+  const auto grad = [](int r, const Vec& x) {
+    Vec g(x.size());
+    for (size_t k = 0; k < x.size(); ++k) {
+      g[k] = (static_cast<double>(k) + 1 + r) * (x[k] - r + static_cast<double>(k));
+    }
+    return g;
+  };
+  for (const std::string outer : {"nesterov", "noloco"}) {
+    CAPTURE(outer);
+    const bool noloco = outer == "noloco";
+    const double olr = 0.7, mu = noloco ? 0.5 : 0.9, pull = 0.3;
+    const auto file = scenarioFile(
+        "diloco-fragments", kNodes,
+        R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 6, "fragments": 3,
+            "outer": {"kind": ")" + outer + R"(", "lr": 0.7, "momentum": )" +
+            (noloco ? std::string("0.5, \"pull\": 0.3") : std::string("0.9")) + "}}");
+    std::vector<Vec> got(kNodes);
+    std::vector<int> rounds(kNodes, 0);
+    const auto st = onThreads(kNodes, [&](int r) -> Status {
+      auto peer = Peer::fromScenario(file, r);
+      if (!peer.isOk()) return peer.status();
+      Vec x = start(0);
+      if (auto t = (*peer)->dilocoStep(std::span<double>(x)); !t.isOk()) return t;
+      for (int s = 0; s < kInner * kOuter; ++s) {
+        const Vec g = grad(r, x);
+        for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
+        bool round = false;
+        if (auto t = (*peer)->dilocoStep(std::span<double>(x), &round); !t.isOk()) return t;
+        rounds[r] += round;
+      }
+      got[r] = x;
+      return (*peer)->close();
+    });
+    for (const auto& s : st) {
+      INFO(s.message());
+      REQUIRE(s.isOk());
+    }
+    std::filesystem::remove(file);
+    // The recursion written out: theta and m are the same on every node.
+    const size_t d = start(0).size(), width = (d + kFragments - 1) / kFragments;
+    Vec theta = start(0), m(d, 0.0);
+    std::vector<Vec> x(kNodes, start(0));
+    for (int round = 0; round < kOuter * kFragments; ++round) {
+      for (int r = 0; r < kNodes; ++r) {
+        for (int s = 0; s < kInner / kFragments; ++s) {
+          const Vec g = grad(r, x[r]);
+          for (size_t k = 0; k < d; ++k) x[r][k] -= lr * g[k];
+        }
+      }
+      const size_t lo = std::min(d, static_cast<size_t>(round % kFragments) * width);
+      for (size_t k = lo; k < std::min(d, lo + width); ++k) {
+        double xbar = 0;
+        for (int r = 0; r < kNodes; ++r) xbar += x[r][k] / kNodes;
+        if (noloco) {
+          m[k] = mu * m[k] - olr * (theta[k] - xbar);  // theta-bar = theta: no pull
+          theta[k] += m[k];
+        } else {
+          const double delta = theta[k] - xbar;
+          m[k] = mu * m[k] + delta;
+          theta[k] -= olr * (delta + mu * m[k]);
+        }
+        for (int r = 0; r < kNodes; ++r) x[r][k] = theta[k];
+      }
+    }
+    (void)pull;
+    for (int r = 0; r < kNodes; ++r) {
+      CHECK(rounds[r] == kOuter * kFragments);
+      for (size_t k = 0; k < d; ++k) CHECK(got[r][k] == Approx(x[r][k]).epsilon(1e-12));
+    }
+    // Something moved, and fragment 0's last theta is not what plain averaging would leave.
+    CHECK(std::abs(got[0][0] - start(0)[0]) > 1e-3);
+  }
+}
+
 TEST_CASE("Peer::mixReference: diloco's compressed differences start at the common model, and "
           "mix() leaves the mix of the reference points", "[api][methods][diloco]") {
   constexpr int kNodes = 2;
@@ -390,14 +473,16 @@ TEST_CASE("Peer::mixReference of another size than the model is refused at the f
   std::filesystem::remove(path);
 }
 
-TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd or nesterov",
-          "[api][methods][diloco]") {
+TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd, nesterov or "
+          "noloco, overlap, and fragments with error feedback", "[api][methods][diloco]") {
   for (const std::string& algorithm :
        {std::string(R"({"kind": "dsgd", "step_size": 0.1})"),
         std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
                        "outer": {"kind": "exact_diffusion"}})"),
         std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
-                       "overlap": true})")}) {
+                       "overlap": true})"),
+        std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2, "fragments": 2},
+                       "compression": {"kind": "topk", "k": 1, "error_feedback": true})")}) {
     const auto file = scenarioFile("diloco-refused", 1, algorithm);
     auto peer = Peer::fromScenario(file, 0);
     REQUIRE(peer.isOk());
