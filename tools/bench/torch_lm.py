@@ -49,9 +49,9 @@ def tensor_count():
 
 
 def runs():
-    def diloco(h, codec=None):
+    def diloco(h, codec=None, lr=0.7, momentum=0.9):
         s = {"algorithm": {"kind": "diloco", "step_size": 0.003, "inner_steps": h,
-                           "outer": {"kind": "nesterov", "lr": 0.7, "momentum": 0.9}}}
+                           "outer": {"kind": "nesterov", "lr": lr, "momentum": momentum}}}
         if codec:
             s["compression"] = codec
         return s
@@ -72,6 +72,14 @@ def runs():
                             diloco(16, {"kind": "sign"})),
         "diloco-h20-sign": ("DiLoCo, H = 20, sign differences (as above)",
                             diloco(20, {"kind": "sign"})),
+        "diloco-h16-sign-lr1": ("DiLoCo, H = 16, sign differences, outer lr 1.0",
+                                diloco(16, {"kind": "sign"}, lr=1.0)),
+        "diloco-h20-sign-lr1": ("DiLoCo, H = 20, sign differences, outer lr 1.0",
+                                diloco(20, {"kind": "sign"}, lr=1.0)),
+        "diloco-h40-sign-lr1": ("DiLoCo, H = 40, sign differences, outer lr 1.0",
+                                diloco(40, {"kind": "sign"}, lr=1.0)),
+        "diloco-h16-sign-m8": ("DiLoCo, H = 16, sign differences, outer momentum 0.8",
+                               diloco(16, {"kind": "sign"}, momentum=0.8)),
         "diloco-h16-sign-tensors": (
             "DiLoCo, H = 16, sign differences with a scale per tensor",
             diloco(16, {"kind": "sign", "layers": [{"tensors": [i], "kind": "sign"}
@@ -83,6 +91,13 @@ def runs():
         "diloco-h50-topk2bit": ("DiLoCo, H = 50, topk_2bit differences (2 of every 64)",
                                 diloco(50, {"kind": "topk_2bit", "chunk": 64, "per_chunk": 2})),
     }
+
+
+# The rows docs/benchmarks.md shows, run when --only is not given (the others: --only NAME).
+DEFAULT = ["gossip", "diloco-h10", "diloco-h20", "diloco-h50", "diloco-h10-int8", "diloco-h10-sign",
+           "diloco-h16-sign", "diloco-h16-sign-lr1", "diloco-h16-sign-m8",
+           "diloco-h16-sign-tensors", "diloco-h20-sign", "diloco-h20-sign-lr1",
+           "diloco-h40-sign-lr1", "diloco-h10-topk1", "diloco-h20-topk1", "diloco-h50-topk1"]
 
 
 def trainer_args(args):
@@ -201,7 +216,7 @@ def main():
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     sys.path.insert(0, os.path.join(ROOT, args.build, "python"))  # train_lm.py imports starling
     table = runs()
-    chosen = ["ddp"] + [n for n in (args.only.split(",") if args.only else table) if n != "ddp"]
+    chosen = ["ddp"] + [n for n in (args.only.split(",") if args.only else DEFAULT) if n != "ddp"]
     for n in chosen:
         if n not in table:
             sys.exit(f"unknown run {n}; known: {', '.join(table)}")
