@@ -318,7 +318,7 @@ class DiLoCo:
     with DecentralizedOptimizer (wrap after moving the model). overlap=True (or the scenario's
     "overlap": true) sends each round's local model and finishes the round H steps later
     (finish()): the exchange travels during the next inner steps, and the outer step lands under
-    them (x <- theta + (x - sent)); not with exact_diffusion. fragments=F (or the scenario's
+    them (x <- theta + (x - sent); exact_diffusion's y from the model as sent). fragments=F (or the scenario's
     "fragments": F; Streaming DiLoCo) cuts the flat parameters into F contiguous fragments of
     ceil(d / F) values: every H / F steps one of them, in turn, is mixed and takes its outer step
     (its theta, momentum and y), and only that fragment of the parameters restarts from its new
@@ -408,10 +408,6 @@ class DiLoCo:
             raise ValueError(f"outer_momentum must be in [0, 1); got {self.outer_momentum}")
         if not 0 < self.pull <= 2:
             raise ValueError(f"pull must be in (0, 2]; got {self.pull}")
-        if self.overlap and self.outer == "exact_diffusion":
-            raise NotImplementedError('overlap=True with outer="exact_diffusion": its correction '
-                                      "would act on inner steps the delayed round has not seen; "
-                                      "node-launcher runs it")
         if self.outer == "exact_diffusion" and type(inner_optimizer) is not torch.optim.SGD:
             raise ValueError('outer="exact_diffusion" corrects the inner gradients, which a '
                              "stateful optimizer would change: use torch.optim.SGD (no momentum)")
@@ -564,9 +560,23 @@ class DiLoCo:
         self.peer.mix_wait()
         self._pending = None
         with torch.no_grad():
-            theta = self._outer_step(lo, n, *self._mixed(n))
+            xbar, thetabar = self._mixed(n)
+            if self._dual is not None:
+                # y from the local model as sent (the inner steps taken since used the old y,
+                # as node-launcher's overlap does).
+                self._dual[lo:lo + n].add_(self._sent[:n] - xbar, alpha=self._dual_scale())
+            theta = self._outer_step(lo, n, xbar, thetabar)
             self._flat[lo:lo + n].add_(theta - self._sent[:n])  # theta + (x - sent)
         self.outer_rounds += 1
+
+    def _dual_scale(self):
+        """exact_diffusion: 1 / (2 lr H), over the H inner steps a fragment takes between its
+        exchanges (one inner lr: the correction's fixed point assumes it)."""
+        lrs = {float(g["lr"]) for g in self.optimizer.param_groups}
+        if len(lrs) != 1:
+            raise ValueError('outer="exact_diffusion" takes one inner lr; the param groups have '
+                             f"{sorted(lrs)}")
+        return 1.0 / (2.0 * lrs.pop() * self.inner_steps)
 
     def _outer_round(self):
         lo, n = self._next_fragment()
@@ -583,13 +593,8 @@ class DiLoCo:
                 self.peer.mix(self._mixing)
                 xbar, thetabar = self._mixed(n)
             if self._dual is not None:
-                lrs = {float(g["lr"]) for g in self.optimizer.param_groups}
-                if len(lrs) != 1:
-                    raise ValueError('outer="exact_diffusion" takes one inner lr; the param '
-                                     f"groups have {sorted(lrs)}")
-                # Over the H inner steps the fragment took since its last exchange.
-                scale = 1.0 / (2.0 * lrs.pop() * self.inner_steps)
-                self._dual[lo:lo + n].add_(self._local[lo:lo + n] - xbar, alpha=scale)
+                self._dual[lo:lo + n].add_(self._local[lo:lo + n] - xbar,
+                                           alpha=self._dual_scale())
             x.copy_(self._outer_step(lo, n, xbar, thetabar))
         self.outer_rounds += 1
 

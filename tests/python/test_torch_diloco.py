@@ -62,15 +62,17 @@ def noloco_step(theta, m, sl, thetabar, xbar, lr, mu, pull):
 
 
 def reference_overlap(lr, mu, h=H, fragments=1, outer="nesterov", pull=None):
-    """overlap=True on the ring, outer Nesterov: round k's fragment of the local models (all of
-    it without fragments) leaves after its h / F steps and is mixed while the next h / F steps
-    run; then that fragment of theta takes the outer step and of each local model keeps the
-    steps taken since it was sent (x <- theta + (x - sent)). The saved points: each rank's
+    """overlap=True on the ring (outer nesterov, noloco or exact_diffusion): round k's fragment
+    of the local models (all of it without fragments) leaves after its h / F steps and is mixed
+    while the next h / F steps run; then that fragment of theta takes the outer step (y from the
+    models as sent) and of each local model keeps the steps taken since it was sent
+    (x <- theta + (x - sent)). The saved points: each rank's
     parameters after every round's steps (that round sent), and after the last round finishes."""
     _, _, w0, b0 = problem(0)
     theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
     x = [t.copy() for t in theta]
     m = [np.zeros(8) for _ in range(NODES)]
+    y = [np.zeros(8) for _ in range(NODES)]
     w = weights("ring")
     pending = None
     history = [[t.copy() for t in theta]]
@@ -79,7 +81,12 @@ def reference_overlap(lr, mu, h=H, fragments=1, outer="nesterov", pull=None):
         thetas = [t[sl].copy() for t in theta]  # noloco's outer models, as sent
         for r in range(NODES):
             xbar = sum(w[r, j] * sent[j] for j in range(NODES))
-            if outer == "noloco":
+            if outer == "exact_diffusion":
+                # y from the model as sent; the inner steps since used the old y.
+                y[r][sl] = y[r][sl] + (sent[r] - xbar) / (2 * LR * h)
+                d = theta[r][sl] - xbar
+                theta[r][sl] = xbar + (d - lr * d)
+            elif outer == "noloco":
                 thetabar = sum(w[r, j] * thetas[j] for j in range(NODES))
                 noloco_step(theta[r], m[r], sl, thetabar, xbar, lr, mu, pull)
             else:
@@ -91,7 +98,7 @@ def reference_overlap(lr, mu, h=H, fragments=1, outer="nesterov", pull=None):
     for k in range(OUTER_ROUNDS * fragments):
         for r in range(NODES):
             for _ in range(h // fragments):
-                x[r] = x[r] - LR * gradient(r, x[r])
+                x[r] = x[r] - LR * (gradient(r, x[r]) + y[r])
         if pending is not None:
             finish(*pending)
         sl = fragment(k, fragments)
@@ -226,6 +233,9 @@ def main():
         run(tmp, "ring", "noloco")
         run(tmp, "ring", "noloco", h=4, fragments=2)
         run(tmp, "ring", "noloco", overlap=True)
+        # exact_diffusion with overlap: y from the models as sent, the inner steps between with
+        # the old y; with 2 fragments.
+        run(tmp, "ring", "exact_diffusion", overlap=True, h=4, fragments=2)
         harness.check(np.max(np.abs(reference("ring", "noloco", 0.7, 0.5, pull=0.3)[-1][0] -
                                     plain[-1][0])) > 1e-3, "noloco is nesterov in the reference")
         harness.check(np.max(np.abs(
