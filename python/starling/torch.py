@@ -318,8 +318,8 @@ class DiLoCo:
     with DecentralizedOptimizer (wrap after moving the model). overlap=True (or the scenario's
     "overlap": true) sends each round's local model and finishes the round H steps later
     (finish()): the exchange travels during the next inner steps, and the outer step lands under
-    them (x <- theta + (x - sent); exact_diffusion's y from the model as sent). fragments=F (or the scenario's
-    "fragments": F; Streaming DiLoCo) cuts the flat parameters into F contiguous fragments of
+    them (x <- theta + (x - sent); exact_diffusion's y from the model as sent). fragments=F (or
+    the scenario's "fragments": F; Streaming DiLoCo) cuts the flat parameters into F contiguous fragments of
     ceil(d / F) values: every H / F steps one of them, in turn, is mixed and takes its outer step
     (its theta, momentum and y), and only that fragment of the parameters restarts from its new
     theta, so each fragment is still exchanged every H steps but a round sends 1/F of the model;

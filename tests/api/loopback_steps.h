@@ -31,7 +31,8 @@ inline void stepOnLoopback(
                                             std::to_string(steps) + R"(,
      "topology": {"kind": "ring"},
      "problem": {"kind": "least_squares",
-                 "data": {"synthetic": {"samples": 8, "features": )" + std::to_string(dim) + R"(}}},
+                 "data": {"synthetic": {"samples": 8, "features": )" +
+                                            std::to_string(dim) + R"(}}},
      "algorithm": )" + algorithm + R"(, "transport": {"kind": "ucx", "round_timeout_ms": 20000}})");
   const auto statuses = onThreads(4, [&](int rank) -> Status {
     PeerOptions po;

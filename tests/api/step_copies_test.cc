@@ -53,8 +53,8 @@ void note(void* dst, const void* src, size_t n) {
 // Byte loops that the compiler must not turn back into calls of these very functions.
 extern "C" {
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) void* memmove(void* dst,
-                                                                           const void* src,
-                                                                           size_t n) {
+                                                                            const void* src,
+                                                                            size_t n) {
   note(dst, src, n);
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
@@ -128,8 +128,7 @@ void checkAtMostOnce(const std::vector<Copies>& copies) {
 
 }  // namespace
 
-TEST_CASE("the copy counter counts: std::copy of the watched buffers is seen",
-          "[api][unit][ucx]") {
+TEST_CASE("the copy counter counts: std::copy of the watched buffers is seen", "[api][unit][ucx]") {
   std::vector<float> a(1000, 1.0f), b(1000), c(1000);
   watch.params = reinterpret_cast<const unsigned char*>(a.data());
   watch.grads = reinterpret_cast<const unsigned char*>(b.data());
@@ -155,14 +154,18 @@ TEST_CASE("step() copies the parameters once and the gradient at most once: DSGD
   checkAtMostOnce(copiesPerStep("copies-dsgd", R"({"kind": "dsgd", "step_size": 0.01})", 1000));
 }
 
-TEST_CASE("step() copies the parameters once and the gradient at most once: exact diffusion, "
-          "a 20,000-parameter model (shared memory)", "[api][unit][ucx]") {
-  checkAtMostOnce(copiesPerStep("copies-ed", R"({"kind": "exact_diffusion", "step_size": 0.01})",
-                                20000));
+TEST_CASE(
+    "step() copies the parameters once and the gradient at most once: exact diffusion, "
+    "a 20,000-parameter model (shared memory)",
+    "[api][unit][ucx]") {
+  checkAtMostOnce(
+      copiesPerStep("copies-ed", R"({"kind": "exact_diffusion", "step_size": 0.01})", 20000));
 }
 
-TEST_CASE("step() copies the parameters once and the gradient at most once: CHOCO with 4-bit "
-          "QSGD frames", "[api][unit][ucx]") {
+TEST_CASE(
+    "step() copies the parameters once and the gradient at most once: CHOCO with 4-bit "
+    "QSGD frames",
+    "[api][unit][ucx]") {
   checkAtMostOnce(copiesPerStep("copies-choco",
                                 R"({"kind": "choco", "step_size": 0.01, "gamma": 0.05},
          "compression": {"kind": "qsgd", "bits": 4})",

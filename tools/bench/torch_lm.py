@@ -41,7 +41,8 @@ TARGET = 1.02  # the plot's line: within 2% of DDP's final perplexity
 
 
 def tensor_count():
-    """The transformer's parameter tensors (the layout a trainer passes), whatever the vocabulary."""
+    """The transformer's parameter tensors (the layout a trainer passes), whatever the
+    vocabulary."""
     sys.path.insert(0, os.path.dirname(TRAIN))
     import train_lm as lm
     a = lm.make_parser().parse_args([])
