@@ -568,6 +568,7 @@ class DiLoCo:
             theta = self._outer_step(lo, n, xbar, thetabar)
             self._flat[lo:lo + n].add_(theta - self._sent[:n])  # theta + (x - sent)
         self.outer_rounds += 1
+        self._log_round()
 
     def _dual_scale(self):
         """exact_diffusion: 1 / (2 lr H), over the H inner steps a fragment takes between its
@@ -597,6 +598,14 @@ class DiLoCo:
                                            alpha=self._dual_scale())
             x.copy_(self._outer_step(lo, n, xbar, thetabar))
         self.outer_rounds += 1
+        self._log_round()
+
+    def _log_round(self):
+        """The round's metrics in the run's outputs, as node-launcher's diloco logs them
+        (metrics.jsonl has their mean over the ranks): outer_round, inner_steps and
+        pseudo_gradient_norm, ||theta - x|| of the round's fragment before the mix."""
+        self.peer.log(outer_round=self.outer_rounds, inner_steps=self.steps,
+                      pseudo_gradient_norm=self.pseudo_gradient_norm)
 
     def state_dict(self):
         """The inner optimizer's state and the outer state (theta, momentum, y, counters); with

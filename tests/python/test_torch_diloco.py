@@ -11,6 +11,7 @@ With overlap each round's outer step lands H steps later under the steps taken s
 fragments (Streaming DiLoCo) a fragment of the parameters, in turn, is mixed every H / F steps;
 noloco mixes [theta, x] and takes NoLoCo's momentum step with its pull toward theta-bar."""
 
+import json
 import os
 import sys
 
@@ -202,6 +203,25 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
         # All-reduce DiLoCo: every rank holds the same outer model.
         harness.check(all(np.allclose(got[r][-1], got[0][-1], rtol=1e-12, atol=1e-13)
                           for r in range(NODES)), f"{name}: the ranks disagree")
+    # The round's metrics in metrics.jsonl (the mean over the ranks), as node-launcher's diloco
+    # writes them: the last round's count, the inner steps, and (one fragment, no overlap, no
+    # correction) ||theta - x|| after the round's inner steps, recomputed here from the
+    # reference's models before the last round.
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        last = [json.loads(line) for line in f][-1]
+    harness.check(last.get("outer_round") == OUTER_ROUNDS * fragments and
+                  last.get("inner_steps") == OUTER_ROUNDS * h,
+                  f"{name}: the last metrics record {last}")
+    if fragments == 1 and not overlap and outer != "exact_diffusion":
+        norms = []
+        for r in range(NODES):
+            x = want[-2][r].copy()
+            for _ in range(h):
+                x = x - LR * gradient(r, x)
+            norms.append(np.linalg.norm(want[-2][r] - x))
+        harness.check(np.isclose(last["pseudo_gradient_norm"], np.mean(norms), rtol=1e-9),
+                      f"{name}: pseudo_gradient_norm {last['pseudo_gradient_norm']}, the "
+                      f"reference's {np.mean(norms)}")
     print(f"{name}: {len(want) - 1} rounds on {NODES} ranks match the numpy reference "
           f"(max |diff| {worst:.2e})")
 
