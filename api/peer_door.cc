@@ -100,6 +100,11 @@ template <typename T>
 Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* outerRound) {
   if (outerRound) *outerRound = false;
   const auto keys = peer.diloco();
+  if (keys && keys->seconds > 0) {
+    return core::failedPrecondition(
+        "dilocoStep: the scenario's inner_steps is by_time, which node-launcher's clock decides "
+        "on the scenario's problem; a trainer counts its own inner steps: give a number");
+  }
   if (keys && keys->overlap) {
     return core::failedPrecondition(
         "dilocoStep: the scenario's overlap is not built for C++ trainers (starling.torch.DiLoCo "
@@ -209,7 +214,8 @@ std::optional<Peer::Diloco> Peer::diloco() const {
                 a.diloco.overlap,
                 !compression::sendsIdentityOnly(impl_->scenario.compression),
                 a.diloco.compressedDifferences,
-                a.diloco.pull};
+                a.diloco.pull,
+                a.diloco.seconds};
 }
 Status Peer::neighbourModels(std::vector<std::span<const float>>& out) const {
   return impl_->neighbourModels(out);

@@ -274,6 +274,9 @@ class Peer {
     // error_feedback, docs/algorithms.md §29): fragments take those (one set per fragment).
     bool compressedDifferences = false;
     double pull = 0.7;        // noloco: the pull toward the neighbours' outer models
+    // > 0: "inner_steps": {"kind": "by_time"}: node-launcher's clock decides each round's inner
+    // steps (innerSteps is then their maximum); a trainer counts its own (dilocoStep refuses).
+    double seconds = 0;
   };
   std::optional<Diloco> diloco() const;
   // DiLoCo from a trainer: call it once before your first inner step (it takes `params` as the

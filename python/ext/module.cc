@@ -240,6 +240,7 @@ class PyPeer {
     d["compressed"] = c->compressed;
     d["compressed_differences"] = c->compressedDifferences;
     d["pull"] = c->pull;
+    d["seconds"] = c->seconds;
     return d;
   }
 
@@ -378,7 +379,7 @@ codistillation_loss turns them into the term. Raises starling.Error without codi
       .def_property_readonly("diloco", &PyPeer::diloco,
                              "The scenario's DiLoCo keys as a dict (inner_steps, outer, outer_lr, "
                              "outer_momentum, fragments, overlap, compressed: a lossy codec, "
-                             "compressed_differences, pull) when "
+                             "compressed_differences, pull, seconds: by_time) when "
                              "its algorithm is diloco, "
                              "else None.")
       .def("log", &PyPeer::log, "Logs the trainer's metrics (numbers) into the run's outputs.")

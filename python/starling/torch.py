@@ -358,6 +358,11 @@ class DiLoCo:
             peer = Peer.from_env(layout=self._layout)
         self.peer = peer
         keys = peer.diloco or {}
+        if keys.get("seconds", 0) > 0 and inner_steps is None:
+            raise NotImplementedError(
+                'the scenario\'s "inner_steps" is by_time: node-launcher\'s clock decides each '
+                "round's inner steps on the scenario's problem, and a trainer's ranks would then "
+                "end their loops after different numbers of rounds; pass inner_steps (a number)")
         self.overlap = bool(overlap if overlap is not None else keys.get("overlap", False))
         self.inner_steps = int(inner_steps if inner_steps is not None
                                else keys.get("inner_steps", 0))

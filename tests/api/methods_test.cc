@@ -481,6 +481,8 @@ TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd
                        "outer": {"kind": "exact_diffusion"}})"),
         std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
                        "overlap": true})"),
+        std::string(R"({"kind": "diloco", "step_size": 0.1,
+                       "inner_steps": {"kind": "by_time", "seconds": 1}})"),
         std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2, "fragments": 2},
                        "compression": {"kind": "topk", "k": 1, "error_feedback": true})")}) {
     const auto file = scenarioFile("diloco-refused", 1, algorithm);

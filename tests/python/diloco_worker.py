@@ -33,6 +33,9 @@ def main():
            lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=3, fragments=2)))
     raises(ValueError, ["fragments must be at least 1"],
            lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=3), fragments=0))
+    raises(NotImplementedError, ["by_time", "pass inner_steps"],
+           lambda: starling.torch.DiLoCo(inner, model,
+                                         peer=fake(inner_steps=10000, seconds=2.0)))
     raises(NotImplementedError, ["error feedback"],
            lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=4, compressed=True),
                                          fragments=2))
