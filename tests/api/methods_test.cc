@@ -45,6 +45,48 @@ Vec gradient(int s, int rank) {
 
 Vec start(int rank) { return {1.0 * rank, -0.5 * rank, 0.25, 2.0 - rank}; }
 
+// Node r's quadratic in the dilocoStep tests: f_r(x) = 1/2 sum_k (k + 1 + r) (x_k - r + k)^2.
+Vec quadraticGradient(int r, const Vec& x) {
+  Vec g(x.size());
+  for (size_t k = 0; k < x.size(); ++k) {
+    g[k] = (static_cast<double>(k) + 1 + r) * (x[k] - r + static_cast<double>(k));
+  }
+  return g;
+}
+
+// `nodes` trainers of the scenario `file`, each from start(0): dilocoStep once, then `steps`
+// gradient steps of `lr` on its quadratic, each followed by dilocoStep. Each node's final
+// parameters and the outer rounds its calls reported.
+struct DilocoRun {
+  std::vector<Vec> params;
+  std::vector<int> rounds;
+};
+DilocoRun runDilocoSteps(const std::string& file, int nodes, int steps, double lr) {
+  DilocoRun out{std::vector<Vec>(nodes), std::vector<int>(nodes, 0)};
+  const auto st = onThreads(nodes, [&](int r) -> Status {
+    auto peer = Peer::fromScenario(file, r);
+    if (!peer.isOk()) return peer.status();
+    Vec x = start(0);  // every node starts from the same model
+    // The first call takes the outer model; then one after every inner step.
+    if (auto t = (*peer)->dilocoStep(std::span<double>(x)); !t.isOk()) return t;
+    for (int s = 0; s < steps; ++s) {
+      const Vec g = quadraticGradient(r, x);
+      for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
+      bool round = false;
+      if (auto t = (*peer)->dilocoStep(std::span<double>(x), &round); !t.isOk()) return t;
+      out.rounds[r] += round;
+    }
+    out.params[r] = x;
+    return (*peer)->close();
+  });
+  for (const auto& s : st) {
+    INFO(s.message());
+    REQUIRE(s.isOk());
+  }
+  std::filesystem::remove(file);
+  return out;
+}
+
 void requireClose(const Vec& a, const Vec& b) {
   REQUIRE(a.size() == b.size());
   for (size_t k = 0; k < a.size(); ++k) {
@@ -270,37 +312,9 @@ TEST_CASE("Peer::dilocoStep: a trainer's inner steps and the outer Nesterov step
   const double lr = 0.05;
   const auto file = scenarioFile("diloco-step", kNodes, R"({"kind": "diloco", "step_size": 0.1,
       "inner_steps": 4, "outer": {"kind": "nesterov", "lr": 0.7, "momentum": 0.9}})");
-  // Node r's quadratic: f_r(x) = 1/2 sum_k (k + 1 + r) (x_k - r + k)^2.
-  const auto grad = [](int r, const Vec& x) {
-    Vec g(x.size());
-    for (size_t k = 0; k < x.size(); ++k) {
-      g[k] = (static_cast<double>(k) + 1 + r) * (x[k] - r + static_cast<double>(k));
-    }
-    return g;
-  };
-  std::vector<Vec> got(kNodes);
-  std::vector<int> outerRounds(kNodes, 0);
-  const auto st = onThreads(kNodes, [&](int r) -> Status {
-    auto peer = Peer::fromScenario(file, r);
-    if (!peer.isOk()) return peer.status();
-    Vec x = start(0);  // every node starts from the same model
-    // The first call takes the outer model; then one after every inner step.
-    if (auto t = (*peer)->dilocoStep(std::span<double>(x)); !t.isOk()) return t;
-    for (int s = 0; s < kInner * kOuter; ++s) {
-      const Vec g = grad(r, x);
-      for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
-      bool outer = false;
-      if (auto t = (*peer)->dilocoStep(std::span<double>(x), &outer); !t.isOk()) return t;
-      outerRounds[r] += outer;
-    }
-    got[r] = x;
-    return (*peer)->close();
-  });
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
-  std::filesystem::remove(file);
+  const DilocoRun run = runDilocoSteps(file, kNodes, kInner * kOuter, lr);
+  const auto& got = run.params;
+  const auto& outerRounds = run.rounds;
   // All-reduce DiLoCo: theta, delta = mean_r (theta - x_r), buf = 0.9 buf + delta,
   // theta -= 0.7 (delta + 0.9 buf).
   Vec theta = start(0), buf(theta.size(), 0.0);
@@ -309,7 +323,7 @@ TEST_CASE("Peer::dilocoStep: a trainer's inner steps and the outer Nesterov step
     for (int r = 0; r < kNodes; ++r) {
       Vec x = theta;
       for (int s = 0; s < kInner; ++s) {
-        const Vec g = grad(r, x);
+        const Vec g = quadraticGradient(r, x);
         for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
       }
       for (size_t k = 0; k < x.size(); ++k) delta[k] += (theta[k] - x[k]) / kNodes;
@@ -334,13 +348,6 @@ TEST_CASE("Peer::dilocoStep in fragments, with nesterov and noloco, against all-
   // graph. Only that fragment of each node's parameters takes its new theta.
   constexpr int kNodes = 3, kInner = 6, kFragments = 3, kOuter = 4;
   const double lr = 0.05;
-  const auto grad = [](int r, const Vec& x) {
-    Vec g(x.size());
-    for (size_t k = 0; k < x.size(); ++k) {
-      g[k] = (static_cast<double>(k) + 1 + r) * (x[k] - r + static_cast<double>(k));
-    }
-    return g;
-  };
   for (const std::string outer : {"nesterov", "noloco"}) {
     CAPTURE(outer);
     const bool noloco = outer == "noloco";
@@ -350,28 +357,9 @@ TEST_CASE("Peer::dilocoStep in fragments, with nesterov and noloco, against all-
         R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 6, "fragments": 3,
             "outer": {"kind": ")" + outer + R"(", "lr": 0.7, "momentum": )" +
             (noloco ? std::string("0.5, \"pull\": 0.3") : std::string("0.9")) + "}}");
-    std::vector<Vec> got(kNodes);
-    std::vector<int> rounds(kNodes, 0);
-    const auto st = onThreads(kNodes, [&](int r) -> Status {
-      auto peer = Peer::fromScenario(file, r);
-      if (!peer.isOk()) return peer.status();
-      Vec x = start(0);
-      if (auto t = (*peer)->dilocoStep(std::span<double>(x)); !t.isOk()) return t;
-      for (int s = 0; s < kInner * kOuter; ++s) {
-        const Vec g = grad(r, x);
-        for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
-        bool round = false;
-        if (auto t = (*peer)->dilocoStep(std::span<double>(x), &round); !t.isOk()) return t;
-        rounds[r] += round;
-      }
-      got[r] = x;
-      return (*peer)->close();
-    });
-    for (const auto& s : st) {
-      INFO(s.message());
-      REQUIRE(s.isOk());
-    }
-    std::filesystem::remove(file);
+    const DilocoRun run = runDilocoSteps(file, kNodes, kInner * kOuter, lr);
+    const auto& got = run.params;
+    const auto& rounds = run.rounds;
     // The recursion written out: theta and m are the same on every node.
     const size_t d = start(0).size(), width = (d + kFragments - 1) / kFragments;
     Vec theta = start(0), m(d, 0.0);
@@ -379,7 +367,7 @@ TEST_CASE("Peer::dilocoStep in fragments, with nesterov and noloco, against all-
     for (int round = 0; round < kOuter * kFragments; ++round) {
       for (int r = 0; r < kNodes; ++r) {
         for (int s = 0; s < kInner / kFragments; ++s) {
-          const Vec g = grad(r, x[r]);
+          const Vec g = quadraticGradient(r, x[r]);
           for (size_t k = 0; k < d; ++k) x[r][k] -= lr * g[k];
         }
       }
