@@ -10,7 +10,9 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "api/external_oracle.h"
 #include "compression/compressor.h"
@@ -99,8 +101,14 @@ class Peer::Impl {
   // buffer has moved on with its next local step. "x" for small models, else "sketch"; empty
   // when not taken (a large model in a round not due by log_every: the line has neither).
   std::vector<double> snapshotX, snapshotSketch;
-  // dilocoStep: the outer model, its momentum, and the inner steps counted so far.
-  std::vector<double> dilocoTheta, dilocoMomentum;
+  // dilocoStep (api/peer_diloco.cc): the outer model, its momentum (nesterov, noloco),
+  // exact_diffusion's correction y, and the inner steps counted so far.
+  std::vector<double> dilocoTheta, dilocoMomentum, dilocoDual;
+  // ... the fragment's local model before its mix (exact_diffusion) or as it was sent (overlap)
+  std::vector<double> dilocoSent;
+  // ... the fragment (first element, length) whose exchange is in flight (overlap)
+  std::optional<std::pair<size_t, size_t>> dilocoPending;
+  double dilocoInnerLr = 0;  // exact_diffusion: the inner step size dilocoGradient() was given
   // ... and what a fragment (noloco: [theta, x] of it) is mixed in, in the parameters' type.
   std::vector<float> dilocoBuffer32;
   std::vector<double> dilocoBuffer64;

@@ -283,17 +283,29 @@ class Peer {
   // outer model theta; with a lossy codec's compressed differences, also the reference points'
   // start, mixReference), then after each of your optimizer's (inner) steps on `params`. Every
   // innerSteps-th call after the first is an outer round: mix() of the local models, then the
-  // outer step (sgd, nesterov or noloco, from diloco()) on theta - mixed, leaving the new outer
-  // model theta in `params`; the other calls only count. With the scenario's fragments F, every
+  // outer step (diloco()'s outer) on theta - mixed, leaving the new outer model theta in
+  // `params`; the other calls only count. With the scenario's fragments F, every
   // innerSteps / F-th call is a round of fragment r mod F of the peer's round r (ceil(d / F)
-  // values), and only that fragment of `params` takes its new theta. `outerRound` (optional)
-  // says whether this call was one. theta and the outer momentum live in the Peer, in float64.
-  // kFailedPrecondition unless the scenario's algorithm is diloco with outer sgd, nesterov or
-  // noloco and without overlap (exact_diffusion adds its correction to every inner gradient:
-  // starling.torch.DiLoCo does it, and overlap; node-launcher both), and for fragments with
-  // error feedback.
+  // values), and only that fragment of `params` takes its new theta. With the scenario's
+  // "overlap": true a round sends its fragment of the local model and returns at once; the
+  // exchange travels during the next inner steps (the calls between rounds poll() it), and the
+  // next round (or dilocoFinish) lands its outer step under them: x <- theta + (x - sent).
+  // `outerRound` (optional) says whether this call was a round. theta, the outer momentum and
+  // exact_diffusion's y live in the Peer, in float64. kFailedPrecondition unless the scenario's
+  // algorithm is diloco, for by_time inner steps (a trainer counts its own) and for fragments
+  // with error feedback.
   Status dilocoStep(std::span<float> params, bool* outerRound = nullptr);
   Status dilocoStep(std::span<double> params, bool* outerRound = nullptr);
+  // The exact_diffusion outer step's correction: call it on each inner step's gradient before
+  // your optimizer's step (plain SGD of step size `lr`, the same at every step): it adds y, which
+  // each round moves by (x - x-bar) / (2 lr innerSteps), so that the local steps stop drifting
+  // toward each node's own optimum (docs/algorithms.md §29). A no-op for the other outer kinds.
+  Status dilocoGradient(std::span<float> grad, double lr);
+  Status dilocoGradient(std::span<double> grad, double lr);
+  // overlap: waits for the exchange in flight and lands its outer step on `params` (after your
+  // last inner step, before close() or a checkpoint); a no-op when nothing is in flight.
+  Status dilocoFinish(std::span<float> params);
+  Status dilocoFinish(std::span<double> params);
   // The neighbours' models the next step()'s loss should distil from, sorted by rank: copies
   // from the last exchange, each of the parameter buffer's size. Empty while the term is off
   // (the rounds before burn_in, before the first exchange, before the first step()). The spans

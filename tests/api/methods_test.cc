@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "methods_testing.h"
 #include "peer_testing.h"
 
 using namespace starling;
@@ -26,65 +27,10 @@ namespace methods_test {
 
 namespace {
 
-using Vec = std::vector<double>;
-
-std::string scenarioFile(const std::string& name, int nodes, const std::string& algorithm) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("starling-api-methods-" + name + "-" + std::to_string(::getpid()) + ".json");
-  std::ofstream(path) << R"({"schema_version": 1, "name": ")" << name << R"(", "nodes": )"
-                      << nodes << R"(, "topology": {"kind": "complete"},
-      "transport": {"kind": "inproc"}, "algorithm": )" << algorithm << "}";
-  return path.string();
-}
-
 Vec gradient(int s, int rank) {
   Vec g(4);
   for (int k = 0; k < 4; ++k) g[k] = (0.5 + 0.25 * rank) * std::cos(1.0 + s + 2 * k) + 0.1 * k;
   return g;
-}
-
-Vec start(int rank) { return {1.0 * rank, -0.5 * rank, 0.25, 2.0 - rank}; }
-
-// Node r's quadratic in the dilocoStep tests: f_r(x) = 1/2 sum_k (k + 1 + r) (x_k - r + k)^2.
-Vec quadraticGradient(int r, const Vec& x) {
-  Vec g(x.size());
-  for (size_t k = 0; k < x.size(); ++k) {
-    g[k] = (static_cast<double>(k) + 1 + r) * (x[k] - r + static_cast<double>(k));
-  }
-  return g;
-}
-
-// `nodes` trainers of the scenario `file`, each from start(0): dilocoStep once, then `steps`
-// gradient steps of `lr` on its quadratic, each followed by dilocoStep. Each node's final
-// parameters and the outer rounds its calls reported.
-struct DilocoRun {
-  std::vector<Vec> params;
-  std::vector<int> rounds;
-};
-DilocoRun runDilocoSteps(const std::string& file, int nodes, int steps, double lr) {
-  DilocoRun out{std::vector<Vec>(nodes), std::vector<int>(nodes, 0)};
-  const auto st = onThreads(nodes, [&](int r) -> Status {
-    auto peer = Peer::fromScenario(file, r);
-    if (!peer.isOk()) return peer.status();
-    Vec x = start(0);  // every node starts from the same model
-    // The first call takes the outer model; then one after every inner step.
-    if (auto t = (*peer)->dilocoStep(std::span<double>(x)); !t.isOk()) return t;
-    for (int s = 0; s < steps; ++s) {
-      const Vec g = quadraticGradient(r, x);
-      for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
-      bool round = false;
-      if (auto t = (*peer)->dilocoStep(std::span<double>(x), &round); !t.isOk()) return t;
-      out.rounds[r] += round;
-    }
-    out.params[r] = x;
-    return (*peer)->close();
-  });
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
-  std::filesystem::remove(file);
-  return out;
 }
 
 void requireClose(const Vec& a, const Vec& b) {
@@ -303,185 +249,6 @@ TEST_CASE("Peer::step refuses diloco: its inner steps are the trainer's, and mix
     // Two nodes on their graph: each keeps half its own model and takes half the other's.
     const Vec a = start(0), b = start(1);
     for (size_t k = 0; k < a.size(); ++k) CHECK(mixed[r][k] == Approx(0.5 * (a[k] + b[k])));
-  }
-}
-
-TEST_CASE("Peer::dilocoStep: a trainer's inner steps and the outer Nesterov step are all-reduce "
-          "DiLoCo on the complete graph", "[api][methods][diloco]") {
-  constexpr int kNodes = 3, kInner = 4, kOuter = 5;
-  const double lr = 0.05;
-  const auto file = scenarioFile("diloco-step", kNodes, R"({"kind": "diloco", "step_size": 0.1,
-      "inner_steps": 4, "outer": {"kind": "nesterov", "lr": 0.7, "momentum": 0.9}})");
-  const DilocoRun run = runDilocoSteps(file, kNodes, kInner * kOuter, lr);
-  const auto& got = run.params;
-  const auto& outerRounds = run.rounds;
-  // All-reduce DiLoCo: theta, delta = mean_r (theta - x_r), buf = 0.9 buf + delta,
-  // theta -= 0.7 (delta + 0.9 buf).
-  Vec theta = start(0), buf(theta.size(), 0.0);
-  for (int o = 0; o < kOuter; ++o) {
-    Vec delta(theta.size(), 0.0);
-    for (int r = 0; r < kNodes; ++r) {
-      Vec x = theta;
-      for (int s = 0; s < kInner; ++s) {
-        const Vec g = quadraticGradient(r, x);
-        for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
-      }
-      for (size_t k = 0; k < x.size(); ++k) delta[k] += (theta[k] - x[k]) / kNodes;
-    }
-    for (size_t k = 0; k < theta.size(); ++k) {
-      buf[k] = 0.9 * buf[k] + delta[k];
-      theta[k] -= 0.7 * (delta[k] + 0.9 * buf[k]);
-    }
-  }
-  for (int r = 0; r < kNodes; ++r) {
-    CHECK(outerRounds[r] == kOuter);
-    for (size_t k = 0; k < theta.size(); ++k) CHECK(got[r][k] == Approx(theta[k]).epsilon(1e-12));
-  }
-}
-
-TEST_CASE("Peer::dilocoStep in fragments, with nesterov and noloco, against all-reduce DiLoCo "
-          "written out", "[api][methods][diloco]") {
-  // 3 nodes on the complete graph, 4 parameters in 3 fragments (2, 2 and 0 values: ceil(4 / 3)
-  // = 2, so the third fragment is empty and its rounds only count), inner_steps 6: a round every
-  // 2 steps. Each round mixes fragment r mod 3 of every node's local model: x-bar is the mean
-  // there, and (noloco) theta-bar the mean of the outer models, which stay equal on the complete
-  // graph. Only that fragment of each node's parameters takes its new theta.
-  constexpr int kNodes = 3, kInner = 6, kFragments = 3, kOuter = 4;
-  const double lr = 0.05;
-  for (const std::string outer : {"nesterov", "noloco"}) {
-    CAPTURE(outer);
-    const bool noloco = outer == "noloco";
-    const double olr = 0.7, mu = noloco ? 0.5 : 0.9, pull = 0.3;
-    const auto file = scenarioFile(
-        "diloco-fragments", kNodes,
-        R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 6, "fragments": 3,
-            "outer": {"kind": ")" + outer + R"(", "lr": 0.7, "momentum": )" +
-            (noloco ? std::string("0.5, \"pull\": 0.3") : std::string("0.9")) + "}}");
-    const DilocoRun run = runDilocoSteps(file, kNodes, kInner * kOuter, lr);
-    const auto& got = run.params;
-    const auto& rounds = run.rounds;
-    // The recursion written out: theta and m are the same on every node.
-    const size_t d = start(0).size(), width = (d + kFragments - 1) / kFragments;
-    Vec theta = start(0), m(d, 0.0);
-    std::vector<Vec> x(kNodes, start(0));
-    for (int round = 0; round < kOuter * kFragments; ++round) {
-      for (int r = 0; r < kNodes; ++r) {
-        for (int s = 0; s < kInner / kFragments; ++s) {
-          const Vec g = quadraticGradient(r, x[r]);
-          for (size_t k = 0; k < d; ++k) x[r][k] -= lr * g[k];
-        }
-      }
-      const size_t lo = std::min(d, static_cast<size_t>(round % kFragments) * width);
-      for (size_t k = lo; k < std::min(d, lo + width); ++k) {
-        double xbar = 0;
-        for (int r = 0; r < kNodes; ++r) xbar += x[r][k] / kNodes;
-        if (noloco) {
-          m[k] = mu * m[k] - olr * (theta[k] - xbar);  // theta-bar = theta: no pull
-          theta[k] += m[k];
-        } else {
-          const double delta = theta[k] - xbar;
-          m[k] = mu * m[k] + delta;
-          theta[k] -= olr * (delta + mu * m[k]);
-        }
-        for (int r = 0; r < kNodes; ++r) x[r][k] = theta[k];
-      }
-    }
-    (void)pull;
-    for (int r = 0; r < kNodes; ++r) {
-      CHECK(rounds[r] == kOuter * kFragments);
-      for (size_t k = 0; k < d; ++k) CHECK(got[r][k] == Approx(x[r][k]).epsilon(1e-12));
-    }
-    // Something moved, and fragment 0's last theta is not what plain averaging would leave.
-    CHECK(std::abs(got[0][0] - start(0)[0]) > 1e-3);
-  }
-}
-
-TEST_CASE("Peer::mixReference: diloco's compressed differences start at the common model, and "
-          "mix() leaves the mix of the reference points", "[api][methods][diloco]") {
-  constexpr int kNodes = 2;
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("starling-api-methods-mixref-" + std::to_string(::getpid()) + ".json");
-  std::ofstream(path) << R"({"schema_version": 1, "name": "mixref", "nodes": 2,
-      "topology": {"kind": "complete"}, "transport": {"kind": "inproc"},
-      "algorithm": {"kind": "diloco", "step_size": 0.1, "inner_steps": 3},
-      "compression": {"kind": "topk", "k": 1}})";
-  const Vec common = start(0);
-  const auto local = [&](int r) {  // where each node's inner steps took it
-    Vec x = common;
-    x[static_cast<size_t>(r)] += 2.0 + r;  // the largest change: what top-1 keeps
-    x[3] -= 0.5;                           // dropped by top-1
-    return x;
-  };
-  std::vector<Vec> mixed(kNodes);
-  std::vector<Status> late(kNodes);
-  const auto st = onThreads(kNodes, [&](int r) -> Status {
-    auto peer = Peer::fromScenario(path.string(), r);
-    if (!peer.isOk()) return peer.status();
-    if (auto m = (*peer)->mixReference(std::span<const double>(common)); !m.isOk()) return m;
-    Vec x = local(r);
-    if (auto m = (*peer)->mix(std::span<double>(x)); !m.isOk()) return m;
-    mixed[r] = x;
-    late[r] = (*peer)->mixReference(std::span<const double>(common));
-    return (*peer)->close();
-  });
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
-  std::filesystem::remove(path);
-  // x-hat_r = common + top-1(x_r - common); both nodes end at (x-hat_0 + x-hat_1) / 2: the
-  // dropped coordinate 3 stays at the common model's value on both.
-  Vec want = common;
-  want[0] += 0.5 * 2.0;
-  want[1] += 0.5 * 3.0;
-  for (int r = 0; r < kNodes; ++r) {
-    for (size_t k = 0; k < want.size(); ++k) CHECK(mixed[r][k] == Approx(want[k]).epsilon(1e-15));
-    CHECK(late[r].code() == StatusCode::kFailedPrecondition);
-    CHECK_THAT(late[r].message(), Catch::Contains("before the first mix()"));
-  }
-}
-
-TEST_CASE("Peer::mixReference of another size than the model is refused at the first mix()",
-          "[api][methods][diloco]") {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("starling-api-methods-mixref-size-" + std::to_string(::getpid()) + ".json");
-  std::ofstream(path) << R"({"schema_version": 1, "name": "mixref-size", "nodes": 1,
-      "topology": {"kind": "complete"}, "transport": {"kind": "inproc"},
-      "algorithm": {"kind": "diloco", "step_size": 0.1, "inner_steps": 3},
-      "compression": {"kind": "topk", "k": 1}})";
-  auto peer = Peer::fromScenario(path.string(), 0);
-  REQUIRE(peer.isOk());
-  const Vec three = {1.0, 2.0, 3.0};
-  REQUIRE((*peer)->mixReference(std::span<const double>(three)).isOk());
-  Vec x = start(0);
-  const Status s = (*peer)->mix(std::span<double>(x));
-  CHECK(s.code() == StatusCode::kInvalidArgument);
-  CHECK_THAT(s.message(), Catch::Contains("mixReference() was given 3"));
-  (void)(*peer)->close();
-  std::filesystem::remove(path);
-}
-
-TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco with outer sgd, nesterov or "
-          "noloco, overlap, and fragments with error feedback", "[api][methods][diloco]") {
-  for (const std::string& algorithm :
-       {std::string(R"({"kind": "dsgd", "step_size": 0.1})"),
-        std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
-                       "outer": {"kind": "exact_diffusion"}})"),
-        std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2,
-                       "overlap": true})"),
-        std::string(R"({"kind": "diloco", "step_size": 0.1,
-                       "inner_steps": {"kind": "by_time", "seconds": 1}})"),
-        std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2, "fragments": 2},
-                       "compression": {"kind": "topk", "k": 1, "error_feedback": true})")}) {
-    const auto file = scenarioFile("diloco-refused", 1, algorithm);
-    auto peer = Peer::fromScenario(file, 0);
-    REQUIRE(peer.isOk());
-    Vec x = start(0);
-    const Status s = (*peer)->dilocoStep(std::span<double>(x));  // refused at the first call
-    CHECK(s.code() == StatusCode::kFailedPrecondition);
-    CHECK_THAT(s.message(), Catch::Contains("dilocoStep"));
-    CHECK((*peer)->close().isOk());
-    std::filesystem::remove(file);
   }
 }
 

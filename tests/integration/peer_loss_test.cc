@@ -432,7 +432,7 @@ TEST_CASE("overlapping kills: a peer whose neighbours both die stays; a dead blo
   }
 }
 
-TEST_CASE("a neighbour new since a change and rounds behind on a slow link is waited for: only "
+TEST_CASE("a neighbour new since a change and rounds behind on a slow link is waited for, and only "
           "the killed peer leaves", "[integration][peers][faults]") {
   // Ring of 8, rank 3 killed at round 15; the change comes at round 23, and from then on ranks 2
   // and 4 are neighbours. Until round 40 every message on the link 4-5 takes 540 ms (under the

@@ -1,0 +1,27 @@
+// Shared by methods_test.cc and diloco_step_test.cc: a scenario file on the complete graph over
+// the in-process transport, and the nodes' starting models.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace methods_test {
+
+using Vec = std::vector<double>;
+
+inline std::string scenarioFile(const std::string& name, int nodes, const std::string& algorithm) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("starling-api-methods-" + name + "-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"schema_version": 1, "name": ")" << name << R"(", "nodes": )"
+                      << nodes << R"(, "topology": {"kind": "complete"},
+      "transport": {"kind": "inproc"}, "algorithm": )" << algorithm << "}";
+  return path.string();
+}
+
+inline Vec start(int rank) { return {1.0 * rank, -0.5 * rank, 0.25, 2.0 - rank}; }
+
+}  // namespace methods_test
