@@ -37,6 +37,7 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
     exact_.assign(messageSize(), T(0));
     if (spec_.outer == DilocoSpec::Outer::kNesterov || noloco()) momentum_.assign(d, T(0));
     if (spec_.outer == DilocoSpec::Outer::kExactDiffusion) dual_.assign(d, T(0));
+    if (byTime()) since_.assign(f, 0);
     if (spec_.compressedDifferences) {
       // Every node must agree on every reference point without an exchange: x0 where all start
       // from it (sharedStart), 0 otherwise (the first message is then the whole local model).
@@ -52,8 +53,8 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
 
   // One fragment a round (the whole model without fragments): noloco sends [theta, x] of it, the
   // others x (or its compressed difference), each block padded with zeros to the longest
-  // fragment's length.
-  size_t messageSize() const override { return blocks() * fragment_ + (byTime() ? 1 : 0); }
+  // fragment's length; by_time's step-weighted mix sends [h x, h] for x.
+  size_t messageSize() const override { return blocks() * fragment_ + (weighted() ? 1 : 0); }
 
   // The round's inner steps (H / fragments) on the local model, unless they ran during the last
   // exchange (overlap), and the round's fragment of it.
@@ -74,11 +75,15 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
     }
     pseudoGradientNorm_ = std::sqrt(sq);
     std::fill(out.begin(), out.end(), T(0));
-    if (byTime()) {
-      // [h x, h]: mixed with W, the ratio is the step-weighted average of the local models.
-      const T h = static_cast<T>(steps_);
-      for (size_t k = 0; k < n; ++k) out[k] = h * x_[lo + k];
-      out[fragment_] = h;
+    if (weighted()) {
+      // [h x, h] (noloco: [theta, h x, h]), h the inner steps the fragment's local model took
+      // since its last exchange: mixed with W, the ratio is the step-weighted average of the
+      // local models.
+      const T h = static_cast<T>(since_[fragmentIndex(info.round)]);
+      const size_t at = noloco() ? fragment_ : 0;
+      if (noloco()) std::copy_n(theta_.begin() + static_cast<std::ptrdiff_t>(lo), n, out.begin());
+      for (size_t k = 0; k < n; ++k) out[at + k] = h * x_[lo + k];
+      out[blocks() * fragment_] = h;
     } else if (spec_.compressedDifferences) {
       for (size_t k = 0; k < n; ++k) out[k] = x_[lo + k] - reference_[lo + k];
     } else if (noloco()) {
@@ -88,6 +93,7 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
     } else {
       std::copy_n(x_.begin() + static_cast<std::ptrdiff_t>(lo), n, out.begin());
     }
+    if (byTime()) since_[fragmentIndex(info.round)] = 0;
     lossless_ = out.data();
   }
 
@@ -158,10 +164,11 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
       }
       detail::combine<T>(mixed_.data(), nullptr, start, own.data(), nbrs, T(1), 0,
                          mixed_.size(), nullptr);
-      if (byTime()) {
+      if (weighted()) {
         // x-bar = sum_j w_ij h_j x_j / sum_j w_ij h_j (DyLU-style step weighting).
-        const T total = mixed_[fragment_];
-        for (size_t k = 0; k < n; ++k) mixed_[k] /= total;
+        const T total = mixed_[blocks() * fragment_];
+        T* x = mixed_.data() + (noloco() ? fragment_ : 0);
+        for (size_t k = 0; k < n; ++k) x[k] /= total;
       }
     }
     const T lr = static_cast<T>(spec_.outerLr);
@@ -241,6 +248,7 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
       v.fixed("reference", reference_);
       v.fixed("reference_mix", referenceMix_);
     }
+    if (byTime() && (spec_.fragments > 1 || spec_.overlap)) v.sized("steps_since_exchange", since_);
     v.scalar("outer_rounds", outerRounds_);
     v.scalar("inner_steps", innerSteps_);
     if (v.loading() && spec_.fragments <= 1 && !spec_.overlap) x_ = theta_;
@@ -258,10 +266,12 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
   void innerSteps(const std::function<void()>& poll) {
     const size_t d = theta_.size();
     const T alpha = alpha_;
-    // by_time: until the time is up (at least one step, at most innerSteps), or the node's
-    // emulated count.
+    // by_time: until the round's time is up (seconds / fragments: each fragment's local model
+    // computes `seconds` between its exchanges; at least one step, at most max_steps /
+    // fragments), or the node's emulated count.
     const auto begin = std::chrono::steady_clock::now();
-    const auto budget = std::chrono::duration<double>(spec_.seconds);
+    const auto budget = std::chrono::duration<double>(
+        spec_.seconds / static_cast<double>(std::max<uint64_t>(1, spec_.fragments)));
     const uint64_t limit = byTime() && spec_.emulatedSteps > 0 ? spec_.emulatedSteps
                                                                : stepsPerRound();
     uint64_t h = 0;
@@ -282,12 +292,20 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
         for (size_t k = 0; k < d; ++k) x[k] = x[k] - alpha * (g[k] + y[k]);
       }
     }
-    steps_ = h;
-    if (byTime()) innerSteps_ += h;
+    if (byTime()) {
+      innerSteps_ += h;
+      for (uint64_t& since : since_) since += h;
+    }
     if (poll) poll();
   }
 
   bool byTime() const { return spec_.seconds > 0; }
+  // by_time weights each local model by its inner steps, except under exact_diffusion: its
+  // correction keeps sum_i y_i = 0 only through a symmetric W, and its fixed point (every node at
+  // the optimum) does not depend on how many steps each node takes (docs/algorithms.md §29).
+  bool weighted() const {
+    return byTime() && spec_.outer != DilocoSpec::Outer::kExactDiffusion;
+  }
 
   bool noloco() const { return spec_.outer == DilocoSpec::Outer::kNoloco; }
   size_t blocks() const { return noloco() ? 2 : 1; }
@@ -296,8 +314,11 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
   }
   // The round's fragment: its first element and its length (Streaming DiLoCo's schedule, one
   // fragment after the other).
+  size_t fragmentIndex(uint64_t round) const {
+    return static_cast<size_t>(round % std::max<uint64_t>(1, spec_.fragments));
+  }
   std::pair<size_t, size_t> fragmentOf(uint64_t round) const {
-    const size_t f = static_cast<size_t>(round % std::max<uint64_t>(1, spec_.fragments));
+    const size_t f = fragmentIndex(round);
     const size_t lo = std::min(theta_.size(), f * fragment_);
     return {lo, std::min(theta_.size(), lo + fragment_) - lo};
   }
@@ -315,7 +336,8 @@ class Diloco final : public Algorithm<T>, public ExchangeOverlap, public Carried
   const T* lossless_ = nullptr;
   T alpha_ = T(0);        // the round's inner step size
   bool primed_ = false;   // overlap: x_ already holds the next round's inner steps
-  uint64_t steps_ = 0;    // the inner steps of the round being sent
+  // by_time: the inner steps each fragment's local model took since its last exchange
+  std::vector<uint64_t> since_;
   std::vector<T> sent_;   // overlap: the round's fragment of the local model as it was sent
   GradientOracle<T>& oracle_;
 };

@@ -79,12 +79,14 @@ core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
   const std::vector<T> x0(start.begin(), start.end());
   stack.spec = s.algorithm;
   if (simulated && s.algorithm.diloco.seconds > 0) {
-    // by_time in virtual time: as many steps of step_seconds / speed as fit in `seconds`.
+    // by_time in virtual time: as many steps of step_seconds / speed as fit in a round's
+    // seconds / fragments (at most max_steps / fragments).
     optim::DilocoSpec& d = stack.spec.diloco;
     const double speed = d.speeds.empty() ? 1.0 : d.speeds[static_cast<size_t>(rank)];
-    const double fit = std::floor(d.seconds * speed / d.stepSeconds);
+    const double f = static_cast<double>(std::max<uint64_t>(1, d.fragments));
+    const double fit = std::floor(d.seconds / f * speed / d.stepSeconds);
     d.emulatedSteps = static_cast<uint64_t>(
-        std::clamp(fit, 1.0, static_cast<double>(d.innerSteps)));
+        std::clamp(fit, 1.0, static_cast<double>(d.innerSteps) / f));
   }
   // Every node starts from the same x0 here (not after a membership change, which restarts
   // from each node's own model): DiLoCo's reference points may start there.

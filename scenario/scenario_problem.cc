@@ -191,20 +191,6 @@ void parseDilocoOf(Obj& alg, Scenario& s) {
   } else {
     alg.get("outer");
   }
-  if (d.seconds > 0) {
-    // Step-weighted mixing is not symmetric: the exactness of exact_diffusion and the
-    // reference-point sums of compressed differences assume W is.
-    const char* why = d.outer == Outer::kExactDiffusion ? "the exact_diffusion outer step"
-                      : d.outer == Outer::kNoloco      ? "the noloco outer step"
-                      : d.fragments > 1                ? "fragments"
-                      : d.overlap                      ? "overlap"
-                                                       : nullptr;
-    if (why != nullptr) {
-      throw ScenarioError{alg.at("inner_steps") + "/kind",
-                          std::string("by_time weights each local model by its steps; ") + why +
-                              " does not take that yet (docs/algorithms.md §29)"};
-    }
-  }
   const optim::LocalOptimizerSpec& l = s.algorithm.localOptimizer;
   if (d.outer == Outer::kExactDiffusion &&
       (l.kind != optim::LocalOptimizerSpec::Kind::kSgd || l.weightDecay != 0.0)) {
