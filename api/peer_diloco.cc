@@ -4,6 +4,7 @@
 #include <starling/peer.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -32,11 +33,6 @@ Status dilocoRefusal(const std::optional<Peer::Diloco>& keys) {
     return core::failedPrecondition(
         "dilocoStep: the scenario's algorithm is not diloco (docs/algorithms.md §29)");
   }
-  if (keys->seconds > 0) {
-    return core::failedPrecondition(
-        "dilocoStep: the scenario's inner_steps is by_time, which node-launcher's clock decides "
-        "on the scenario's problem; a trainer counts its own inner steps: give a number");
-  }
   if (keys->fragments > 1 && keys->compressed && !keys->compressedDifferences) {
     return core::failedPrecondition(
         "dilocoStep: fragments with error feedback: each fragment would need an error-feedback "
@@ -53,20 +49,54 @@ std::pair<size_t, size_t> fragmentOf(const Peer& peer, size_t d, size_t fragment
   return {lo, std::min(d, lo + width) - lo};
 }
 
-// The exchange's buffer for the fragment [lo, lo + n) of the local model `x`: x there (noloco:
-// [theta, x]), zeros in the padding to ceil(d / F).
+// by_time weights each local model by its inner steps, except under exact_diffusion (whose
+// fixed point does not depend on them; docs/algorithms.md §29).
+bool weighted(const Peer::Diloco& keys) {
+  return keys.seconds > 0 && keys.outer != "exact_diffusion";
+}
+
+// The exchange's buffer for fragment `f`, [lo, lo + n), of the local model `x`: x there (noloco:
+// [theta, x]; by_time: h x and, last, h, the fragment's steps since its last exchange), zeros in
+// the padding to ceil(d / F).
 template <typename T>
-std::vector<T>& fillBuffer(Peer::Impl& impl, const Peer::Diloco& keys, size_t width, size_t lo,
-                           size_t n, const T* x) {
+std::vector<T>& fillBuffer(Peer::Impl& impl, const Peer::Diloco& keys, size_t width, size_t f,
+                           size_t lo, size_t n, const T* x) {
   const bool noloco = keys.outer == "noloco";
   std::vector<T>& buf = dilocoBuffer<T>(impl);
-  buf.assign((noloco ? 2 : 1) * width, T(0));
+  buf.assign((noloco ? 2 : 1) * width + (weighted(keys) ? 1 : 0), T(0));
   const size_t at = noloco ? width : 0;  // noloco sends [theta, x]
+  const T h = weighted(keys) ? static_cast<T>(impl.dilocoSince[f]) : T(1);
   for (size_t k = 0; k < n; ++k) {
     if (noloco) buf[k] = static_cast<T>(impl.dilocoTheta[lo + k]);
-    buf[at + k] = x[k];
+    buf[at + k] = weighted(keys) ? h * x[k] : x[k];
   }
+  if (weighted(keys)) buf.back() = h;
+  if (keys.seconds > 0) impl.dilocoSince[f] = 0;
   return buf;
+}
+
+// x-bar in the mixed buffer (noloco: after theta-bar): by_time's
+// sum_j w_ij h_j x_j / sum_j w_ij h_j divided out in place.
+template <typename T>
+const T* mixedLocal(const Peer::Diloco& keys, std::vector<T>& buf, size_t width, size_t n) {
+  T* xbar = buf.data() + (keys.outer == "noloco" ? width : 0);
+  if (weighted(keys)) {
+    const T total = buf.back();
+    for (size_t k = 0; k < n; ++k) xbar[k] /= total;
+  }
+  return xbar;
+}
+
+// Whether the inner step just counted ends a round: every innerSteps / F steps, or by_time when
+// the round's seconds / F are up (or it took innerSteps / F steps, the cap).
+bool roundDue(Peer::Impl& impl, const Peer::Diloco& keys, size_t fragments) {
+  ++impl.dilocoSteps;
+  ++impl.dilocoRoundSteps;
+  if (impl.dilocoRoundSteps >= keys.innerSteps / fragments) return true;
+  if (keys.seconds <= 0) return false;
+  const std::chrono::duration<double> elapsed =
+      std::chrono::steady_clock::now() - impl.dilocoRoundStart;
+  return elapsed.count() >= keys.seconds / static_cast<double>(fragments);
 }
 
 // The outer step on theta's elements [lo, lo + n) from the mixed local models x-bar there
@@ -112,9 +142,10 @@ Status finishPending(Peer& peer, Peer::Impl& impl, const Peer::Diloco& keys, std
   const auto [lo, n] = *impl.dilocoPending;
   impl.dilocoPending.reset();
   STARLING_RETURN_IF_ERROR(peer.mixWait());
-  const std::vector<T>& buf = dilocoBuffer<T>(impl);
-  const size_t at = keys.outer == "noloco" ? buf.size() / 2 : 0;
-  outerStep<T>(impl, keys, lo, n, buf.data() + at, buf.data());
+  std::vector<T>& buf = dilocoBuffer<T>(impl);
+  const size_t fragments = std::max<uint64_t>(1, keys.fragments);
+  const size_t width = (impl.dilocoTheta.size() + fragments - 1) / fragments;
+  outerStep<T>(impl, keys, lo, n, mixedLocal(keys, buf, width, n), buf.data());
   for (size_t k = 0; k < n; ++k) {
     const double moved = static_cast<double>(params[lo + k]) - impl.dilocoSent[k];
     params[lo + k] = static_cast<T>(impl.dilocoTheta[lo + k] + moved);
@@ -135,6 +166,8 @@ Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* out
     impl.dilocoTheta.assign(params.begin(), params.end());
     impl.dilocoMomentum.assign(params.size(), 0.0);
     impl.dilocoDual.assign(exact ? params.size() : 0, 0.0);
+    impl.dilocoSince.assign(fragments, 0);
+    impl.dilocoRoundStart = std::chrono::steady_clock::now();
     if (keys->compressedDifferences && !noloco) {
       STARLING_RETURN_IF_ERROR(peer.mixReference(std::span<const T>(params)));
     }
@@ -145,10 +178,12 @@ Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* out
                                  " parameters, the first call had " +
                                  std::to_string(impl.dilocoTheta.size()));
   }
-  if (++impl.dilocoSteps % (keys->innerSteps / fragments) != 0) {
+  if (!roundDue(impl, *keys, fragments)) {
     // Between rounds: move an exchange in flight along.
     return impl.dilocoPending ? peer.poll() : Status::ok();
   }
+  for (uint64_t& h : impl.dilocoSince) h += impl.dilocoRoundSteps;
+  impl.dilocoRoundSteps = 0;
   if (exact && impl.dilocoInnerLr <= 0) {
     return core::failedPrecondition(
         "dilocoStep: the exact_diffusion outer step corrects every inner step's gradient: call "
@@ -156,32 +191,42 @@ Status dilocoStepOf(Peer& peer, Peer::Impl& impl, std::span<T> params, bool* out
   }
   if (outerRound) *outerRound = true;
   const size_t d = params.size(), width = (d + fragments - 1) / fragments;
+  Status s = Status::ok();
   if (keys->overlap) {
     // Eager (one round late): the round sent H / F steps ago lands now, and this round's
     // fragment of the local model leaves at once, travelling during the next inner steps.
-    STARLING_RETURN_IF_ERROR(finishPending(peer, impl, *keys, params));
-    const auto [lo, n] = fragmentOf(peer, d, fragments);
-    impl.dilocoSent.assign(params.begin() + lo, params.begin() + lo + n);
-    std::vector<T>& buf = fillBuffer(impl, *keys, width, lo, n, params.data() + lo);
-    STARLING_RETURN_IF_ERROR(peer.mixStart(std::span<T>(buf)));
-    impl.dilocoPending = {lo, n};
-    return Status::ok();
-  }
-  const auto [lo, n] = fragmentOf(peer, d, fragments);
-  if (exact) impl.dilocoSent.assign(params.begin() + lo, params.begin() + lo + n);
-  const T* xbar = params.data();
-  const T* thetabar = nullptr;
-  if (fragments == 1 && !noloco) {
-    STARLING_RETURN_IF_ERROR(peer.mix(params));  // params: the mixed local models, x-bar
+    s = finishPending(peer, impl, *keys, params);
+    if (s.isOk()) {
+      const size_t f = peer.round() % fragments;
+      const auto [lo, n] = fragmentOf(peer, d, fragments);
+      impl.dilocoSent.assign(params.begin() + lo, params.begin() + lo + n);
+      std::vector<T>& buf = fillBuffer(impl, *keys, width, f, lo, n, params.data() + lo);
+      s = peer.mixStart(std::span<T>(buf));
+      if (s.isOk()) impl.dilocoPending = {lo, n};
+    }
   } else {
-    std::vector<T>& buf = fillBuffer(impl, *keys, width, lo, n, params.data() + lo);
-    STARLING_RETURN_IF_ERROR(peer.mix(std::span<T>(buf)));
-    xbar = buf.data() + (noloco ? width : 0);
-    thetabar = buf.data();
+    const size_t f = peer.round() % fragments;
+    const auto [lo, n] = fragmentOf(peer, d, fragments);
+    if (exact) impl.dilocoSent.assign(params.begin() + lo, params.begin() + lo + n);
+    const T* xbar = params.data();
+    const T* thetabar = nullptr;
+    if (fragments == 1 && !noloco && !weighted(*keys)) {
+      if (keys->seconds > 0) impl.dilocoSince[0] = 0;
+      s = peer.mix(params);  // params: the mixed local models, x-bar
+    } else {
+      std::vector<T>& buf = fillBuffer(impl, *keys, width, f, lo, n, params.data() + lo);
+      s = peer.mix(std::span<T>(buf));
+      xbar = mixedLocal(*keys, buf, width, n);
+      thetabar = buf.data();
+    }
+    if (s.isOk()) {
+      outerStep<T>(impl, *keys, lo, n, xbar, thetabar);
+      for (size_t k = 0; k < n; ++k) params[lo + k] = static_cast<T>(impl.dilocoTheta[lo + k]);
+    }
   }
-  outerStep<T>(impl, *keys, lo, n, xbar, thetabar);
-  for (size_t k = 0; k < n; ++k) params[lo + k] = static_cast<T>(impl.dilocoTheta[lo + k]);
-  return Status::ok();
+  // by_time: the next round's time counts from here (the exchange included, unless overlapped).
+  impl.dilocoRoundStart = std::chrono::steady_clock::now();
+  return s;
 }
 
 template <typename T>

@@ -5,6 +5,7 @@
 
 #include <starling/peer.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -109,6 +110,11 @@ class Peer::Impl {
   // ... the fragment (first element, length) whose exchange is in flight (overlap)
   std::optional<std::pair<size_t, size_t>> dilocoPending;
   double dilocoInnerLr = 0;  // exact_diffusion: the inner step size dilocoGradient() was given
+  // by_time: the inner steps each fragment took since its last exchange, the round's steps so
+  // far, and when the round began (the first call, then each round's end).
+  std::vector<uint64_t> dilocoSince;
+  uint64_t dilocoRoundSteps = 0;
+  std::chrono::steady_clock::time_point dilocoRoundStart;
   // ... and what a fragment (noloco: [theta, x] of it) is mixed in, in the parameters' type.
   std::vector<float> dilocoBuffer32;
   std::vector<double> dilocoBuffer64;

@@ -274,8 +274,8 @@ class Peer {
     // error_feedback, docs/algorithms.md §29): fragments take those (one set per fragment).
     bool compressedDifferences = false;
     double pull = 0.7;        // noloco: the pull toward the neighbours' outer models
-    // > 0: "inner_steps": {"kind": "by_time"}: node-launcher's clock decides each round's inner
-    // steps (innerSteps is then their maximum); a trainer counts its own (dilocoStep refuses).
+    // > 0: "inner_steps": {"kind": "by_time"}: each round lasts seconds / fragments of the
+    // clock (innerSteps is then the most steps a round may take times fragments: max_steps).
     double seconds = 0;
   };
   std::optional<Diloco> diloco() const;
@@ -290,10 +290,14 @@ class Peer {
   // "overlap": true a round sends its fragment of the local model and returns at once; the
   // exchange travels during the next inner steps (the calls between rounds poll() it), and the
   // next round (or dilocoFinish) lands its outer step under them: x <- theta + (x - sent).
-  // `outerRound` (optional) says whether this call was a round. theta, the outer momentum and
-  // exact_diffusion's y live in the Peer, in float64. kFailedPrecondition unless the scenario's
-  // algorithm is diloco, for by_time inner steps (a trainer counts its own) and for fragments
-  // with error feedback.
+  // With by_time inner steps ("inner_steps": {"kind": "by_time", "seconds": s}) a round ends
+  // at the first call s / F seconds after the last round ended (or the first call), or after
+  // max_steps / F calls, and the mix weights each rank's local model by the steps its fragment
+  // took since its last exchange (exact_diffusion: unweighted); the ranks then take different
+  // numbers of steps, so loop until your count of rounds reaches lastRound(), not over a fixed
+  // number of steps. `outerRound` (optional) says whether this call was a round. theta, the
+  // outer momentum and exact_diffusion's y live in the Peer, in float64. kFailedPrecondition
+  // unless the scenario's algorithm is diloco, and for fragments with error feedback.
   Status dilocoStep(std::span<float> params, bool* outerRound = nullptr);
   Status dilocoStep(std::span<double> params, bool* outerRound = nullptr);
   // The exact_diffusion outer step's correction: call it on each inner step's gradient before

@@ -15,6 +15,7 @@ and later) works with the same build of Starling.
 """
 
 import copy
+import time
 
 import torch
 
@@ -328,6 +329,16 @@ class DiLoCo:
     feedback is refused (node-launcher runs that). A membership change restarts nothing here:
     the outer momentum and y carry on.
 
+    Peers of different speed: seconds=s (or the scenario's "inner_steps": {"kind": "by_time",
+    "seconds": s} when inner_steps is not passed) makes a round as many inner steps as fit in
+    s / F seconds of `clock` (time.monotonic by default), counted from the wrapper's making or
+    the last round's end: at least one step, at most inner_steps / F (inner_steps is then the
+    cap, the scenario's max_steps). The mix weights each rank's local model by the steps its
+    fragment took since its last exchange (it sends [h x, h]; exact_diffusion mixes
+    unweighted), as node-launcher's by_time. The ranks then take different numbers of steps:
+    loop over `opt.batches(loader)` (or `while not opt.done`),
+    which ends every rank after the run's last round (the scenario's rounds).
+
     With a lossy codec in the scenario (e.g. "compression": {"kind": "topk", "ratio": 0.01}),
     each exchange carries the compressed change of the local model against reference points
     every rank tracks alike, and x-bar is the mix of the reference points (§29). `shared_start`
@@ -341,7 +352,7 @@ class DiLoCo:
 
     def __init__(self, inner_optimizer, model, peer=None, inner_steps=None, outer=None,
                  outer_lr=None, outer_momentum=None, fragments=None, overlap=None,
-                 shared_start=True, pull=None):
+                 shared_start=True, pull=None, seconds=None, clock=None):
         if not isinstance(inner_optimizer, torch.optim.Optimizer):
             raise TypeError("inner_optimizer must be a torch.optim.Optimizer; got "
                             f"{type(inner_optimizer).__name__}")
@@ -358,11 +369,15 @@ class DiLoCo:
             peer = Peer.from_env(layout=self._layout)
         self.peer = peer
         keys = peer.diloco or {}
-        if keys.get("seconds", 0) > 0 and inner_steps is None:
-            raise NotImplementedError(
-                'the scenario\'s "inner_steps" is by_time: node-launcher\'s clock decides each '
-                "round's inner steps on the scenario's problem, and a trainer's ranks would then "
-                "end their loops after different numbers of rounds; pass inner_steps (a number)")
+        # by_time: the scenario's, unless inner_steps (a count) or seconds is passed here.
+        if seconds is None and inner_steps is None and keys.get("seconds", 0) > 0:
+            seconds = keys["seconds"]
+        self.seconds = None if seconds is None else float(seconds)
+        if self.seconds is not None and not 0 < self.seconds < float("inf"):
+            raise ValueError(f"seconds must be positive; got {self.seconds}")
+        if self.seconds is not None and inner_steps is None and keys.get("seconds", 0) <= 0:
+            inner_steps = 10000  # the cap when the scenario has none (its max_steps default)
+        self._clock = clock if clock is not None else time.monotonic
         self.overlap = bool(overlap if overlap is not None else keys.get("overlap", False))
         self.inner_steps = int(inner_steps if inner_steps is not None
                                else keys.get("inner_steps", 0))
@@ -388,6 +403,10 @@ class DiLoCo:
             raise ValueError(f"fragments={self.fragments} with the scenario's compressed "
                              "differences: the peer keeps reference points for the scenario's "
                              f"fragments ({keys.get('fragments', 1)}); set \"fragments\" there")
+        if self.seconds is not None and keys.get("compressed", False):
+            raise NotImplementedError(
+                "by_time sends each local model weighted by its steps, [h x, h], which the "
+                "scenario's lossy codec would compress as a model; leave compression out")
         d = self._flat.numel()
         self._fragment = -(-d // self.fragments)  # ceil(d / F): the last fragment may be shorter
         self._steps_per_round = self.inner_steps // self.fragments
@@ -429,21 +448,31 @@ class DiLoCo:
             self._sent = torch.empty(self._fragment, dtype=self._flat.dtype) if self.overlap \
                 else None
             self._noloco = self.outer == "noloco"
-            width = (2 if self._noloco else 1) * self._fragment
+            # by_time weights each local model by its steps: [h x, h] (exact_diffusion: no).
+            self._weighted = self.seconds is not None and self.outer != "exact_diffusion"
+            width = (2 if self._noloco else 1) * self._fragment + (1 if self._weighted else 0)
             self._mixing = torch.empty(width, dtype=self._flat.dtype) \
-                if self.overlap or self.fragments > 1 or self._noloco else None
+                if self.overlap or self.fragments > 1 or self._noloco or self._weighted \
+                else None
         self._pending = None    # overlap: the fragment (lo, n) whose exchange is in flight
+        # by_time: the inner steps each fragment took since its last exchange, the round's steps
+        # so far and when it began.
+        self._since = [0] * self.fragments
+        self._round_steps = 0
+        self._round_start = self._clock() if self.seconds is not None else None
         # The model's tensors for the scenario's per-tensor codec rules ("compression": {"layers":
         # ...}), given to a peer made without them, when the exchange carries the flat parameters
         # as they are (not in fragments, not noloco's [theta, x]).
-        if self.fragments == 1 and not self._noloco and not self._owns_peer:
+        if self.fragments == 1 and not self._noloco and not self._weighted and \
+                not self._owns_peer:
             if list(peer.layout) not in ([], self._layout):
                 raise ValueError(f"the peer was given the layout {list(peer.layout)}, but the "
                                  f"model's parameters have the sizes {self._layout}")
             if not list(peer.layout) and peer.round == 0:
                 peer.set_layout(self._layout)
         # (noloco's codec needs error feedback, which has no reference points.)
-        if shared_start and not self._noloco and peer.round == 0 and not peer.rejoining:
+        if shared_start and not self._noloco and not self._weighted and peer.round == 0 and \
+                not peer.rejoining:
             peer.mix_reference(self._flat)
         self.steps = 0          # inner steps taken
         self.outer_rounds = 0
@@ -484,14 +513,62 @@ class DiLoCo:
                     offset += n
         loss = self.optimizer.step(closure)
         self.steps += 1
-        if self.steps % self._steps_per_round == 0:
+        self._round_steps += 1
+        if self._round_due():
+            self._since = [h + self._round_steps for h in self._since]
+            self._round_steps = 0
             if self.overlap:
                 self._overlapped_round()
             else:
                 self._outer_round()
+            if self.seconds is not None:
+                self._round_start = self._clock()
         elif self._pending is not None:
             self.peer.poll()  # move the exchange along between inner steps
         return loss
+
+    def _round_due(self):
+        """Whether the inner step just taken ends a round: every inner_steps / F steps, or by_time
+        when the round's seconds / F are up (or it took inner_steps / F steps, the cap)."""
+        if self._round_steps >= self._steps_per_round:
+            return True
+        return self.seconds is not None and \
+            self._clock() - self._round_start >= self.seconds / self.fragments
+
+    @property
+    def rounds(self):
+        """The outer rounds this rank has started (with overlap the last may still be in
+        flight: outer_rounds counts those landed)."""
+        return self.peer.round + (1 if self._pending is not None else 0)
+
+    @property
+    def done(self):
+        """True once this rank has started the run's last round (the scenario's rounds; with
+        overlap close() or finish() lands it): the end of a loop whose ranks take different
+        numbers of inner steps (by_time). False while the scenario has no last round."""
+        last = self.peer.last_round
+        return last is not None and self.rounds >= last
+
+    def batches(self, iterable):
+        """Yields from `iterable`, starting it over each time it ends, until `done`: the loop of
+        a trainer whose ranks take different numbers of inner steps (by_time),
+
+            for x, y in opt.batches(loader):
+                opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+
+        Needs the scenario's rounds (peer.last_round)."""
+        if self.peer.last_round is None:
+            raise ValueError("batches() ends at the run's last round, and the scenario has no "
+                             '"rounds"; loop on your own and stop every rank at the same round')
+        while not self.done:
+            empty = True
+            for item in iterable:
+                empty = False
+                yield item
+                if self.done:
+                    return
+            if empty:
+                raise ValueError("batches(): the iterable yielded nothing")
 
     def _next_fragment(self):
         """The round's fragment of the flat parameters, (first element, length): fragment r mod F
@@ -504,19 +581,30 @@ class DiLoCo:
 
     def _fill(self, lo, n, x):
         """The exchange's buffer for the fragment [lo, lo + n): its local model x (noloco:
-        [theta, x]), zeros in the padding."""
+        [theta, x]; by_time: h x and, last, h, the steps the fragment took since its last
+        exchange), zeros in the padding."""
         self._mixing.zero_()
+        at = self._fragment if self._noloco else 0
         if self._noloco:
             self._mixing[:n].copy_(self._theta[lo:lo + n])
-            self._mixing[self._fragment:self._fragment + n].copy_(x)
+        if self._weighted:
+            f = self.peer.round % self.fragments
+            h = self._since[f]
+            self._mixing[at:at + n].copy_(x).mul_(h)
+            self._mixing[-1] = h
         else:
-            self._mixing[:n].copy_(x)
+            self._mixing[at:at + n].copy_(x)
+        if self.seconds is not None:
+            self._since[self.peer.round % self.fragments] = 0
 
     def _mixed(self, n):
         """x-bar (and noloco's theta-bar, else None) in the exchange's buffer once mixed."""
-        if self._noloco:
-            return self._mixing[self._fragment:self._fragment + n], self._mixing[:n]
-        return self._mixing[:n], None
+        at = self._fragment if self._noloco else 0
+        xbar = self._mixing[at:at + n]
+        if self._weighted:
+            # x-bar = sum_j w_ij h_j x_j / sum_j w_ij h_j
+            xbar = xbar / self._mixing[-1]
+        return xbar, (self._mixing[:n] if self._noloco else None)
 
     def _outer_step(self, lo, n, xbar, thetabar=None):
         """theta's outer step on elements [lo, lo + n) from the mixed local models x-bar there
@@ -592,6 +680,8 @@ class DiLoCo:
             if self._dual is not None:
                 self._local[lo:lo + n].copy_(x)
             if self._mixing is None:
+                if self.seconds is not None:
+                    self._since[0] = 0
                 self.peer.mix(x)                  # x = x-bar, the mixed local models
                 xbar, thetabar = x, None
             else:
@@ -619,7 +709,8 @@ class DiLoCo:
         return {"inner": self.optimizer.state_dict(), "theta": self._theta.clone(),
                 "momentum": None if self._momentum is None else self._momentum.clone(),
                 "dual": None if self._dual is None else self._dual.clone(),
-                "steps": self.steps, "outer_rounds": self.outer_rounds}
+                "steps": self.steps, "outer_rounds": self.outer_rounds,
+                "since": list(self._since), "round_steps": self._round_steps}
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state["inner"])
@@ -630,6 +721,9 @@ class DiLoCo:
             if self._dual is not None:
                 self._dual.copy_(state["dual"])
         self.steps, self.outer_rounds = int(state["steps"]), int(state["outer_rounds"])
+        if "since" in state:
+            self._since = [int(h) for h in state["since"]]
+            self._round_steps = int(state["round_steps"])
 
     def close(self):
         """Finishes an exchange in flight (overlap) and closes the peer if this wrapper created it
@@ -642,6 +736,7 @@ class DiLoCo:
         return (f"DiLoCo(inner_steps={self.inner_steps}, outer={self.outer!r}, "
                 f"outer_lr={self.outer_lr}, outer_momentum={self.outer_momentum}, "
                 + (f"pull={self.pull}, " if self._noloco else "")
+                + (f"seconds={self.seconds}, " if self.seconds is not None else "")
                 + f"fragments={self.fragments}, overlap={self.overlap}, "
                 f"{self._flat.numel()} parameters, {self.peer!r})\n{self.optimizer!r}")
 

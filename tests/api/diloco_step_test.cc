@@ -6,10 +6,14 @@
 
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "methods_testing.h"
@@ -225,12 +229,10 @@ TEST_CASE("Peer::mixReference of another size than the model is refused at the f
   std::filesystem::remove(path);
 }
 
-TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco, by_time inner steps, and "
-          "fragments with error feedback", "[api][methods][diloco]") {
+TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco, and fragments with error "
+          "feedback", "[api][methods][diloco]") {
   for (const std::string& algorithm :
        {std::string(R"({"kind": "dsgd", "step_size": 0.1})"),
-        std::string(R"({"kind": "diloco", "step_size": 0.1,
-                       "inner_steps": {"kind": "by_time", "seconds": 1}})"),
         std::string(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 2, "fragments": 2},
                        "compression": {"kind": "topk", "k": 1, "error_feedback": true})")}) {
     const auto file = scenarioFile("diloco-refused", 1, algorithm);
@@ -242,6 +244,128 @@ TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco, by_time inner
     CHECK_THAT(s.message(), Catch::Contains("dilocoStep"));
     CHECK((*peer)->close().isOk());
     std::filesystem::remove(file);
+  }
+}
+
+TEST_CASE("Peer::dilocoStep by_time: each rank's own steps a round on its clock, the mix "
+          "weighted by them, as written out from the counts", "[api][methods][diloco]") {
+  // 3 nodes on the complete graph, 0.2 s a round, at most 8 steps (max_steps 8 * F). Rank 0's
+  // steps take no time (it takes the cap), rank 1's 30 ms, rank 2's 100 ms (at most 2 a round).
+  // Each trainer counts its rounds to kRounds and records its steps in each; the reference mixes
+  // the fragments weighted by the recorded steps since their last exchange, so it holds whatever
+  // the clock gave. Nesterov whole, and noloco in 2 fragments with overlap.
+  constexpr int kNodes = 3, kRounds = 4;
+  const double lr = 0.05;
+  const int sleepMs[kNodes] = {0, 30, 100};
+  for (const bool streamed : {false, true}) {
+    CAPTURE(streamed);
+    const size_t F = streamed ? 2 : 1;
+    const std::string outer = streamed ? R"("kind": "noloco", "lr": 0.7, "momentum": 0.5,
+                                            "pull": 0.3)"
+                                       : R"("kind": "nesterov", "lr": 0.7, "momentum": 0.9)";
+    const auto file = scenarioFile(
+        "diloco-by-time", kNodes,
+        R"({"kind": "diloco", "step_size": 0.05, "fragments": )" + std::to_string(F) +
+            R"(, "overlap": )" + (streamed ? "true" : "false") +
+            R"(, "inner_steps": {"kind": "by_time", "seconds": )" + (streamed ? "0.4" : "0.2") +
+            R"(, "max_steps": )" + std::to_string(8 * F) + R"(}, "outer": {)" + outer + "}}");
+    std::vector<Vec> got(kNodes);
+    std::vector<std::vector<int>> counts(kNodes);  // each rank's steps in each round
+    const auto st = onThreads(kNodes, [&](int r) -> Status {
+      auto peer = Peer::fromScenario(file, r);
+      if (!peer.isOk()) return peer.status();
+      Vec x = start(0);
+      if (auto t = (*peer)->dilocoStep(std::span<double>(x)); !t.isOk()) return t;
+      int steps = 0;
+      while (static_cast<int>(counts[r].size()) < kRounds) {
+        const Vec g = quadraticGradient(r, x);
+        for (size_t k = 0; k < x.size(); ++k) x[k] -= lr * g[k];
+        std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs[r]));
+        ++steps;
+        bool round = false;
+        if (auto t = (*peer)->dilocoStep(std::span<double>(x), &round); !t.isOk()) return t;
+        if (round) {
+          counts[r].push_back(steps);
+          steps = 0;
+        }
+      }
+      if (auto t = (*peer)->dilocoFinish(std::span<double>(x)); !t.isOk()) return t;
+      got[r] = x;
+      return (*peer)->close();
+    });
+    for (const auto& s : st) {
+      INFO(s.message());
+      REQUIRE(s.isOk());
+    }
+    std::filesystem::remove(file);
+    for (int r = 0; r < kNodes; ++r) {
+      for (int c : counts[r]) {
+        CHECK(c >= 1);
+        CHECK(c <= 8);
+      }
+    }
+    for (int c : counts[2]) CHECK(c <= 2);  // 100 ms a step: 0.2 s is up after 2
+    // The reference, from the recorded counts.
+    const size_t d = start(0).size(), width = (d + F - 1) / F;
+    const double mu = streamed ? 0.5 : 0.9;
+    Vec theta = start(0), m(d, 0.0);
+    std::vector<Vec> thetas(kNodes, theta), ms(kNodes, m), x(kNodes, theta), sent(kNodes);
+    std::vector<std::vector<double>> since(kNodes, std::vector<double>(F, 0.0));
+    std::vector<double> h(kNodes);
+    size_t pending = SIZE_MAX;
+    const auto land = [&](size_t f) {
+      const size_t lo = f * width, hi = std::min(d, lo + width);
+      double total = 0;
+      for (int j = 0; j < kNodes; ++j) total += h[j] / kNodes;
+      std::vector<Vec> old = thetas;
+      for (int r = 0; r < kNodes; ++r) {
+        for (size_t k = lo; k < hi; ++k) {
+          double xbar = 0, tbar = 0;
+          for (int j = 0; j < kNodes; ++j) {
+            xbar += h[j] * sent[j][k - lo] / kNodes;
+            tbar += old[j][k] / kNodes;
+          }
+          xbar /= total;
+          double& t = thetas[r][k];
+          double& mm = ms[r][k];
+          if (streamed) {
+            mm = mu * mm - 0.7 * (tbar - xbar) - 0.3 * (t - tbar);
+            t += mm;
+          } else {
+            const double delta = t - xbar;
+            mm = mu * mm + delta;
+            t -= 0.7 * (delta + mu * mm);
+          }
+          x[r][k] = t + (x[r][k] - sent[r][k - lo]);
+        }
+      }
+    };
+    for (int round = 0; round < kRounds; ++round) {
+      const size_t f = static_cast<size_t>(round) % F, lo = f * width;
+      for (int r = 0; r < kNodes; ++r) {
+        for (int s = 0; s < counts[r][static_cast<size_t>(round)]; ++s) {
+          const Vec g = quadraticGradient(r, x[r]);
+          for (size_t k = 0; k < d; ++k) x[r][k] -= lr * g[k];
+        }
+        for (double& v : since[r]) v += counts[r][static_cast<size_t>(round)];
+      }
+      if (streamed && pending != SIZE_MAX) land(pending);
+      for (int r = 0; r < kNodes; ++r) {
+        h[r] = since[r][f];
+        since[r][f] = 0;
+        sent[r].assign(x[r].begin() + lo, x[r].begin() + std::min(d, lo + width));
+      }
+      if (streamed) {
+        pending = f;
+      } else {
+        land(f);
+      }
+    }
+    if (streamed) land(pending);
+    for (int r = 0; r < kNodes; ++r) {
+      INFO("rank " << r << " took " << counts[r][0] << ", " << counts[r][1] << ", ... steps");
+      for (size_t k = 0; k < d; ++k) CHECK(got[r][k] == Approx(x[r][k]).epsilon(1e-12));
+    }
   }
 }
 

@@ -9,7 +9,10 @@ x-hat_j for itself and its neighbours, starting at the common initial model (DiL
 shared_start), sends q_i = top-2(x_i - x-hat_i), x-hat_i += q_i, and x-bar_i = sum_j w_ij x-hat_j.
 With overlap each round's outer step lands H steps later under the steps taken since; with
 fragments (Streaming DiLoCo) a fragment of the parameters, in turn, is mixed every H / F steps;
-noloco mixes [theta, x] and takes NoLoCo's momentum step with its pull toward theta-bar."""
+noloco mixes [theta, x] and takes NoLoCo's momentum step with its pull toward theta-bar. With
+by_time inner steps each rank takes as many steps a round as its own clock allows (a clock its
+speed moves, so the counts are known), loops over opt.batches() and the mix is weighted by the
+steps."""
 
 import json
 import os
@@ -160,6 +163,123 @@ def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1, pull=None):
     return history
 
 
+SECONDS, CAP, SPEEDS = 2.0, 16, (1, 2, 1, 4)
+
+
+def reference_by_time(outer, lr, mu, fragments=1, overlap=False, pull=None):
+    """by_time on the ring: rank r takes SECONDS / F * SPEEDS[r] inner steps a round (its clock
+    moves 1 / SPEEDS[r] a step); round k mixes fragment k mod F of the local models, weighted by
+    the steps that fragment took since its last exchange (h_j): x-bar_i = sum_j w_ij h_j x_j /
+    sum_j w_ij h_j (exact_diffusion: unweighted, its correction over H = CAP); theta-bar
+    unweighted. With overlap the round lands one round late under the steps taken since. The
+    saved points: each rank's parameters after every round (and after the last one lands)."""
+    _, _, w0, b0 = problem(0)
+    theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
+    x = [t.copy() for t in theta]
+    m = [np.zeros(8) for _ in range(NODES)]
+    y = [np.zeros(8) for _ in range(NODES)]
+    since = [[0] * fragments for _ in range(NODES)]
+    per_round = [int(SECONDS / fragments * v) for v in SPEEDS]
+    w = weights("ring")
+    history = [[t.copy() for t in theta]]
+    pending = None
+
+    def land(sl, sent, h):
+        thetas = [t[sl].copy() for t in theta]
+        for r in range(NODES):
+            if outer == "exact_diffusion":
+                xbar = sum(w[r, j] * sent[j] for j in range(NODES))
+            else:
+                xbar = sum(w[r, j] * h[j] * sent[j] for j in range(NODES)) / \
+                    sum(w[r, j] * h[j] for j in range(NODES))
+            if outer == "noloco":
+                thetabar = sum(w[r, j] * thetas[j] for j in range(NODES))
+                noloco_step(theta[r], m[r], sl, thetabar, xbar, lr, mu, pull)
+            else:
+                d = theta[r][sl] - xbar
+                u = d
+                if outer == "nesterov":
+                    m[r][sl] = mu * m[r][sl] + d
+                    u = d + mu * m[r][sl]
+                if outer == "exact_diffusion":
+                    y[r][sl] = y[r][sl] + (sent[r] - xbar) / (2 * LR * CAP)
+                theta[r][sl] = theta[r][sl] - lr * u
+            x[r][sl] = theta[r][sl] + (x[r][sl] - sent[r])
+
+    for k in range(OUTER_ROUNDS * fragments):
+        for r in range(NODES):
+            for _ in range(per_round[r]):
+                x[r] = x[r] - LR * (gradient(r, x[r]) + y[r])
+            since[r] = [v + per_round[r] for v in since[r]]
+        f = k % fragments
+        sl = fragment(k, fragments)
+        h = [since[r][f] for r in range(NODES)]
+        for r in range(NODES):
+            since[r][f] = 0
+        sent = [v[sl].copy() for v in x]
+        if overlap:
+            if pending is not None:
+                land(*pending)
+            pending = (sl, sent, h)
+        else:
+            land(sl, sent, h)
+        history.append([v.copy() for v in x])
+    if overlap:
+        land(*pending)
+        history.append([v.copy() for v in x])
+    return history
+
+
+def run_by_time(tmp, outer, fragments=1, overlap=False):
+    """4 trainers with the scenario's by_time inner steps, each on a clock its speed moves, looping
+    over opt.batches(): against reference_by_time."""
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
+    name = f"torch-diloco-by-time-{outer}" + ("-overlap" if overlap else "") + \
+        (f"-{fragments}fragments" if fragments > 1 else "")
+    lr, mu = {"nesterov": (0.7, 0.9), "noloco": (0.7, 0.5)}.get(outer, (0.8, 0.0))
+    pull = 0.3 if outer == "noloco" else None
+    outer_keys = {"kind": outer, "lr": lr}
+    if outer in ("nesterov", "noloco"):
+        outer_keys["momentum"] = mu
+    if pull is not None:
+        outer_keys["pull"] = pull
+    algorithm = {"kind": "diloco", "step_size": LR, "outer": outer_keys,
+                 "inner_steps": {"kind": "by_time", "seconds": SECONDS, "max_steps": CAP},
+                 "fragments": fragments, "overlap": overlap}
+    scenario = harness.embedded_scenario(tmp, name, NODES, algorithm=algorithm,
+                                         extra={"rounds": OUTER_ROUNDS * fragments})
+    out = os.path.join(tmp, name)
+    rc, output = harness.run_launcher(scenario, out, [sys.executable, worker], timeout=120,
+                                      env={"EXPECT_COMPRESSED": "0", "EXPLICIT_PEER": "0",
+                                           "SPEEDS": ",".join(str(v) for v in SPEEDS)})
+    print(output)
+    harness.check(rc == 0, f"{name}: node-launcher exited {rc}")
+    got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]
+    steps = [np.load(os.path.join(out, f"steps-rank-{r}.npy")) for r in range(NODES)]
+    per_round = [int(SECONDS / fragments * v) for v in SPEEDS]
+    for r in range(NODES):
+        want = [per_round[r] * (k + 1) for k in range(OUTER_ROUNDS * fragments)]
+        harness.check(list(steps[r]) == want, f"{name}: rank {r} ended its rounds after "
+                      f"{list(steps[r])} steps, not {want}")
+    want = reference_by_time(outer, lr, mu, fragments, overlap, pull)
+    harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
+                  f"reference has {len(want)}")
+    worst = 0.0
+    for s in range(len(want)):
+        for r in range(NODES):
+            harness.check(np.allclose(got[r][s], want[s][r], rtol=1e-10, atol=1e-12),
+                          f"{name}: rank {r} after round {s}: {got[r][s]}, the reference "
+                          f"{want[s][r]}")
+            worst = max(worst, float(np.max(np.abs(got[r][s] - want[s][r]))))
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        last = [json.loads(line) for line in f][-1]
+    total = np.mean([per_round[r] * OUTER_ROUNDS * fragments for r in range(NODES)])
+    harness.check(last.get("outer_round") == OUTER_ROUNDS * fragments and
+                  last.get("inner_steps") == total, f"{name}: the last metrics record {last}")
+    print(f"{name}: {len(want) - 1} rounds on {NODES} ranks of speeds {SPEEDS} match the numpy "
+          f"reference (max |diff| {worst:.2e})")
+
+
 def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
     name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "") + \
@@ -256,6 +376,14 @@ def main():
         # exact_diffusion with overlap: y from the models as sent, the inner steps between with
         # the old y; with 2 fragments.
         run(tmp, "ring", "exact_diffusion", overlap=True, h=4, fragments=2)
+        # by_time: ranks of speeds 1, 2, 1 and 4 (4, 8, 4 and 16 steps a round; in 2 fragments
+        # half that a round), the mix weighted by the steps (exact_diffusion: unweighted).
+        run_by_time(tmp, "nesterov")
+        run_by_time(tmp, "exact_diffusion")
+        run_by_time(tmp, "noloco", fragments=2, overlap=True)
+        weighted = reference_by_time("nesterov", 0.7, 0.9)
+        harness.check(np.max(np.abs(weighted[-1][0] - plain[-1][0])) > 1e-3,
+                      "by_time changes nothing in the reference")
         harness.check(np.max(np.abs(reference("ring", "noloco", 0.7, 0.5, pull=0.3)[-1][0] -
                                     plain[-1][0])) > 1e-3, "noloco is nesterov in the reference")
         harness.check(np.max(np.abs(
