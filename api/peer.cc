@@ -286,10 +286,12 @@ Status Peer::Impl::mixStart(std::span<T> params) {
     // Streaming DiLoCo's fragments under compressed differences: each mix() carries one
     // fragment of the model (ceil(d / F) values, the trainer's schedule: fragment r mod F in
     // round r), and each fragment has reference points of its own.
+    // Under error feedback the reference points are per fragment too, and so is the codec's
+    // residual (the node's codec streams).
     const bool diloco = scenario.algorithm.kind == optim::AlgorithmKind::kDiloco;
     const bool differences = diloco && scenario.algorithm.diloco.compressedDifferences;
     const size_t pieces = diloco ? std::max<size_t>(1, scenario.algorithm.diloco.fragments) : 1;
-    const size_t fragments = differences ? pieces : 1;
+    const size_t fragments = pieces;
     const size_t expected =
         mixReference.empty() ? params.size() : (mixReference.size() + pieces - 1) / pieces;
     if (params.size() != expected) {
@@ -300,10 +302,7 @@ Status Peer::Impl::mixStart(std::span<T> params) {
                             std::to_string(expected) + " a mix)"
                       : std::string()));
     }
-    // (In fragments, reference points only for compressed differences: error feedback's are
-    // not kept per fragment.)
-    std::vector<T> start;
-    if (pieces == 1 || differences) start.assign(mixReference.begin(), mixReference.end());
+    const std::vector<T> start(mixReference.begin(), mixReference.end());
     const optim::GossipReference<T> reference{start, !start.empty() && differences, fragments};
     auto gossip = optim::createGossip<T>(scenario.algorithm.gamma, params.size(),
                                          st.mixCodec != nullptr, scenario.algorithm.timeVarying,
@@ -314,6 +313,9 @@ Status Peer::Impl::mixStart(std::span<T> params) {
         core::deriveSeed(scenario.seed, kMixCodecSalt, rank),
         core::deriveSeed(scenario.seed, kSharedCodecSalt, 1));
     st.mixNode->configure(scenario::engineOptions(scenario), &schedule->support(), kMixChannel);
+    if (pieces > 1 && st.mixCodec != nullptr && !differences) {
+      STARLING_RETURN_IF_ERROR(st.mixNode->setCodecStreams(pieces));
+    }
     // A membership change: gossip starts afresh from the current parameters.
     STARLING_RETURN_IF_ERROR(st.session.add(*st.mixNode, [this, &st, fragments](std::vector<T> x0) {
       // (Reference points from zero, as CHOCO-gossip's; a fragment's each.)

@@ -33,11 +33,6 @@ Status dilocoRefusal(const std::optional<Peer::Diloco>& keys) {
     return core::failedPrecondition(
         "dilocoStep: the scenario's algorithm is not diloco (docs/algorithms.md §29)");
   }
-  if (keys->fragments > 1 && keys->compressed && !keys->compressedDifferences) {
-    return core::failedPrecondition(
-        "dilocoStep: fragments with error feedback: each fragment would need an error-feedback "
-        "memory of its own (node-launcher runs it)");
-  }
   return Status::ok();
 }
 

@@ -52,7 +52,7 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
     outgoing_.resize(messageSize_);
     ownDecoded_.resize(messageSize_);
   }
-  codecState_ = codec_->newState(messageSize_);
+  newCodecStates(1);
   receiverStateful_ = caps_.receiver != nullptr;
   if (steps_.combined != nullptr && caps_.linear != nullptr) {
     accumulator_ = caps_.linear->newAccumulator(messageSize_);
@@ -139,7 +139,7 @@ core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
   // The codec measures the compression error as it writes ownDecoded_ when it can (while both
   // are in cache); otherwise one pass over the two here, with the same bits.
   compression::SeenError error;
-  const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get(), &error};
+  const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState(), &error};
   auto length = codec_->encodeInto(outgoing_, codecRng_, ctx, frame, ownDecoded_);
   if (!length) {
     return length.status().withContext("rank " + std::to_string(rank_) +
@@ -489,7 +489,7 @@ core::Status Node<T>::finishRound() {
       auto it = receiverStates_.find(slot.peer);
       if (it != receiverStates_.end()) heard.push_back(it->second.get());
     }
-    const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState_.get()};
+    const compression::StreamContext ctx{info_.round, codecSharedSeed_, codecState()};
     caps_.receiver->endRound(ctx, heard);
   }
   for (Slot& slot : slots_) slot.bytes.reset();  // the next round needs none (kept_ aside)

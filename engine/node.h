@@ -118,6 +118,13 @@ class Node {
   // transport (the public Peer's step() and mix() states) keep theirs apart.
   void setChannel(uint32_t channel) { channel_ = channel; }
 
+  // The codec's stream state (error feedback's residual) one per stream: round r's message is
+  // stream r mod `streams` (Streaming DiLoCo's fragments, whose messages are different pieces
+  // of the model: a residual carried into another fragment would land on other parameters).
+  // kFailedPrecondition for a codec whose receivers keep state (LGC), whose frames are one
+  // sequence. Set before the first round.
+  core::Status setCodecStreams(size_t streams);
+
   // What every runner sets alike on a new node, before its first round: `run`'s divergence
   // limit and asynchronous gossip, the schedule's `support` graph (borrowed) and the `channel`.
   void configure(const Options& run, const topology::Graph* support,
@@ -238,7 +245,12 @@ class Node {
   core::Rng codecRng_{0};
   std::vector<T> outgoing_;    // lossy codecs: what prepare wrote, before compression
   std::vector<T> ownDecoded_;  // lossy codecs: this node's frame as its neighbours decode it
-  std::unique_ptr<compression::CodecState> codecState_;
+  // One stream state per codec stream (setCodecStreams; one unless set): round r's is r mod n.
+  std::vector<std::unique_ptr<compression::CodecState>> codecStates_;
+  compression::CodecState* codecState() const {
+    return codecStates_[info_.round % codecStates_.size()].get();
+  }
+  void newCodecStates(size_t streams);
   uint64_t codecSharedSeed_ = 0;
   // A codec whose receivers remember each sender's earlier frames (caps_.receiver, LGC's decoder
   // versions): one state per neighbour, by peer id.

@@ -51,7 +51,25 @@ void Node<T>::restartAlgorithm(std::unique_ptr<optim::Algorithm<T>> algorithm) {
   steps_ = algorithm_->capabilities();
   if (steps_.carry != nullptr) (void)steps_.carry->carry(carried);
   kept_.clear();  // only the replaced algorithm read them
-  codecState_ = codec_->newState(messageSize_);
+  newCodecStates(codecStates_.size());
+}
+
+template <typename T>
+void Node<T>::newCodecStates(size_t streams) {
+  codecStates_.clear();
+  for (size_t k = 0; k < streams; ++k) codecStates_.push_back(codec_->newState(messageSize_));
+}
+
+template <typename T>
+core::Status Node<T>::setCodecStreams(size_t streams) {
+  streams = std::max<size_t>(1, streams);
+  if (streams > 1 && receiverStateful_) {
+    return core::failedPrecondition(
+        "a codec whose receivers remember each sender's frames (lgc) keeps one sequence of "
+        "frames; it cannot take " + std::to_string(streams) + " streams (fragments)");
+  }
+  newCodecStates(streams);
+  return core::Status::ok();
 }
 
 template <typename T>
@@ -90,18 +108,20 @@ void Node<T>::visitState(core::StateVisitor& v) {
     core::StateVisitor::Scope scope(v, "codec_rng");
     codecRng_.visitState(v);
   }
-  bool hasCodecState = codecState_ != nullptr;
+  // Stream 0's state as "codec_state" (as before streams), the others as "codec_state_<k>".
+  bool hasCodecState = codecStates_[0] != nullptr;
   v.flag("has_codec_state", hasCodecState);
   if (v.failed()) return;
-  if (hasCodecState != (codecState_ != nullptr)) {
+  if (hasCodecState != (codecStates_[0] != nullptr)) {
     return v.fail(std::string("checkpoint: the saved node ") +
                   (hasCodecState ? "has a codec stream state and this one has none"
                                  : "has no codec stream state and this one has one") +
                   " (another compression?)");
   }
-  if (codecState_) {
-    core::StateVisitor::Scope scope(v, "codec_state");
-    codecState_->visitState(v);
+  for (size_t k = 0; k < codecStates_.size() && codecStates_[k]; ++k) {
+    core::StateVisitor::Scope scope(
+        v, k == 0 ? std::string("codec_state") : "codec_state_" + std::to_string(k));
+    codecStates_[k]->visitState(v);
   }
   core::StateVisitor::Scope scope(v, "algorithm");
   algorithm_->visitState(v);

@@ -97,6 +97,13 @@ core::Result<NodeStack<T>> buildNode(const scenario::Experiment& e, int rank,
       stack.codec.get(), core::deriveSeed(s.seed, kCodecSalt, rank),
       core::deriveSeed(s.seed, kSharedCodecSalt));
   stack.node->configure(scenario::engineOptions(s), &e.schedule->support());
+  if (s.algorithm.kind == optim::AlgorithmKind::kDiloco && s.algorithm.diloco.fragments > 1 &&
+      (s.compression.errorFeedback ||
+       s.compression.kind == compression::CompressorSpec::Kind::kAdaComp)) {
+    // Error feedback's residual (adacomp's residue) per fragment: each round's message is
+    // another piece of the model.
+    STARLING_RETURN_IF_ERROR(stack.node->setCodecStreams(s.algorithm.diloco.fragments));
+  }
   return stack;
 }
 

@@ -291,6 +291,15 @@ void parseCompression(Obj& o, Scenario& s) {
 
 void checkLgc(const Scenario& s) {
   if (!usesLgc(s.compression)) return;
+  // Error feedback keeps a residual per fragment (engine::Node::setCodecStreams); LGC's frames
+  // are one sequence that its receivers follow, which fragments' streams would break.
+  if (s.algorithm.kind == optim::AlgorithmKind::kDiloco && s.algorithm.diloco.fragments > 1 &&
+      s.compression.errorFeedback) {
+    throw ScenarioError{"/compression/error_feedback",
+                        "error feedback in fragments keeps a residual per fragment, and lgc's "
+                        "receivers follow one sequence of frames; leave error_feedback out (the "
+                        "compressed differences keep reference points per fragment)"};
+  }
   // Receivers hold each sender's decoders (docs/compression.md "LGC"); neither a checkpoint nor
   // a restarted or repaired membership carries them yet.
   if (s.checkpoint.every > 0) {

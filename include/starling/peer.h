@@ -297,7 +297,7 @@ class Peer {
   // numbers of steps, so loop until your count of rounds reaches lastRound(), not over a fixed
   // number of steps. `outerRound` (optional) says whether this call was a round. theta, the
   // outer momentum and exact_diffusion's y live in the Peer, in float64. kFailedPrecondition
-  // unless the scenario's algorithm is diloco, and for fragments with error feedback.
+  // unless the scenario's algorithm is diloco.
   Status dilocoStep(std::span<float> params, bool* outerRound = nullptr);
   Status dilocoStep(std::span<double> params, bool* outerRound = nullptr);
   // The exact_diffusion outer step's correction: call it on each inner step's gradient before

@@ -324,9 +324,9 @@ class DiLoCo:
     ceil(d / F) values: every H / F steps one of them, in turn, is mixed and takes its outer step
     (its theta, momentum and y), and only that fragment of the parameters restarts from its new
     theta, so each fragment is still exchanged every H steps but a round sends 1/F of the model;
-    inner_steps must be a multiple of F; with a lossy codec's compressed differences each
-    fragment has reference points of its own (the scenario's "fragments" must be F), and error
-    feedback is refused (node-launcher runs that). A membership change restarts nothing here:
+    inner_steps must be a multiple of F; with a lossy codec each fragment has reference points
+    of its own, and under error feedback a residual of its own (the scenario's "fragments" must
+    be F). A membership change restarts nothing here:
     the outer momentum and y carry on.
 
     Peers of different speed: seconds=s (or the scenario's "inner_steps": {"kind": "by_time",
@@ -392,17 +392,11 @@ class DiLoCo:
                              f"fragments inner steps: inner_steps ({self.inner_steps}) must be a "
                              "multiple of fragments")
         if self.fragments > 1 and keys.get("compressed", False) and \
-                not keys.get("compressed_differences", False):
-            raise NotImplementedError(
-                "fragments > 1 with the scenario's lossy codec under error feedback: each fragment "
-                "would need an error-feedback memory of its own; leave error_feedback out (the "
-                "compressed differences then keep reference points per fragment) or run it with "
-                "node-launcher on the scenario's problem")
-        if self.fragments > 1 and keys.get("compressed_differences", False) and \
                 self.fragments != keys.get("fragments", 1):
-            raise ValueError(f"fragments={self.fragments} with the scenario's compressed "
-                             "differences: the peer keeps reference points for the scenario's "
-                             f"fragments ({keys.get('fragments', 1)}); set \"fragments\" there")
+            raise ValueError(f"fragments={self.fragments} with the scenario's lossy codec: the "
+                             "peer keeps reference points (and error feedback's residual) for "
+                             f"the scenario's fragments ({keys.get('fragments', 1)}); set "
+                             '"fragments" there')
         if self.seconds is not None and keys.get("compressed", False):
             raise NotImplementedError(
                 "by_time sends each local model weighted by its steps, [h x, h], which the "

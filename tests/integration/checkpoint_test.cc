@@ -227,11 +227,12 @@ TEST_CASE("CHOCO with QSGD, minibatches and corrupted links, every process kille
       R"(, {"corrupt": 0.05})", /*killPeersToo=*/true);
 }
 
-TEST_CASE("diloco (outer momentum, the inner Adam's moments, error feedback) resumes bit for bit",
-          "[integration][peers][checkpoint][diloco]") {
+TEST_CASE("diloco (outer momentum, the inner Adam's moments, error feedback's residual per "
+          "fragment) resumes bit for bit", "[integration][peers][checkpoint][diloco]") {
   checkKillAndResume(
       "diloco", R"(, "estimator": {"kind": "sgd", "batch": 8})",
-      R"({"kind": "diloco", "step_size": 0.05, "inner_steps": 3, "inner": {"kind": "adamw"}})",
+      R"({"kind": "diloco", "step_size": 0.05, "inner_steps": 4, "fragments": 2,
+          "inner": {"kind": "adamw"}})",
       R"(, "compression": {"kind": "topk", "ratio": 0.5, "error_feedback": true})", "",
       /*killPeersToo=*/false);
 }

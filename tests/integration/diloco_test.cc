@@ -99,6 +99,15 @@ TEST_CASE("diloco's keys: what the reader refuses, naming the JSON path, and wha
                                   R"(, "fragments": 2)"}) {
     CHECK(errorOf(scenarioWith(diloco(byTime + more))) == "accepted");
   }
+  // Error feedback in fragments keeps a residual per fragment; lgc's receivers follow one
+  // sequence of frames.
+  CHECK(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4, "fragments": 2)"),
+                             R"(, "compression": {"kind": "topk", "k": 1,
+                                                  "error_feedback": true})")) == "accepted");
+  CHECK_THAT(errorOf(scenarioWith(diloco(R"(, "inner_steps": 4, "fragments": 2)"),
+                                  R"(, "compression": {"kind": "lgc", "ratio": 0.05,
+                                                       "error_feedback": true})")),
+             Catch::Contains("/compression/error_feedback") && Catch::Contains("lgc"));
   // The speeds of simulate's by_time from "asynchronous" (its rounds stay synchronous).
   const std::string speeds = R"(, "asynchronous": {"speeds": [1, 2, 1, 1, 0.5]})";
   CHECK(errorOf(scenarioWith(diloco(byTime + speeds))) == "accepted");
@@ -221,6 +230,9 @@ TEST_CASE("diloco over real peers equals simulate for every outer step, with a c
                         R"(, "compression": {"kind": "topk_2bit", "chunk": 4, "per_chunk": 1})"},
       {"topk", diloco(R"(, "inner_steps": 4)") +
                    R"(, "compression": {"kind": "topk", "ratio": 0.5, "error_feedback": true})"},
+      {"fragments-feedback",
+       diloco(R"(, "inner_steps": 4, "fragments": 2)") +
+           R"(, "compression": {"kind": "topk", "ratio": 0.5, "error_feedback": true})"},
       {"topk-differences", diloco(R"(, "inner_steps": 4)") +
                                R"(, "compression": {"kind": "topk", "ratio": 0.3})"},
       {"kill", diloco(R"(, "inner_steps": 4)") +

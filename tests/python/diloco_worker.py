@@ -39,7 +39,7 @@ def main():
                                          peer=fake(inner_steps=16, seconds=2.0, compressed=True)))
     raises(ValueError, ["seconds must be positive"],
            lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=4), seconds=0))
-    raises(NotImplementedError, ["error feedback"],
+    raises(ValueError, ["the scenario's fragments"],
            lambda: starling.torch.DiLoCo(inner, model, peer=fake(inner_steps=4, compressed=True),
                                          fragments=2))
     raises(ValueError, ["the scenario's fragments"],

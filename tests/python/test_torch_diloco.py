@@ -113,14 +113,18 @@ def reference_overlap(lr, mu, h=H, fragments=1, outer="nesterov", pull=None):
     return history
 
 
-def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1, pull=None):
+def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1, pull=None, ef=False):
     """Every round: h / F inner steps on each rank's local model, then round k's fragment (all of
     it without fragments) is mixed, takes the outer step there, and restarts from its new theta.
-    The saved points: each rank's parameters after every round."""
+    With error feedback (ef) the top-k message is p = top-k(e + q) of the fragment's own residual
+    e (e <- e + q - p), and the mix is CHOCO-gossip's x-bar_i = x_i + sum_j w_ij (x-hat_j -
+    x-hat_i) (gamma 1). The saved points: each rank's parameters after every round."""
     _, _, w0, b0 = problem(0)
     theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
     x = [t.copy() for t in theta]
     hat = [t.copy() for t in theta]  # the reference points start at the common model
+    width = -(-8 // fragments)
+    residual = [[np.zeros(width) for _ in range(fragments)] for _ in range(NODES)]
     m = [np.zeros(8) for _ in range(NODES)]
     y = [np.zeros(8) for _ in range(NODES)]
     w = weights(topology)
@@ -137,13 +141,20 @@ def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1, pull=None):
         if topk:
             # Each fragment's reference points: q = top-k of the fragment's change, padded with
             # zeros to ceil(8 / F) values as the exchange carries it.
-            width = -(-8 // fragments)
             for r in range(NODES):
                 diff = np.zeros(width)
                 diff[:len(sent[r])] = sent[r] - hat[r][sl]
-                hat[r][sl] = hat[r][sl] + top_k(diff, topk)[:len(sent[r])]
+                if ef:
+                    e = residual[r][k % fragments]
+                    p = top_k(e + diff, topk)
+                    residual[r][k % fragments] = e + diff - p
+                else:
+                    p = top_k(diff, topk)
+                hat[r][sl] = hat[r][sl] + p[:len(sent[r])]
         mixed = [h[sl] for h in hat] if topk else sent
         xbars = [sum(w[r, j] * mixed[j] for j in range(NODES)) for r in range(NODES)]
+        if ef:
+            xbars = [sent[r] + xbars[r] - hat[r][sl] for r in range(NODES)]
         thetabars = [sum(w[r, j] * theta[j][sl] for j in range(NODES)) for r in range(NODES)]
         for r in range(NODES):
             if outer == "noloco":
@@ -158,6 +169,38 @@ def reference(topology, outer, lr, mu, topk=None, h=H, fragments=1, pull=None):
             if outer == "exact_diffusion":
                 y[r][sl] = y[r][sl] + (sent[r] - xbars[r]) / (2 * LR * h)
             theta[r][sl] = theta[r][sl] - lr * u
+            x[r][sl] = theta[r][sl]
+        history.append([v.copy() for v in x])
+    return history
+
+
+def reference_shared_residual(lr, mu):
+    """reference(..., topk=2, h=4, fragments=2, ef=True) with one residual for both fragments
+    (what a codec state shared by the fragments would do): it must differ from the real one."""
+    _, _, w0, b0 = problem(0)
+    theta = [np.concatenate([w0.ravel(), b0]) for _ in range(NODES)]
+    x = [t.copy() for t in theta]
+    hat = [t.copy() for t in theta]
+    m = [np.zeros(8) for _ in range(NODES)]
+    residual = [np.zeros(4) for _ in range(NODES)]
+    w = weights("ring")
+    history = [[t.copy() for t in theta]]
+    for k in range(OUTER_ROUNDS * 2):
+        for r in range(NODES):
+            for _ in range(2):
+                x[r] = x[r] - LR * gradient(r, x[r])
+        sl = fragment(k, 2)
+        sent = [v[sl].copy() for v in x]
+        for r in range(NODES):
+            diff = sent[r] - hat[r][sl]
+            p = top_k(residual[r] + diff, 2)
+            residual[r] = residual[r] + diff - p
+            hat[r][sl] = hat[r][sl] + p
+        for r in range(NODES):
+            xbar = sent[r] + sum(w[r, j] * hat[j][sl] for j in range(NODES)) - hat[r][sl]
+            d = theta[r][sl] - xbar
+            m[r][sl] = mu * m[r][sl] + d
+            theta[r][sl] = theta[r][sl] - lr * (d + mu * m[r][sl])
             x[r][sl] = theta[r][sl]
         history.append([v.copy() for v in x])
     return history
@@ -280,9 +323,10 @@ def run_by_time(tmp, outer, fragments=1, overlap=False):
           f"reference (max |diff| {worst:.2e})")
 
 
-def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
+def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1, ef=False):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
     name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "") + \
+        ("-ef" if ef else "") + \
         ("-overlap" if overlap else "") + (f"-{fragments}fragments" if fragments > 1 else "")
     lr, mu = {"nesterov": (0.7, 0.9), "noloco": (0.7, 0.5)}.get(outer, (0.8, 0.0))
     pull = 0.3 if outer == "noloco" else None
@@ -293,7 +337,7 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
         outer_keys["pull"] = pull
     extra = {"topology": {"kind": topology}}
     if topk:
-        extra["compression"] = {"kind": "topk", "k": topk}
+        extra["compression"] = {"kind": "topk", "k": topk, "error_feedback": ef}
     algorithm = {"kind": "diloco", "step_size": LR, "inner_steps": h, "outer": outer_keys}
     if overlap:
         algorithm["overlap"] = True
@@ -308,7 +352,7 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1):
     harness.check(rc == 0, f"{name}: node-launcher exited {rc}")
     got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]
     want = reference_overlap(lr, mu, h, fragments, outer, pull) if overlap else \
-        reference(topology, outer, lr, mu, topk, h, fragments, pull)
+        reference(topology, outer, lr, mu, topk, h, fragments, pull, ef)
     harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
                   f"reference has {len(want)}")
     worst = 0.0
@@ -367,6 +411,12 @@ def main():
         # With top-2 differences: reference points per fragment (3, 3 and 2 of the 8 values).
         run(tmp, "ring", "nesterov", topk=2, h=6, fragments=3)
         run(tmp, "ring", "exact_diffusion", h=4, fragments=2)
+        # Top-2 with error feedback in 2 fragments: a residual and reference points per fragment.
+        run(tmp, "ring", "nesterov", topk=2, h=4, fragments=2, ef=True)
+        shared = reference_shared_residual(0.7, 0.9)
+        harness.check(np.max(np.abs(shared[-1][0] - reference(
+            "ring", "nesterov", 0.7, 0.9, 2, h=4, fragments=2, ef=True)[-1][0])) > 1e-6,
+            "one residual for both fragments changes nothing in the reference")
         run(tmp, "ring", "nesterov", overlap=True, h=4, fragments=2)
         # NoLoCo's outer step (the scenario's pull 0.3): [theta, x] mixed, alone, in fragments
         # and with overlap.
