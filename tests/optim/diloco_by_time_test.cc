@@ -36,6 +36,17 @@ Nodes byTimeNodes(const std::vector<Quadratic>& fs, DilocoSpec spec, const Vec& 
   return ns;
 }
 
+// x-bar_i's element k: sum_j w_ij h_j x_j / sum_j w_ij h_j, the step-weighted mix.
+double weightedMix(const Matrix& w, size_t i, const std::vector<uint64_t>& h,
+                   const std::vector<Vec>& x, size_t k) {
+  double num = 0, den = 0;
+  for (size_t j = 0; j < x.size(); ++j) {
+    num += w[i][j] * static_cast<double>(h[j]) * x[j][k];
+    den += w[i][j] * static_cast<double>(h[j]);
+  }
+  return num / den;
+}
+
 }  // namespace
 
 TEST_CASE("diloco by_time: each node's own number of inner steps, the mix weighted by them",
@@ -45,7 +56,7 @@ TEST_CASE("diloco by_time: each node's own number of inner steps, the mix weight
   const Vec x0 = randomVec(d, 1.0, 11);
   const double alpha = 0.05;
   const int rounds = 8;
-  const uint64_t steps[n] = {1, 2, 3, 4, 5};
+  const std::vector<uint64_t> steps = {1, 2, 3, 4, 5};
   for (const bool complete : {false, true}) {
     INFO((complete ? "complete" : "ring"));
     const Matrix w = complete ? completeWeights(n) : ringWeights(n);
@@ -68,12 +79,8 @@ TEST_CASE("diloco by_time: each node's own number of inner steps, the mix weight
       std::vector<Vec> x(n);
       for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], theta[i], alpha, steps[i]);
       for (size_t i = 0; i < n; ++i) {
-        double total = 0;
-        for (size_t j = 0; j < n; ++j) total += w[i][j] * static_cast<double>(steps[j]);
         for (size_t k = 0; k < d; ++k) {
-          double xbar = 0;
-          for (size_t j = 0; j < n; ++j) xbar += w[i][j] * static_cast<double>(steps[j]) * x[j][k];
-          xbar /= total;
+          const double xbar = weightedMix(w, i, steps, x, k);
           const double delta = theta[i][k] - xbar;
           m[i][k] = 0.9 * m[i][k] + delta;
           theta[i][k] -= 0.7 * (delta + 0.9 * m[i][k]);
@@ -189,12 +196,8 @@ TEST_CASE("diloco by_time with overlap: the steps taken while the last exchange 
     const std::vector<Vec> sent = x;
     for (size_t i = 0; i < n; ++i) x[i] = innerSteps(fs[i], x[i], alpha, steps[i]);
     for (size_t i = 0; i < n; ++i) {
-      double total = 0;
-      for (size_t j = 0; j < n; ++j) total += w[i][j] * static_cast<double>(steps[j]);
       for (size_t k = 0; k < d; ++k) {
-        double xbar = 0;
-        for (size_t j = 0; j < n; ++j) xbar += w[i][j] * static_cast<double>(steps[j]) * sent[j][k];
-        xbar /= total;
+        const double xbar = weightedMix(w, i, steps, sent, k);
         double y = 0;
         const double next = outerStep(spec, false, 0, theta[i][k], xbar, sent[i][k], m[i][k], y);
         x[i][k] = next + (x[i][k] - sent[i][k]);
@@ -216,15 +219,7 @@ TEST_CASE("diloco by_time with exact_diffusion: an unweighted mix, and the optim
   // y_i += (x_i - x-bar_i) / (2 alpha 10), theta = x-bar.
   const size_t n = 8, d = 6;
   const auto fs = problems(n, d, 41);
-  Vec opt(d);
-  for (size_t k = 0; k < d; ++k) {
-    double num = 0, den = 0;
-    for (const auto& f : fs) {
-      num += f.a[k] * f.b[k];
-      den += f.a[k];
-    }
-    opt[k] = num / den;
-  }
+  const Vec opt = optimumOf(fs);
   const Vec x0(d, 0.0);
   const double alpha = 0.05;
   std::vector<uint64_t> steps(n);

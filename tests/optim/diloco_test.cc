@@ -145,15 +145,7 @@ TEST_CASE("the exact_diffusion outer step reaches the optimum where nesterov sta
   // Eight nodes on a ring, each with its own quadratic, ten inner steps a round.
   const size_t n = 8, d = 6;
   const auto fs = problems(n, d, 41);
-  Vec opt(d);
-  for (size_t k = 0; k < d; ++k) {
-    double num = 0, den = 0;
-    for (const auto& f : fs) {
-      num += f.a[k] * f.b[k];
-      den += f.a[k];
-    }
-    opt[k] = num / den;
-  }
+  const Vec opt = optimumOf(fs);
   const Vec x0(d, 0.0);
   auto errorOf = [&](DilocoSpec::Outer outer, double lr, uint64_t fragments = 1) {
     DilocoSpec spec;
@@ -205,15 +197,7 @@ TEST_CASE("diloco's compressed differences: exact without loss, and the exact_di
     }
   }
   // Through top-half compression of every message: the optimum of the mean, to 1e-10.
-  Vec opt(d);
-  for (size_t k = 0; k < d; ++k) {
-    double num = 0, den = 0;
-    for (const auto& f : fs) {
-      num += f.a[k] * f.b[k];
-      den += f.a[k];
-    }
-    opt[k] = num / den;
-  }
+  const Vec opt = optimumOf(fs);
   DilocoSpec spec;
   spec.innerSteps = 5;
   spec.outer = DilocoSpec::Outer::kExactDiffusion;

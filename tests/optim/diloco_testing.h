@@ -51,6 +51,20 @@ inline std::vector<Quadratic> problems(size_t n, size_t d, uint64_t seed) {
   return fs;
 }
 
+// The optimum of the mean of the quadratics: x*_k = sum_i a_ik b_ik / sum_i a_ik.
+inline Vec optimumOf(const std::vector<Quadratic>& fs) {
+  Vec opt(fs[0].a.size());
+  for (size_t k = 0; k < opt.size(); ++k) {
+    double num = 0, den = 0;
+    for (const auto& f : fs) {
+      num += f.a[k] * f.b[k];
+      den += f.a[k];
+    }
+    opt[k] = num / den;
+  }
+  return opt;
+}
+
 using Matrix = std::vector<Vec>;
 
 inline Matrix completeWeights(size_t n) { return Matrix(n, Vec(n, 1.0 / static_cast<double>(n))); }

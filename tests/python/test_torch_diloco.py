@@ -206,6 +206,33 @@ def reference_shared_residual(lr, mu):
     return history
 
 
+def outer_of(outer):
+    """The test's outer keys for `outer`: (lr, momentum, pull, the scenario's "outer")."""
+    lr, mu = {"nesterov": (0.7, 0.9), "noloco": (0.7, 0.5)}.get(outer, (0.8, 0.0))
+    pull = 0.3 if outer == "noloco" else None
+    keys = {"kind": outer, "lr": lr}
+    if outer in ("nesterov", "noloco"):
+        keys["momentum"] = mu
+    if pull is not None:
+        keys["pull"] = pull
+    return lr, mu, pull, keys
+
+
+def check_history(name, got, want):
+    """Every rank's saved parameters against the reference's, point by point; the largest
+    difference."""
+    harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
+                  f"reference has {len(want)}")
+    worst = 0.0
+    for s in range(len(want)):
+        for r in range(NODES):
+            harness.check(np.allclose(got[r][s], want[s][r], rtol=1e-10, atol=1e-12),
+                          f"{name}: rank {r} after round {s}: {got[r][s]}, the reference "
+                          f"{want[s][r]}")
+            worst = max(worst, float(np.max(np.abs(got[r][s] - want[s][r]))))
+    return worst
+
+
 SECONDS, CAP, SPEEDS = 2.0, 16, (1, 2, 1, 4)
 
 
@@ -279,13 +306,7 @@ def run_by_time(tmp, outer, fragments=1, overlap=False):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "diloco_worker.py")
     name = f"torch-diloco-by-time-{outer}" + ("-overlap" if overlap else "") + \
         (f"-{fragments}fragments" if fragments > 1 else "")
-    lr, mu = {"nesterov": (0.7, 0.9), "noloco": (0.7, 0.5)}.get(outer, (0.8, 0.0))
-    pull = 0.3 if outer == "noloco" else None
-    outer_keys = {"kind": outer, "lr": lr}
-    if outer in ("nesterov", "noloco"):
-        outer_keys["momentum"] = mu
-    if pull is not None:
-        outer_keys["pull"] = pull
+    lr, mu, pull, outer_keys = outer_of(outer)
     algorithm = {"kind": "diloco", "step_size": LR, "outer": outer_keys,
                  "inner_steps": {"kind": "by_time", "seconds": SECONDS, "max_steps": CAP},
                  "fragments": fragments, "overlap": overlap}
@@ -305,15 +326,7 @@ def run_by_time(tmp, outer, fragments=1, overlap=False):
         harness.check(list(steps[r]) == want, f"{name}: rank {r} ended its rounds after "
                       f"{list(steps[r])} steps, not {want}")
     want = reference_by_time(outer, lr, mu, fragments, overlap, pull)
-    harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
-                  f"reference has {len(want)}")
-    worst = 0.0
-    for s in range(len(want)):
-        for r in range(NODES):
-            harness.check(np.allclose(got[r][s], want[s][r], rtol=1e-10, atol=1e-12),
-                          f"{name}: rank {r} after round {s}: {got[r][s]}, the reference "
-                          f"{want[s][r]}")
-            worst = max(worst, float(np.max(np.abs(got[r][s] - want[s][r]))))
+    worst = check_history(name, got, want)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         last = [json.loads(line) for line in f][-1]
     total = np.mean([per_round[r] * OUTER_ROUNDS * fragments for r in range(NODES)])
@@ -328,13 +341,7 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1, ef=Fal
     name = f"torch-diloco-{topology}-{outer}" + (f"-top{topk}" if topk else "") + \
         ("-ef" if ef else "") + \
         ("-overlap" if overlap else "") + (f"-{fragments}fragments" if fragments > 1 else "")
-    lr, mu = {"nesterov": (0.7, 0.9), "noloco": (0.7, 0.5)}.get(outer, (0.8, 0.0))
-    pull = 0.3 if outer == "noloco" else None
-    outer_keys = {"kind": outer, "lr": lr}
-    if outer in ("nesterov", "noloco"):
-        outer_keys["momentum"] = mu
-    if pull is not None:
-        outer_keys["pull"] = pull
+    lr, mu, pull, outer_keys = outer_of(outer)
     extra = {"topology": {"kind": topology}}
     if topk:
         extra["compression"] = {"kind": "topk", "k": topk, "error_feedback": ef}
@@ -353,15 +360,7 @@ def run(tmp, topology, outer, topk=None, overlap=False, h=H, fragments=1, ef=Fal
     got = [np.load(os.path.join(out, f"params-rank-{r}.npy")) for r in range(NODES)]
     want = reference_overlap(lr, mu, h, fragments, outer, pull) if overlap else \
         reference(topology, outer, lr, mu, topk, h, fragments, pull, ef)
-    harness.check(len(got[0]) == len(want), f"{name}: {len(got[0])} saved points, the "
-                  f"reference has {len(want)}")
-    worst = 0.0
-    for s in range(len(want)):
-        for r in range(NODES):
-            harness.check(np.allclose(got[r][s], want[s][r], rtol=1e-10, atol=1e-12),
-                          f"{name}: rank {r} after round {s}: {got[r][s]}, the reference "
-                          f"{want[s][r]}")
-            worst = max(worst, float(np.max(np.abs(got[r][s] - want[s][r]))))
+    worst = check_history(name, got, want)
     harness.check(np.max(np.abs(want[-1][0] - want[0][0])) > 1e-2, f"{name}: nothing moved")
     if topology == "complete":
         # All-reduce DiLoCo: every rank holds the same outer model.

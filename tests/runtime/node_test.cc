@@ -168,19 +168,7 @@ TEST_CASE("codec streams: error feedback keeps a residual per stream, round r's 
           r, std::move(algo), *transports[r], engine::Node<double>::LogFn{}, codec->get(), 5, 6));
       REQUIRE(nodes.back()->setCodecStreams(streams).isOk());
     }
-    for (uint64_t round = 0; round < kRounds; ++round) {
-      const auto topo = schedule->at(round);
-      for (auto& node : nodes) REQUIRE(node->startRound(round, *topo, 0.1, Clock::now() + 10s).isOk());
-      const auto stop = Clock::now() + 5s;
-      for (;;) {
-        bool all = true;
-        for (const auto& node : nodes) all = all && node->roundComplete();
-        if (all) break;
-        REQUIRE(Clock::now() < stop);
-        for (const auto& t : transports) REQUIRE(t->progress(Clock::now() + 1ms).isOk());
-      }
-      for (auto& node : nodes) REQUIRE(node->finishRound().isOk());
-    }
+    runRounds(nodes, transports, *schedule, kRounds);
     for (int r = 0; r < 2; ++r) {
       const auto want = reference(r, streams, kRounds);
       REQUIRE(fakes[r]->absorbed.size() == kRounds);
@@ -291,19 +279,7 @@ TEST_CASE("with a linear codec, nodes sum their neighbours' frames in sketch spa
           /*codecSeed=*/100 + r,
           /*codecSharedSeed=*/77));
     }
-    for (uint64_t round = 0; round < 3; ++round) {
-      const auto topo = schedule->at(round);
-      for (auto& node : nodes) REQUIRE(node->startRound(round, *topo, 0.1, Clock::now() + 10s).isOk());
-      const auto stop = Clock::now() + 5s;
-      for (;;) {
-        bool all = true;
-        for (const auto& node : nodes) all = all && node->roundComplete();
-        if (all) break;
-        REQUIRE(Clock::now() < stop);
-        for (const auto& t : transports) REQUIRE(t->progress(Clock::now() + 1ms).isOk());
-      }
-      for (auto& node : nodes) REQUIRE(node->finishRound().isOk());
-    }
+    runRounds(nodes, transports, *schedule, 3);
     std::vector<std::vector<double>> all;
     for (const SumAlgorithm* a : algos) all.insert(all.end(), a->sums.begin(), a->sums.end());
     results.push_back(std::move(all));

@@ -137,6 +137,26 @@ inline void runRound(Cluster& c, const topology::RoundTopology& topo, uint64_t r
   }
 }
 
+// Rounds [0, rounds) of the schedule on nodes made by hand (each on transports[rank]): every node
+// starts its round, the transports are progressed until all are complete, every node finishes.
+inline void runRounds(std::vector<std::unique_ptr<engine::Node<double>>>& nodes,
+                      std::vector<std::unique_ptr<transport::Transport>>& transports,
+                      const topology::Schedule& schedule, uint64_t rounds) {
+  for (uint64_t round = 0; round < rounds; ++round) {
+    const auto topo = schedule.at(round);
+    for (auto& node : nodes) REQUIRE(node->startRound(round, *topo, 0.1, Clock::now() + 10s).isOk());
+    const auto stop = Clock::now() + 5s;
+    for (;;) {
+      bool all = true;
+      for (const auto& node : nodes) all = all && node->roundComplete();
+      if (all) break;
+      REQUIRE(Clock::now() < stop);
+      for (const auto& t : transports) REQUIRE(t->progress(Clock::now() + 1ms).isOk());
+    }
+    for (auto& node : nodes) REQUIRE(node->finishRound().isOk());
+  }
+}
+
 inline std::vector<double> expectedMessage(int rank, uint64_t round) {
   std::vector<double> v(kMessageSize);
   for (size_t k = 0; k < kMessageSize; ++k) v[k] = sentValue(rank, round, k);
