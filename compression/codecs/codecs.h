@@ -87,4 +87,17 @@ core::Result<FrameView> openFrame(std::span<const std::byte> frame, CodecId code
 // Number of elements a top-k / rand-k codec keeps out of d.
 uint64_t keptCount(uint64_t k, double ratio, uint64_t d);
 
+class FrameOut;  // wire.h
+
+// Top-k's float32 frame from what a GPU selected (cuda/codecs.cc): d elements keeping `indices`
+// (strictly increasing) with `values` (values[j] at indices[j]), byte for byte the CPU encoder's
+// frame for the same selection; topkFrameBound is its most bytes for k kept. readTopKFrame checks
+// a top-k frame as the CPU decoder does and, only when it is valid, returns its kept indices and
+// values.
+void writeTopKFrame(uint64_t d, std::span<const uint32_t> indices, std::span<const float> values,
+                    FrameOut& out);
+size_t topkFrameBound(uint64_t d, uint64_t k);
+core::Status readTopKFrame(std::span<const std::byte> frame, uint64_t d,
+                           std::vector<uint32_t>& indices, std::vector<float>& values);
+
 }  // namespace starling::compression::codecs

@@ -204,6 +204,40 @@ STARLING_HD bool exponentialInFloat(double invScale, uint32_t s) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Top-k's order (sparse.cc): larger |x_i| first, every NaN above everything else and equal to
+// the other NaNs, equal magnitudes by lower index. A float32's magnitude key is its bits with the
+// sign cleared (they order like the magnitudes), NaNs all mapped to the one key above infinity's.
+inline constexpr uint32_t kTopkNanKey = 0x7f800001u;
+STARLING_HD uint32_t topkKeyOfBits(uint32_t u) {
+  const uint32_t a = u & 0x7fffffffu;
+  return a < kTopkNanKey ? a : kTopkNanKey;
+}
+
+// The radix select that finds the k-th largest key on a GPU (cuda/kernels.cu) takes the key's
+// bytes from the top, one pass each: `pass` 0 to 3. A key is still a candidate in pass p when its
+// top 8p bits are `prefix` (the digits chosen so far); its digit in pass p is the next 8 bits.
+STARLING_HD bool topkCandidate(uint32_t key, int pass, uint32_t prefix) {
+  return pass == 0 || (key >> (32 - 8 * pass)) == prefix;
+}
+STARLING_HD uint32_t topkDigit(uint32_t key, int pass) {
+  return (key >> (24 - 8 * pass)) & 0xffu;
+}
+
+// One pass's choice: the digit of the k-th largest candidate (1 <= k <= the candidates), given
+// the candidates' histogram of digits, and how many candidates have a larger digit.
+struct TopkDigit {
+  uint32_t digit;
+  uint64_t above;
+};
+STARLING_HD TopkDigit topkSelectDigit(const uint32_t* histogram, uint64_t k) {
+  uint64_t above = 0;
+  for (uint32_t d = 255;; --d) {
+    if (above + histogram[d] >= k || d == 0) return {d, above};
+    above += histogram[d];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // One neighbour's term of the gossip combine in difference form (optim/combine.h):
 //   out_k = start_k + sum_j c_j (m_jk - self_k), each element's terms added in neighbour order.
 template <typename T>

@@ -14,6 +14,7 @@
 
 #include "compression/codecs/bits.h"
 #include "compression/codecs/codecs.h"
+#include "compression/codecs/elementwise.h"
 #include "compression/codecs/wire.h"
 
 namespace starling::compression::codecs {
@@ -41,7 +42,7 @@ using Key = BitsOf<T>;
 template <typename T>
 constexpr Key<T> nanKey() {
   if constexpr (sizeof(T) == 4) {
-    return 0x7f800001u;
+    return elementwise::kTopkNanKey;
   } else {
     return 0x7ff0000000000001u;
   }
@@ -49,8 +50,12 @@ constexpr Key<T> nanKey() {
 
 template <typename T>
 [[gnu::always_inline]] inline Key<T> magnitudeKey(T v) {
-  const Key<T> a = std::bit_cast<Key<T>>(v) & (std::numeric_limits<Key<T>>::max() >> 1);
-  return std::min(a, nanKey<T>());
+  if constexpr (sizeof(T) == 4) {
+    return elementwise::topkKeyOfBits(std::bit_cast<uint32_t>(v));  // the GPU's key too
+  } else {
+    const Key<T> a = std::bit_cast<Key<T>>(v) & (std::numeric_limits<Key<T>>::max() >> 1);
+    return std::min(a, nanKey<T>());
+  }
 }
 
 // An element's place in the order: its key, then its complemented index; one u64 for float32
@@ -161,18 +166,19 @@ template std::vector<uint32_t> largestIndices<double>(std::span<const double>, u
 
 namespace {
 
-// Writes the frame of the kept elements `indices` (sorted, strictly increasing) of x, the payload
-// in place: its size is known once the gaps' varint lengths are.
-template <typename T>
-void writeSparse(CodecId codec, std::span<const std::byte> params, std::span<const T> x,
-                 std::span<const uint32_t> indices, FrameOut& out) {
+// Writes the frame of d elements keeping `indices` (sorted, strictly increasing) with the values
+// valueAt(j) of indices[j], the payload in place: its size is known once the gaps' varint
+// lengths are.
+template <typename T, typename ValueAt>
+void writeSparseValues(CodecId codec, std::span<const std::byte> params, uint64_t d,
+                       std::span<const uint32_t> indices, const ValueAt& valueAt, FrameOut& out) {
   size_t gapBytes = 0;
   uint32_t previous = 0;
   for (size_t j = 0; j < indices.size(); ++j) {
     gapBytes += varintLength(j == 0 ? indices[j] : indices[j] - previous);
     previous = indices[j];
   }
-  std::byte* p = out.begin(codec, elementTypeOf<T>(), x.size(), params,
+  std::byte* p = out.begin(codec, elementTypeOf<T>(), d, params,
                            4 + gapBytes + indices.size() * sizeof(T));
   if (p == nullptr) return;
   storeLe<uint32_t>(p, static_cast<uint32_t>(indices.size()));
@@ -184,11 +190,19 @@ void writeSparse(CodecId codec, std::span<const std::byte> params, std::span<con
     for (; gap >= 0x80; gap >>= 7) *p++ = static_cast<std::byte>((gap & 0x7f) | 0x80);
     *p++ = static_cast<std::byte>(gap);
   }
-  for (uint32_t i : indices) {
-    storeValue<T>(p, x[i]);
+  for (size_t j = 0; j < indices.size(); ++j) {
+    storeValue<T>(p, valueAt(j));
     p += sizeof(T);
   }
   out.seal();
+}
+
+// ... of the kept elements `indices` of x.
+template <typename T>
+void writeSparse(CodecId codec, std::span<const std::byte> params, std::span<const T> x,
+                 std::span<const uint32_t> indices, FrameOut& out) {
+  writeSparseValues<T>(codec, params, x.size(), indices,
+                       [&](size_t j) { return x[indices[j]]; }, out);
 }
 
 // The most bytes of a sparse frame keeping k of d elements: every gap is below d.
@@ -212,11 +226,11 @@ void sparseSeen(std::span<const T> x, std::span<const uint32_t> indices, bool sc
   }
 }
 
-// Checks a sparse payload against d and, only when all of it is valid, writes the vector it
-// describes into out (scaled by d / k when `scaled`).
-template <typename T>
-core::Status decodeSparse(std::span<const std::byte> payload, std::span<T> out, bool scaled) {
-  const uint64_t d = out.size();
+// Checks a sparse payload against d and, only when all of it is valid, calls kept(index, value)
+// for each kept element, in index order; returns k through *count.
+template <typename T, typename Kept>
+core::Status readSparse(std::span<const std::byte> payload, uint64_t d, const Kept& kept,
+                        uint32_t* count = nullptr) {
   Reader r(payload);
   uint32_t k;
   if (!r.readLe(k)) return core::corruption("sparse payload shorter than its count");
@@ -244,9 +258,8 @@ core::Status decodeSparse(std::span<const std::byte> payload, std::span<T> out, 
     return core::corruption("sparse payload has " + std::to_string(r.remaining()) +
                             " value bytes for " + std::to_string(k) + " values");
   }
-  // Validated: now write. The second pass cannot fail.
-  const double factor = scaled && k > 0 ? static_cast<double>(d) / static_cast<double>(k) : 1.0;
-  std::fill(out.begin(), out.end(), T{0});
+  // Validated: now the kept elements. The second pass cannot fail.
+  if (count != nullptr) *count = k;
   Reader again(payload.first(valuesAt));
   uint32_t unused;
   (void)again.readLe(unused);
@@ -255,11 +268,57 @@ core::Status decodeSparse(std::span<const std::byte> payload, std::span<T> out, 
     uint64_t gap;
     (void)again.readVarint(gap);
     index = j == 0 ? gap : index + gap;
-    const T v = loadValue<T>(values + size_t{j} * sizeof(T));
-    out[index] = scaled ? static_cast<T>(static_cast<double>(v) * factor) : v;
+    kept(index, loadValue<T>(values + size_t{j} * sizeof(T)));
   }
   return core::Status::ok();
 }
+
+// Checks a sparse payload against d and, only when all of it is valid, writes the vector it
+// describes into out (scaled by d / k when `scaled`).
+template <typename T>
+core::Status decodeSparse(std::span<const std::byte> payload, std::span<T> out, bool scaled) {
+  // The count first (the factor needs it); readSparse checks it again with the rest.
+  uint32_t k = 0;
+  if (payload.size() >= 4) k = loadLe<uint32_t>(payload.data());
+  const double factor = scaled && k > 0 ? static_cast<double>(out.size()) / static_cast<double>(k)
+                                        : 1.0;
+  bool cleared = false;
+  return readSparse<T>(payload, out.size(), [&](uint64_t index, T v) {
+    if (!cleared) {  // only once the whole payload is valid: out is untouched otherwise
+      std::fill(out.begin(), out.end(), T{0});
+      cleared = true;
+    }
+    out[index] = scaled ? static_cast<T>(static_cast<double>(v) * factor) : v;
+  });
+}
+
+}  // namespace
+
+void writeTopKFrame(uint64_t d, std::span<const uint32_t> indices, std::span<const float> values,
+                    FrameOut& out) {
+  assert(indices.size() == values.size());
+  writeSparseValues<float>(CodecId::kTopK, {}, d, indices, [&](size_t j) { return values[j]; },
+                           out);
+}
+
+size_t topkFrameBound(uint64_t d, uint64_t k) { return sparseFrameBound<float>(0, d, k); }
+
+core::Status readTopKFrame(std::span<const std::byte> frame, uint64_t d,
+                           std::vector<uint32_t>& indices, std::vector<float>& values) {
+  auto v = openFrame<float>(frame, CodecId::kTopK, d, 0);
+  if (!v) return v.status();
+  std::vector<uint32_t> i;
+  std::vector<float> x;
+  STARLING_RETURN_IF_ERROR(readSparse<float>(v->payload, d, [&](uint64_t index, float value) {
+    i.push_back(static_cast<uint32_t>(index));
+    x.push_back(value);
+  }));
+  indices = std::move(i);
+  values = std::move(x);
+  return core::Status::ok();
+}
+
+namespace {
 
 template <typename T>
 class TopKCompressor final : public Compressor<T> {

@@ -61,6 +61,9 @@ def runs():
         "ddp": ("torch DDP, gloo all-reduce of the gradients every step", None),
         "gossip": ("DecentralizedOptimizer: AdamW's step, then a gossip round on the ring, "
                    "every step", {"algorithm": {"kind": "dsgd", "step_size": 0.003}}),
+        "average": ("DecentralizedOptimizer: AdamW's step, then exact averaging (the complete "
+                    "graph), every step", {"algorithm": {"kind": "dsgd", "step_size": 0.003},
+                                           "topology": {"kind": "complete"}}),
         "diloco-h10": ("DiLoCo, H = 10, outer Nesterov, ring", diloco(10)),
         "diloco-h20": ("DiLoCo, H = 20, outer Nesterov, ring", diloco(20)),
         "diloco-h50": ("DiLoCo, H = 50, outer Nesterov, ring", diloco(50)),
@@ -79,6 +82,11 @@ def runs():
                                 diloco(20, {"kind": "sign"}, lr=1.0)),
         "diloco-h40-sign-lr1": ("DiLoCo, H = 40, sign differences, outer lr 1.0",
                                 diloco(40, {"kind": "sign"}, lr=1.0)),
+        "diloco-h20-sign-lr1.5": ("DiLoCo, H = 20, sign differences, outer lr 1.5",
+                                  diloco(20, {"kind": "sign"}, lr=1.5)),
+        "diloco-h20-sign-lr2": ("DiLoCo, H = 20, sign differences, outer lr 2.0",
+                                diloco(20, {"kind": "sign"}, lr=2.0)),
+        "diloco-h10-lr1": ("DiLoCo, H = 10, outer lr 1.0", diloco(10, lr=1.0)),
         "diloco-h16-sign-m8": ("DiLoCo, H = 16, sign differences, outer momentum 0.8",
                                diloco(16, {"kind": "sign"}, momentum=0.8)),
         "diloco-h16-sign-tensors": (
