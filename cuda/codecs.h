@@ -8,6 +8,10 @@
 //               bits from the counter-based generator of elementwise.h (counterUniform16), so a
 //               frame is a valid frame of its codec that any peer decodes, byte-identical to a CPU
 //               encoding with those bits, not to the CPU codec's xoshiro stream.
+//   topk:       the CPU codec's selection (the k largest magnitudes, ties by lower index, NaNs
+//               first) by a radix select and a stable compaction on the device (cuda/topk_select.h);
+//               only the k (index, value) pairs cross to the host, where the frame's index gaps
+//               are written: byte-identical to the CPU codec's frame.
 //   decode:     a frame is checked on the host by the CPU codec's own validation, then decoded
 //               on the device to the CPU decoder's values, bit for bit.
 //   combine:    optim/combine.h's difference form, bit for bit; CHOCO-SGD's and LEAD's
@@ -32,8 +36,8 @@ struct ScaledCodes;
 
 namespace starling::cuda {
 
-// Whether the GPU path implements this codec: fp16, bf16, and the scaled codes (qsgd, nuqsgd,
-// natural_dithering) today.
+// Whether the GPU path implements this codec: fp16, bf16, the scaled codes (qsgd, nuqsgd,
+// natural_dithering) and topk today.
 bool gpuSupports(const compression::CompressorSpec& spec);
 
 class GpuCodecs {
@@ -46,7 +50,9 @@ class GpuCodecs {
   core::Result<std::span<const std::byte>> encode(const compression::CompressorSpec& spec,
                                                   DevicePtr x, uint64_t n, uint64_t seed);
   // The kernels alone: the payload of that frame left in device memory (payloadOnDevice()), its
-  // length returned; nothing is synchronized. n >= 1.
+  // length returned; nothing is synchronized. n >= 1. For topk the kernels leave the kept
+  // indices (k u32) followed by their values (k float32), 8 k bytes, and the selection's passes
+  // synchronize with the host between them.
   core::Result<size_t> encodePayload(const compression::CompressorSpec& spec, DevicePtr x,
                                      uint64_t n, uint64_t seed);
   DevicePtr payloadOnDevice() const { return payload_.ptr(); }
@@ -101,9 +107,15 @@ class GpuCodecs {
   core::Status reserve(DeviceBuffer& b, size_t bytes);
   core::Status encodeScaled(const compression::codecs::ScaledCodes& q, DevicePtr x, uint64_t n,
                             uint64_t seed, size_t payloadBytes);
+  // Top-k of the n float32 at x: the k kept indices, then their values, into payload_.
+  core::Status selectTopK(DevicePtr x, uint64_t n, uint64_t k);
+  core::Result<std::span<const std::byte>> encodeTopK(const compression::CompressorSpec& spec,
+                                                      DevicePtr x, uint64_t n);
+  core::Status decodeTopK(std::span<const std::byte> frame, DevicePtr out, uint64_t n);
 
   Gpu& gpu_;
   PinnedBuffer staging_;
+  PinnedBuffer pairs_;  // topk: the kept (index, value) pairs on the host
   DeviceBuffer payload_;
   DeviceBuffer sums_;
   DeviceBuffer maxBits_;

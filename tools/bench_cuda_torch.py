@@ -71,6 +71,9 @@ def torch_rows(max_d, device):
                ("torch: h.float()", 6.0 * d, lambda: h.float()),
                ("torch: combine, 4 neighbours", 28.0 * d, combine),
                ("torch: qsgd 4-bit codes (int8)", 5.0 * d, qsgd4),
+               # top-1% by magnitude, as the codec keeps them: values and indices.
+               ("torch: topk 1% (x.abs().topk)", 4.0 * d + 12.0 * (d // 100),
+                lambda: x.abs().topk(d // 100, sorted=False)),
                ("torch: copy (y.copy_(x))", 8.0 * d, lambda: out.copy_(x))]
         for name, nbytes, fn in ops:
             ms = timed(fn, reps, device)

@@ -237,6 +237,12 @@ STARLING_HD TopkDigit topkSelectDigit(const uint32_t* histogram, uint64_t k) {
   }
 }
 
+// Whether an element is among the k largest once K, the k-th largest key, is known: its key is
+// above K, or it is K and fewer than equalKept elements with key K come before it (equalRank).
+STARLING_HD bool topkKept(uint32_t key, uint32_t kthKey, uint64_t equalKept, uint64_t equalRank) {
+  return key > kthKey || (key == kthKey && equalRank < equalKept);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One neighbour's term of the gossip combine in difference form (optim/combine.h):
 //   out_k = start_k + sum_j c_j (m_jk - self_k), each element's terms added in neighbour order.

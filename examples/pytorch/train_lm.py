@@ -161,6 +161,11 @@ def make_optimizer(model, args):
     return inner, torch.optim.lr_scheduler.LambdaLR(inner, schedule(args))
 
 
+
+def perplexity(loss):
+    """exp(loss), inf for a loss past float64's range (a diverged run)."""
+    return math.exp(loss) if loss < 700 else float("inf")
+
 def main():
     args = make_parser().parse_args()
     torch.set_num_threads(args.threads)
@@ -195,11 +200,11 @@ def main():
             losses = []
             if rank == 0:
                 print(f"step {step}: validation loss {val_loss:.4f} (perplexity "
-                      f"{math.exp(val_loss):.3f}, rank 0's model), {time.time() - start:.1f} s",
+                      f"{perplexity(val_loss):.3f}, rank 0's model), {time.time() - start:.1f} s",
                       flush=True)
     seconds = time.time() - start
     print(f"rank {rank}: {args.steps} steps, validation loss {curve[-1][1]:.4f}, perplexity "
-          f"{math.exp(curve[-1][1]):.4f}, {seconds:.2f} s", flush=True)
+          f"{perplexity(curve[-1][1]):.4f}, {seconds:.2f} s", flush=True)
     if args.results:
         os.makedirs(args.results, exist_ok=True)
         with open(os.path.join(args.results, f"rank-{rank}.json"), "w") as f:

@@ -127,6 +127,46 @@ TEST_CASE("GPU fp16 and bf16 frames are the CPU codecs' byte for byte, and decod
   }
 }
 
+TEST_CASE("GPU top-k frames are the CPU codec's byte for byte (ties, NaNs, every k), and decode "
+          "alike", "[gpu][topk]") {
+  cuda::GpuCodecs gpu(*theGpu);
+  std::mt19937 gen(3);
+  for (size_t n : {size_t{1}, size_t{1000}, size_t{4097}, quick ? size_t{20011} : size_t{1} << 22 | 5}) {
+    std::vector<std::vector<float>> inputs = {values(n, static_cast<uint32_t>(n), true)};
+    std::vector<float> ties(n);  // a few values, so that the k-th largest is shared by many
+    for (float& v : ties) v = static_cast<float>(static_cast<int>(gen() % 7) - 3);
+    inputs.push_back(ties);
+    for (const auto& x : inputs) {
+      OnDevice<float> dx(x);
+      for (uint64_t k : {uint64_t{1}, uint64_t{3}, uint64_t{n / 100 + 1}, uint64_t{n / 2 + 1},
+                         uint64_t{n}}) {
+        CompressorSpec spec;
+        spec.kind = Kind::kTopK;
+        spec.k = std::min<uint64_t>(k, n);
+        INFO("n " << n << " k " << spec.k);
+        auto frame = gpu.encode(spec, dx.ptr(), n, 0);
+        REQUIRE(frame);
+        const auto cpu = cpuFrame(spec, x, 1);
+        REQUIRE(frame->size() == cpu.size());
+        REQUIRE(std::memcmp(frame->data(), cpu.data(), cpu.size()) == 0);
+        OnDevice<float> out(n);
+        REQUIRE(gpu.decode(spec, cpu, out.ptr(), n).isOk());
+        REQUIRE(sameBits(out.read(n), cpuDecode(spec, cpu, n)));
+      }
+    }
+  }
+  // By ratio, as a scenario gives it.
+  const auto x = values(10007, 9, false);
+  OnDevice<float> dx(x);
+  CompressorSpec spec;
+  spec.kind = Kind::kTopK;
+  spec.ratio = 0.01;
+  auto frame = gpu.encode(spec, dx.ptr(), x.size(), 0);
+  REQUIRE(frame);
+  const auto cpu = cpuFrame(spec, x, 1);
+  REQUIRE(std::vector<std::byte>(frame->begin(), frame->end()) == cpu);
+}
+
 // The reference of a GPU frame of scaled codes, written here: the CPU codec's header and scales
 // (scales are deterministic), and codes from the shared rounding rules with the counter-based
 // bits, packed by hand, low bits first. s, the level bits and the bucket as the format defines
@@ -497,20 +537,23 @@ TEST_CASE("GPU LEAD and Prox-LEAD steps equal the CPU algorithm bit for bit", "[
 
 TEST_CASE("hostile frames are rejected before any byte reaches the device", "[gpu]") {
   cuda::GpuCodecs gpu(*theGpu);
-  CompressorSpec spec;
-  spec.kind = Kind::kQsgd;
-  const size_t n = 1000;
-  const auto x = values(n, 3, false);
-  auto frame = cpuFrame(spec, x, 5);
-  OnDevice<float> out(n);
-  for (size_t cut = 0; cut < frame.size(); cut += 7) {
-    REQUIRE_FALSE(
-        gpu.decode(spec, std::span<const std::byte>(frame).first(cut), out.ptr(), n).isOk());
-  }
-  for (size_t i = 0; i < frame.size(); i += 5) {
-    auto bad = frame;
-    bad[i] ^= std::byte{0x10};
-    REQUIRE_FALSE(gpu.decode(spec, bad, out.ptr(), n).isOk());
+  for (Kind kind : {Kind::kQsgd, Kind::kTopK}) {
+    CompressorSpec spec;
+    spec.kind = kind;
+    spec.k = 20;
+    const size_t n = 1000;
+    const auto x = values(n, 3, false);
+    auto frame = cpuFrame(spec, x, 5);
+    OnDevice<float> out(n);
+    for (size_t cut = 0; cut < frame.size(); cut += 7) {
+      REQUIRE_FALSE(
+          gpu.decode(spec, std::span<const std::byte>(frame).first(cut), out.ptr(), n).isOk());
+    }
+    for (size_t i = 0; i < frame.size(); i += 5) {
+      auto bad = frame;
+      bad[i] ^= std::byte{0x10};
+      REQUIRE_FALSE(gpu.decode(spec, bad, out.ptr(), n).isOk());
+    }
   }
 }
 

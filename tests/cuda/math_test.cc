@@ -7,15 +7,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "compression/codecs/bits.h"
+#include "compression/codecs/codecs.h"
 #include "compression/codecs/elementwise.h"
 #include "compression/codecs/float16.h"
+#include "compression/codecs/wire.h"
+#include "compression/compressor.h"
 #include "cuda/driver.h"
+#include "cuda/topk_select.h"
 
 using namespace starling;
 namespace ew = starling::compression::elementwise;
@@ -131,6 +137,115 @@ TEST_CASE("the combine term is the difference form's, in order", "[cuda][math]")
   REQUIRE(ew::combineTerm(1.0, 0.5, 3.0, 1.0) == 2.0);
 }
 
+// The GPU top-k's selection driven on the CPU: the histograms of the radix select's passes and
+// the blocks' counts computed here with plain loops, the host's choices (cuda/topk_select.h) and
+// the kernels' rule (elementwise.h: topkKept) applied block by block as starling_topk_compact
+// applies them. The result must be the CPU codec's selection (largestIndices), in index order.
+std::vector<uint32_t> topkAsTheKernelsDo(const std::vector<float>& x, uint64_t k, uint64_t chunk) {
+  auto t = cuda::topkThreshold(k, [&](int pass, uint32_t prefix, uint32_t* counts) {
+    for (float v : x) {
+      const uint32_t key = ew::topkKeyOfBits(std::bit_cast<uint32_t>(v));
+      if (ew::topkCandidate(key, pass, prefix)) ++counts[ew::topkDigit(key, pass)];
+    }
+    return Status::ok();
+  });
+  REQUIRE(t.isOk());
+  const size_t blocks = (x.size() + chunk - 1) / chunk;
+  std::vector<uint32_t> greater(blocks, 0), equal(blocks, 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t key = ew::topkKeyOfBits(std::bit_cast<uint32_t>(x[i]));
+    greater[i / chunk] += key > t->key;
+    equal[i / chunk] += key == t->key;
+  }
+  const cuda::TopkBlocks offsets = cuda::topkBlockOffsets(greater, equal, t->equalKept);
+  std::vector<uint32_t> kept(k, UINT32_MAX);
+  for (size_t b = 0; b < blocks; ++b) {
+    uint64_t equalRank = offsets.equalBefore[b], at = offsets.keptBefore[b];
+    for (size_t i = b * chunk; i < std::min(x.size(), (b + 1) * chunk); ++i) {
+      const uint32_t key = ew::topkKeyOfBits(std::bit_cast<uint32_t>(x[i]));
+      if (ew::topkKept(key, t->key, t->equalKept, equalRank)) {
+        REQUIRE(at < k);
+        kept[at++] = static_cast<uint32_t>(i);
+      }
+      equalRank += key == t->key;
+    }
+  }
+  return kept;
+}
+
+TEST_CASE("top-k's radix select and compaction, as the kernels run them, select the CPU codec's "
+          "elements", "[cuda][math][topk]") {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> inputs;
+  std::vector<float> v(1000);
+  for (float& e : v) e = normal(gen);
+  inputs.push_back(v);
+  for (float& e : v) e = static_cast<float>(static_cast<int>(gen() % 5) - 2);  // ties everywhere
+  inputs.push_back(v);
+  for (size_t i = 0; i < v.size(); i += 37) v[i] = std::numeric_limits<float>::quiet_NaN();
+  v[5] = std::numeric_limits<float>::infinity();
+  v[6] = -std::numeric_limits<float>::infinity();
+  v[7] = -0.0f;
+  v[8] = std::bit_cast<float>(0xff800001u);  // a negative NaN: the same key as every NaN
+  inputs.push_back(v);
+  inputs.push_back(std::vector<float>(300, 0.5f));  // all equal
+  inputs.push_back({-3.0f});
+  for (size_t in = 0; in < inputs.size(); ++in) {
+    const std::vector<float>& x = inputs[in];
+    for (uint64_t k : {uint64_t{1}, uint64_t{2}, uint64_t{7}, x.size() / 3, x.size() - 1,
+                       uint64_t{x.size()}}) {
+      if (k < 1 || k > x.size()) continue;
+      const std::vector<uint32_t> want =
+          compression::codecs::largestIndices<float>(std::span<const float>(x), k);
+      for (uint64_t chunk : {uint64_t{1}, uint64_t{3}, uint64_t{64}, uint64_t{x.size()}}) {
+        CAPTURE(in, k, chunk);
+        REQUIRE(topkAsTheKernelsDo(x, k, chunk) == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("writeTopKFrame writes the CPU top-k codec's frame from a selection, readTopKFrame "
+          "reads it back and rejects a damaged one", "[cuda][math][topk]") {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(5000);
+  for (float& e : x) e = normal(gen);
+  x[4999] = 40.0f;  // a large last index: a gap of several varint bytes
+  compression::CompressorSpec spec;
+  spec.kind = compression::CompressorSpec::Kind::kTopK;
+  spec.k = 50;
+  auto codec = compression::createCompressor<float>(spec);
+  REQUIRE(codec.isOk());
+  core::Rng rng(1);
+  std::vector<std::byte> cpu;
+  (*codec)->encode(x, rng, cpu);
+  const std::vector<uint32_t> idx = topkAsTheKernelsDo(x, 50, 512);
+  std::vector<float> values;
+  for (uint32_t i : idx) values.push_back(x[i]);
+  std::vector<std::byte> gpu(compression::codecs::topkFrameBound(x.size(), idx.size()));
+  compression::codecs::FrameOut frame(gpu);
+  compression::codecs::writeTopKFrame(x.size(), idx, values, frame);
+  REQUIRE(frame.ok());
+  REQUIRE(std::vector<std::byte>(frame.frame().begin(), frame.frame().end()) == cpu);
+  std::vector<uint32_t> readIdx;
+  std::vector<float> readValues;
+  REQUIRE(compression::codecs::readTopKFrame(cpu, x.size(), readIdx, readValues).isOk());
+  REQUIRE(readIdx == idx);
+  REQUIRE(readValues == values);
+  // Cut short or with a flipped bit (the CRC), it is refused and the outputs stay as they were.
+  for (size_t cut : {size_t{0}, size_t{10}, cpu.size() - 1}) {
+    CHECK_FALSE(compression::codecs::readTopKFrame(std::span<const std::byte>(cpu).first(cut),
+                                                   x.size(), readIdx, readValues)
+                    .isOk());
+  }
+  std::vector<std::byte> flipped = cpu;
+  flipped[flipped.size() / 2] ^= std::byte{4};
+  CHECK_FALSE(compression::codecs::readTopKFrame(flipped, x.size(), readIdx, readValues).isOk());
+  CHECK(readIdx == idx);
+}
+
 // The PTX the build made: every kernel, for sm_80, no fused multiply-add anywhere (the shared
 // math rounds each operation, as the CPU codecs do).
 TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][ptx]") {
@@ -159,7 +274,11 @@ TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][pt
                         "starling_lead_prepare_f32",
                         "starling_lead_prepare_f64",
                         "starling_lead_absorb_f32",
-                        "starling_lead_absorb_f64"}) {
+                        "starling_lead_absorb_f64",
+                        "starling_topk_histogram",
+                        "starling_topk_block_counts",
+                        "starling_topk_compact",
+                        "starling_scatter"}) {
     INFO(k);
     REQUIRE(ptx.find(std::string(".entry ") + k + "(") != std::string::npos);
   }
