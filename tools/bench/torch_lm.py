@@ -27,6 +27,7 @@ OPENBLAS_NUM_THREADS=1 is set for every process (one thread per rank).
 """
 
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -87,7 +88,10 @@ def runs():
                                 diloco(20, {"kind": "sign"}, lr=1.0)),
         "diloco-h40-sign-lr1": ("DiLoCo, H = 40, sign differences, outer lr 1.0",
                                 diloco(40, {"kind": "sign"}, lr=1.0)),
-        "diloco-h10-lr1": ("DiLoCo, H = 10, outer lr 1.0", diloco(10, lr=1.0)),
+        "diloco-h20-sign-lr1.2": ("DiLoCo, H = 20, sign differences, outer lr 1.2",
+                                  diloco(20, {"kind": "sign"}, lr=1.2)),
+        "diloco-h20-sign-lr1-m85": ("DiLoCo, H = 20, sign differences, outer lr 1.0, momentum "
+                                    "0.85", diloco(20, {"kind": "sign"}, lr=1.0, momentum=0.85)),
         "diloco-h16-sign-m8": ("DiLoCo, H = 16, sign differences, outer momentum 0.8",
                                diloco(16, {"kind": "sign"}, momentum=0.8)),
         "diloco-h16-sign-tensors": (
@@ -232,6 +236,12 @@ def main():
             sys.exit(f"unknown run {n}; known: {', '.join(table)}")
     out = args.out or os.path.join(ROOT, args.build, "bench-torch-lm")
     os.makedirs(out, exist_ok=True)
+    # One bench a folder: a second one would clear the runs the first is writing.
+    lock = open(os.path.join(out, ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"{out} is in use by another torch_lm.py; give another --out")
     results = {}
     for name in chosen:
         what, overrides = table[name]
