@@ -203,26 +203,14 @@ core::Status GpuCodecs::selectTopK(DevicePtr x, uint64_t n, uint64_t k) {
 core::Result<std::span<const std::byte>> GpuCodecs::encodeTopK(const CompressorSpec& spec,
                                                                DevicePtr x, uint64_t n) {
   const uint64_t k = topkKept(spec, n);
-  if (pairs_.bytes() < 8 * k + 8) {
-    Gpu::Scope scope(gpu_);
-    pairs_ = PinnedBuffer();
-    auto fresh = PinnedBuffer::allocate(8 * k + 8);
-    if (!fresh) return fresh.status();
-    pairs_ = std::move(*fresh);
-  }
+  STARLING_RETURN_IF_ERROR(reservePinned(pairs_, 8 * k + 8));
   if (k > 0) {
     STARLING_RETURN_IF_ERROR(selectTopK(x, n, k));
     STARLING_RETURN_IF_ERROR(gpu_.copyToHost(pairs_.data(), payload_.ptr(), 8 * k));
     STARLING_RETURN_IF_ERROR(gpu_.sync());
   }
   const size_t bound = codecs::topkFrameBound(n, k);
-  if (staging_.bytes() < bound) {
-    Gpu::Scope scope(gpu_);
-    staging_ = PinnedBuffer();
-    auto fresh = PinnedBuffer::allocate(bound);
-    if (!fresh) return fresh.status();
-    staging_ = std::move(*fresh);
-  }
+  STARLING_RETURN_IF_ERROR(reservePinned(staging_, bound));
   std::vector<uint32_t> indices(k);
   std::vector<float> values(k);
   if (k > 0) {
@@ -251,6 +239,16 @@ core::Status GpuCodecs::decodeTopK(std::span<const std::byte> frame, DevicePtr o
   return gpu_.sync();
 }
 
+core::Status GpuCodecs::reservePinned(PinnedBuffer& b, size_t bytes) {
+  if (b.bytes() >= bytes) return core::Status::ok();
+  Gpu::Scope scope(gpu_);
+  b = PinnedBuffer();
+  auto fresh = PinnedBuffer::allocate(bytes);
+  if (!fresh) return fresh.status();
+  b = std::move(*fresh);
+  return core::Status::ok();
+}
+
 core::Status GpuCodecs::reserve(DeviceBuffer& b, size_t bytes) {
   if (b.bytes() >= bytes) return core::Status::ok();
   Gpu::Scope scope(gpu_);
@@ -277,13 +275,7 @@ core::Result<std::span<const std::byte>> GpuCodecs::encode(const CompressorSpec&
   const bool emptyDithering = spec.kind == Kind::kNaturalDithering && n == 0;
   const size_t payloadBytes = !scaled ? 2 * n : emptyDithering ? 4 : q.payloadBytes(n);
   const size_t frameBytes = codecs::frameBytesFor(paramSpan.size(), payloadBytes);
-  if (staging_.bytes() < frameBytes) {
-    Gpu::Scope scope(gpu_);
-    staging_ = PinnedBuffer();
-    auto fresh = PinnedBuffer::allocate(frameBytes);
-    if (!fresh) return fresh.status();
-    staging_ = std::move(*fresh);
-  }
+  STARLING_RETURN_IF_ERROR(reservePinned(staging_, frameBytes));
   codecs::FrameOut frame(std::span<std::byte>(staging_.data(), frameBytes));
   std::byte* payload = frame.begin(codecIdOf(spec.kind), compression::ElementType::kFloat32, n,
                                    paramSpan, payloadBytes);

@@ -105,6 +105,7 @@ class GpuCodecs {
 
  private:
   core::Status reserve(DeviceBuffer& b, size_t bytes);
+  core::Status reservePinned(PinnedBuffer& b, size_t bytes);
   core::Status encodeScaled(const compression::codecs::ScaledCodes& q, DevicePtr x, uint64_t n,
                             uint64_t seed, size_t payloadBytes);
   // Top-k of the n float32 at x: the k kept indices, then their values, into payload_.
