@@ -41,8 +41,11 @@ def runs(d):
     choco = {"kind": "choco", "step_size": STEP, "gamma": 0.05}
     lead = {"kind": "lead", "step_size": STEP, "gamma": 1.0, "alpha": 0.2}
 
-    def diloco(h, outer):
-        return {"kind": "diloco", "step_size": STEP, "inner_steps": h, "outer": {"kind": outer}}
+    def diloco(h, outer, lr=None):
+        o = {"kind": outer}
+        if lr is not None:
+            o["lr"] = lr
+        return {"kind": "diloco", "step_size": STEP, "inner_steps": h, "outer": o}
     return {
         "dsgd": ("DSGD, uncompressed (the reference)", dsgd, None),
         "dsgd-topk1-ef": ("DSGD, top-1% with error feedback (gamma 0.2)",
@@ -111,6 +114,15 @@ def runs(d):
                                diloco(50, "nesterov"), {"kind": "topk", "ratio": 0.007}),
         "diloco-h100-topk1": ("DiLoCo, H = 100, outer Nesterov, top-1% differences",
                               diloco(100, "nesterov"), {"kind": "topk", "ratio": 0.01}),
+        "diloco-h75-topk0.7": ("DiLoCo, H = 75, outer Nesterov, top-0.7% differences",
+                               diloco(75, "nesterov"), {"kind": "topk", "ratio": 0.007}),
+        "diloco-h50-topk0.5-lr1": ("DiLoCo, H = 50, outer Nesterov lr 1.0, top-0.5% differences",
+                                   diloco(50, "nesterov", 1.0), {"kind": "topk", "ratio": 0.005}),
+        "diloco-h75-topk0.5-lr1": ("DiLoCo, H = 75, outer Nesterov lr 1.0, top-0.5% differences",
+                                   diloco(75, "nesterov", 1.0), {"kind": "topk", "ratio": 0.005}),
+        "diloco-h100-topk0.5-lr1": ("DiLoCo, H = 100, outer Nesterov lr 1.0, top-0.5% "
+                                    "differences", diloco(100, "nesterov", 1.0),
+                                    {"kind": "topk", "ratio": 0.005}),
         "diloco-h50-topk2bit-1024": ("DiLoCo, H = 50, outer Nesterov, topk_2bit differences (16 "
                                      "of every 1,024)", diloco(50, "nesterov"),
                                      {"kind": "topk_2bit", "chunk": 1024, "per_chunk": 16}),
