@@ -118,6 +118,10 @@ def runs(d):
                                diloco(75, "nesterov"), {"kind": "topk", "ratio": 0.007}),
         "diloco-h50-topk0.5-lr1": ("DiLoCo, H = 50, outer Nesterov lr 1.0, top-0.5% differences",
                                    diloco(50, "nesterov", 1.0), {"kind": "topk", "ratio": 0.005}),
+        "diloco-h50-topk0.7-lr1": ("DiLoCo, H = 50, outer Nesterov lr 1.0, top-0.7% differences",
+                                   diloco(50, "nesterov", 1.0), {"kind": "topk", "ratio": 0.007}),
+        "diloco-h40-topk0.5-lr1": ("DiLoCo, H = 40, outer Nesterov lr 1.0, top-0.5% differences",
+                                   diloco(40, "nesterov", 1.0), {"kind": "topk", "ratio": 0.005}),
         "diloco-h75-topk0.5-lr1": ("DiLoCo, H = 75, outer Nesterov lr 1.0, top-0.5% differences",
                                    diloco(75, "nesterov", 1.0), {"kind": "topk", "ratio": 0.005}),
         "diloco-h100-topk0.5-lr1": ("DiLoCo, H = 100, outer Nesterov lr 1.0, top-0.5% "
