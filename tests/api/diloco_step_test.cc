@@ -245,14 +245,14 @@ TEST_CASE("Peer::dilocoStep refuses a scenario that is not diloco", "[api][metho
 
 TEST_CASE("Peer::dilocoStep by_time: each rank's own steps a round on its clock, the mix "
           "weighted by them, as written out from the counts", "[api][methods][diloco]") {
-  // 3 nodes on the complete graph, 0.2 s a round, at most 8 steps (max_steps 8 * F). Rank 0's
-  // steps take no time (it takes the cap), rank 1's 30 ms, rank 2's 100 ms (at most 2 a round).
+  // 3 nodes on the complete graph, 0.1 s a round, at most 8 steps (max_steps 8 * F). Rank 0's
+  // steps take no time (it takes the cap), rank 1's 15 ms, rank 2's 50 ms (at most 2 a round).
   // Each trainer counts its rounds to kRounds and records its steps in each; the reference mixes
   // the fragments weighted by the recorded steps since their last exchange, so it holds whatever
   // the clock gave. Nesterov whole, and noloco in 2 fragments with overlap.
   constexpr int kNodes = 3, kRounds = 4;
   const double lr = 0.05;
-  const int sleepMs[kNodes] = {0, 30, 100};
+  const int sleepMs[kNodes] = {0, 15, 50};
   for (const bool streamed : {false, true}) {
     CAPTURE(streamed);
     const size_t F = streamed ? 2 : 1;
@@ -263,7 +263,7 @@ TEST_CASE("Peer::dilocoStep by_time: each rank's own steps a round on its clock,
         "diloco-by-time", kNodes,
         R"({"kind": "diloco", "step_size": 0.05, "fragments": )" + std::to_string(F) +
             R"(, "overlap": )" + (streamed ? "true" : "false") +
-            R"(, "inner_steps": {"kind": "by_time", "seconds": )" + (streamed ? "0.4" : "0.2") +
+            R"(, "inner_steps": {"kind": "by_time", "seconds": )" + (streamed ? "0.2" : "0.1") +
             R"(, "max_steps": )" + std::to_string(8 * F) + R"(}, "outer": {)" + outer + "}}");
     std::vector<Vec> got(kNodes);
     std::vector<std::vector<int>> counts(kNodes);  // each rank's steps in each round
@@ -300,7 +300,7 @@ TEST_CASE("Peer::dilocoStep by_time: each rank's own steps a round on its clock,
         CHECK(c <= 8);
       }
     }
-    for (int c : counts[2]) CHECK(c <= 2);  // 100 ms a step: 0.2 s is up after 2
+    for (int c : counts[2]) CHECK(c <= 2);  // 50 ms a step: 0.1 s is up after 2
     // The reference, from the recorded counts.
     const size_t d = start(0).size(), width = (d + F - 1) / F;
     const double mu = streamed ? 0.5 : 0.9;
