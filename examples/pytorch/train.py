@@ -23,7 +23,11 @@ about 2 minutes on 2 cores. `--model cnn` trains a small CNN instead (slower on 
 A scenario with `"algorithm": {"kind": "diloco", "inner_steps": H, ...}` (e.g.
 scenarios/ring4-pytorch-diloco.json) runs the same program as DiLoCo: your optimizer takes the
 inner steps and every H-th step also mixes and takes the outer step (starling.torch.DiLoCo);
-nothing else changes.
+nothing else changes. With `"inner_steps": {"kind": "by_time", "seconds": s}` (and the
+scenario's "rounds") each rank takes as many steps a round as fit in s seconds, so the ranks take
+different numbers of steps: the loop is then `optimizer.batches(...)`, which ends every rank after
+the last round. `--slow-rank R --slow-ms M` makes rank R sleep M ms after each step (a slower
+device, for tools/bench/torch_by_time.py).
 
 With `"faults": {"on_peer_loss": "continue", "restart": true}` in the scenario, a rank that dies
 is started again by the launcher: its `optimizer.restore()` takes a neighbour's model and the
@@ -83,6 +87,9 @@ def main():
     ap.add_argument("--save-every", type=int, default=0, metavar="N",
                     help="with --save: also every N steps")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--slow-rank", type=int, default=-1,
+                    help="this rank sleeps --slow-ms after each step (an emulated slow device)")
+    ap.add_argument("--slow-ms", type=float, default=0.0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -136,6 +143,27 @@ def main():
         print(f"rank {rank}: rejoined the run at step {step} of {total}", flush=True)
     save(step)
     start, losses = time.time(), []
+    slow = args.slow_ms / 1000.0 if rank == args.slow_rank else 0.0
+    if diloco and optimizer.seconds is not None:
+        # starling: by_time rounds end on each rank's clock, so the ranks take different numbers
+        # of steps; batches() restarts the epochs and ends every rank after the last round.
+        class Epochs:  # a new shuffle each time batches() starts the data again
+            def __iter__(self):
+                return iter(torch.randperm(len(x), generator=gen).split(args.batch_size))
+        for batch in optimizer.batches(Epochs()):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x[batch]), y[batch]).backward()
+            optimizer.step()
+            if slow:
+                time.sleep(slow)
+        step = optimizer.steps
+        acc = accuracy(model, test_x, test_y)
+        peer.log(test_accuracy=acc)  # starling
+        print(f"rank {rank}: {step} steps, test accuracy {acc:.4f}, "
+              f"{time.time() - start:.2f} s", flush=True)
+        optimizer.close()  # starling: lands a round still in flight (overlap)
+        peer.close()  # starling
+        return
     for epoch in range(1 + step // batches, args.epochs + 1):
         skip = step % batches if epoch == 1 + step // batches else 0  # a rejoined rank's epoch
         for batch in torch.randperm(len(x), generator=gen).split(args.batch_size)[skip:]:
@@ -145,6 +173,8 @@ def main():
             loss = F.cross_entropy(model(x[batch]), y[batch])
             loss.backward()
             optimizer.step()  # the SGD step, then one gossip round with the neighbours
+            if slow:
+                time.sleep(slow)
             losses.append(loss.item())
             # starling: one round per step (DiLoCo: one every inner_steps steps)
             step = optimizer.steps if diloco else peer.round
