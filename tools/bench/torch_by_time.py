@@ -23,41 +23,22 @@ Needs Debian's /usr/bin/python3 with python3-torch, and a build with the Python 
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRAIN = os.path.join(ROOT, "examples", "pytorch", "train.py")
+from torch_diloco import ROOT, run_train
 
 
 def run(args, out, name, inner_steps):
     """One node-launcher run of train.py with `inner_steps` (a number or by_time's object):
     (rank 0's seconds, [steps per rank], mean accuracy, MB sent per rank)."""
-    launcher = os.path.join(ROOT, args.build, "tools", "node-launcher")
     with open(os.path.join(ROOT, "scenarios", "ring4-pytorch-diloco.json")) as f:
         s = json.load(f)
     s["nodes"] = args.nodes
     s["rounds"] = args.rounds
     s["algorithm"]["inner_steps"] = inner_steps
-    scenario = os.path.join(out, f"{name}.json")
-    with open(scenario, "w") as f:
-        json.dump(s, f, indent=1)
-    folder = os.path.join(out, name)
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, args.build, "python"))
-    r = subprocess.run([launcher, "run", scenario, "--out", folder, "--", sys.executable, TRAIN,
-                        "--epochs", "1000", "--slow-rank", str(args.nodes - 1),
-                        "--slow-ms", str(args.slow_ms)],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    if r.returncode != 0:
-        sys.exit(f"{name}: node-launcher exited {r.returncode}:\n{r.stdout[-3000:]}")
-    finals = re.findall(r"rank (\d+): (\d+) steps, test accuracy ([0-9.]+), ([0-9.]+) s",
-                        r.stdout)
-    seconds = [float(t) for rank, _, _, t in finals if rank == "0"][0]
-    steps = [int(n) for _, n, _, _ in sorted(finals, key=lambda f: int(f[0]))]
-    acc = sum(float(a) for _, _, a, _ in finals) / len(finals)
-    last = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))][-1]
-    return seconds, steps, acc, last.get("bytes_sent", 0) / args.nodes / 1e6
+    seconds, steps, acc, sent = run_train(args, out, name, s, [
+        "--epochs", "1000", "--slow-rank", str(args.nodes - 1), "--slow-ms", str(args.slow_ms)])
+    return seconds, steps, acc, sent / 1e6
 
 
 def main():

@@ -84,28 +84,38 @@ def run_ddp(args, out):
     return ranks[0]["seconds"], sum(r["accuracy"] for r in ranks) / len(ranks), sent
 
 
-def run_starling(args, out, scenario, name):
+def run_train(args, out, name, scenario, extra):
+    """node-launcher run of train.py on `scenario` (a dict, written to OUT/NAME.json) with the
+    extra arguments: (rank 0's seconds, each rank's steps, the ranks' mean test accuracy, bytes
+    sent per rank)."""
     launcher = os.path.join(ROOT, args.build, "tools", "node-launcher")
     folder = os.path.join(out, name)
-    with open(os.path.join(ROOT, "scenarios", scenario)) as f:
-        s = json.load(f)
-    s["nodes"] = args.nodes  # the scenario's ring, with --nodes ranks
-    scenario = os.path.join(out, f"{name}-scenario.json")
-    with open(scenario, "w") as f:
-        json.dump(s, f, indent=1)
+    path = os.path.join(out, f"{name}-scenario.json")
+    with open(path, "w") as f:
+        json.dump(scenario, f, indent=1)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, args.build, "python"))
-    r = subprocess.run([launcher, "run", scenario, "--out",
-                        folder, "--", sys.executable, TRAIN, "--steps", str(args.steps),
-                        "--epochs", "1000", "--model", args.model],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    r = subprocess.run([launcher, "run", path, "--out", folder, "--", sys.executable, TRAIN] +
+                       extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=env)
     if r.returncode != 0:
         sys.exit(f"{name}: node-launcher exited {r.returncode}:\n{r.stdout[-3000:]}")
     finals = re.findall(r"rank (\d+): (\d+) steps, test accuracy ([0-9.]+), ([0-9.]+) s",
                         r.stdout)
-    seconds = [float(s) for rank, _, _, s in finals if rank == "0"][0]
+    seconds = [float(t) for rank, _, _, t in finals if rank == "0"][0]
+    steps = [int(n) for _, n, _, _ in sorted(finals, key=lambda f: int(f[0]))]
     acc = sum(float(a) for _, _, a, _ in finals) / len(finals)
     last = [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))][-1]
-    return seconds, acc, last.get("bytes_sent", 0) / args.nodes
+    return seconds, steps, acc, last.get("bytes_sent", 0) / args.nodes
+
+
+def run_starling(args, out, scenario, name):
+    with open(os.path.join(ROOT, "scenarios", scenario)) as f:
+        s = json.load(f)
+    s["nodes"] = args.nodes  # the scenario's ring, with --nodes ranks
+    seconds, _, acc, sent = run_train(args, out, name, s, ["--steps", str(args.steps),
+                                                           "--epochs", "1000",
+                                                           "--model", args.model])
+    return seconds, acc, sent
 
 
 def main():
