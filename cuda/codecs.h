@@ -110,6 +110,8 @@ class GpuCodecs {
                             uint64_t seed, size_t payloadBytes);
   // Top-k of the n float32 at x: the k kept indices, then their values, into payload_.
   core::Status selectTopK(DevicePtr x, uint64_t n, uint64_t k);
+  core::Result<size_t> encodeTopKPayload(const compression::CompressorSpec& spec, DevicePtr x,
+                                         uint64_t n);
   core::Result<std::span<const std::byte>> encodeTopK(const compression::CompressorSpec& spec,
                                                       DevicePtr x, uint64_t n);
   core::Status decodeTopK(std::span<const std::byte> frame, DevicePtr out, uint64_t n);
