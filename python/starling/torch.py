@@ -562,7 +562,9 @@ class DiLoCo:
                 if self.done:
                     return
             if empty:
-                raise ValueError("batches(): the iterable yielded nothing")
+                raise ValueError("batches(): the iterable yielded nothing; it is started again "
+                                 "each time it ends, so pass a list, a DataLoader or an object "
+                                 "whose __iter__ starts over, not a generator")
 
     def _next_fragment(self):
         """The round's fragment of the flat parameters, (first element, length): fragment r mod F

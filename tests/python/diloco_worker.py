@@ -103,6 +103,8 @@ def by_time(opt, model, xt, yt, rank, saved, now):
     check(opt.seconds == keys["seconds"] > 0 and opt.inner_steps == keys["inner_steps"],
           f"by_time: the wrapper's seconds {opt.seconds} and cap {opt.inner_steps}, the "
           f"scenario's {keys}")
+    # A generator cannot start over: batches() says so instead of looping forever.
+    raises(ValueError, ["yielded nothing", "generator"], lambda: next(opt.batches(iter([]))))
     started = opt.rounds
     steps = []
     for _ in opt.batches(itertools.repeat(None)):
