@@ -133,12 +133,12 @@ def main():
     if args.steps:
         total = min(total, args.steps)
     if peer.last_round:  # starling: a scenario with "rounds" says where the run ends
-        total = min(total, peer.last_round * (optimizer.inner_steps if diloco else 1))
+        per_round = optimizer.inner_steps // optimizer.fragments if diloco else 1
+        total = min(total, peer.last_round * per_round)
     # starling: a restarted rank (faults.restart) takes its neighbours' model and learns where
     # the run stands; for every other rank this does nothing and peer.round is 0.
-    if not diloco:
-        optimizer.restore()
-    step = peer.round  # starling
+    optimizer.restore()
+    step = optimizer.steps if diloco else peer.round  # starling
     if step:
         print(f"rank {rank}: rejoined the run at step {step} of {total}", flush=True)
     save(step)

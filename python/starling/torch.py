@@ -478,6 +478,25 @@ class DiLoCo:
         else:
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
+    def restore(self):
+        """For a lost rank's restarted trainer (faults.restart, STARLING_REJOIN=1): asks the
+        neighbours to take this rank back, and takes the model they send as the parameters and
+        the outer model theta, and the round the run is at (peer.round): `steps` and
+        `outer_rounds` count from there, so the fragments' schedule and the loop's end are the
+        other ranks'. The outer momentum and y start at zero (node-launcher's own diloco also
+        takes the neighbour's momentum). Call it before the first step; for any other trainer it
+        does nothing."""
+        if not self.peer.rejoining:
+            return
+        self.peer.restore(self._flat)
+        with torch.no_grad():
+            self._theta.copy_(self._flat)
+        self.outer_rounds = self.peer.round
+        self.steps = self.peer.round * self._steps_per_round
+        self._since = [0] * self.fragments
+        if self.seconds is not None:
+            self._round_start = self._clock()
+
     @property
     def param_groups(self):
         return self.optimizer.param_groups
