@@ -8,7 +8,7 @@ each reaches 78% test accuracy.
 
 Before the example restored, the returned rank started its loop from step 0 and trained on past
 the others' last step: it reached round 458 alone and "lost" all three at round 400. The same
-with DiLoCo (5 inner steps a round, 80 rounds): starling.torch.DiLoCo.restore() takes the
+with DiLoCo (5 inner steps a round, 40 rounds, rank 2 killed at round 10): starling.torch.DiLoCo.restore() takes the
 neighbour's model as the outer model and counts the steps from the round the run is at."""
 
 import json
@@ -28,7 +28,7 @@ KILLED = 2
 MIN_ACCURACY = 0.78
 
 
-def run_case(tmp, name, algorithm, per_round, min_accuracy):
+def run_case(tmp, name, algorithm, per_round, min_accuracy, steps=STEPS, kill_at=20):
     """train.py on 4 ranks with `algorithm`, rank 2 killed at round 20 and restarted; the checks
     above, with `per_round` steps a round (a DiLoCo round is inner_steps steps) and each rank's
     test accuracy at least `min_accuracy`, the returned rank's within 5 points of the best."""
@@ -37,16 +37,16 @@ def run_case(tmp, name, algorithm, per_round, min_accuracy):
     import train
     from idx import load_fashion_mnist
 
-    rounds = STEPS // per_round
+    rounds = steps // per_round
     scenario = harness.embedded_scenario(tmp, name, NODES, algorithm=algorithm, extra={
         "log_every": 25 // per_round or 1,
         "transport": {"kind": "ucx", "round_timeout_ms": 5000},
         "faults": {"on_peer_loss": "continue", "restart": True,
-                   "script": [{"kill": KILLED, "at_round": 20}]}})
+                   "script": [{"kill": KILLED, "at_round": kill_at}]}})
     saved = os.path.join(tmp, name, "models")
     out = os.path.join(tmp, name, "run")
     rc, output = harness.run_launcher(scenario, out, [
-        sys.executable, train_py, "--steps", str(STEPS), "--epochs", "100",
+        sys.executable, train_py, "--steps", str(steps), "--epochs", "100",
         "--train-samples", str(4000 * NODES), "--test-samples", "500",
         "--save", saved, "--save-every", "100", "--log-every", "25"], timeout=300)
     print(output)
@@ -60,8 +60,8 @@ def run_case(tmp, name, algorithm, per_round, min_accuracy):
                   changes[1]["left"] == [] and changes[1].get("joined") == [KILLED],
                   f"{name}: expected rank 2 out and back, nothing else: {news}")
     for r in range(NODES):
-        harness.check(f"rank {r}: {STEPS} steps" in output,
-                      f"{name}: rank {r} did not stop at step {STEPS}")
+        harness.check(f"rank {r}: {steps} steps" in output,
+                      f"{name}: rank {r} did not stop at step {steps}")
         logged = [json.loads(l).get("round") for l in
                   open(os.path.join(out, "peers", f"rank-{r}.jsonl")) if '"round"' in l]
         last = max(r_ for r_ in logged if r_ is not None)
@@ -77,7 +77,7 @@ def run_case(tmp, name, algorithm, per_round, min_accuracy):
     _, _, test_x, test_y = load_fashion_mnist()
     test_x, test_y = torch.from_numpy(test_x[:2000]), torch.from_numpy(test_y[:2000])
     model = train.make_model("mlp")
-    models = [np.load(os.path.join(saved, f"rank-{r}-step-{STEPS}.npy")) for r in range(NODES)]
+    models = [np.load(os.path.join(saved, f"rank-{r}-step-{steps}.npy")) for r in range(NODES)]
     mean = np.mean(models, axis=0)
     consensus = float(np.mean([np.sum((m - mean) ** 2) for m in models]) / np.sum(mean ** 2))
     accuracies = []
@@ -106,7 +106,7 @@ def main():
         # Nesterov at H = 5 swings by several points from epoch to epoch here (74-84% without
         # a fault, on 500 test images), hence the lower bound.
         run_case(tmp, "diloco", {"kind": "diloco", "step_size": 0.05, "inner_steps": 5}, 5,
-                 0.70)
+                 0.70, steps=200, kill_at=10)
     print("python torch restart: the restarted example rejoined and stopped with the others, "
           "with DecentralizedOptimizer and with DiLoCo")
 
