@@ -64,10 +64,7 @@ DilocoRun runDilocoSteps(const std::string& file, int nodes, int steps, double l
     out.params[r] = x;
     return (*peer)->close();
   });
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
+  requireAllOk(st);
   std::filesystem::remove(file);
   return out;
 }
@@ -192,10 +189,7 @@ TEST_CASE("Peer::mixReference: diloco's compressed differences start at the comm
     late[r] = (*peer)->mixReference(std::span<const double>(common));
     return (*peer)->close();
   });
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
+  requireAllOk(st);
   std::filesystem::remove(path);
   // x-hat_r = common + top-1(x_r - common); both nodes end at (x-hat_0 + x-hat_1) / 2: the
   // dropped coordinate 3 stays at the common model's value on both.
@@ -289,10 +283,7 @@ TEST_CASE("Peer::dilocoStep by_time: each rank's own steps a round on its clock,
       got[r] = x;
       return (*peer)->close();
     });
-    for (const auto& s : st) {
-      INFO(s.message());
-      REQUIRE(s.isOk());
-    }
+    requireAllOk(st);
     std::filesystem::remove(file);
     for (int r = 0; r < kNodes; ++r) {
       for (int c : counts[r]) {

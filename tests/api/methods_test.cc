@@ -71,10 +71,7 @@ TEST_CASE("Peer::step with StepStats::loss: Leader SGD elects the lowest loss a 
     return (*peer)->close();
   });
   for (size_t r = 0; r < st.size(); ++r) UNSCOPED_INFO("rank " << r << ": " << st[r].message());
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
+  requireAllOk(st);
   std::filesystem::remove(file);
 
   std::vector<Vec> x(kNodes);
@@ -135,10 +132,7 @@ TEST_CASE("Peer::step with AdaScale's estimates: gains from the consensus estima
     }
     return (*peer)->close();
   });
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
+  requireAllOk(st);
   std::filesystem::remove(file);
   CHECK(lrRefused.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(lrRefused.message(), Catch::Contains("leave lr out"));
@@ -238,10 +232,7 @@ TEST_CASE("Peer::step refuses diloco: its inner steps are the trainer's, and mix
     mixed[r] = x;
     return (*peer)->close();
   });
-  for (const auto& s : st) {
-    INFO(s.message());
-    REQUIRE(s.isOk());
-  }
+  requireAllOk(st);
   std::filesystem::remove(file);
   for (int r = 0; r < kNodes; ++r) {
     CHECK(refused[r].code() == StatusCode::kFailedPrecondition);

@@ -1,9 +1,11 @@
 // Shared by methods_test.cc and diloco_step_test.cc: a scenario file on the complete graph over
-// the in-process transport, and the nodes' starting models.
+// the in-process transport, the nodes' starting models, and the check of the threads' statuses.
 #pragma once
 
+#include <starling/status.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -23,5 +25,13 @@ inline std::string scenarioFile(const std::string& name, int nodes, const std::s
 }
 
 inline Vec start(int rank) { return {1.0 * rank, -0.5 * rank, 0.25, 2.0 - rank}; }
+
+// Every peer thread's status is ok (the failing one's message shown).
+inline void requireAllOk(const std::vector<starling::Status>& statuses) {
+  for (const auto& s : statuses) {
+    INFO(s.message());
+    REQUIRE(s.isOk());
+  }
+}
 
 }  // namespace methods_test
