@@ -48,6 +48,9 @@ Node<T>::Node(int rank, std::unique_ptr<optim::Algorithm<T>> algorithm,
   // The codec's optional capabilities, asked for once.
   caps_ = codec_->capabilities();
   inPlace_ = caps_.inPlace != nullptr;
+  // An algorithm that writes and reads its frames itself (optim::FrameMessages) has its own
+  // codec: the node's stays the identity, unused but for naming a mismatched frame.
+  assert(steps_.frames == nullptr || codec == nullptr);
   if (!inPlace_) {
     outgoing_.resize(messageSize_);
     ownDecoded_.resize(messageSize_);
@@ -120,6 +123,12 @@ core::Status Node<T>::checkAndSeal(std::span<std::byte> frame, std::span<T> payl
 
 template <typename T>
 core::Result<size_t> Node<T>::writeMessage(std::span<std::byte> frame) {
+  if (steps_.frames != nullptr) {
+    // The algorithm's own frame (a model in device memory): no values on the host to check
+    // here; the model's check after the absorb catches a diverged model a round later.
+    own_ = {};
+    return steps_.frames->writeFrame(info_, frame);
+  }
   if (inPlace_) {
     // The algorithm writes its message straight into the frame's payload (identity): no copy on
     // the way out, and the neighbours decode exactly what it wrote.
@@ -189,7 +198,8 @@ core::Status Node<T>::startRound(uint64_t round, const topology::RoundTopology& 
 
   // One frame, in memory the transport sends without copying (shared memory its neighbours map)
   // when it lends some, in a pooled buffer otherwise; the codec writes it there directly.
-  const size_t bound = codec_->maxEncodedBytes(messageSize_);
+  const size_t bound = steps_.frames != nullptr ? steps_.frames->maxFrameBytes()
+                                                : codec_->maxEncodedBytes(messageSize_);
   transport::SharedBytes message;
   std::span<std::byte> bytes;
   std::shared_ptr<transport::Bytes> pooled;
@@ -380,6 +390,8 @@ void Node<T>::onMessage(size_t s, const core::Status& st, transport::SharedBytes
     core::Status valid = core::Status::ok();
     if (accumulator_) {
       valid = accumulator_->check(*bytes);
+    } else if (steps_.frames != nullptr) {
+      valid = steps_.frames->checkFrame(*bytes);
     } else {
       auto values = decodeMessage(s, bytes);
       if (values) slot.values = *values;
@@ -499,6 +511,16 @@ core::Status Node<T>::finishRound() {
 
 template <typename T>
 core::Status Node<T>::absorbMessages() {
+  if (steps_.frames != nullptr) {
+    std::vector<optim::NeighborFrame> frames;
+    frames.reserve(slots_.size());
+    for (const Slot& slot : slots_) frames.push_back({slot.peer, slot.weight, *slot.bytes});
+    auto within = steps_.frames->absorbFrames(info_, *ownFrame_, frames, divergenceLimit_);
+    if (!within) return within.status().withContext("round " + std::to_string(info_.round));
+    // model() copies the model to the host only here, to name the coordinate.
+    if (!*within) return checkFinite(algorithm_->model(), "its model", divergenceLimit_);
+    return core::Status::ok();
+  }
   if (accumulator_) {
     for (const Slot& slot : slots_) {
       STARLING_RETURN_IF_ERROR(accumulator_->add(*slot.bytes, slot.weight)

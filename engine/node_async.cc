@@ -2,6 +2,7 @@
 // per neighbour for its next round, the newest frame of each kept, and a round that waits only for
 // neighbours more than max_staleness rounds behind. The synchronous round is in node.cc.
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 #include "engine/node.h"
@@ -10,6 +11,7 @@ namespace starling::engine {
 
 template <typename T>
 void Node<T>::setAsynchronous(uint64_t maxStaleness) {
+  assert(steps_.frames == nullptr);  // (refused by its callers: optim::FrameMessages)
   async_ = true;
   maxStaleness_ = maxStaleness;
 }

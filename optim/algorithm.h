@@ -248,6 +248,40 @@ class CarriedState {
   ~CarriedState() = default;
 };
 
+// One neighbour's frame of this round as it came off the wire (FrameMessages::checkFrame passed
+// it), with its mixing weight w_ij.
+struct NeighborFrame {
+  int peer;
+  double weight;
+  std::span<const std::byte> frame;
+};
+
+// Messages that never exist in host memory: an algorithm whose model lives in a device's memory
+// (optim/device_gossip.h, Peer::mix on CUDA tensors) encodes its own message into the wire frame
+// and decodes its neighbours' frames itself, so the engine only moves frames. The node then
+// calls writeFrame instead of prepare and the codec, checkFrame on each frame as it arrives (a
+// frame it rejects is counted, logged and asked for again, as a codec's is), and absorbFrames
+// instead of absorb, with the frames sorted by peer; a lost neighbour's stand-in is this node's
+// own frame. Such an algorithm gets no codec from the node (it has its own) and never runs
+// asynchronously; prepare() and absorb() are not called.
+class FrameMessages {
+ public:
+  // The longest frame writeFrame may write.
+  virtual size_t maxFrameBytes() const = 0;
+  // This round's message as a whole, sealed frame at the start of `frame`; its length.
+  virtual core::Result<size_t> writeFrame(const RoundInfo& info, std::span<std::byte> frame) = 0;
+  // Whether a neighbour's frame is one this algorithm decodes (sizes, CRC, the codec's checks).
+  virtual core::Status checkFrame(std::span<const std::byte> frame) const = 0;
+  // The round's combine from the frames (each passed checkFrame; `own` is writeFrame's); then
+  // whether every |x_k| <= limit in the model it leaves (NaN never is), the divergence check.
+  virtual core::Result<bool> absorbFrames(const RoundInfo& info, std::span<const std::byte> own,
+                                          std::span<const NeighborFrame> neighbors,
+                                          double limit) = 0;
+
+ protected:
+  ~FrameMessages() = default;
+};
+
 // What capabilities() answers: each non-null when the algorithm has it (pointers into the
 // algorithm itself, valid as long as it).
 template <typename T>
@@ -257,6 +291,7 @@ struct AlgorithmCapabilities {
   LocalStart<T>* start = nullptr;
   ExchangeOverlap* overlap = nullptr;
   CarriedState* carry = nullptr;
+  FrameMessages* frames = nullptr;
 };
 
 template <typename T>

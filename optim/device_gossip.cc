@@ -1,0 +1,145 @@
+#include "optim/device_gossip.h"
+
+#include <cassert>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace starling::optim {
+namespace {
+
+using Address = DeviceVectors::Address;
+
+class DeviceGossipImpl final : public DeviceGossip {
+ public:
+  DeviceGossipImpl(DeviceVectors& device, double gamma, size_t dim, uint64_t codecSeed)
+      : device_(device), gamma_(static_cast<float>(gamma)), dim_(dim), rng_(codecSeed) {}
+
+  core::Status init() {
+    STARLING_RETURN_IF_ERROR(allocate(x_));
+    if (!device_.lossy()) return core::Status::ok();
+    for (Address* a : {&hat_, &s_, &zero_, &q_, &own_}) STARLING_RETURN_IF_ERROR(allocate(*a));
+    return core::Status::ok();
+  }
+
+  // Algorithm<float>
+  size_t messageSize() const override { return dim_; }
+  void prepare(const RoundInfo&, std::span<float>) override { assert(false); }
+  void absorb(const RoundInfo&, std::span<const float>,
+              std::span<const NeighborMessage<float>>) override {
+    assert(false);
+  }
+  std::span<const float> model() const override {
+    // Best effort: a device error leaves the last copy (and the next round reports it).
+    mirror_.resize(dim_);
+    (void)device_.toHost(mirror_, x_);
+    return mirror_;
+  }
+  AlgorithmCapabilities<float> capabilities() override { return {.frames = this}; }
+
+  // DeviceGossip
+  core::Status setDeviceModel(Address from) override { return device_.copy(x_, from, dim_); }
+  core::Status copyModelTo(Address to) override { return device_.copy(to, x_, dim_); }
+  core::Status setModel(std::span<const float> x) override {
+    if (x.size() != dim_) return core::invalidArgument("device gossip: a model of another size");
+    return device_.fromHost(x_, x);
+  }
+
+  // FrameMessages
+  size_t maxFrameBytes() const override { return device_.maxFrameBytes(dim_); }
+
+  core::Result<size_t> writeFrame(const RoundInfo&, std::span<std::byte> frame) override {
+    const uint64_t seed = rng_.nextU64();
+    if (!device_.lossy()) return device_.encode(x_, dim_, seed, frame);
+    // q = x - x-hat, as x + (-1)(x-hat - 0): the same bits as the subtraction.
+    const Address hat[] = {hat_};
+    const float minusOne[] = {-1.0f};
+    STARLING_RETURN_IF_ERROR(device_.combine(q_, x_, zero_, hat, minusOne, dim_));
+    auto length = device_.encode(q_, dim_, seed, frame);
+    if (!length) return length.status();
+    // The message as the neighbours decode it.
+    STARLING_RETURN_IF_ERROR(device_.decode(frame.first(*length), own_, dim_));
+    return length;
+  }
+
+  core::Status checkFrame(std::span<const std::byte> frame) const override {
+    return device_.check(frame, dim_);
+  }
+
+  core::Result<bool> absorbFrames(const RoundInfo& info, std::span<const std::byte> own,
+                                  std::span<const NeighborFrame> nbrs, double limit) override {
+    // Each neighbour's frame decoded into a device vector of its own (a lost neighbour's
+    // stand-in, this node's own frame, is the own message already decoded).
+    while (received_.size() < nbrs.size()) {
+      STARLING_RETURN_IF_ERROR(allocate(received_.emplace_back()));
+    }
+    const Address self = device_.lossy() ? own_ : x_;
+    std::vector<Address> m;
+    std::vector<float> c;
+    m.reserve(nbrs.size() + 1);
+    c.reserve(nbrs.size() + 1);
+    for (size_t j = 0; j < nbrs.size(); ++j) {
+      if (nbrs[j].frame.data() == own.data() && nbrs[j].frame.size() == own.size()) {
+        m.push_back(self);
+      } else {
+        STARLING_RETURN_IF_ERROR(device_.decode(nbrs[j].frame, received_[j], dim_));
+        m.push_back(received_[j]);
+      }
+    }
+    if (!device_.lossy()) {
+      // x <- x + sum_j (w_ij gamma) (x_j - x), the weight rounded as optim/combine.h does.
+      for (const auto& n : nbrs) c.push_back(static_cast<float>(n.weight) * gamma_);
+      STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, x_, m, c, dim_));
+    } else {
+      // x-hat <- x-hat + q; s <- s + w_ii q + sum_j w_ij q_j; x <- x + gamma (s - x-hat).
+      const Address ownOnly[] = {own_};
+      const float one[] = {1.0f};
+      STARLING_RETURN_IF_ERROR(device_.combine(hat_, hat_, zero_, ownOnly, one, dim_));
+      m.insert(m.begin(), own_);
+      c.push_back(static_cast<float>(info.selfWeight));
+      for (const auto& n : nbrs) c.push_back(static_cast<float>(n.weight));
+      STARLING_RETURN_IF_ERROR(device_.combine(s_, s_, zero_, m, c, dim_));
+      const Address sum[] = {s_};
+      const float gamma[] = {gamma_};
+      STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, hat_, sum, gamma, dim_));
+    }
+    const float bound =
+        limit >= static_cast<double>(std::numeric_limits<float>::max())
+            ? std::numeric_limits<float>::max()
+            : static_cast<float>(limit);
+    auto beyond = device_.countBeyond(x_, dim_, bound);
+    if (!beyond) return beyond.status();
+    return *beyond == 0;
+  }
+
+ private:
+  core::Status allocate(Address& a) {
+    auto got = device_.allocate(dim_);
+    if (!got) return got.status();
+    a = *got;
+    return core::Status::ok();
+  }
+
+  DeviceVectors& device_;
+  const float gamma_;
+  const size_t dim_;
+  core::Rng rng_;
+  Address x_ = 0, hat_ = 0, s_ = 0, zero_ = 0, q_ = 0, own_ = 0;
+  std::vector<Address> received_;
+  mutable std::vector<float> mirror_;
+};
+
+}  // namespace
+
+core::Result<std::unique_ptr<DeviceGossip>> DeviceGossip::create(DeviceVectors& device,
+                                                                 double gamma, size_t dim,
+                                                                 uint64_t codecSeed) {
+  if (dim == 0) return core::invalidArgument("device gossip: an empty model");
+  auto g = std::make_unique<DeviceGossipImpl>(device, gamma, dim, codecSeed);
+  STARLING_RETURN_IF_ERROR(g->init());
+  return std::unique_ptr<DeviceGossip>(std::move(g));
+}
+
+}  // namespace starling::optim
