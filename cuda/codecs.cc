@@ -294,11 +294,27 @@ core::Status GpuCodecs::encodeScaled(const codecs::ScaledCodes& q, DevicePtr x, 
 
 core::Status GpuCodecs::decode(const CompressorSpec& spec, std::span<const std::byte> frame,
                                DevicePtr out, uint64_t n) {
+  return decodeOrCheck(spec, frame, out, n, /*onDevice=*/true);
+}
+
+core::Status GpuCodecs::check(const CompressorSpec& spec, std::span<const std::byte> frame,
+                              uint64_t n) {
+  return decodeOrCheck(spec, frame, 0, n, /*onDevice=*/false);
+}
+
+core::Status GpuCodecs::decodeOrCheck(const CompressorSpec& spec,
+                                      std::span<const std::byte> frame, DevicePtr out,
+                                      uint64_t n, bool onDevice) {
   if (!gpuSupports(spec)) {
     return core::invalidArgument("this codec has no GPU decoder (fp16, bf16, qsgd, nuqsgd, "
                                  "natural_dithering and topk have)");
   }
-  if (spec.kind == Kind::kTopK) return decodeTopK(frame, out, n);
+  if (spec.kind == Kind::kTopK) {
+    if (onDevice) return decodeTopK(frame, out, n);
+    std::vector<uint32_t> indices;
+    std::vector<float> values;
+    return codecs::readTopKFrame(frame, n, indices, values);
+  }
   const bool scaled = scaledKind(spec.kind);
   auto v = codecs::openFrame<float>(frame, codecIdOf(spec.kind), n, paramsBytesOf(spec.kind));
   if (!v) return v.status();
@@ -325,7 +341,7 @@ core::Status GpuCodecs::decode(const CompressorSpec& spec, std::span<const std::
                                                     : "natural dithering";
     STARLING_RETURN_IF_ERROR(codecs::checkScaledCodes(v->payload, q, n, name));
   }
-  if (n == 0) return core::Status::ok();
+  if (n == 0 || !onDevice) return core::Status::ok();
   STARLING_RETURN_IF_ERROR(reserve(payload_, v->payload.size()));
   DevicePtr in = payload_.ptr();
   STARLING_RETURN_IF_ERROR(gpu_.copyToDevice(in, v->payload.data(), v->payload.size()));

@@ -62,6 +62,10 @@ class GpuCodecs {
   // Decodes a frame (host memory) of n float32 values into device address out.
   core::Status decode(const compression::CompressorSpec& spec, std::span<const std::byte> frame,
                       DevicePtr out, uint64_t n);
+  // decode()'s checks alone, on the host (CRC32C, params, every code's level, topk's indices):
+  // ok when decode() would decode the frame.
+  core::Status check(const compression::CompressorSpec& spec, std::span<const std::byte> frame,
+                     uint64_t n);
   // out_k = start_k + sum_j c[j] (m[j]_k - self_k) over n float32 (or float64) elements, terms in
   // the order given; out may be start.
   core::Status combine(DevicePtr out, DevicePtr start, DevicePtr self, std::span<const DevicePtr> m,
@@ -115,6 +119,9 @@ class GpuCodecs {
   core::Result<std::span<const std::byte>> encodeTopK(const compression::CompressorSpec& spec,
                                                       DevicePtr x, uint64_t n);
   core::Status decodeTopK(std::span<const std::byte> frame, DevicePtr out, uint64_t n);
+  core::Status decodeOrCheck(const compression::CompressorSpec& spec,
+                             std::span<const std::byte> frame, DevicePtr out, uint64_t n,
+                             bool onDevice);
 
   Gpu& gpu_;
   PinnedBuffer staging_;

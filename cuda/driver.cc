@@ -254,6 +254,10 @@ core::Result<std::unique_ptr<Gpu>> Gpu::open(int ordinal) {
   gpu->start_ = start;
   STARLING_RETURN_IF_ERROR(d.check(f.cuEventCreate(&stop, api::kEventDefault), "cuEventCreate"));
   gpu->stop_ = stop;
+  api::CUevent order = nullptr;
+  STARLING_RETURN_IF_ERROR(
+      d.check(f.cuEventCreate(&order, api::kEventDisableTiming), "cuEventCreate"));
+  gpu->order_ = order;
   return gpu;
 }
 
@@ -265,6 +269,7 @@ Gpu::~Gpu() {
     if (stream_ != nullptr) (void)f.cuStreamSynchronize(static_cast<api::CUstream>(stream_));
     if (start_ != nullptr) (void)f.cuEventDestroy(static_cast<api::CUevent>(start_));
     if (stop_ != nullptr) (void)f.cuEventDestroy(static_cast<api::CUevent>(stop_));
+    if (order_ != nullptr) (void)f.cuEventDestroy(static_cast<api::CUevent>(order_));
     if (stream_ != nullptr) (void)f.cuStreamDestroy(static_cast<api::CUstream>(stream_));
     if (module_ != nullptr) (void)f.cuModuleUnload(static_cast<api::CUmodule>(module_));
   }
@@ -327,6 +332,33 @@ core::Status Gpu::sync() {
   return driver_->check(driver_->fn().cuStreamSynchronize(static_cast<api::CUstream>(stream_)),
                         "cuStreamSynchronize");
 }
+core::Status Gpu::after(uint64_t stream) {
+  Scope scope(*this);
+  const api::Functions& f = driver_->fn();
+  auto* caller = reinterpret_cast<api::CUstream>(stream);
+  STARLING_RETURN_IF_ERROR(
+      driver_->check(f.cuEventRecord(static_cast<api::CUevent>(order_), caller),
+                     "cuEventRecord on the caller's stream"));
+  return driver_->check(f.cuStreamWaitEvent(static_cast<api::CUstream>(stream_),
+                                            static_cast<api::CUevent>(order_), 0),
+                        "cuStreamWaitEvent");
+}
+
+core::Status Gpu::checkPointer(DevicePtr ptr, const std::string& what) const {
+  Scope scope(*this);
+  int ordinal = -1;
+  const int got = driver_->fn().cuPointerGetAttribute(&ordinal, api::kPointerAttributeDeviceOrdinal, ptr);
+  if (got != 0) {
+    return core::invalidArgument(what + " is not CUDA device memory (" +
+                                 driver_->check(got, "cuPointerGetAttribute").message() + ")");
+  }
+  if (ordinal != device_) {
+    return core::invalidArgument(what + " lives on cuda:" + std::to_string(ordinal) +
+                                 ", not on cuda:" + std::to_string(device_));
+  }
+  return core::Status::ok();
+}
+
 core::Status Gpu::recordStart() {
   Scope scope(*this);
   return driver_->check(driver_->fn().cuEventRecord(static_cast<api::CUevent>(start_),

@@ -111,6 +111,16 @@ class Gpu {
   core::Status copyOnDevice(DevicePtr to, DevicePtr from, size_t bytes);
   core::Status zero(DevicePtr to, size_t bytes);
   core::Status sync();
+  // Orders this Gpu's stream after the work enqueued so far on the caller's `stream` (a CUstream
+  // as an integer, PyTorch's torch.cuda.current_stream().cuda_stream; 0 is the legacy default
+  // stream): an event recorded there that this stream waits for. The host does not wait.
+  core::Status after(uint64_t stream);
+  // This Gpu's own stream (a CUstream as an integer), for a producer that orders its work
+  // before it itself (DLPack's __dlpack__(stream=...)).
+  uint64_t streamHandle() const { return reinterpret_cast<uint64_t>(stream_); }
+  // kInvalidArgument naming `what` unless `ptr` is memory of this device (allocated in a CUDA
+  // context on it: cudaMalloc, a framework's allocator, managed memory).
+  core::Status checkPointer(DevicePtr ptr, const std::string& what) const;
   // Milliseconds that `work` takes on the stream, timed with events (for the benchmarks).
   template <typename Work>
   core::Result<double> time(Work&& work);
@@ -137,6 +147,7 @@ class Gpu {
   void* stream_ = nullptr;   // CUstream
   void* start_ = nullptr;    // CUevent
   void* stop_ = nullptr;     // CUevent
+  void* order_ = nullptr;    // CUevent of after()
   std::string name_;
   std::string ptxSource_;
   int cc_ = 0;

@@ -422,6 +422,17 @@ __global__ void starling_combine_f32(float* out, const float* start, const float
   }
 }
 
+// flag <- 1 when some |x_k| is not within limit (NaN never is): the engine's divergence check of
+// a model in device memory (optim/device_gossip.h).
+__global__ void starling_any_beyond(const float* x, uint64_t n, float limit, uint32_t* flag) {
+  bool beyond = false;
+  for (uint64_t k = globalThread(); k < n; k += threadCount()) {
+    const float v = x[k];
+    beyond |= !(v <= limit && v >= -limit);
+  }
+  if (beyond) atomicMaxU32(flag, 1u);
+}
+
 __global__ void starling_combine_f64(double* out, const double* start, const double* self,
                                      CombineF64 nb, uint64_t n) {
   for (uint64_t k = globalThread(); k < n; k += threadCount()) {

@@ -19,8 +19,9 @@ class DeviceGossipImpl final : public DeviceGossip {
 
   core::Status init() {
     STARLING_RETURN_IF_ERROR(allocate(x_));
+    STARLING_RETURN_IF_ERROR(allocate(own_));
     if (!device_.lossy()) return core::Status::ok();
-    for (Address* a : {&hat_, &s_, &zero_, &q_, &own_}) STARLING_RETURN_IF_ERROR(allocate(*a));
+    for (Address* a : {&hat_, &s_, &zero_, &q_}) STARLING_RETURN_IF_ERROR(allocate(*a));
     return core::Status::ok();
   }
 
@@ -52,7 +53,12 @@ class DeviceGossipImpl final : public DeviceGossip {
 
   core::Result<size_t> writeFrame(const RoundInfo&, std::span<std::byte> frame) override {
     const uint64_t seed = rng_.nextU64();
-    if (!device_.lossy()) return device_.encode(x_, dim_, seed, frame);
+    if (!device_.lossy()) {
+      // The message is x itself; own_ keeps it for the combine, which writes x (a device's
+      // combine of many neighbours runs in several passes, each reading `self`).
+      STARLING_RETURN_IF_ERROR(device_.copy(own_, x_, dim_));
+      return device_.encode(own_, dim_, seed, frame);
+    }
     // q = x - x-hat, as x + (-1)(x-hat - 0): the same bits as the subtraction.
     const Address hat[] = {hat_};
     const float minusOne[] = {-1.0f};
@@ -75,7 +81,7 @@ class DeviceGossipImpl final : public DeviceGossip {
     while (received_.size() < nbrs.size()) {
       STARLING_RETURN_IF_ERROR(allocate(received_.emplace_back()));
     }
-    const Address self = device_.lossy() ? own_ : x_;
+    const Address self = own_;
     std::vector<Address> m;
     std::vector<float> c;
     m.reserve(nbrs.size() + 1);
@@ -91,7 +97,7 @@ class DeviceGossipImpl final : public DeviceGossip {
     if (!device_.lossy()) {
       // x <- x + sum_j (w_ij gamma) (x_j - x), the weight rounded as optim/combine.h does.
       for (const auto& n : nbrs) c.push_back(static_cast<float>(n.weight) * gamma_);
-      STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, x_, m, c, dim_));
+      STARLING_RETURN_IF_ERROR(device_.combine(x_, own_, own_, m, c, dim_));
     } else {
       // x-hat <- x-hat + q; s <- s + w_ii q + sum_j w_ij q_j; x <- x + gamma (s - x-hat).
       const Address ownOnly[] = {own_};
@@ -109,9 +115,9 @@ class DeviceGossipImpl final : public DeviceGossip {
         limit >= static_cast<double>(std::numeric_limits<float>::max())
             ? std::numeric_limits<float>::max()
             : static_cast<float>(limit);
-    auto beyond = device_.countBeyond(x_, dim_, bound);
+    auto beyond = device_.anyBeyond(x_, dim_, bound);
     if (!beyond) return beyond.status();
-    return *beyond == 0;
+    return !*beyond;
   }
 
  private:

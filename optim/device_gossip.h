@@ -41,8 +41,8 @@ class DeviceVectors {
   virtual core::Status combine(Address out, Address start, Address self,
                                std::span<const Address> m, std::span<const float> c,
                                size_t n) = 0;
-  // How many of the n values at x are not within [-limit, limit] (NaN never is).
-  virtual core::Result<uint64_t> countBeyond(Address x, size_t n, float limit) = 0;
+  // Whether some of the n values at x is not within [-limit, limit] (NaN never is).
+  virtual core::Result<bool> anyBeyond(Address x, size_t n, float limit) = 0;
 
   // The codec (the scenario's; the identity for uncompressed gossip). lossy(): frames carry an
   // approximation, so the gossip is CHOCO's.

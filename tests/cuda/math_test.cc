@@ -20,6 +20,7 @@
 #include "compression/codecs/float16.h"
 #include "compression/codecs/wire.h"
 #include "compression/compressor.h"
+#include "cuda/device_vectors.h"
 #include "cuda/driver.h"
 #include "cuda/topk_select.h"
 
@@ -263,6 +264,7 @@ TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][pt
                         "starling_scaled_decode",
                         "starling_combine_f32",
                         "starling_combine_f64",
+                        "starling_any_beyond",
                         "starling_choco_prepare_f32",
                         "starling_choco_prepare_f64",
                         "starling_choco_absorb_f32",
@@ -302,6 +304,27 @@ TEST_CASE("no CUDA driver: Gpu::open says so", "[cuda][driver]") {
   REQUIRE(gpu.status().code() == StatusCode::kUnavailable);
   REQUIRE_THAT(gpu.status().message(),
                Catch::Contains("no CUDA driver") && Catch::Contains("/nonexistent/libcuda.so.1"));
+}
+
+// Device gossip's GPU: a codec without a GPU encoder is refused before any GPU is asked for;
+// without a driver, kUnavailable as Gpu::open says.
+TEST_CASE("no CUDA driver: openGpuVectors says so, and refuses codecs it lacks", "[cuda][driver]") {
+  setenv("STARLING_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  compression::CompressorSpec spec;
+  auto none = cuda::openGpuVectors(0, spec);
+  REQUIRE_FALSE(none);
+  CHECK(none.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(none.status().message(), Catch::Contains("no CUDA driver"));
+  spec.kind = compression::CompressorSpec::Kind::kSign;
+  auto sign = cuda::openGpuVectors(0, spec);
+  REQUIRE_FALSE(sign);
+  CHECK(sign.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(sign.status().message(), Catch::Contains("compression.kind"));
+  spec.kind = compression::CompressorSpec::Kind::kFp16;
+  spec.errorFeedback = true;
+  auto ef = cuda::openGpuVectors(0, spec);
+  REQUIRE_FALSE(ef);
+  CHECK_THAT(ef.status().message(), Catch::Contains("compression.error_feedback"));
 }
 
 }  // namespace

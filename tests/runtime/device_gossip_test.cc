@@ -62,10 +62,11 @@ class HostVectors final : public DeviceVectors {
     }
     return core::Status::ok();
   }
-  core::Result<uint64_t> countBeyond(Address x, size_t n, float limit) override {
-    uint64_t count = 0;
-    for (size_t k = 0; k < n; ++k) count += !(std::abs(at(x)[k]) <= limit);
-    return count;
+  core::Result<bool> anyBeyond(Address x, size_t n, float limit) override {
+    for (size_t k = 0; k < n; ++k) {
+      if (!(std::abs(at(x)[k]) <= limit)) return true;
+    }
+    return false;
   }
   bool lossy() const override { return lossy_; }
   size_t maxFrameBytes(size_t n) const override { return codec_->maxEncodedBytes(n); }
