@@ -15,11 +15,6 @@
 namespace starling {
 namespace {
 
-// Seeds of an embedded peer's codec streams (its own, apart from the simulator's).
-constexpr uint64_t kStepCodecSalt = 0x70636f6465;
-constexpr uint64_t kMixCodecSalt = 0x6d636f6465;
-constexpr uint64_t kSharedCodecSalt = 0x7368617265;
-
 // `layout`: the trainer's tensor sizes (empty: one tensor), which the compression's layers
 // rules index.
 template <typename T>
@@ -354,6 +349,9 @@ Status Peer::Impl::mixStart(std::span<T> params) {
 
 Status Peer::Impl::mixWait() {
   const auto finish = [this](auto& st) -> Status {
+    if constexpr (std::is_same_v<std::decay_t<decltype(st)>, PeerState<float>>) {
+      if (st.deviceParams != 0) return mixWaitDevice(st);
+    }
     if (st.mixParams.data() == nullptr) return core::failedPrecondition("mixWait without mixStart");
     const auto params = st.mixParams;
     st.mixParams = {};

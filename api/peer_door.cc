@@ -57,6 +57,16 @@ Status Peer::step(std::span<double> params, std::span<const double> grads,
 Status Peer::mixStart(std::span<float> params) { return impl_->mixStart(params); }
 Status Peer::mixStart(std::span<double> params) { return impl_->mixStart(params); }
 Status Peer::mixWait() { return impl_->mixWait(); }
+Status Peer::mixStart(const DeviceSpan& params) { return impl_->mixStartDevice(params); }
+Status Peer::mix(const DeviceSpan& params) {
+  STARLING_RETURN_IF_ERROR(impl_->mixStartDevice(params));
+  return impl_->mixWait();
+}
+Status Peer::deviceStream(int device, uint64_t* stream) {
+  STARLING_RETURN_IF_ERROR(impl_->openDevice(device, "deviceStream"));
+  if (stream != nullptr) *stream = impl_->device->stream();
+  return Status::ok();
+}
 Status Peer::poll() { return impl_->poll(); }
 Status Peer::restore(std::span<float> params) { return impl_->restore(params); }
 Status Peer::restore(std::span<double> params) { return impl_->restore(params); }

@@ -23,6 +23,7 @@
 #include "engine/rejoin.h"
 #include "engine/session.h"
 #include "optim/codistillation_gossip.h"
+#include "optim/device_gossip.h"
 #include "optim/gossip.h"
 #include "optim/local_optimizer.h"
 #include "scenario/scenario.h"
@@ -38,6 +39,10 @@ namespace starling {
 // Channels of the two nodes a Peer may drive over its one transport.
 inline constexpr uint32_t kStepChannel = engine::kModelChannel;
 inline constexpr uint32_t kMixChannel = 1;
+// Seeds of an embedded peer's codec streams (its own, apart from the simulator's).
+inline constexpr uint64_t kStepCodecSalt = 0x70636f6465;
+inline constexpr uint64_t kMixCodecSalt = 0x6d636f6465;
+inline constexpr uint64_t kSharedCodecSalt = 0x7368617265;
 
 template <typename T>
 struct PeerState {
@@ -70,6 +75,10 @@ struct PeerState {
   std::unique_ptr<compression::Compressor<T>> mixCodec;
   std::unique_ptr<engine::Node<T>> mixNode;
   std::span<T> mixParams;  // between mixStart and mixWait
+  // mix(DeviceSpan): the mix node's algorithm (owned by mixNode) and the trainer's device
+  // buffer between mixStart and mixWait (0: none in flight).
+  optim::DeviceGossip* deviceGossip = nullptr;
+  uint64_t deviceParams = 0;
   bool mixSkipped = false;  // a rejoined trainer's first mix() that only loaded the model
   bool mixAbandoned = false;  // ~Peer finishes the round without touching mixParams
   const engine::Node<T>* last = nullptr;  // the node of the last round (its model is logged)
@@ -94,6 +103,10 @@ class Peer::Impl {
   std::unique_ptr<transport::Transport> rawNet;
   std::unique_ptr<transport::Transport> net;
   engine::FaultInjector* faults = nullptr;
+  // mix(DeviceSpan)'s GPU (api/peer_device.cc), opened at the first call; declared before
+  // `state`, whose device gossip uses it, so it outlives it.
+  std::unique_ptr<optim::DeviceVectors> device;
+  int deviceOrdinal = -1;
   std::variant<std::monostate, PeerState<float>, PeerState<double>> state;
   std::map<std::string, double> metrics;  // logged since the last round line
   std::optional<uint64_t> pendingRecord;  // a round whose line waits for the trainer's metrics
@@ -144,6 +157,10 @@ class Peer::Impl {
   template <typename T>
   Status restore(std::span<T> params);
   Status mixWait();
+  // mix(DeviceSpan) (api/peer_device.cc).
+  Status mixStartDevice(const DeviceSpan& params);
+  Status mixWaitDevice(PeerState<float>& st);
+  Status openDevice(int ordinal, const char* call);
   Status poll();
   Status log(const std::map<std::string, double>& m);
   // `fromDestructor`: a mix in flight is finished for the neighbours' sake, but its result is

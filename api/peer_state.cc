@@ -154,14 +154,13 @@ Status Peer::Impl::record(PeerState<T>& st) {
   j["compression_error_sum"] = errSum;
   j["compression_error_count"] = errCount;
   j["wall_s"] = st.engine().wallSeconds();
-  const auto x = st.last->model();
   // Large models: the consensus sketch (runtime/metrics.h), from which merge estimates the
   // consensus distance; the model itself is the trainer's to save.
   if (snapshotTaken) {
     // A mix() round: the model as the round ended (the mixed model), at every round alike.
     if (!snapshotX.empty()) j["x"] = snapshotX;
     if (!snapshotSketch.empty()) j["sketch"] = snapshotSketch;
-  } else if (x.size() <= runtime::kFullModelLogMaxDim) {
+  } else if (const auto x = st.last->model(); x.size() <= runtime::kFullModelLogMaxDim) {
     j["x"] = std::vector<double>(x.begin(), x.end());
   } else {
     j["sketch"] = runtime::modelSketch<T>(x, runtime::sketchSeed(scenario));
@@ -227,7 +226,7 @@ Status Peer::Impl::close(bool fromDestructor) {
     // From ~Peer the trainer's buffer may be gone (an exception unwinding the trainer's stack):
     // the loan ends first, so the combine writes only the gossip's own model (its `own` is the
     // frame already sent), and nothing is copied out.
-    if (st.mixParams.data() != nullptr) {
+    if (st.mixParams.data() != nullptr || st.deviceParams != 0) {
       if (fromDestructor) {
         if (st.gossip != nullptr) st.gossip->release();
         st.mixAbandoned = true;

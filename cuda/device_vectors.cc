@@ -14,9 +14,9 @@ namespace {
 
 using compression::CompressorSpec;
 
-class GpuVectorsImpl final : public GpuVectors {
+class GpuVectors final : public optim::DeviceVectors {
  public:
-  GpuVectorsImpl(std::unique_ptr<Gpu> gpu, int ordinal, const CompressorSpec& spec,
+  GpuVectors(std::unique_ptr<Gpu> gpu, int ordinal, const CompressorSpec& spec,
                  std::unique_ptr<compression::Compressor<float>> cpu)
       : gpu_(std::move(gpu)), ordinal_(ordinal), spec_(spec), cpu_(std::move(cpu)),
         codecs_(*gpu_) {}
@@ -134,7 +134,8 @@ class GpuVectorsImpl final : public GpuVectors {
 
 }  // namespace
 
-core::Result<std::unique_ptr<GpuVectors>> openGpuVectors(int ordinal, const CompressorSpec& spec) {
+core::Result<std::unique_ptr<optim::DeviceVectors>> openGpuVectors(int ordinal,
+                                                                   const CompressorSpec& spec) {
   if (spec.errorFeedback) {
     return core::invalidArgument("compression.error_feedback: not on the GPU yet (tensors on the "
                                  "GPU mix with CHOCO-gossip's reference points instead)");
@@ -148,8 +149,8 @@ core::Result<std::unique_ptr<GpuVectors>> openGpuVectors(int ordinal, const Comp
   if (!cpu) return cpu.status();
   auto gpu = Gpu::open(ordinal);
   if (!gpu) return gpu.status();
-  return std::unique_ptr<GpuVectors>(
-      std::make_unique<GpuVectorsImpl>(std::move(*gpu), ordinal, spec, std::move(*cpu)));
+  return std::unique_ptr<optim::DeviceVectors>(
+      std::make_unique<GpuVectors>(std::move(*gpu), ordinal, spec, std::move(*cpu)));
 }
 
 }  // namespace starling::cuda

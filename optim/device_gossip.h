@@ -56,6 +56,17 @@ class DeviceVectors {
   virtual core::Status check(std::span<const std::byte> frame, size_t n) const = 0;
   // Decodes a frame (check() passed) of n values into the device vector at out.
   virtual core::Status decode(std::span<const std::byte> frame, Address out, size_t n) = 0;
+
+  // A device with streams (CUDA). after(): the next work here waits for what the caller has
+  // enqueued on its `stream` so far (a CUstream as an integer; 0: the legacy default stream),
+  // by an event: the host does not wait. stream(): this object's own stream, for a producer that
+  // orders its work before it itself (DLPack's __dlpack__(stream=...)). checkPointer():
+  // kInvalidArgument naming `what` unless `address` is memory of this device.
+  virtual core::Status after(uint64_t /*stream*/) { return core::Status::ok(); }
+  virtual uint64_t stream() const { return 0; }
+  virtual core::Status checkPointer(Address /*address*/, const std::string& /*what*/) const {
+    return core::Status::ok();
+  }
 };
 
 // Gossip with the model in device memory, float32, on a static or time-varying graph

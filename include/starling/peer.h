@@ -181,6 +181,18 @@ struct StepStats {
   std::optional<double> gradientSquaredMean;
 };
 
+// A float32 vector in a CUDA GPU's memory, for mix() on a model that lives on the GPU
+// (docs/cuda.md, "Tensors on the GPU").
+struct DeviceSpan {
+  uint64_t address = 0;  // a device pointer (cudaMalloc's, PyTorch's tensor.data_ptr())
+  size_t size = 0;       // float32 elements
+  int device = 0;        // the CUDA device ordinal the memory is on
+  // The stream whose work wrote the values (a CUstream as an integer; 0: the legacy default
+  // stream): Starling's own stream waits for that work by an event (the host does not wait).
+  // Unset: the caller has ordered its work before deviceStream() itself.
+  std::optional<uint64_t> stream = 0;
+};
+
 class Peer {
  public:
   // Node `rank` of the scenario at `path`. A scenario for an embedded run may leave out
@@ -228,6 +240,24 @@ class Peer {
   Status mixStart(std::span<float> params);
   Status mixStart(std::span<double> params);
   Status mixWait();
+  // mix() on a model in GPU memory (a build with the CUDA path, a GPU and its driver;
+  // docs/cuda.md): the round runs on the GPU, with the same frames on the wire as the CPU's,
+  // and only the frames cross to host memory (the scenario's codec encodes on the GPU; without
+  // a codec the frame is the model, copied into it). It returns with `params` holding the mixed
+  // model (Starling's stream synchronized); mixStart(DeviceSpan) + mixWait() split it, and
+  // `params` must then stay untouched and allocated until mixWait(). float32; the scenario's codec
+  // one of fp16, bf16, qsgd, nuqsgd, natural_dithering, topk or none, without error feedback
+  // (CHOCO-gossip's reference points, as mix() on the host). Not yet with diloco, asynchronous
+  // rounds, compression layers rules, a time-varying schedule under a codec, or a rejoining
+  // trainer (kFailedPrecondition naming the key). A Peer mixes host buffers or device buffers,
+  // not both. kUnavailable, saying which, in a build without the CUDA path, without a driver,
+  // or without that GPU.
+  Status mix(const DeviceSpan& params);
+  Status mixStart(const DeviceSpan& params);
+  // Starling's CUDA stream on GPU `device` (opening it; the same for the Peer's lifetime), for a
+  // producer that orders its work before it itself (DLPack's __dlpack__(stream=...)); pass
+  // DeviceSpan::stream unset then. Errors as mix(DeviceSpan)'s.
+  Status deviceStream(int device, uint64_t* stream);
   // Before the first mix(): the model every rank starts from, the same on every rank (DiLoCo's
   // common initial model). With a lossy codec, mix() sends each round the compressed change of
   // `params` against reference points that start there, which every rank tracks alike, so no

@@ -353,3 +353,49 @@ TEST_CASE("a mix in flight is finished by close() into the buffer, by ~Peer with
     }
   }
 }
+
+// Whether this build has the CUDA path (meson found a PTX compiler).
+constexpr bool kCudaBuild = STARLING_TEST_CUDA_BUILD;
+
+// mix(DeviceSpan) where there is no GPU (the GPU runs are tools/gpu_check's): the Peer says
+// why (no CUDA driver here, or no CUDA path in a build without a PTX compiler), and refuses
+// what it does not do on the GPU before asking for one.
+TEST_CASE("mix on GPU memory: no driver, no GPU codec, no diloco yet, each said", "[api][unit]") {
+  setenv("STARLING_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  const DeviceSpan span{0x10000, 8, 0};
+  {
+    const auto path = writeScenario("device-plain", ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
+    auto peer = Peer::fromScenario(path.string(), 0);
+    INFO(peer.status().toString());
+    REQUIRE(peer);
+    const Status s = (*peer)->mix(span);
+    CHECK(s.code() == StatusCode::kUnavailable);
+    CHECK_THAT(s.message(), Contains("no CUDA driver") || Contains("no CUDA path"));
+    uint64_t stream = 0;
+    CHECK((*peer)->deviceStream(0, &stream).code() == StatusCode::kUnavailable);
+    CHECK((*peer)->mix(DeviceSpan{0, 8, 0}).code() == StatusCode::kInvalidArgument);
+  }
+  {
+    const auto path = writeScenario(
+        "device-sign", ring4(R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5})", 1, kInproc,
+                             R"(, "compression": {"kind": "sign"})"));
+    auto peer = Peer::fromScenario(path.string(), 0);
+    INFO(peer.status().toString());
+    REQUIRE(peer);
+    const Status s = (*peer)->mix(span);
+    CHECK(s.code() == (kCudaBuild ? StatusCode::kInvalidArgument : StatusCode::kUnavailable));
+    if (kCudaBuild) CHECK_THAT(s.message(), Contains("compression.kind"));
+  }
+  {
+    const auto path = writeScenario(
+        "device-diloco",
+        ring4(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 5})", 1, kInproc));
+    auto peer = Peer::fromScenario(path.string(), 0);
+    INFO(peer.status().toString());
+    REQUIRE(peer);
+    const Status s = (*peer)->mix(span);
+    CHECK(s.code() == StatusCode::kFailedPrecondition);
+    CHECK_THAT(s.message(), Contains("algorithm.kind: diloco"));
+  }
+  unsetenv("STARLING_CUDA_DRIVER");
+}

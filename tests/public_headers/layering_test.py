@@ -27,8 +27,9 @@ ALLOWED = {
     "engine": {"core", "topology", "compression", "optim", "transport"},
     "scenario": {"core", "topology", "compression", "optim", "transport", "engine"},
     "runtime": {"core", "topology", "compression", "optim", "transport", "engine", "scenario"},
+    # api/peer_device.cc opens the GPU through cuda/ (the one factory, docs/cuda.md)
     "api": {"core", "topology", "compression", "optim", "transport", "engine", "scenario",
-            "runtime"},
+            "runtime", "cuda"},
 }
 MODULES = sorted(ALLOWED, key=len, reverse=True)
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)

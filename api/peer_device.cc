@@ -1,0 +1,153 @@
+// Peer::mix on a model in GPU memory (docs/cuda.md, "Tensors on the GPU"): the mix node runs
+// optim::DeviceGossip, whose vectors live on the GPU (cuda/device_vectors.h), over the same
+// engine, session and transport as mix() on host buffers; only the frames are in host memory.
+// This file is the one place outside cuda/ that knows a CUDA path exists (STARLING_CUDA: the
+// build has cuda/).
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "api/peer_impl.h"
+#include "core/rng.h"
+#include "runtime/metrics.h"
+#include "scenario/compile.h"
+
+#if STARLING_CUDA
+#include "cuda/device_vectors.h"
+#endif
+
+namespace starling {
+namespace {
+
+Result<std::unique_ptr<optim::DeviceVectors>> openGpu(int ordinal,
+                                                      const compression::CompressorSpec& spec) {
+#if STARLING_CUDA
+  return cuda::openGpuVectors(ordinal, spec);
+#else
+  (void)spec;
+  return core::unavailable(
+      "cuda:" + std::to_string(ordinal) +
+      ": this build of Starling has no CUDA path (meson found no PTX compiler: install clang-14, "
+      "or nvcc with -Dptx_compiler=nvcc, and configure again; docs/cuda.md)");
+#endif
+}
+
+// kFailedPrecondition naming what the scenario asks that mix() on GPU memory does not do yet.
+Status deviceMisfit(const scenario::Scenario& s) {
+  const auto refuse = [](const std::string& key, const std::string& what) {
+    return core::failedPrecondition("mix on GPU memory: " + key + ": " + what +
+                                    " is not on the GPU yet (docs/cuda.md); mix a CPU tensor");
+  };
+  if (s.algorithm.kind == optim::AlgorithmKind::kDiloco) return refuse("algorithm.kind", "diloco");
+  if (s.asynchronous.enabled) return refuse("algorithm.asynchronous", "asynchronous gossip");
+  if (!s.compression.layers.empty()) return refuse("compression.layers", "per-layer codecs");
+  if (s.algorithm.timeVarying && !compression::sendsIdentityOnly(s.compression)) {
+    return refuse("topology.schedule", "a time-varying graph under a codec");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Peer::Impl::openDevice(int ordinal, const char* call) {
+  if (ordinal < 0) {
+    return core::invalidArgument(std::string(call) + ": device " + std::to_string(ordinal));
+  }
+  if (device) {
+    if (ordinal == deviceOrdinal) return Status::ok();
+    return core::invalidArgument(std::string(call) + ": cuda:" + std::to_string(ordinal) +
+                                 ", but this Peer works on cuda:" +
+                                 std::to_string(deviceOrdinal) + " (one GPU a Peer)");
+  }
+  auto got = openGpu(ordinal, scenario.compression);
+  if (!got) return got.status().withContext(call);
+  device = std::move(*got);
+  deviceOrdinal = ordinal;
+  return Status::ok();
+}
+
+Status Peer::Impl::mixStartDevice(const DeviceSpan& params) {
+  if (closed) return core::failedPrecondition("mix after close()");
+  if (scenario.algorithm.codistillation || scenario.algorithm.sketch) {
+    return core::failedPrecondition(
+        "mix: the scenario's algorithm never averages models (codistillation or sketch); train "
+        "with step()");
+  }
+  STARLING_RETURN_IF_ERROR(deviceMisfit(scenario));
+  if (rejoin) {
+    return core::failedPrecondition(
+        "mix on GPU memory: a restarted trainer (STARLING_REJOIN) rejoins with CPU tensors only "
+        "for now; restore() a CPU copy, then move it to the GPU");
+  }
+  if (params.address == 0) return core::invalidArgument("mix: params is a null device pointer");
+  // The GPU first: a machine without one says so before the engine starts.
+  STARLING_RETURN_IF_ERROR(openDevice(params.device, "mix"));
+  auto got = stateFor<float>(params.size, "mix");
+  if (!got) return got.status();
+  PeerState<float>& st = **got;
+  if (st.mixParams.data() != nullptr || st.deviceParams != 0) {
+    return core::failedPrecondition("mix: a mix is in flight");
+  }
+  if (st.mixNode && st.deviceGossip == nullptr) {
+    return core::failedPrecondition(
+        "mix: this Peer mixes CPU buffers; one Peer mixes either CPU or GPU memory");
+  }
+  if (!st.mixNode) {
+    if (!mixReference.empty()) {
+      return core::failedPrecondition(
+          "mix on GPU memory: mixReference() is not on the GPU yet (docs/cuda.md)");
+    }
+    const uint64_t seed = core::deriveSeed(scenario.seed, kMixCodecSalt, rank);
+    auto gossip = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, params.size, seed);
+    if (!gossip) return gossip.status().withContext("mix");
+    st.deviceGossip = gossip->get();
+    st.mixNode = std::make_unique<engine::Node<float>>(rank, std::move(*gossip), *net);
+    st.mixNode->configure(scenario::engineOptions(scenario), &schedule->support(), kMixChannel);
+    // A membership change: gossip starts afresh from the current model (copied to the host and
+    // back: rare), its reference points from zero, as the host mix's do.
+    STARLING_RETURN_IF_ERROR(st.session.add(*st.mixNode, [this, &st,
+                                                          seed](std::vector<float> x0) {
+      auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed);
+      std::unique_ptr<optim::Algorithm<float>> out;
+      if (fresh && (*fresh)->setModel(x0).isOk()) {
+        st.deviceGossip = fresh->get();
+        out = std::move(*fresh);
+      }
+      return out;
+    }));
+  }
+  if (!st.last) st.last = st.mixNode.get();
+  STARLING_RETURN_IF_ERROR(device->checkPointer(params.address, "mix: params"));
+  if (params.stream) STARLING_RETURN_IF_ERROR(device->after(*params.stream));
+  STARLING_RETURN_IF_ERROR(st.deviceGossip->setDeviceModel(params.address));
+  Status s = writePending(st);
+  if (s.isOk()) s = st.session.prepare(kMixChannel);
+  if (s.isOk()) s = st.session.begin(*st.mixNode);
+  if (!s.isOk()) return s;
+  st.deviceParams = params.address;
+  return Status::ok();
+}
+
+Status Peer::Impl::mixWaitDevice(PeerState<float>& st) {
+  const uint64_t to = std::exchange(st.deviceParams, 0);
+  STARLING_RETURN_IF_ERROR(st.session.complete(*st.mixNode));
+  if (!st.mixAbandoned) STARLING_RETURN_IF_ERROR(st.deviceGossip->copyModelTo(to));
+  st.last = st.mixNode.get();
+  pendingRecord = st.engine().rounds();
+  // The round line's model (consensus_distance), copied to the host only in the rounds the log
+  // keeps it: every log_every-th.
+  if (!outDir.empty()) {
+    snapshotTaken = true;
+    if (*pendingRecord % scenario.logEvery == 0) {
+      const auto x = st.mixNode->model();
+      if (x.size() <= runtime::kFullModelLogMaxDim) {
+        snapshotX.assign(x.begin(), x.end());
+      } else {
+        snapshotSketch = runtime::modelSketch(x, runtime::sketchSeed(scenario));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace starling
