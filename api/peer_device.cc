@@ -60,7 +60,10 @@ Status Peer::Impl::openDevice(int ordinal, const char* call) {
                                  std::to_string(deviceOrdinal) + " (one GPU a Peer)");
   }
   auto got = openGpu(ordinal, scenario.compression);
-  if (!got) return got.status().withContext(call);
+  if (!got) {
+    const std::string where = "cuda:" + std::to_string(ordinal);
+    return got.status().withContext(*call != '\0' ? std::string(call) + " on " + where : where);
+  }
   device = std::move(*got);
   deviceOrdinal = ordinal;
   return Status::ok();

@@ -63,7 +63,7 @@ Status Peer::mix(const DeviceSpan& params) {
   return impl_->mixWait();
 }
 Status Peer::deviceStream(int device, uint64_t* stream) {
-  STARLING_RETURN_IF_ERROR(impl_->openDevice(device, "deviceStream"));
+  STARLING_RETURN_IF_ERROR(impl_->openDevice(device, ""));
   if (stream != nullptr) *stream = impl_->device->stream();
   return Status::ok();
 }

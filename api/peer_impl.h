@@ -160,6 +160,8 @@ class Peer::Impl {
   // mix(DeviceSpan) (api/peer_device.cc).
   Status mixStartDevice(const DeviceSpan& params);
   Status mixWaitDevice(PeerState<float>& st);
+  // The GPU of mix(DeviceSpan), opened once; errors in the context "<call> on cuda:N" (call
+  // empty: "cuda:N").
   Status openDevice(int ordinal, const char* call);
   Status poll();
   Status log(const std::map<std::string, double>& m);

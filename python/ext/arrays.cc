@@ -109,6 +109,7 @@ Borrowed& Borrowed::operator=(Borrowed&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     dtype_ = other.dtype_;
+    device_ = std::exchange(other.device_, -1);
     view_ = other.view_;
     hasView_ = std::exchange(other.hasView_, false);
     other.view_ = Py_buffer{};
@@ -130,6 +131,7 @@ void Borrowed::reset() {
   }
   data_ = nullptr;
   size_ = 0;
+  device_ = -1;
 }
 
 Borrowed Borrowed::from(PyObject* obj, const char* name, Access access) {
@@ -168,6 +170,29 @@ Borrowed Borrowed::from(PyObject* obj, const char* name, Access access) {
 
   py::handle h(obj);
   if (!py::hasattr(h, "__dlpack__")) typeError(name, "a " + typeName(obj));
+  return fromDlpack(obj, name, std::nullopt);
+}
+
+int Borrowed::cudaDevice(PyObject* obj) {
+  py::handle h(obj);
+  if (PyObject_CheckBuffer(obj) || !py::hasattr(h, "__dlpack__") ||
+      !py::hasattr(h, "__dlpack_device__")) {
+    return -1;
+  }
+  py::tuple device = h.attr("__dlpack_device__")();
+  if (device.size() != 2) return -1;
+  const long type = py::int_(device[0]);
+  const long id = py::int_(device[1]);
+  return type == kDLCUDA ? static_cast<int>(id) : -1;
+}
+
+Borrowed Borrowed::fromCuda(PyObject* obj, const char* name, uint64_t stream) {
+  return fromDlpack(obj, name, stream);
+}
+
+Borrowed Borrowed::fromDlpack(PyObject* obj, const char* name, std::optional<uint64_t> stream) {
+  Borrowed b;
+  py::handle h(obj);
   // torch 1.13 refuses to export a tensor that requires grad; say what to do instead.
   if (py::hasattr(h, "requires_grad") && py::bool_(h.attr("requires_grad"))) {
     throw py::value_error(std::string(name) + " is a " + typeName(obj) +
@@ -175,7 +200,10 @@ Borrowed Borrowed::from(PyObject* obj, const char* name, Access access) {
                           ".detach() (it shares the tensor's memory, so the update still "
                           "happens in place)");
   }
-  py::object capsule = h.attr("__dlpack__")();
+  // A CUDA producer orders its work before `stream` (DLPack's protocol: an event on its current
+  // stream that `stream` waits for), so Starling reads the values after they are written.
+  py::object capsule = stream ? h.attr("__dlpack__")(py::arg("stream") = *stream)
+                              : h.attr("__dlpack__")();
   if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
     typeError(name, "a " + typeName(obj) + " whose __dlpack__() did not return a DLPack capsule");
   }
@@ -187,11 +215,17 @@ Borrowed Borrowed::from(PyObject* obj, const char* name, Access access) {
   b.dl_ = managed;
   const DLTensor& t = managed->dl_tensor;
   std::string got = "a " + typeName(obj);
-  if (t.device.device_type != kDLCPU) {
+  if (stream && t.device.device_type == kDLCUDA) {
+    if (!(t.dtype.code == kDLFloat && t.dtype.bits == 32 && t.dtype.lanes == 1)) {
+      throw py::type_error(std::string(name) + " on " + deviceName(t.device) +
+                           " must be float32 (the GPU codecs' type); got " + got +
+                           " of dtype " + dlpackDtypeName(t.dtype));
+    }
+    b.device_ = t.device.device_id;
+  } else if (t.device.device_type != kDLCPU) {
     typeError(name, got + " on " + deviceName(t.device) +
-                        " (Peer.step and Peer.mix read CPU memory in this build: move it with "
-                        ".cpu() and keep the model there; the GPU codecs of docs/cuda.md do not "
-                        "take framework tensors yet)");
+                        " (this call reads CPU memory: move it with .cpu(); Peer.mix and "
+                        "Peer.mix_start take CUDA tensors, docs/cuda.md)");
   }
   if (t.dtype.code == kDLFloat && t.dtype.bits == 32 && t.dtype.lanes == 1) {
     b.dtype_ = DType::kFloat32;

@@ -12,6 +12,8 @@
 #include <Python.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 struct DLManagedTensor;
@@ -39,16 +41,26 @@ class Borrowed {
   // Borrows `obj`'s memory, or throws (pybind11's type_error / value_error) with a message
   // naming `name` ("params", "grads"), what it got and what is expected.
   static Borrowed from(PyObject* obj, const char* name, Access access);
+  // The CUDA device ordinal `obj` says it lives on (its __dlpack_device__() is kDLCUDA), or -1.
+  static int cudaDevice(PyObject* obj);
+  // A CUDA tensor's memory, from `obj.__dlpack__(stream=stream)`: the producer orders its work
+  // on the values before the CUstream `stream` (DLPack's protocol). 1-D contiguous float32.
+  static Borrowed fromCuda(PyObject* obj, const char* name, uint64_t stream);
 
   void* data() const { return data_; }
   std::size_t size() const { return size_; }
   DType dtype() const { return dtype_; }
+  // The CUDA device ordinal of memory borrowed by fromCuda, else -1 (host memory).
+  int device() const { return device_; }
   bool empty() const { return data_ == nullptr && size_ == 0 && !hasView_ && dl_ == nullptr; }
 
   void reset();
 
  private:
+  static Borrowed fromDlpack(PyObject* obj, const char* name, std::optional<uint64_t> stream);
+
   void* data_ = nullptr;
+  int device_ = -1;
   std::size_t size_ = 0;
   DType dtype_ = DType::kFloat32;
   Py_buffer view_{};

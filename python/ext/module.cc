@@ -108,8 +108,28 @@ class PyPeer {
     check(s);
   }
 
+  // A CUDA tensor (docs/cuda.md): Starling's stream on its GPU, which the tensor's producer
+  // orders its work before (DLPack's __dlpack__(stream=...)); empty for host memory.
+  Borrowed borrowCuda(Peer& peer, py::object params, const char* call) {
+    const int device = Borrowed::cudaDevice(params.ptr());
+    if (device < 0) return Borrowed();
+    uint64_t stream = 0;
+    if (Status s = peer.deviceStream(device, &stream); !s.isOk()) {
+      raise(std::string(call) + ": " + s.toString());
+    }
+    return Borrowed::fromCuda(params.ptr(), "params", stream);
+  }
+  static DeviceSpan deviceSpanOf(const Borrowed& b) {
+    // (No stream: the producer has ordered its work before Starling's stream itself.)
+    return DeviceSpan{reinterpret_cast<uint64_t>(b.data()), b.size(), b.device(), std::nullopt};
+  }
+
   void mix(py::object params) {
     Peer& peer = use("mix");
+    if (Borrowed g = borrowCuda(peer, params, "mix"); !g.empty()) {
+      check(communicate([&] { return peer.mix(deviceSpanOf(g)); }));
+      return;
+    }
     Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
     check(communicate([&] {
       return x.dtype() == DType::kFloat32 ? peer.mix(spanOf<float>(x))
@@ -136,6 +156,11 @@ class PyPeer {
   // The array stays borrowed (alive and in place) until mixWait(): the exchange writes into it.
   void mixStart(py::object params) {
     Peer& peer = use("mix_start");
+    if (Borrowed g = borrowCuda(peer, params, "mix_start"); !g.empty()) {
+      check(communicate([&] { return peer.mixStart(deviceSpanOf(g)); }));
+      pending_ = std::move(g);
+      return;
+    }
     Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
     check(communicate([&] {
       return x.dtype() == DType::kFloat32 ? peer.mixStart(spanOf<float>(x))
@@ -353,7 +378,10 @@ elects by it; a peer that never gives one never leads). `grad_variance`,
 `grad_squared_mean`: AdaScale's estimates for `grads` (both or neither; see
 starling::StepStats and docs/algorithms.md §22).)doc")
       .def("mix", &PyPeer::mix, py::arg("params"),
-           "One gossip round: averages `params` with the neighbours', in place.")
+           "One gossip round: averages `params` with the neighbours', in place. A CUDA tensor "
+           "(float32) is mixed on its GPU, only the compressed frames crossing to host memory "
+           "(docs/cuda.md): its producer's current stream is ordered before Starling's, and "
+           "the call returns with the mixed values written.")
       .def("restore", &PyPeer::restore, py::arg("params"),
            "A restarted trainer (STARLING_REJOIN=1): takes its neighbours' model into params "
            "before the first step()/mix(); a no-op otherwise.")

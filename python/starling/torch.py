@@ -788,10 +788,16 @@ def _model_parameters(model, optimizer):
 def _flatten(params, with_grads):
     """Moves every parameter into one flat buffer (a view each); returns (flat, flat_grad)."""
     total = sum(p.numel() for p in params)
-    dtype = params[0].dtype
+    dtype, device = params[0].dtype, params[0].device
+    where = {str(p.device) for p in params}
+    if len(where) > 1:
+        raise ValueError(f"the model's parameters are on {sorted(where)}: Starling keeps them in "
+                         "one flat buffer, so move the model to one device first")
     with torch.no_grad():
-        flat = torch.empty(total, dtype=dtype)
-        grad = torch.zeros(total, dtype=dtype) if with_grads else None
+        # On the model's device: a CUDA model's buffer stays on its GPU (Peer.mix mixes it
+        # there, docs/cuda.md).
+        flat = torch.empty(total, dtype=dtype, device=device)
+        grad = torch.zeros(total, dtype=dtype, device=device) if with_grads else None
         offset = 0
         for p in params:
             n = p.numel()

@@ -177,7 +177,11 @@ class FakeCudaTensor:
         self.managed = Managed(Tensor(c.cast(self.data, c.c_void_p), Device(2, 0), 1,
                                       DataType(2, 32, 1), self.shape, None, 0), None, None)
 
+    def __dlpack_device__(self):
+        return (2, 0)
+
     def __dlpack__(self, stream=None):
+        self.stream = stream
         new = self.c.pythonapi.PyCapsule_New
         new.restype = self.c.py_object
         new.argtypes = [self.c.c_void_p, self.c.c_char_p, self.c.c_void_p]
@@ -236,10 +240,15 @@ def main():
     read_only.flags.writeable = False
     raises(ValueError, ["read-only"], lambda: peer.mix(read_only))
     raises(TypeError, [expect, "list"], lambda: peer.mix([1.0, 2.0]))
-    # A CUDA tensor (a DLPack capsule of device type kDLCUDA, made here without a GPU): the
-    # message names its device and what to do.
+    # A CUDA tensor (a DLPack capsule of device type kDLCUDA, made here without a GPU): mix()
+    # asks for the GPU (here without a driver: this process's STARLING_CUDA_DRIVER names none)
+    # and says why it cannot; a call that reads CPU memory names the device and what to do.
+    os.environ["STARLING_CUDA_DRIVER"] = "/nonexistent/libcuda.so.1"
+    raises(starling.Error, ["mix: ", "cuda:0", "no CUDA driver"], lambda: peer.mix(FakeCudaTensor()))
+    raises(starling.Error, ["mix_start: ", "cuda:0", "no CUDA driver"],
+           lambda: peer.mix_start(FakeCudaTensor()))
     raises(TypeError, [expect, "on cuda:0", ".cpu()", "docs/cuda.md"],
-           lambda: peer.mix(FakeCudaTensor()))
+           lambda: peer.restore(FakeCudaTensor()))
     raises(TypeError, ["grads", "dtype of params (float32)", "float64"],
            lambda: peer.step(np.ones(4, np.float32), np.ones(4)))
     raises(ValueError, ["grads", "as many elements as params (4)", "3"],
