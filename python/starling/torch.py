@@ -362,6 +362,11 @@ class DiLoCo:
         self.model = model
         self._owns_peer = peer is None
         self._params, self._names = _model_parameters(model, inner_optimizer)
+        if any(p.device.type != "cpu" for p in self._params):
+            raise NotImplementedError(
+                "DiLoCo keeps its outer model and exchange on the CPU: mixing a model in GPU "
+                "memory (docs/cuda.md) does not take diloco's rounds yet; train a CPU model, or "
+                "use DecentralizedOptimizer, whose mix() runs on the GPU")
         self._flat, _ = _flatten(self._params, with_grads=False)
         self._param_ptrs = [p.data_ptr() for p in self._params]
         self._layout = [p.numel() for p in self._params if p.numel() > 0]
