@@ -4,6 +4,7 @@
 // This file is the one place outside cuda/ that knows a CUDA path exists (STARLING_CUDA: the
 // build has cuda/).
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -21,6 +22,11 @@ namespace {
 
 Result<std::unique_ptr<optim::DeviceVectors>> openGpu(int ordinal,
                                                       const compression::CompressorSpec& spec) {
+  // STARLING_DEVICE=host: the device path on host memory (device pointers are host pointers),
+  // so that its engine, session and log are tested on machines without a GPU.
+  if (const char* d = std::getenv("STARLING_DEVICE"); d != nullptr && std::string(d) == "host") {
+    return optim::hostDeviceVectors(spec);
+  }
 #if STARLING_CUDA
   return cuda::openGpuVectors(ordinal, spec);
 #else

@@ -1,10 +1,13 @@
 #include "optim/device_gossip.h"
 
 #include <cassert>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
 
+#include "compression/codecs/elementwise.h"
 #include "core/rng.h"
 
 namespace starling::optim {
@@ -137,7 +140,84 @@ class DeviceGossipImpl final : public DeviceGossip {
   mutable std::vector<float> mirror_;
 };
 
+// The device in host memory: addresses are host pointers; the codec is the CPU one.
+class HostVectors final : public DeviceVectors {
+ public:
+  HostVectors(const compression::CompressorSpec& spec,
+              std::unique_ptr<compression::Compressor<float>> codec)
+      : lossy_(spec.kind != compression::CompressorSpec::Kind::kIdentity),
+        codec_(std::move(codec)) {}
+
+  std::string where() const override { return "host memory"; }
+  core::Result<Address> allocate(size_t n) override {
+    buffers_.push_back(std::make_unique<float[]>(n));
+    std::fill_n(buffers_.back().get(), n, 0.0f);
+    return reinterpret_cast<Address>(buffers_.back().get());
+  }
+  core::Status copy(Address to, Address from, size_t n) override {
+    std::memmove(at(to), at(from), n * sizeof(float));
+    return core::Status::ok();
+  }
+  core::Status toHost(std::span<float> to, Address from) override {
+    std::memcpy(to.data(), at(from), to.size_bytes());
+    return core::Status::ok();
+  }
+  core::Status fromHost(Address to, std::span<const float> from) override {
+    std::memcpy(at(to), from.data(), from.size_bytes());
+    return core::Status::ok();
+  }
+  core::Status combine(Address out, Address start, Address self, std::span<const Address> m,
+                       std::span<const float> c, size_t n) override {
+    for (size_t k = 0; k < n; ++k) {
+      float acc = at(start)[k];
+      const float s = at(self)[k];
+      for (size_t j = 0; j < m.size(); ++j) {
+        acc = compression::elementwise::combineTerm(acc, c[j], at(m[j])[k], s);
+      }
+      at(out)[k] = acc;
+    }
+    return core::Status::ok();
+  }
+  core::Result<bool> anyBeyond(Address x, size_t n, float limit) override {
+    for (size_t k = 0; k < n; ++k) {
+      if (!(std::abs(at(x)[k]) <= limit)) return true;
+    }
+    return false;
+  }
+  bool lossy() const override { return lossy_; }
+  size_t maxFrameBytes(size_t n) const override { return codec_->maxEncodedBytes(n); }
+  core::Result<size_t> encode(Address x, size_t n, uint64_t seed,
+                              std::span<std::byte> frame) override {
+    core::Rng rng(seed);
+    std::vector<std::byte> out;
+    codec_->encode(std::span<const float>(at(x), n), rng, out);
+    if (out.size() > frame.size()) return core::internalError("a frame beyond its bound");
+    std::memcpy(frame.data(), out.data(), out.size());
+    return out.size();
+  }
+  core::Status check(std::span<const std::byte> frame, size_t n) const override {
+    std::vector<float> scratch(n);
+    return codec_->decode(frame, scratch);
+  }
+  core::Status decode(std::span<const std::byte> frame, Address out, size_t n) override {
+    return codec_->decode(frame, std::span<float>(at(out), n));
+  }
+
+ private:
+  static float* at(Address a) { return reinterpret_cast<float*>(a); }
+  bool lossy_;
+  std::unique_ptr<compression::Compressor<float>> codec_;
+  std::vector<std::unique_ptr<float[]>> buffers_;
+};
+
 }  // namespace
+
+core::Result<std::unique_ptr<DeviceVectors>> hostDeviceVectors(
+    const compression::CompressorSpec& spec) {
+  auto codec = compression::createCompressor<float>(spec);
+  if (!codec) return codec.status();
+  return std::unique_ptr<DeviceVectors>(std::make_unique<HostVectors>(spec, std::move(*codec)));
+}
 
 core::Result<std::unique_ptr<DeviceGossip>> DeviceGossip::create(DeviceVectors& device,
                                                                  double gamma, size_t dim,

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "compression/compressor.h"
 #include "core/status.h"
 #include "optim/algorithm.h"
 
@@ -68,6 +69,14 @@ class DeviceVectors {
     return core::Status::ok();
   }
 };
+
+// The device played by host memory: addresses are host pointers (float32 arrays), the codec is
+// the CPU one (its own xoshiro draws, not the GPU's counter-based bits), the combine is
+// compression::elementwise::combineTerm's loop. What the tests run device gossip on, and what
+// mix(DeviceSpan) runs on under STARLING_DEVICE=host (api/peer_device.cc), so that the device
+// path's engine is tested on every machine.
+core::Result<std::unique_ptr<DeviceVectors>> hostDeviceVectors(
+    const compression::CompressorSpec& spec);
 
 // Gossip with the model in device memory, float32, on a static or time-varying graph
 // (compressed: static only, where s = sum_j w_ij x-hat_j is kept as a running sum, as the host

@@ -249,6 +249,19 @@ def main():
            lambda: peer.mix_start(FakeCudaTensor()))
     raises(TypeError, [expect, "on cuda:0", ".cpu()", "docs/cuda.md"],
            lambda: peer.restore(FakeCudaTensor()))
+    # The CUDA route of Peer.mix end to end, on host memory (STARLING_DEVICE=host: the device
+    # path's engine without a GPU): the fake tensor's 8 floats mixed to the average, with the
+    # stream Starling handed to __dlpack__ (the host device has none: 0).
+    os.environ["STARLING_DEVICE"] = "host"
+    with extra_peer(6, rank) as device_peer:
+        fake = FakeCudaTensor()
+        for k in range(8):
+            fake.data[k] = rank + 1.0
+        device_peer.mix(fake)
+        check(fake.stream == 0, f"__dlpack__ was given stream {fake.stream!r}")
+        check(all(abs(fake.data[k] - 1.5) < 1e-6 for k in range(8)),
+              f"device mix: {list(fake.data)}, expected 1.5 (the average of 1 and 2)")
+    del os.environ["STARLING_DEVICE"]
     raises(TypeError, ["grads", "dtype of params (float32)", "float64"],
            lambda: peer.step(np.ones(4, np.float32), np.ones(4)))
     raises(ValueError, ["grads", "as many elements as params (4)", "3"],

@@ -20,9 +20,9 @@ def main():
         shm = harness.embedded_scenario(tmp, "python-api-shm", 2,
                                         extra={"topology": {"kind": "complete"},
                                                "transport": {"kind": "ucx", "tls": "shm"}})
-        # Six more Peers per rank, each a run of its own on these ports (api_worker.py).
-        ports = harness.free_ports(12)
-        pairs = ";".join(f"{ports[i]},{ports[i + 1]}" for i in range(0, 12, 2))
+        # Seven more Peers per rank, each a run of its own on these ports (api_worker.py).
+        ports = harness.free_ports(14)
+        pairs = ";".join(f"{ports[i]},{ports[i + 1]}" for i in range(0, 14, 2))
         rc, output = harness.run_launcher(scenario, os.path.join(tmp, "run"),
                                           [sys.executable, worker],
                                           env={"STARLING_TEST_PORTS": pairs,

@@ -1,6 +1,6 @@
 // optim::DeviceGossip (Peer::mix on CUDA tensors) driven by real Nodes over the in-process
-// transport, with the device played by host memory (HostVectors: the CPU codecs and
-// compression::elementwise::combineTerm, the arithmetic the GPU kernels share): the frames the
+// transport, with the device played by host memory (optim::hostDeviceVectors: the CPU codecs
+// and compression::elementwise::combineTerm, the arithmetic the GPU kernels share): the frames the
 // engine moves (optim::FrameMessages), the round's arithmetic against gossip and CHOCO-gossip
 // written out here, a device peer between host peers, hostile frames and divergence.
 #include <catch2/catch.hpp>
@@ -73,8 +73,8 @@ TEST_CASE("device gossip: a forged frame is counted and the genuine one mixed", 
   auto hub = transport::inproc::createHub(2);
   auto t0 = transport::inproc::createTransport(*hub, 0);
   auto t1 = transport::inproc::createTransport(*hub, 1);
-  HostVectors device(spec);
-  auto g = optim::DeviceGossip::create(device, 1.0, kDim, 7);
+  auto device = hostDevice(spec);
+  auto g = optim::DeviceGossip::create(*device, 1.0, kDim, 7);
   REQUIRE(g.isOk());
   optim::DeviceGossip* gossip = g->get();
   std::vector<std::string> log;
@@ -122,13 +122,13 @@ TEST_CASE("device gossip: a diverged model names its coordinate", "[runtime][uni
   const auto spec = specOf(compression::CompressorSpec::Kind::kIdentity);
   auto hub = transport::inproc::createHub(2);
   std::vector<std::unique_ptr<transport::Transport>> transports;
-  std::vector<std::unique_ptr<HostVectors>> devices;
+  std::vector<std::unique_ptr<DeviceVectors>> devices;
   std::vector<std::unique_ptr<engine::Node<float>>> nodes;
   std::vector<std::vector<float>> x(2, std::vector<float>(kDim, 1.0f));
   x[1][4] = 1e6f;
   for (int i = 0; i < 2; ++i) {
     transports.push_back(transport::inproc::createTransport(*hub, i));
-    devices.push_back(std::make_unique<HostVectors>(spec));
+    devices.push_back(hostDevice(spec));
     auto g = optim::DeviceGossip::create(*devices[i], 1.0, kDim, 1);
     REQUIRE(g.isOk());
     REQUIRE((*g)->setDeviceModel(reinterpret_cast<Address>(x[i].data())).isOk());

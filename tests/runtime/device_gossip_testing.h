@@ -1,5 +1,5 @@
 // Shared by the device gossip tests (tests/runtime/device_gossip_test.cc with the device in
-// host memory, tests/cuda/gpu_mix_test.cc on a GPU): HostVectors, the round written out, and a
+// host memory, tests/cuda/gpu_mix_test.cc on a GPU): the round written out, and a
 // ring of Nodes over the in-process transport whose device ranks run optim::DeviceGossip.
 #pragma once
 
@@ -24,77 +24,6 @@ namespace starling::runtime::device_testing {
 using namespace node_testing;
 using optim::DeviceVectors;
 using Address = DeviceVectors::Address;
-
-// The device in host memory: addresses are host pointers; the codec is the CPU one.
-class HostVectors final : public DeviceVectors {
- public:
-  explicit HostVectors(const compression::CompressorSpec& spec)
-      : lossy_(spec.kind != compression::CompressorSpec::Kind::kIdentity),
-        codec_(std::move(*compression::createCompressor<float>(spec))) {}
-
-  std::string where() const override { return "host memory"; }
-  core::Result<Address> allocate(size_t n) override {
-    buffers_.push_back(std::make_unique<float[]>(n));
-    std::fill_n(buffers_.back().get(), n, 0.0f);
-    return reinterpret_cast<Address>(buffers_.back().get());
-  }
-  core::Status copy(Address to, Address from, size_t n) override {
-    std::memmove(at(to), at(from), n * sizeof(float));
-    return core::Status::ok();
-  }
-  core::Status toHost(std::span<float> to, Address from) override {
-    std::memcpy(to.data(), at(from), to.size_bytes());
-    return core::Status::ok();
-  }
-  core::Status fromHost(Address to, std::span<const float> from) override {
-    std::memcpy(at(to), from.data(), from.size_bytes());
-    return core::Status::ok();
-  }
-  core::Status combine(Address out, Address start, Address self, std::span<const Address> m,
-                       std::span<const float> c, size_t n) override {
-    ++combines;
-    for (size_t k = 0; k < n; ++k) {
-      float acc = at(start)[k];
-      const float s = at(self)[k];
-      for (size_t j = 0; j < m.size(); ++j) {
-        acc = compression::elementwise::combineTerm(acc, c[j], at(m[j])[k], s);
-      }
-      at(out)[k] = acc;
-    }
-    return core::Status::ok();
-  }
-  core::Result<bool> anyBeyond(Address x, size_t n, float limit) override {
-    for (size_t k = 0; k < n; ++k) {
-      if (!(std::abs(at(x)[k]) <= limit)) return true;
-    }
-    return false;
-  }
-  bool lossy() const override { return lossy_; }
-  size_t maxFrameBytes(size_t n) const override { return codec_->maxEncodedBytes(n); }
-  core::Result<size_t> encode(Address x, size_t n, uint64_t seed,
-                              std::span<std::byte> frame) override {
-    core::Rng rng(seed);
-    std::vector<std::byte> out;
-    codec_->encode(std::span<const float>(at(x), n), rng, out);
-    std::memcpy(frame.data(), out.data(), out.size());
-    return out.size();
-  }
-  core::Status check(std::span<const std::byte> frame, size_t n) const override {
-    std::vector<float> scratch(n);
-    return codec_->decode(frame, scratch);
-  }
-  core::Status decode(std::span<const std::byte> frame, Address out, size_t n) override {
-    return codec_->decode(frame, std::span<float>(at(out), n));
-  }
-
-  int combines = 0;
-
- private:
-  static float* at(Address a) { return reinterpret_cast<float*>(a); }
-  bool lossy_;
-  std::unique_ptr<compression::Compressor<float>> codec_;
-  std::vector<std::unique_ptr<float[]>> buffers_;
-};
 
 inline compression::CompressorSpec specOf(compression::CompressorSpec::Kind kind) {
   compression::CompressorSpec spec;
@@ -173,12 +102,14 @@ struct DevicePeer {
   Address trainer = 0;  // the trainer's buffer, in the device's memory
 };
 
-// Makes the device of a rank for a codec: host memory (HostVectors) or a GPU.
+// Makes the device of a rank for a codec: host memory (optim::hostDeviceVectors) or a GPU.
 using DeviceFactory =
     std::function<std::unique_ptr<DeviceVectors>(const compression::CompressorSpec&)>;
 
 inline std::unique_ptr<DeviceVectors> hostDevice(const compression::CompressorSpec& spec) {
-  return std::make_unique<HostVectors>(spec);
+  auto got = optim::hostDeviceVectors(spec);
+  REQUIRE(got.isOk());
+  return std::move(*got);
 }
 
 // `nodes` ranks on a ring; those with device[i] run DeviceGossip on makeDevice's device, the
