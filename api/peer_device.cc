@@ -1,6 +1,7 @@
-// Peer::mix on a model in GPU memory (docs/cuda.md, "Tensors on the GPU"): the mix node runs
-// optim::DeviceGossip, whose vectors live on the GPU (cuda/device_vectors.h), over the same
-// engine, session and transport as mix() on host buffers; only the frames are in host memory.
+// Peer::mix and Peer::step on a model in GPU memory (docs/cuda.md, "Tensors on the GPU"): the
+// mix node (and dsgd's step node) runs optim::DeviceGossip, whose vectors live on the GPU
+// (cuda/device_vectors.h), over the same engine, session and transport as the host buffers'
+// rounds; only the frames are in host memory.
 // This file is the one place outside cuda/ that knows a CUDA path exists (STARLING_CUDA: the
 // build has cuda/).
 #include <algorithm>
@@ -141,21 +142,106 @@ Status Peer::Impl::mixWaitDevice(PeerState<float>& st) {
   const uint64_t to = std::exchange(st.deviceParams, 0);
   STARLING_RETURN_IF_ERROR(st.session.complete(*st.mixNode));
   if (!st.mixAbandoned) STARLING_RETURN_IF_ERROR(st.deviceGossip->copyModelTo(to));
-  st.last = st.mixNode.get();
+  endDeviceRound(st, *st.mixNode);
+  return Status::ok();
+}
+
+void Peer::Impl::endDeviceRound(PeerState<float>& st, const engine::Node<float>& node) {
+  st.last = &node;
   pendingRecord = st.engine().rounds();
   // The round line's model (consensus_distance), copied to the host only in the rounds the log
   // keeps it: every log_every-th.
-  if (!outDir.empty()) {
-    snapshotTaken = true;
-    if (*pendingRecord % scenario.logEvery == 0) {
-      const auto x = st.mixNode->model();
-      if (x.size() <= runtime::kFullModelLogMaxDim) {
-        snapshotX.assign(x.begin(), x.end());
-      } else {
-        snapshotSketch = runtime::modelSketch(x, runtime::sketchSeed(scenario));
-      }
-    }
+  if (outDir.empty()) return;
+  snapshotTaken = true;
+  if (*pendingRecord % scenario.logEvery != 0) return;
+  const auto x = node.model();
+  if (x.size() <= runtime::kFullModelLogMaxDim) {
+    snapshotX.assign(x.begin(), x.end());
+  } else {
+    snapshotSketch = runtime::modelSketch(x, runtime::sketchSeed(scenario));
   }
+}
+
+Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
+                              std::optional<double> lr) {
+  if (closed) return core::failedPrecondition("step after close()");
+  const auto& a = scenario.algorithm;
+  const auto refuse = [](const std::string& key, const std::string& what) {
+    return core::failedPrecondition("step on GPU memory: " + key + ": " + what +
+                                    " is not on the GPU yet (docs/cuda.md); step a CPU tensor");
+  };
+  if (a.kind != optim::AlgorithmKind::kDsgd) {
+    return refuse("algorithm.kind", std::string(optim::algorithmInfo(a.kind).name));
+  }
+  if (a.codistillation || a.sketch || a.adascale || a.leader) {
+    return refuse("algorithm", "codistillation, sketch, adascale or leader");
+  }
+  if (a.localOptimizer.kind != optim::LocalOptimizerSpec::Kind::kSgd ||
+      a.localOptimizer.weightDecay != 0.0) {
+    return refuse("algorithm.local_optimizer", "a local optimizer other than plain SGD");
+  }
+  if (!compression::sendsIdentityOnly(scenario.compression)) {
+    return refuse("compression.kind", "dsgd with a codec");
+  }
+  STARLING_RETURN_IF_ERROR(deviceMisfit(scenario));
+  if (rejoin) return refuse("STARLING_REJOIN", "a restarted trainer");
+  if (lr && !(*lr > 0 && *lr < 1e12)) {
+    return core::invalidArgument("step: the step size must be positive and finite");
+  }
+  if (params.address == 0 || grads.address == 0) {
+    return core::invalidArgument("step: a null device pointer");
+  }
+  if (params.size != grads.size || params.device != grads.device) {
+    return core::invalidArgument("step: params (" + std::to_string(params.size) + " on cuda:" +
+                                 std::to_string(params.device) + ") and grads (" +
+                                 std::to_string(grads.size) + " on cuda:" +
+                                 std::to_string(grads.device) + ") differ");
+  }
+  STARLING_RETURN_IF_ERROR(openDevice(params.device, "step"));
+  auto got = stateFor<float>(params.size, "step");
+  if (!got) return got.status();
+  PeerState<float>& st = **got;
+  if (st.mixParams.data() != nullptr || st.deviceParams != 0) {
+    return core::failedPrecondition("step: a mix is in flight");
+  }
+  if (st.stepNode && st.deviceStep == nullptr) {
+    return core::failedPrecondition(
+        "step: this Peer steps CPU buffers; one Peer steps either CPU or GPU memory");
+  }
+  if (!st.stepNode) {
+    const uint64_t seed = core::deriveSeed(scenario.seed, kStepCodecSalt, rank);
+    auto gossip = optim::DeviceGossip::create(*device, a.gamma, params.size, seed);
+    if (!gossip) return gossip.status().withContext("step");
+    st.deviceStep = gossip->get();
+    st.stepNode = std::make_unique<engine::Node<float>>(rank, std::move(*gossip), *net);
+    st.stepNode->configure(scenario::engineOptions(scenario), &schedule->support(), kStepChannel);
+    STARLING_RETURN_IF_ERROR(st.session.add(*st.stepNode, [this, &st,
+                                                           seed](std::vector<float> x0) {
+      auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed);
+      std::unique_ptr<optim::Algorithm<float>> out;
+      if (fresh && (*fresh)->setModel(x0).isOk()) {
+        st.deviceStep = fresh->get();
+        out = std::move(*fresh);
+      }
+      return out;
+    }));
+  }
+  if (!st.last) st.last = st.stepNode.get();
+  STARLING_RETURN_IF_ERROR(device->checkPointer(params.address, "step: params"));
+  STARLING_RETURN_IF_ERROR(device->checkPointer(grads.address, "step: grads"));
+  if (params.stream) STARLING_RETURN_IF_ERROR(device->after(*params.stream));
+  if (grads.stream && grads.stream != params.stream) {
+    STARLING_RETURN_IF_ERROR(device->after(*grads.stream));
+  }
+  STARLING_RETURN_IF_ERROR(st.deviceStep->setDeviceModel(params.address));
+  STARLING_RETURN_IF_ERROR(writePending(st));
+  STARLING_RETURN_IF_ERROR(st.session.prepare(kStepChannel));
+  // The gradient's step is the round's message (its step size from lr or the scenario's).
+  st.deviceStep->setGradient(grads.address);
+  STARLING_RETURN_IF_ERROR(st.session.begin(*st.stepNode, lr));
+  STARLING_RETURN_IF_ERROR(st.session.complete(*st.stepNode));
+  STARLING_RETURN_IF_ERROR(st.deviceStep->copyModelTo(params.address));
+  endDeviceRound(st, *st.stepNode);
   return Status::ok();
 }
 

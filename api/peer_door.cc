@@ -58,6 +58,9 @@ Status Peer::mixStart(std::span<float> params) { return impl_->mixStart(params);
 Status Peer::mixStart(std::span<double> params) { return impl_->mixStart(params); }
 Status Peer::mixWait() { return impl_->mixWait(); }
 Status Peer::mixStart(const DeviceSpan& params) { return impl_->mixStartDevice(params); }
+Status Peer::step(const DeviceSpan& params, const DeviceSpan& grads, std::optional<double> lr) {
+  return impl_->stepDevice(params, grads, lr);
+}
 Status Peer::mix(const DeviceSpan& params) {
   STARLING_RETURN_IF_ERROR(impl_->mixStartDevice(params));
   return impl_->mixWait();

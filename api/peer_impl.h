@@ -79,6 +79,8 @@ struct PeerState {
   // buffer between mixStart and mixWait (0: none in flight).
   optim::DeviceGossip* deviceGossip = nullptr;
   uint64_t deviceParams = 0;
+  // step(DeviceSpan): the step node's algorithm (owned by stepNode).
+  optim::DeviceGossip* deviceStep = nullptr;
   bool mixSkipped = false;  // a rejoined trainer's first mix() that only loaded the model
   bool mixAbandoned = false;  // ~Peer finishes the round without touching mixParams
   const engine::Node<T>* last = nullptr;  // the node of the last round (its model is logged)
@@ -159,7 +161,11 @@ class Peer::Impl {
   Status mixWait();
   // mix(DeviceSpan) (api/peer_device.cc).
   Status mixStartDevice(const DeviceSpan& params);
+  Status stepDevice(const DeviceSpan& params, const DeviceSpan& grads, std::optional<double> lr);
   Status mixWaitDevice(PeerState<float>& st);
+  // The end of a device round: the node whose model the round line logs, its round, and that
+  // model copied to the host when the log keeps it (every log_every-th round).
+  void endDeviceRound(PeerState<float>& st, const engine::Node<float>& node);
   // The GPU of mix(DeviceSpan), opened once; errors in the context "<call> on cuda:N" (call
   // empty: "cuda:N").
   Status openDevice(int ordinal, const char* call);

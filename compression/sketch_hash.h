@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 
+#include "compression/codecs/elementwise.h"
 #include "core/rng.h"
 
 namespace starling::compression {
@@ -37,11 +38,13 @@ class SketchHashes {
   const uint64_t* coef(uint32_t j) const { return coef_[j]; }
 
   // h_j(i) and s_j(i) of one coordinate: the values the block kernels compute by induction.
+  // (elementwise.h's sketchBucket and sketchNegative, which the GPU kernels call.)
   uint32_t bucket(uint32_t j, uint64_t i) const {
-    const uint64_t h = coef_[j][0] * i + coef_[j][1];
-    return static_cast<uint32_t>(((h >> 32) * cols_) >> 32);
+    return elementwise::sketchBucket(coef_[j][0], coef_[j][1], cols_, i);
   }
-  bool negative(uint32_t j, uint64_t i) const { return ((coef_[j][2] * i + coef_[j][3]) >> 63) != 0; }
+  bool negative(uint32_t j, uint64_t i) const {
+    return elementwise::sketchNegative(coef_[j][2], coef_[j][3], i);
+  }
 
  private:
   uint32_t cols_;

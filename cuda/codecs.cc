@@ -141,6 +141,9 @@ bool gpuSupports(const CompressorSpec& spec) {
       return spec.levels >= 1 && spec.levels <= kMaxDitheringLevels;
     case Kind::kTopK:
       return true;
+    case Kind::kCountSketch:
+      // The median's comparison networks cover up to 7 rows (elementwise.h's sketchMedian).
+      return !spec.errorFeedback && (spec.meanEstimate || spec.rows <= 7);
     default:
       return false;
   }
@@ -170,9 +173,10 @@ core::Result<std::span<const std::byte>> GpuCodecs::encode(const CompressorSpec&
                                                            uint64_t n, uint64_t seed) {
   if (!gpuSupports(spec)) {
     return core::invalidArgument("this codec has no GPU encoder (fp16, bf16, qsgd, nuqsgd, "
-                                 "natural_dithering and topk have)");
+                                 "natural_dithering, topk and countsketch have)");
   }
   if (spec.kind == Kind::kTopK) return encodeTopK(spec, x, n);
+  if (spec.kind == Kind::kCountSketch) return encodeCountSketch(spec, x, n, seed);
   const bool scaled = scaledKind(spec.kind);
   const codecs::ScaledCodes q = scaledCodes(spec, n);
   std::byte params[kQsgdParamsBytes] = {};
@@ -201,8 +205,9 @@ core::Result<std::span<const std::byte>> GpuCodecs::encode(const CompressorSpec&
 
 core::Result<size_t> GpuCodecs::encodePayload(const CompressorSpec& spec, DevicePtr x, uint64_t n,
                                               uint64_t seed) {
-  if (!gpuSupports(spec) || n == 0)
-    return core::invalidArgument("encodePayload: no GPU encoder or n = 0");
+  if (!gpuSupports(spec) || n == 0 || spec.kind == Kind::kCountSketch)
+    return core::invalidArgument("encodePayload: no GPU encoder, n = 0, or countsketch (whose "
+                                 "frame is its table: encode)");
   if (spec.kind == Kind::kTopK) return encodeTopKPayload(spec, x, n);
   const codecs::ScaledCodes q = scaledCodes(spec, n);
   const size_t payloadBytes = scaledKind(spec.kind) ? q.payloadBytes(n) : 2 * n;
@@ -307,8 +312,9 @@ core::Status GpuCodecs::decodeOrCheck(const CompressorSpec& spec,
                                       uint64_t n, bool onDevice) {
   if (!gpuSupports(spec)) {
     return core::invalidArgument("this codec has no GPU decoder (fp16, bf16, qsgd, nuqsgd, "
-                                 "natural_dithering and topk have)");
+                                 "natural_dithering, topk and countsketch have)");
   }
+  if (spec.kind == Kind::kCountSketch) return decodeCountSketch(spec, frame, out, n, onDevice);
   if (spec.kind == Kind::kTopK) {
     if (onDevice) return decodeTopK(frame, out, n);
     std::vector<uint32_t> indices;

@@ -12,6 +12,10 @@
 //               first) by a radix select and a stable compaction on the device (cuda/topk_select.h);
 //               only the k (index, value) pairs cross to the host, where the frame's index gaps
 //               are written: byte-identical to the CPU codec's frame.
+//   countsketch: the table byte-identical to the CPU codec's (each cell's terms added in index
+//               order: a per-row counting placement, each bucket sorted and summed by one
+//               thread), the estimate (median of up to 7 rows, or mean), the heavy hitters and
+//               the sender's scale as the CPU computes them: the CPU's frame byte for byte.
 //   decode:     a frame is checked on the host by the CPU codec's own validation, then decoded
 //               on the device to the CPU decoder's values, bit for bit.
 //   combine:    optim/combine.h's difference form, bit for bit; CHOCO-SGD's and LEAD's
@@ -32,6 +36,7 @@
 
 namespace starling::compression::codecs {
 struct ScaledCodes;
+struct CountSketchHeader;
 }
 
 namespace starling::cuda {
@@ -119,6 +124,17 @@ class GpuCodecs {
   core::Result<std::span<const std::byte>> encodeTopK(const compression::CompressorSpec& spec,
                                                       DevicePtr x, uint64_t n);
   core::Status decodeTopK(std::span<const std::byte> frame, DevicePtr out, uint64_t n);
+  // Count-Sketch (cuda/codecs_sketch.cc): the rows' hash coefficients on the device; the
+  // estimate of n coordinates from the table there into y (threshold mode's zeroing from the
+  // host's copy of the table); encode and decode.
+  core::Status uploadSketchHashes(uint64_t seed, uint32_t rows, uint32_t cols);
+  core::Status sketchEstimate(const compression::codecs::CountSketchHeader& h,
+                              std::span<const float> hostTable, DevicePtr y, uint64_t n);
+  core::Result<std::span<const std::byte>> encodeCountSketch(
+      const compression::CompressorSpec& spec, DevicePtr x, uint64_t n, uint64_t seed);
+  core::Status decodeCountSketch(const compression::CompressorSpec& spec,
+                                 std::span<const std::byte> frame, DevicePtr out, uint64_t n,
+                                 bool onDevice);
   core::Status decodeOrCheck(const compression::CompressorSpec& spec,
                              std::span<const std::byte> frame, DevicePtr out, uint64_t n,
                              bool onDevice);
@@ -130,6 +146,10 @@ class GpuCodecs {
   DeviceBuffer sums_;
   DeviceBuffer maxBits_;
   uint64_t serialOnHost_ = 0;
+  // Count-Sketch: the table, the rows' hash coefficients, the counts / offsets / fill of a row's
+  // buckets, the coordinates' places, the estimate; the last frame (host memory).
+  DeviceBuffer sketchTable_, sketchCoef_, sketchCounts_, sketchIdx_, sketchY_;
+  std::vector<std::byte> sketchFrame_;
 };
 
 }  // namespace starling::cuda

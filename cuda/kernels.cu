@@ -583,3 +583,4 @@ __global__ void starling_choco_absorb_more_f64(double* s, CombineF64 nb, uint64_
 
 // Top-k's kernels (their own file, the same PTX module).
 #include "cuda/kernels_topk.cuh"
+#include "cuda/kernels_sketch.cuh"

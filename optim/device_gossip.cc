@@ -21,10 +21,9 @@ class DeviceGossipImpl final : public DeviceGossip {
       : device_(device), gamma_(static_cast<float>(gamma)), dim_(dim), rng_(codecSeed) {}
 
   core::Status init() {
-    STARLING_RETURN_IF_ERROR(allocate(x_));
-    STARLING_RETURN_IF_ERROR(allocate(own_));
+    for (Address* a : {&x_, &own_, &zero_}) STARLING_RETURN_IF_ERROR(allocate(*a));
     if (!device_.lossy()) return core::Status::ok();
-    for (Address* a : {&hat_, &s_, &zero_, &q_}) STARLING_RETURN_IF_ERROR(allocate(*a));
+    for (Address* a : {&hat_, &s_, &q_}) STARLING_RETURN_IF_ERROR(allocate(*a));
     return core::Status::ok();
   }
 
@@ -46,6 +45,7 @@ class DeviceGossipImpl final : public DeviceGossip {
   // DeviceGossip
   core::Status setDeviceModel(Address from) override { return device_.copy(x_, from, dim_); }
   core::Status copyModelTo(Address to) override { return device_.copy(to, x_, dim_); }
+  void setGradient(Address g) override { gradient_ = g; }
   core::Status setModel(std::span<const float> x) override {
     if (x.size() != dim_) return core::invalidArgument("device gossip: a model of another size");
     return device_.fromHost(x_, x);
@@ -54,8 +54,14 @@ class DeviceGossipImpl final : public DeviceGossip {
   // FrameMessages
   size_t maxFrameBytes() const override { return device_.maxFrameBytes(dim_); }
 
-  core::Result<size_t> writeFrame(const RoundInfo&, std::span<std::byte> frame) override {
+  core::Result<size_t> writeFrame(const RoundInfo& info, std::span<std::byte> frame) override {
     const uint64_t seed = rng_.nextU64();
+    if (const Address g = std::exchange(gradient_, 0); g != 0) {
+      // psi = x - eta g, as x + (-eta)(g - 0): the same bits as DSGD's x - eta g.
+      const Address grad[] = {g};
+      const float step[] = {-static_cast<float>(info.stepSize)};
+      STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, zero_, grad, step, dim_));
+    }
     if (!device_.lossy()) {
       // The message is x itself; own_ keeps it for the combine, which writes x (a device's
       // combine of many neighbours runs in several passes, each reading `self`).
@@ -136,6 +142,7 @@ class DeviceGossipImpl final : public DeviceGossip {
   const size_t dim_;
   core::Rng rng_;
   Address x_ = 0, hat_ = 0, s_ = 0, zero_ = 0, q_ = 0, own_ = 0;
+  Address gradient_ = 0;  // setGradient's, until the next writeFrame
   std::vector<Address> received_;
   mutable std::vector<float> mirror_;
 };

@@ -96,6 +96,9 @@ class DeviceGossip : public Algorithm<float>, public FrameMessages {
   virtual core::Status copyModelTo(DeviceVectors::Address to) = 0;
   // The model from host memory (a restart after a membership change).
   virtual core::Status setModel(std::span<const float> x) = 0;
+  // DSGD's local step (Peer::step on GPU memory, uncompressed): the next round's message is
+  // psi = x - eta g, eta the round's step size, from the gradient at device address g; once.
+  virtual void setGradient(DeviceVectors::Address g) = 0;
 };
 
 }  // namespace starling::optim

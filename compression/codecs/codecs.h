@@ -100,4 +100,29 @@ size_t topkFrameBound(uint64_t d, uint64_t k);
 core::Status readTopKFrame(std::span<const std::byte> frame, uint64_t d,
                            std::vector<uint32_t>& indices, std::vector<float>& values);
 
+// Count-Sketch's float32 frame pieces for the GPU codec (cuda/codecs_sketch.cc). What a frame
+// of d elements carries besides its table (docs/wire_format.md, codec 11):
+struct CountSketchHeader {
+  bool mean = false;
+  uint32_t rows = 0;
+  uint32_t cols = 0;
+  uint64_t k = 0;          // median: heavy hitters kept (0 in threshold mode)
+  float threshold = 0.0f;  // median: keep |estimate| >= threshold * estimated ||x||_2
+  uint64_t seed = 0;       // hash seed
+  double scale = 0.0;      // lambda
+};
+// The header the CPU encoder writes for d elements under `spec` with hash `seed` (scale 0).
+CountSketchHeader countSketchHeader(const CompressorSpec& spec, uint64_t d, uint64_t seed);
+// The frame of a header and its table (rows x cols, row-major), byte for byte the CPU encoder's
+// (which writes its frames with it).
+void writeCountSketchFrame(const CountSketchHeader& h, uint64_t d, std::span<const float> table,
+                           FrameOut& out);
+// The CPU decoder's checks of a frame of d elements for `spec` (params, the estimate flag, the
+// table's size and finiteness); when valid, its header and its table's bytes (in `frame`).
+core::Result<CountSketchHeader> readCountSketchFrame(const CompressorSpec& spec,
+                                                     std::span<const std::byte> frame, uint64_t d,
+                                                     std::span<const std::byte>& table);
+// sqrt(the lower median over rows of sum_c table[j][c]^2): the threshold mode's ||x||_2.
+double countSketchL2(std::span<const float> table, uint32_t rows, uint32_t cols);
+
 }  // namespace starling::compression::codecs

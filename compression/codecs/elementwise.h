@@ -251,4 +251,86 @@ STARLING_HD T combineTerm(T acc, T c, T m, T self) {
   return acc + c * (m - self);
 }
 
+// Count-Sketch (codecs/sketch.cc, compression/sketch_hash.h). Row j's bucket and sign of
+// coordinate i from its hash coefficients (a0, b0) and (a1, b1): the multiply-add-shift hashes
+// the CPU's block kernels compute by induction (a i + b mod 2^64 for consecutive i).
+STARLING_HD uint32_t sketchBucket(uint64_t a, uint64_t b, uint64_t cols, uint64_t i) {
+  return static_cast<uint32_t>((((a * i + b) >> 32) * cols) >> 32);
+}
+STARLING_HD bool sketchNegative(uint64_t a, uint64_t b, uint64_t i) {
+  return ((a * i + b) >> 63) != 0;
+}
+
+// std::min and std::max, as the CPU's median networks call them (which of two equal values,
+// +0 and -0, comes out is theirs).
+template <typename T>
+STARLING_HD T minOf(T a, T b) {
+  return b < a ? b : a;
+}
+template <typename T>
+STARLING_HD T maxOf(T a, T b) {
+  return a < b ? b : a;
+}
+
+// The lower median of v[0], ..., v[r - 1] for 1 <= r <= 7: the CPU decoder's comparison networks
+// (codecs/sketch.cc, medianImpl) with the same comparisons in the same order, so the same value,
+// down to the sign of a zero. Reorders v.
+template <typename T>
+STARLING_HD T median3(T a, T b, T c) {
+  return maxOf(minOf(a, b), minOf(maxOf(a, b), c));
+}
+// The 2nd and 3rd smallest of a..d are the larger of the pairs' minima and the smaller of their
+// maxima; the median of five is the median of those two and e.
+template <typename T>
+STARLING_HD T median5(T a, T b, T c, T d, T e) {
+  const T m1 = maxOf(minOf(a, b), minOf(c, d));
+  const T m2 = minOf(maxOf(a, b), maxOf(c, d));
+  return median3(m1, m2, e);
+}
+// One comparator of an odd-even transposition sort: (a, b) <- (min, max).
+template <typename T>
+STARLING_HD void sortPair(T& a, T& b) {
+  const T lo = minOf(a, b);
+  const T hi = maxOf(a, b);
+  a = lo;
+  b = hi;
+}
+template <typename T>
+STARLING_HD T sketchMedian(T* v, uint32_t r) {
+  if (r == 1) return v[0];
+  if (r == 2) return minOf(v[0], v[1]);
+  if (r == 3) return median3(v[0], v[1], v[2]);
+  if (r == 5) return median5(v[0], v[1], v[2], v[3], v[4]);
+  // Odd-even transposition sort: r passes sort r values.
+  for (uint32_t pass = 0; pass < r; ++pass) {
+    for (uint32_t j = pass % 2; j + 1 < r; j += 2) sortPair(v[j], v[j + 1]);
+  }
+  return v[(r - 1) / 2];
+}
+
+// v[0..n) sorted ascending in place by heap sort: the GPU's Count-Sketch orders each bucket's
+// coordinates by index (their atomic placement is in any order) so that the bucket sums its
+// terms in index order, as the CPU's row-by-row scatter does.
+STARLING_HD void siftDown(uint32_t* v, uint64_t root, uint64_t end) {
+  for (;;) {
+    uint64_t child = 2 * root + 1;
+    if (child >= end) return;
+    if (child + 1 < end && v[child] < v[child + 1]) ++child;
+    if (!(v[root] < v[child])) return;
+    const uint32_t t = v[root];
+    v[root] = v[child];
+    v[child] = t;
+    root = child;
+  }
+}
+STARLING_HD void sortAscending(uint32_t* v, uint64_t n) {
+  for (uint64_t start = n / 2; start-- > 0;) siftDown(v, start, n);
+  for (uint64_t end = n; end-- > 1;) {
+    const uint32_t t = v[0];
+    v[0] = v[end];
+    v[end] = t;
+    siftDown(v, 0, end);
+  }
+}
+
 }  // namespace starling::compression::elementwise

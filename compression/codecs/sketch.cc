@@ -29,6 +29,7 @@
 
 #include "compression/codecs/bits.h"
 #include "compression/codecs/codecs.h"
+#include "compression/codecs/elementwise.h"
 #include "compression/codecs/wire.h"
 #include "compression/sketch_hash.h"
 
@@ -42,15 +43,7 @@ constexpr uint64_t kMaxCols = uint64_t{1} << 31;
 constexpr size_t kBlock = 512;
 
 // The parameters of one frame (docs/wire_format.md, codec 11).
-struct SketchParams {
-  bool mean = false;
-  uint32_t rows = 0;
-  uint32_t cols = 0;
-  uint64_t k = 0;          // median: heavy hitters kept (0 in threshold mode)
-  float threshold = 0.0f;  // median: keep |estimate| >= threshold * estimated ||x||_2
-  uint64_t seed = 0;       // hash seed
-  double scale = 0.0;      // lambda
-};
+using SketchParams = CountSketchHeader;
 
 void storeParams(const SketchParams& p, std::byte* out) {
   out[0] = static_cast<std::byte>(p.mean ? 1 : 0);
@@ -95,6 +88,20 @@ core::Result<SketchParams> loadParams(std::span<const std::byte> in, uint64_t d)
     return core::corruption("countsketch k " + std::to_string(p.k) + " > " + std::to_string(d));
   }
   return p;
+}
+
+// The frame of params `p` and its table (rows x cols).
+template <typename T>
+void writeFrame(const SketchParams& p, uint64_t d, std::span<const T> table, FrameOut& out) {
+  std::byte params[kParamsBytes];
+  storeParams(p, params);
+  static_assert(std::endian::native == std::endian::little,
+                "the table is copied as is; add a byte-swapping path for big-endian hosts");
+  std::byte* payload =
+      out.begin(CodecId::kCountSketch, elementTypeOf<T>(), d, params, table.size_bytes());
+  if (payload == nullptr) return;
+  if (!table.empty()) std::memcpy(payload, table.data(), table.size_bytes());
+  out.seal();
 }
 
 using compression::SketchHashes;  // compression/sketch_hash.h
@@ -155,45 +162,35 @@ constexpr uint32_t kNetworkRows = 7;
 
 template <typename T>
 [[gnu::always_inline]] inline void medianImpl(T* v, size_t stride, uint32_t r, size_t n, T* out) {
+  // The networks of elementwise.h (sketchMedian, which the GPU decoder runs per coordinate), a
+  // lane of the block at a time.
+  namespace ew = elementwise;
   auto lane = [&](uint32_t j) { return v + static_cast<size_t>(j) * stride; };
   if (r == 1) {
     std::copy(v, v + n, out);
   } else if (r == 2) {
     const T* a = lane(0);
     const T* b = lane(1);
-    for (size_t t = 0; t < n; ++t) out[t] = std::min(a[t], b[t]);
+    for (size_t t = 0; t < n; ++t) out[t] = ew::minOf(a[t], b[t]);
   } else if (r == 3) {
     const T* a = lane(0);
     const T* b = lane(1);
     const T* c = lane(2);
-    for (size_t t = 0; t < n; ++t) {
-      out[t] = std::max(std::min(a[t], b[t]), std::min(std::max(a[t], b[t]), c[t]));
-    }
+    for (size_t t = 0; t < n; ++t) out[t] = ew::median3(a[t], b[t], c[t]);
   } else if (r == 5) {
-    // The 2nd and 3rd smallest of a..d are the larger of the pairs' minima and the smaller of
-    // their maxima; the median of five is the median of those two and e.
     const T* a = lane(0);
     const T* b = lane(1);
     const T* c = lane(2);
     const T* d = lane(3);
     const T* e = lane(4);
-    for (size_t t = 0; t < n; ++t) {
-      const T m1 = std::max(std::min(a[t], b[t]), std::min(c[t], d[t]));
-      const T m2 = std::min(std::max(a[t], b[t]), std::max(c[t], d[t]));
-      out[t] = std::max(std::min(m1, m2), std::min(std::max(m1, m2), e[t]));
-    }
+    for (size_t t = 0; t < n; ++t) out[t] = ew::median5(a[t], b[t], c[t], d[t], e[t]);
   } else {
     // Odd-even transposition sort: r passes sort r values.
     for (uint32_t pass = 0; pass < r; ++pass) {
       for (uint32_t j = pass % 2; j + 1 < r; j += 2) {
         T* a = lane(j);
         T* b = lane(j + 1);
-        for (size_t t = 0; t < n; ++t) {
-          const T lo = std::min(a[t], b[t]);
-          const T hi = std::max(a[t], b[t]);
-          a[t] = lo;
-          b[t] = hi;
-        }
+        for (size_t t = 0; t < n; ++t) ew::sortPair(a[t], b[t]);
       }
     }
     std::copy(lane((r - 1) / 2), lane((r - 1) / 2) + n, out);
@@ -496,18 +493,7 @@ class CountSketchCompressor final : public Compressor<T>, public LinearDecoding<
   void encodeWithSeed(std::span<const T> x, uint64_t seed, FrameOut& out) const {
     const uint64_t d = x.size();
     assert(d <= UINT32_MAX);
-    SketchParams p;
-    p.mean = spec_.meanEstimate;
-    p.rows = static_cast<uint32_t>(spec_.rows);
-    p.cols = static_cast<uint32_t>(spec_.cols);
-    p.seed = seed;
-    if (!p.mean && d > 0) {
-      if (spec_.threshold > 0.0) {
-        p.threshold = static_cast<float>(spec_.threshold);
-      } else {
-        p.k = keptCount(spec_.k, spec_.ratio, d);
-      }
-    }
+    SketchParams p = countSketchHeader(spec_, d, seed);
     const size_t cells = static_cast<size_t>(p.rows) * p.cols;
     std::vector<T> table(cells, T(0));
     sketchInto<T>(x, SketchHashes(seed, p.rows, p.cols), table.data());
@@ -537,15 +523,7 @@ class CountSketchCompressor final : public Compressor<T>, public LinearDecoding<
     // the sender's own included, which is how a diverging run shows up with this codec.
     p.scale = yy > 0 ? xy / yy : (finite ? 0.0 : std::numeric_limits<double>::quiet_NaN());
 
-    std::byte params[kParamsBytes];
-    storeParams(p, params);
-    static_assert(std::endian::native == std::endian::little,
-                  "the table is copied as is; add a byte-swapping path for big-endian hosts");
-    std::byte* payload =
-        out.begin(CodecId::kCountSketch, elementTypeOf<T>(), d, params, cells * sizeof(T));
-    if (payload == nullptr) return;
-    if (cells > 0) std::memcpy(payload, table.data(), cells * sizeof(T));
-    out.seal();
+    writeFrame<T>(p, d, std::span<const T>(table), out);
   }
 
   CompressorSpec spec_;
@@ -561,6 +539,55 @@ std::unique_ptr<Compressor<T>> makeCountSketch(const CompressorSpec& spec) {
 
 template std::unique_ptr<Compressor<float>> makeCountSketch<float>(const CompressorSpec&);
 template std::unique_ptr<Compressor<double>> makeCountSketch<double>(const CompressorSpec&);
+
+CountSketchHeader countSketchHeader(const CompressorSpec& spec, uint64_t d, uint64_t seed) {
+  CountSketchHeader p;
+  p.mean = spec.meanEstimate;
+  p.rows = static_cast<uint32_t>(spec.rows);
+  p.cols = static_cast<uint32_t>(spec.cols);
+  p.seed = seed;
+  if (!p.mean && d > 0) {
+    if (spec.threshold > 0.0) {
+      p.threshold = static_cast<float>(spec.threshold);
+    } else {
+      p.k = keptCount(spec.k, spec.ratio, d);
+    }
+  }
+  return p;
+}
+
+void writeCountSketchFrame(const CountSketchHeader& h, uint64_t d, std::span<const float> table,
+                           FrameOut& out) {
+  writeFrame<float>(h, d, table, out);
+}
+
+core::Result<CountSketchHeader> readCountSketchFrame(const CompressorSpec& spec,
+                                                     std::span<const std::byte> frame, uint64_t d,
+                                                     std::span<const std::byte>& table) {
+  auto v = openFrame<float>(frame, CodecId::kCountSketch, d, kParamsBytes);
+  if (!v) return v.status();
+  auto p = loadParams(v->params, d);
+  if (!p) return p.status();
+  if (p->mean != spec.meanEstimate) {
+    return core::corruption("countsketch frame of the other estimate than this run's");
+  }
+  const uint64_t cells = static_cast<uint64_t>(p->rows) * p->cols;
+  if (v->payload.size() != cells * sizeof(float)) {
+    return core::corruption("countsketch payload of " + std::to_string(v->payload.size()) +
+                            " bytes for a " + std::to_string(p->rows) + " x " +
+                            std::to_string(p->cols) + " table");
+  }
+  for (size_t c = 0; c < cells; ++c) {
+    const float f = std::bit_cast<float>(loadLe<uint32_t>(v->payload.data() + 4 * c));
+    if (!std::isfinite(f)) return core::corruption("countsketch table value not finite");
+  }
+  table = v->payload;
+  return *p;
+}
+
+double countSketchL2(std::span<const float> table, uint32_t rows, uint32_t cols) {
+  return l2Estimate<float>(table.data(), rows, cols);
+}
 
 }  // namespace starling::compression::codecs
 

@@ -90,6 +90,22 @@ class PyPeer {
       throw py::value_error("give both grad_variance and grad_squared_mean, or neither");
     }
     const StepStats stats{loss, gradVariance, gradSquaredMean};
+    if (Borrowed::cudaDevice(params.ptr()) >= 0 || Borrowed::cudaDevice(grads.ptr()) >= 0) {
+      // On the GPU (docs/cuda.md): dsgd's step; its statistics are the host methods' (leader,
+      // adascale), which the GPU path refuses.
+      Borrowed x = borrowCuda(peer, params, "step");
+      Borrowed g = borrowCuda(peer, grads, "step", "grads");
+      if (x.empty() || g.empty()) {
+        throw py::type_error("params and grads must both be CUDA tensors (on one device) or "
+                             "both CPU arrays");
+      }
+      if (g.size() != x.size()) {
+        throw py::value_error("grads must have as many elements as params (" +
+                              std::to_string(x.size()) + "); got " + std::to_string(g.size()));
+      }
+      check(communicate([&] { return peer.step(deviceSpanOf(x), deviceSpanOf(g), lr); }));
+      return;
+    }
     Borrowed x = Borrowed::from(params.ptr(), "params", Access::kWrite);
     Borrowed g = Borrowed::from(grads.ptr(), "grads", Access::kRead);
     if (g.dtype() != x.dtype()) {
@@ -110,14 +126,15 @@ class PyPeer {
 
   // A CUDA tensor (docs/cuda.md): Starling's stream on its GPU, which the tensor's producer
   // orders its work before (DLPack's __dlpack__(stream=...)); empty for host memory.
-  Borrowed borrowCuda(Peer& peer, py::object params, const char* call) {
-    const int device = Borrowed::cudaDevice(params.ptr());
+  Borrowed borrowCuda(Peer& peer, py::object array, const char* call,
+                      const char* name = "params") {
+    const int device = Borrowed::cudaDevice(array.ptr());
     if (device < 0) return Borrowed();
     uint64_t stream = 0;
     if (Status s = peer.deviceStream(device, &stream); !s.isOk()) {
       raise(std::string(call) + ": " + s.toString());
     }
-    return Borrowed::fromCuda(params.ptr(), "params", stream);
+    return Borrowed::fromCuda(array.ptr(), name, stream);
   }
   static DeviceSpan deviceSpanOf(const Borrowed& b) {
     // (No stream: the producer has ordered its work before Starling's stream itself.)
@@ -373,6 +390,7 @@ given, is this round's step size (instead of the scenario's schedule). With the
 scenario's algorithm.local_optimizer (momentum, adam, lamb; dsgd and choco), the
 gradient first becomes the optimizer's direction u, per tensor of the layout,
 and the algorithm steps with lr * u; mix() never applies it.
+CUDA tensors (both, float32, one GPU): dsgd's step on the GPU (docs/cuda.md).
 `loss`: the mean loss of the batch behind `grads` (the scenario's `leader`
 elects by it; a peer that never gives one never leads). `grad_variance`,
 `grad_squared_mean`: AdaScale's estimates for `grads` (both or neither; see

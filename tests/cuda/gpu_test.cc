@@ -167,6 +167,42 @@ TEST_CASE("GPU top-k frames are the CPU codec's byte for byte (ties, NaNs, every
   REQUIRE(std::vector<std::byte>(frame->begin(), frame->end()) == cpu);
 }
 
+TEST_CASE("GPU Count-Sketch frames are the CPU codec's byte for byte, and decode alike",
+          "[gpu][countsketch]") {
+  cuda::GpuCodecs gpu(*theGpu);
+  std::mt19937 gen(8);
+  for (size_t n : {size_t{1}, size_t{1000}, quick ? size_t{20011} : size_t{1} << 21 | 3}) {
+    std::vector<std::vector<float>> inputs = {values(n, static_cast<uint32_t>(n) + 1, true)};
+    std::vector<float> small(n);  // cancelling cells: +0 and -0 estimates in the medians
+    for (float& v : small) v = static_cast<float>(static_cast<int>(gen() % 5) - 2);
+    inputs.push_back(small);
+    for (const auto& x : inputs) {
+      OnDevice<float> dx(x);
+      for (uint32_t rows : {1u, 3u, 4u, 5u, 7u}) {
+        for (uint64_t cols : {uint64_t{1}, uint64_t{64}, uint64_t{4099}}) {
+          for (int mode = 0; mode < 3; ++mode) {  // median + top-k, median + threshold, mean
+            CompressorSpec spec;
+            spec.kind = Kind::kCountSketch;
+            spec.rows = rows;
+            spec.cols = cols;
+            spec.ratio = mode == 0 ? 0.01 : 0.0;
+            spec.threshold = mode == 1 ? 0.02 : 0.0;
+            spec.meanEstimate = mode == 2;
+            INFO("n " << n << " rows " << rows << " cols " << cols << " mode " << mode);
+            auto frame = gpu.encode(spec, dx.ptr(), n, core::Rng(1).nextU64());
+            REQUIRE(frame);
+            const auto cpu = cpuFrame(spec, x, 1);
+            REQUIRE(std::vector<std::byte>(frame->begin(), frame->end()) == cpu);
+            OnDevice<float> out(n);
+            REQUIRE(gpu.decode(spec, cpu, out.ptr(), n).isOk());
+            REQUIRE(sameBits(out.read(n), cpuDecode(spec, cpu, n)));
+          }
+        }
+      }
+    }
+  }
+}
+
 // The reference of a GPU frame of scaled codes, written here: the CPU codec's header and scales
 // (scales are deterministic), and codes from the shared rounding rules with the counter-based
 // bits, packed by hand, low bits first. s, the level bits and the bucket as the format defines
@@ -537,10 +573,11 @@ TEST_CASE("GPU LEAD and Prox-LEAD steps equal the CPU algorithm bit for bit", "[
 
 TEST_CASE("hostile frames are rejected before any byte reaches the device", "[gpu]") {
   cuda::GpuCodecs gpu(*theGpu);
-  for (Kind kind : {Kind::kQsgd, Kind::kTopK}) {
+  for (Kind kind : {Kind::kQsgd, Kind::kTopK, Kind::kCountSketch}) {
     CompressorSpec spec;
     spec.kind = kind;
     spec.k = 20;
+    spec.cols = 64;
     const size_t n = 1000;
     const auto x = values(n, 3, false);
     auto frame = cpuFrame(spec, x, 5);

@@ -1,6 +1,7 @@
 // The CUDA path's checks that need no GPU (docs/cuda.md): the per-element math the kernels share
 // with the CPU codecs against independent references, the counter-based rounding bits, the PTX
 // the build made, and the clear no-driver answer.
+#include <algorithm>
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,11 +22,15 @@
 #include "compression/codecs/float16.h"
 #include "compression/codecs/wire.h"
 #include "compression/compressor.h"
+#include "compression/sketch_hash.h"
+#include "core/rng.h"
 #include "cuda/device_vectors.h"
 #include "cuda/driver.h"
 #include "cuda/topk_select.h"
 
 using namespace starling;
+using compression::CompressorSpec;
+using Kind = CompressorSpec::Kind;
 namespace ew = starling::compression::elementwise;
 
 namespace {
@@ -247,6 +253,182 @@ TEST_CASE("writeTopKFrame writes the CPU top-k codec's frame from a selection, r
   CHECK(readIdx == idx);
 }
 
+// Count-Sketch as the GPU builds it (cuda/kernels_sketch.cuh), driven on the CPU with the same
+// functions: each row's buckets counted and scanned, the coordinates placed in a shuffled order
+// (the kernels' atomics place them in any order), each bucket sorted (sortAscending) and summed;
+// the estimate per coordinate (sketchBucket, sketchNegative, sketchMedian or the mean), the
+// heavy hitters, the sender's scale; the frame (writeCountSketchFrame).
+std::vector<float> sketchTableAsKernels(std::span<const float> x,
+                                        const compression::codecs::CountSketchHeader& h,
+                                        std::mt19937& gen) {
+  namespace ew = compression::elementwise;
+  const compression::SketchHashes hashes(h.seed, h.rows, h.cols);
+  const uint64_t n = x.size(), cols = h.cols;
+  std::vector<float> table(static_cast<size_t>(h.rows) * cols, 0.0f);
+  std::vector<uint64_t> order(n);
+  for (uint64_t i = 0; i < n; ++i) order[i] = i;
+  for (uint32_t j = 0; j < h.rows; ++j) {
+    const uint64_t* k = hashes.coef(j);
+    std::vector<uint32_t> counts(cols, 0), offsets(cols + 1, 0), fill(cols, 0), idx(n);
+    for (uint64_t i = 0; i < n; ++i) ++counts[ew::sketchBucket(k[0], k[1], cols, i)];
+    for (uint64_t c = 0; c < cols; ++c) offsets[c + 1] = offsets[c] + counts[c];
+    std::shuffle(order.begin(), order.end(), gen);
+    for (uint64_t i : order) {
+      const uint32_t c = ew::sketchBucket(k[0], k[1], cols, i);
+      idx[offsets[c] + fill[c]++] = static_cast<uint32_t>(i);
+    }
+    for (uint64_t c = 0; c < cols; ++c) {
+      uint32_t* seg = idx.data() + offsets[c];
+      const uint64_t len = offsets[c + 1] - offsets[c];
+      ew::sortAscending(seg, len);
+      float acc = 0.0f;
+      for (uint64_t t = 0; t < len; ++t) {
+        acc = acc + (ew::sketchNegative(k[2], k[3], seg[t]) ? -1.0f : 1.0f) * x[seg[t]];
+      }
+      table[j * cols + c] = acc;
+    }
+  }
+  return table;
+}
+
+// The decoded estimate as the GPU decoder computes it, before its scale: per coordinate, then
+// threshold's zeroing or the heavy hitters (largestIndices, which top-k's selection equals).
+std::vector<float> sketchEstimateAsKernels(std::span<const float> table,
+                                           const compression::codecs::CountSketchHeader& h,
+                                           uint64_t n, std::vector<uint32_t>* kept) {
+  namespace ew = compression::elementwise;
+  const compression::SketchHashes hashes(h.seed, h.rows, h.cols);
+  std::vector<float> y(n);
+  const float inv = 1.0f / static_cast<float>(h.rows);
+  for (uint64_t i = 0; i < n; ++i) {
+    float v[7], e = 0.0f;
+    for (uint32_t j = 0; j < h.rows; ++j) {
+      const uint64_t* k = hashes.coef(j);
+      const float sign = ew::sketchNegative(k[2], k[3], i) ? -1.0f : 1.0f;
+      const float est = sign * table[j * h.cols + ew::sketchBucket(k[0], k[1], h.cols, i)];
+      if (h.mean) {
+        e += est;
+      } else {
+        v[j] = est;
+      }
+    }
+    y[i] = h.mean ? e * inv : ew::sketchMedian(v, h.rows);
+  }
+  if (!h.mean && h.k == 0) {
+    const double thr =
+        static_cast<double>(h.threshold) * compression::codecs::countSketchL2(table, h.rows, h.cols);
+    for (float& v : y) {
+      if (!(static_cast<double>(std::abs(v)) >= thr)) v = 0.0f;
+    }
+  }
+  kept->clear();
+  if (!h.mean && h.k > 0 && h.k < n) {
+    *kept = compression::codecs::largestIndices<float>(y, h.k);
+  }
+  return y;
+}
+
+TEST_CASE("Count-Sketch as the kernels build and decode it: the CPU codec's frames and values",
+          "[cuda][math][countsketch]") {
+  namespace cs = compression::codecs;
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int checked = 0;
+  for (uint64_t n : {uint64_t{1}, uint64_t{9}, uint64_t{700}, uint64_t{3000}}) {
+    // Gaussian values, and small integers with zeros (cancelling cells, so +0 and -0 estimates
+    // meet in the median networks).
+    for (int kind = 0; kind < 2; ++kind) {
+      std::vector<float> x(n);
+      for (float& v : x) {
+        v = kind == 0 ? normal(gen) : static_cast<float>(static_cast<int>(gen() % 5) - 2);
+      }
+      for (uint32_t rows = 1; rows <= 7; ++rows) {
+        for (uint64_t cols : {uint64_t{1}, uint64_t{5}, uint64_t{64}, uint64_t{1000}}) {
+          for (int mode = 0; mode < 3; ++mode) {  // median + top-k, median + threshold, mean
+            CompressorSpec spec;
+            spec.kind = Kind::kCountSketch;
+            spec.rows = rows;
+            spec.cols = cols;
+            spec.ratio = mode == 0 ? 0.05 : 0.0;
+            spec.threshold = mode == 1 ? 0.05 : 0.0;
+            spec.meanEstimate = mode == 2;
+            CAPTURE(n, kind, rows, cols, mode);
+            auto cpu = std::move(*compression::createCompressor<float>(spec));
+            core::Rng rng(77 + rows);
+            std::vector<std::byte> want;
+            cpu->encode(x, rng, want);
+            const uint64_t seed = core::Rng(77 + rows).nextU64();  // the encoder's one draw
+            cs::CountSketchHeader h = cs::countSketchHeader(spec, n, seed);
+            const std::vector<float> table = sketchTableAsKernels(x, h, gen);
+            std::vector<uint32_t> kept;
+            const std::vector<float> y = sketchEstimateAsKernels(table, h, n, &kept);
+            double xy = 0, yy = 0;  // starling_sketch_dot's sums
+            if (!kept.empty()) {
+              for (uint32_t i : kept) {
+                xy += static_cast<double>(x[i]) * y[i];
+                yy += static_cast<double>(y[i]) * y[i];
+              }
+            } else {
+              for (uint64_t i = 0; i < n; ++i) {
+                if (y[i] == 0.0f) continue;
+                xy += static_cast<double>(x[i]) * y[i];
+                yy += static_cast<double>(y[i]) * y[i];
+              }
+            }
+            h.scale = yy > 0 ? xy / yy : 0.0;
+            std::vector<std::byte> got;
+            cs::FrameOut frame(got);
+            cs::writeCountSketchFrame(h, n, table, frame);
+            REQUIRE(got == want);
+            // Decoding the frame as the GPU decoder does: the CPU decoder's values, bit for bit.
+            std::span<const std::byte> tableBytes;
+            auto read = cs::readCountSketchFrame(spec, want, n, tableBytes);
+            REQUIRE(read.isOk());
+            std::vector<float> readTable(tableBytes.size() / 4);
+            std::memcpy(readTable.data(), tableBytes.data(), tableBytes.size());
+            std::vector<float> est = sketchEstimateAsKernels(readTable, *read, n, &kept);
+            const float scale = static_cast<float>(read->scale);
+            std::vector<float> out(n);
+            if (!kept.empty()) {
+              const float zero = scale * 0.0f;
+              std::fill(out.begin(), out.end(), std::signbit(zero) ? zero : 0.0f);
+              for (uint32_t i : kept) out[i] = scale * est[i];
+            } else {
+              for (uint64_t i = 0; i < n; ++i) out[i] = scale * est[i];
+            }
+            std::vector<float> cpuOut(n);
+            REQUIRE(cpu->decode(want, cpuOut).isOk());
+            REQUIRE(std::memcmp(out.data(), cpuOut.data(), 4 * n) == 0);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  CHECK(checked == 4 * 2 * 7 * 4 * 3);
+  // readCountSketchFrame refuses what the CPU decoder refuses: a cut, a flipped bit, the other
+  // estimate.
+  CompressorSpec spec;
+  spec.kind = Kind::kCountSketch;
+  spec.rows = 5;
+  spec.cols = 16;
+  spec.ratio = 0.1;
+  auto cpu = std::move(*compression::createCompressor<float>(spec));
+  std::vector<float> x(100, 1.5f);
+  core::Rng rng(1);
+  std::vector<std::byte> frame;
+  cpu->encode(x, rng, frame);
+  std::span<const std::byte> table;
+  CHECK_FALSE(cs::readCountSketchFrame(spec, std::span(frame).first(frame.size() - 1), 100, table)
+                  .isOk());
+  auto flipped = frame;
+  flipped[40] ^= std::byte{4};
+  CHECK_FALSE(cs::readCountSketchFrame(spec, flipped, 100, table).isOk());
+  spec.meanEstimate = true;
+  spec.ratio = 0;
+  CHECK_FALSE(cs::readCountSketchFrame(spec, frame, 100, table).isOk());
+}
+
 // The PTX the build made: every kernel, for sm_80, no fused multiply-add anywhere (the shared
 // math rounds each operation, as the CPU codecs do).
 TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][ptx]") {
@@ -280,7 +462,16 @@ TEST_CASE("the build compiled every kernel to sm_80 PTX without FMA", "[cuda][pt
                         "starling_topk_histogram",
                         "starling_topk_block_counts",
                         "starling_topk_compact",
-                        "starling_scatter"}) {
+                        "starling_scatter",
+                        "starling_sketch_count",
+                        "starling_scan_u32",
+                        "starling_sketch_place",
+                        "starling_sketch_sum",
+                        "starling_sketch_estimate",
+                        "starling_sketch_threshold",
+                        "starling_sketch_dot",
+                        "starling_scale_f32",
+                        "starling_fill_f32"}) {
     INFO(k);
     REQUIRE(ptx.find(std::string(".entry ") + k + "(") != std::string::npos);
   }

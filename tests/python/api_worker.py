@@ -261,6 +261,16 @@ def main():
         check(fake.stream == 0, f"__dlpack__ was given stream {fake.stream!r}")
         check(all(abs(fake.data[k] - 1.5) < 1e-6 for k in range(8)),
               f"device mix: {list(fake.data)}, expected 1.5 (the average of 1 and 2)")
+        # step: dsgd's x - lr g on the device, then the average: (1 - 0.5 + 2 - 0.5) / 2.
+        params, grads = FakeCudaTensor(), FakeCudaTensor()
+        for k in range(8):
+            params.data[k] = rank + 1.0
+            grads.data[k] = 1.0
+        device_peer.step(params, grads, lr=0.5)
+        check(all(abs(params.data[k] - 1.0) < 1e-6 for k in range(8)),
+              f"device step: {list(params.data)}, expected 1.0")
+        raises(TypeError, ["both CUDA tensors"],
+               lambda: device_peer.step(params, np.ones(8, np.float32)))
     del os.environ["STARLING_DEVICE"]
     raises(TypeError, ["grads", "dtype of params (float32)", "float64"],
            lambda: peer.step(np.ones(4, np.float32), np.ones(4)))
