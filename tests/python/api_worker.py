@@ -269,7 +269,7 @@ def main():
         device_peer.step(params, grads, lr=0.5)
         check(all(abs(params.data[k] - 1.0) < 1e-6 for k in range(8)),
               f"device step: {list(params.data)}, expected 1.0")
-        raises(TypeError, ["both CUDA tensors"],
+        raises(TypeError, ["both be CUDA tensors", "both CPU arrays"],
                lambda: device_peer.step(params, np.ones(8, np.float32)))
     del os.environ["STARLING_DEVICE"]
     raises(TypeError, ["grads", "dtype of params (float32)", "float64"],
