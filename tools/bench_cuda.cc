@@ -160,11 +160,16 @@ int main(int argc, char** argv) {
          {std::tuple{CompressorSpec::Kind::kFp16, 0, "fp16 frame to host"},
           std::tuple{CompressorSpec::Kind::kQsgd, 4, "qsgd 4-bit frame to host"},
           std::tuple{CompressorSpec::Kind::kQsgd, 2, "qsgd 2-bit frame to host"},
-          std::tuple{CompressorSpec::Kind::kTopK, 0, "topk 1% frame to host"}}) {
+          std::tuple{CompressorSpec::Kind::kTopK, 0, "topk 1% frame to host"},
+          std::tuple{CompressorSpec::Kind::kCountSketch, 0,
+                     "countsketch 5 x d/500, top-1% frame to host"}}) {
       CompressorSpec spec;
       spec.kind = kind;
       if (bits != 0) spec.bits = bits;
       spec.ratio = 0.01;
+      // Count-Sketch as CSVec is used for gradients: 5 rows, a table of 1% of d, the top 1%.
+      spec.rows = 5;
+      spec.cols = std::max<uint64_t>(1, d / 500);
       uint64_t seed = 1;
       double frameBytes = 0;
       const double ms = medianMs(gpu, std::max(1, reps / 5), [&]() -> core::Status {

@@ -66,6 +66,20 @@ def torch_rows(max_d, device):
             level = low + (torch.rand(t.shape, device=device) < (t - low)).to(t.dtype)
             return (level * v.sign()).to(torch.int8)
 
+        # CSVec-style Count-Sketch (5 rows, a table of d / 500 columns, precomputed int64
+        # buckets and signs, as CSVec keeps them): the sketch by index_add_, and the unsketch
+        # (the median over rows, then the top 1%).
+        rows_, cols_ = 5, max(1, d // 500)
+        buckets = torch.randint(0, cols_, (rows_, d), device=device, generator=g)
+        signs = torch.randint(0, 2, (rows_, d), device=device, generator=g).float() * 2 - 1
+        flat = (buckets + torch.arange(rows_, device=device).unsqueeze(1) * cols_).view(-1)
+
+        def csvec():
+            table = torch.zeros(rows_ * cols_, device=device)
+            table.index_add_(0, flat, (signs * x).view(-1))
+            est = (table[flat].view(rows_, d) * signs).median(dim=0).values
+            return est.abs().topk(d // 100, sorted=False)
+
         ops = [("torch: x.half()", 6.0 * d, lambda: x.half()),
                ("torch: x.bfloat16()", 6.0 * d, lambda: x.bfloat16()),
                ("torch: h.float()", 6.0 * d, lambda: h.float()),
@@ -74,6 +88,8 @@ def torch_rows(max_d, device):
                # top-1% by magnitude, as the codec keeps them: values and indices.
                ("torch: topk 1% (x.abs().topk)", 4.0 * d + 12.0 * (d // 100),
                 lambda: x.abs().topk(d // 100, sorted=False)),
+               ("torch: CSVec-style countsketch, sketch + median unsketch + top-1%", 4.0 * d,
+                csvec),
                ("torch: copy (y.copy_(x))", 8.0 * d, lambda: out.copy_(x))]
         for name, nbytes, fn in ops:
             ms = timed(fn, reps, device)
