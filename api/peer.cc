@@ -168,6 +168,13 @@ Status Peer::Impl::step(std::span<T> params, std::span<const T> grads, std::opti
   if (!got) return got.status();
   PeerState<T>& st = **got;
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("step: a mix is in flight");
+  if constexpr (std::is_same_v<T, float>) {
+    if (st.deviceStep != nullptr) {
+      return core::failedPrecondition(
+          "step: this Peer steps GPU memory; one Peer steps either CPU or GPU memory");
+    }
+    if (st.deviceParams != 0) return core::failedPrecondition("step: a mix is in flight");
+  }
   if (!st.stepNode) {
     STARLING_RETURN_IF_ERROR(makeLocalOptimizer(st, params.size()));
     // The model's tensors also give Adasum (combine "adasum") its per-tensor coefficients.
@@ -267,6 +274,13 @@ Status Peer::Impl::mixStart(std::span<T> params) {
   if (!got) return got.status();
   PeerState<T>& st = **got;
   if (st.mixParams.data() != nullptr) return core::failedPrecondition("mix: a mix is in flight");
+  if constexpr (std::is_same_v<T, float>) {
+    if (st.deviceParams != 0) return core::failedPrecondition("mix: a mix is in flight");
+    if (st.deviceGossip != nullptr) {
+      return core::failedPrecondition(
+          "mix: this Peer mixes GPU memory; one Peer mixes either CPU or GPU memory");
+    }
+  }
   const bool loadOnly = std::exchange(firstAfterRejoin, false) && rejoinChannel != kMixChannel;
   if (!st.mixNode) {
     auto codec = makeCodec<T>(scenario, layout, params.size(), "mix");

@@ -179,7 +179,36 @@ TEST_CASE("mix on device memory (STARLING_DEVICE=host): one kind of buffer a Pee
         s.message().find("one Peer mixes either CPU or GPU memory") == std::string::npos) {
       return Status(StatusCode::kInternal, "device after host: " + s.toString());
     }
-    // A mix in flight when the Peer closes is finished for the neighbours.
+    return (*peer)->close();
+  });
+  for (const auto& s : statuses) {
+    INFO(s.toString());
+    CHECK(s.isOk());
+  }
+}
+
+TEST_CASE("mix on device memory (STARLING_DEVICE=host): and then host memory, refused",
+          "[api][unit]") {
+  DeviceOnHost on;
+  const auto path = writeScenario("device-then-host",
+                                  ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
+  const auto statuses = onThreads(4, [&](int rank) -> Status {
+    auto peer = Peer::fromScenario(path.string(), rank);
+    if (!peer) return peer.status();
+    std::vector<float> x(8, 1.0f * rank), g(8, 0.5f);
+    const DeviceSpan xs{reinterpret_cast<uint64_t>(x.data()), 8, 0};
+    STARLING_RETURN_IF_ERROR((*peer)->mix(xs));
+    STARLING_RETURN_IF_ERROR(
+        (*peer)->step(xs, DeviceSpan{reinterpret_cast<uint64_t>(g.data()), 8, 0}));
+    const Status mixed = (*peer)->mix(std::span<float>(x));
+    const Status stepped = (*peer)->step(std::span<float>(x), std::span<const float>(g));
+    if (mixed.code() != StatusCode::kFailedPrecondition ||
+        mixed.message().find("mixes GPU memory") == std::string::npos ||
+        stepped.code() != StatusCode::kFailedPrecondition ||
+        stepped.message().find("steps GPU memory") == std::string::npos) {
+      return Status(StatusCode::kInternal,
+                    "host after device: " + mixed.toString() + "; " + stepped.toString());
+    }
     return (*peer)->close();
   });
   for (const auto& s : statuses) {
