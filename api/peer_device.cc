@@ -76,6 +76,28 @@ Status Peer::Impl::openDevice(int ordinal, const char* call) {
   return Status::ok();
 }
 
+Status Peer::Impl::makeDeviceNode(PeerState<float>& st, size_t dim, uint32_t channel,
+                                  uint64_t salt, std::unique_ptr<engine::Node<float>>& node,
+                                  optim::DeviceGossip*& gossip, const char* call) {
+  const uint64_t seed = core::deriveSeed(scenario.seed, salt, rank);
+  auto made = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, dim, seed);
+  if (!made) return made.status().withContext(call);
+  gossip = made->get();
+  node = std::make_unique<engine::Node<float>>(rank, std::move(*made), *net);
+  node->configure(scenario::engineOptions(scenario), &schedule->support(), channel);
+  // A membership change: the gossip starts afresh from the current model (copied to the host
+  // and back: rare), its reference points from zero, as the host rounds' do.
+  return st.session.add(*node, [this, &gossip, seed](std::vector<float> x0) {
+    auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed);
+    std::unique_ptr<optim::Algorithm<float>> out;
+    if (fresh && (*fresh)->setModel(x0).isOk()) {
+      gossip = fresh->get();
+      out = std::move(*fresh);
+    }
+    return out;
+  });
+}
+
 Status Peer::Impl::mixStartDevice(const DeviceSpan& params) {
   if (closed) return core::failedPrecondition("mix after close()");
   if (scenario.algorithm.codistillation || scenario.algorithm.sketch) {
@@ -107,24 +129,8 @@ Status Peer::Impl::mixStartDevice(const DeviceSpan& params) {
       return core::failedPrecondition(
           "mix on GPU memory: mixReference() is not on the GPU yet (docs/cuda.md)");
     }
-    const uint64_t seed = core::deriveSeed(scenario.seed, kMixCodecSalt, rank);
-    auto gossip = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, params.size, seed);
-    if (!gossip) return gossip.status().withContext("mix");
-    st.deviceGossip = gossip->get();
-    st.mixNode = std::make_unique<engine::Node<float>>(rank, std::move(*gossip), *net);
-    st.mixNode->configure(scenario::engineOptions(scenario), &schedule->support(), kMixChannel);
-    // A membership change: gossip starts afresh from the current model (copied to the host and
-    // back: rare), its reference points from zero, as the host mix's do.
-    STARLING_RETURN_IF_ERROR(st.session.add(*st.mixNode, [this, &st,
-                                                          seed](std::vector<float> x0) {
-      auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed);
-      std::unique_ptr<optim::Algorithm<float>> out;
-      if (fresh && (*fresh)->setModel(x0).isOk()) {
-        st.deviceGossip = fresh->get();
-        out = std::move(*fresh);
-      }
-      return out;
-    }));
+    STARLING_RETURN_IF_ERROR(makeDeviceNode(st, params.size, kMixChannel, kMixCodecSalt,
+                                            st.mixNode, st.deviceGossip, "mix"));
   }
   if (!st.last) st.last = st.mixNode.get();
   STARLING_RETURN_IF_ERROR(device->checkPointer(params.address, "mix: params"));
@@ -209,22 +215,8 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
         "step: this Peer steps CPU buffers; one Peer steps either CPU or GPU memory");
   }
   if (!st.stepNode) {
-    const uint64_t seed = core::deriveSeed(scenario.seed, kStepCodecSalt, rank);
-    auto gossip = optim::DeviceGossip::create(*device, a.gamma, params.size, seed);
-    if (!gossip) return gossip.status().withContext("step");
-    st.deviceStep = gossip->get();
-    st.stepNode = std::make_unique<engine::Node<float>>(rank, std::move(*gossip), *net);
-    st.stepNode->configure(scenario::engineOptions(scenario), &schedule->support(), kStepChannel);
-    STARLING_RETURN_IF_ERROR(st.session.add(*st.stepNode, [this, &st,
-                                                           seed](std::vector<float> x0) {
-      auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed);
-      std::unique_ptr<optim::Algorithm<float>> out;
-      if (fresh && (*fresh)->setModel(x0).isOk()) {
-        st.deviceStep = fresh->get();
-        out = std::move(*fresh);
-      }
-      return out;
-    }));
+    STARLING_RETURN_IF_ERROR(makeDeviceNode(st, params.size, kStepChannel, kStepCodecSalt,
+                                            st.stepNode, st.deviceStep, "step"));
   }
   if (!st.last) st.last = st.stepNode.get();
   STARLING_RETURN_IF_ERROR(device->checkPointer(params.address, "step: params"));

@@ -169,6 +169,11 @@ class Peer::Impl {
   // The GPU of mix(DeviceSpan), opened once; errors in the context "<call> on cuda:N" (call
   // empty: "cuda:N").
   Status openDevice(int ordinal, const char* call);
+  // A device round's node on `channel` (its DeviceGossip in `gossip`, which a membership
+  // change replaces), registered with the session.
+  Status makeDeviceNode(PeerState<float>& st, size_t dim, uint32_t channel, uint64_t salt,
+                        std::unique_ptr<engine::Node<float>>& node, optim::DeviceGossip*& gossip,
+                        const char* call);
   Status poll();
   Status log(const std::map<std::string, double>& m);
   // `fromDestructor`: a mix in flight is finished for the neighbours' sake, but its result is

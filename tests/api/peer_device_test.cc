@@ -69,6 +69,13 @@ TEST_CASE("mix on GPU memory: no driver, no GPU codec, no diloco yet, each said"
   unsetenv("STARLING_CUDA_DRIVER");
 }
 
+void requireOk(const std::vector<Status>& statuses) {
+  for (const auto& s : statuses) {
+    INFO(s.toString());
+    REQUIRE(s.isOk());
+  }
+}
+
 // 4 Peers on threads, 3 rounds: each adds its local change, then mixes (mix(), or mixStart,
 // polls and mixWait in round 1) host buffers or, on the device path, DeviceSpans of host memory.
 std::vector<std::vector<float>> peersMix(const std::string& scenario, bool device,
@@ -98,10 +105,7 @@ std::vector<std::vector<float>> peersMix(const std::string& scenario, bool devic
     result[rank] = x;
     return (*peer)->close();
   });
-  for (const auto& s : statuses) {
-    INFO(s.toString());
-    REQUIRE(s.isOk());
-  }
+  requireOk(statuses);
   return result;
 }
 
@@ -166,54 +170,40 @@ TEST_CASE("mix on device memory (STARLING_DEVICE=host): the peer log's rounds", 
 
 TEST_CASE("mix on device memory (STARLING_DEVICE=host): one kind of buffer a Peer",
           "[api][unit]") {
+  // A Peer that mixed host buffers refuses device ones, and one that mixed and stepped device
+  // buffers refuses host ones, each naming what it works on.
   DeviceOnHost on;
   const auto path = writeScenario("device-kinds", ring4(R"({"kind": "dsgd", "step_size": 0.1})",
                                                         1, kInproc));
-  const auto statuses = onThreads(4, [&](int rank) -> Status {
-    auto peer = Peer::fromScenario(path.string(), rank);
-    if (!peer) return peer.status();
-    std::vector<float> x(8, 1.0f * rank);
-    STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<float>(x)));
-    const Status s = (*peer)->mix(DeviceSpan{reinterpret_cast<uint64_t>(x.data()), 8, 0});
-    if (s.code() != StatusCode::kFailedPrecondition ||
-        s.message().find("one Peer mixes either CPU or GPU memory") == std::string::npos) {
-      return Status(StatusCode::kInternal, "device after host: " + s.toString());
-    }
-    return (*peer)->close();
-  });
-  for (const auto& s : statuses) {
-    INFO(s.toString());
-    CHECK(s.isOk());
-  }
-}
-
-TEST_CASE("mix on device memory (STARLING_DEVICE=host): and then host memory, refused",
-          "[api][unit]") {
-  DeviceOnHost on;
-  const auto path = writeScenario("device-then-host",
-                                  ring4(R"({"kind": "dsgd", "step_size": 0.1})", 1, kInproc));
-  const auto statuses = onThreads(4, [&](int rank) -> Status {
-    auto peer = Peer::fromScenario(path.string(), rank);
-    if (!peer) return peer.status();
-    std::vector<float> x(8, 1.0f * rank), g(8, 0.5f);
-    const DeviceSpan xs{reinterpret_cast<uint64_t>(x.data()), 8, 0};
-    STARLING_RETURN_IF_ERROR((*peer)->mix(xs));
-    STARLING_RETURN_IF_ERROR(
-        (*peer)->step(xs, DeviceSpan{reinterpret_cast<uint64_t>(g.data()), 8, 0}));
-    const Status mixed = (*peer)->mix(std::span<float>(x));
-    const Status stepped = (*peer)->step(std::span<float>(x), std::span<const float>(g));
-    if (mixed.code() != StatusCode::kFailedPrecondition ||
-        mixed.message().find("mixes GPU memory") == std::string::npos ||
-        stepped.code() != StatusCode::kFailedPrecondition ||
-        stepped.message().find("steps GPU memory") == std::string::npos) {
-      return Status(StatusCode::kInternal,
-                    "host after device: " + mixed.toString() + "; " + stepped.toString());
-    }
-    return (*peer)->close();
-  });
-  for (const auto& s : statuses) {
-    INFO(s.toString());
-    CHECK(s.isOk());
+  for (const bool deviceFirst : {false, true}) {
+    CAPTURE(deviceFirst);
+    requireOk(onThreads(4, [&](int rank) -> Status {
+      auto peer = Peer::fromScenario(path.string(), rank);
+      if (!peer) return peer.status();
+      std::vector<float> x(8, 1.0f * rank), g(8, 0.5f);
+      const DeviceSpan xs{reinterpret_cast<uint64_t>(x.data()), 8, 0};
+      const DeviceSpan gs{reinterpret_cast<uint64_t>(g.data()), 8, 0};
+      std::vector<Status> refused;
+      if (!deviceFirst) {
+        STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<float>(x)));
+        refused.push_back((*peer)->mix(xs));
+      } else {
+        STARLING_RETURN_IF_ERROR((*peer)->mix(xs));
+        STARLING_RETURN_IF_ERROR((*peer)->step(xs, gs));
+        refused.push_back((*peer)->mix(std::span<float>(x)));
+        refused.push_back((*peer)->step(std::span<float>(x), std::span<const float>(g)));
+      }
+      for (const Status& s : refused) {
+        const char* says = !deviceFirst ? "mixes CPU buffers"
+                           : &s == &refused[0] ? "mixes GPU memory"
+                                               : "steps GPU memory";
+        if (s.code() != StatusCode::kFailedPrecondition ||
+            s.message().find(says) == std::string::npos) {
+          return Status(StatusCode::kInternal, "not refused: " + s.toString());
+        }
+      }
+      return (*peer)->close();
+    }));
   }
 }
 
@@ -233,10 +223,7 @@ TEST_CASE("mix on device memory (STARLING_DEVICE=host): close() lands a mix in f
         (*peer)->mixStart(DeviceSpan{reinterpret_cast<uint64_t>(x[rank].data()), 5, 0}));
     return (*peer)->close();
   });
-  for (const auto& s : statuses) {
-    INFO(s.toString());
-    REQUIRE(s.isOk());
-  }
+  requireOk(statuses);
   for (int i = 0; i < 4; ++i) {
     const float want = (3.0f * ((i + 3) % 4) + 3.0f * i + 3.0f * ((i + 1) % 4)) / 3.0f;
     for (float v : x[i]) CHECK(v == Approx(want).epsilon(1e-6));
@@ -271,10 +258,7 @@ std::vector<std::vector<float>> peersStep(const std::string& scenario, bool devi
     result[rank] = x;
     return (*peer)->close();
   });
-  for (const auto& s : statuses) {
-    INFO(s.toString());
-    REQUIRE(s.isOk());
-  }
+  requireOk(statuses);
   return result;
 }
 
