@@ -78,17 +78,19 @@ Status Peer::Impl::openDevice(int ordinal, const char* call) {
 
 Status Peer::Impl::makeDeviceNode(PeerState<float>& st, size_t dim, uint32_t channel,
                                   uint64_t salt, std::unique_ptr<engine::Node<float>>& node,
-                                  optim::DeviceGossip*& gossip, const char* call) {
+                                  optim::DeviceGossip*& gossip, const char* call,
+                                  bool chocoSgd) {
   const uint64_t seed = core::deriveSeed(scenario.seed, salt, rank);
-  auto made = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, dim, seed);
+  auto made = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, dim, seed, chocoSgd);
   if (!made) return made.status().withContext(call);
   gossip = made->get();
   node = std::make_unique<engine::Node<float>>(rank, std::move(*made), *net);
   node->configure(scenario::engineOptions(scenario), &schedule->support(), channel);
   // A membership change: the gossip starts afresh from the current model (copied to the host
   // and back: rare), its reference points from zero, as the host rounds' do.
-  return st.session.add(*node, [this, &gossip, seed](std::vector<float> x0) {
-    auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed);
+  return st.session.add(*node, [this, &gossip, seed, chocoSgd](std::vector<float> x0) {
+    auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed,
+                                             chocoSgd);
     std::unique_ptr<optim::Algorithm<float>> out;
     if (fresh && (*fresh)->setModel(x0).isOk()) {
       gossip = fresh->get();
@@ -176,8 +178,12 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
     return core::failedPrecondition("step on GPU memory: " + key + ": " + what +
                                     " is not on the GPU yet (docs/cuda.md); step a CPU tensor");
   };
-  if (a.kind != optim::AlgorithmKind::kDsgd) {
+  const bool choco = a.kind == optim::AlgorithmKind::kChoco;
+  if (a.kind != optim::AlgorithmKind::kDsgd && !choco) {
     return refuse("algorithm.kind", std::string(optim::algorithmInfo(a.kind).name));
+  }
+  if (choco && a.timeVarying) {
+    return refuse("topology.schedule", "choco on a time-varying graph");
   }
   if (a.codistillation || a.sketch || a.adascale || a.leader) {
     return refuse("algorithm", "codistillation, sketch, adascale or leader");
@@ -186,7 +192,7 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
       a.localOptimizer.weightDecay != 0.0) {
     return refuse("algorithm.local_optimizer", "a local optimizer other than plain SGD");
   }
-  if (!compression::sendsIdentityOnly(scenario.compression)) {
+  if (!choco && !compression::sendsIdentityOnly(scenario.compression)) {
     return refuse("compression.kind", "dsgd with a codec");
   }
   STARLING_RETURN_IF_ERROR(deviceMisfit(scenario));
@@ -216,7 +222,7 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
   }
   if (!st.stepNode) {
     STARLING_RETURN_IF_ERROR(makeDeviceNode(st, params.size, kStepChannel, kStepCodecSalt,
-                                            st.stepNode, st.deviceStep, "step"));
+                                            st.stepNode, st.deviceStep, "step", choco));
   }
   if (!st.last) st.last = st.stepNode.get();
   STARLING_RETURN_IF_ERROR(device->checkPointer(params.address, "step: params"));

@@ -17,12 +17,14 @@ using Address = DeviceVectors::Address;
 
 class DeviceGossipImpl final : public DeviceGossip {
  public:
-  DeviceGossipImpl(DeviceVectors& device, double gamma, size_t dim, uint64_t codecSeed)
-      : device_(device), gamma_(static_cast<float>(gamma)), dim_(dim), rng_(codecSeed) {}
+  DeviceGossipImpl(DeviceVectors& device, double gamma, size_t dim, uint64_t codecSeed,
+                   bool chocoSgd)
+      : device_(device), gamma_(static_cast<float>(gamma)), dim_(dim), rng_(codecSeed),
+        chocoSgd_(chocoSgd), choco_(chocoSgd || device.lossy()) {}
 
   core::Status init() {
     for (Address* a : {&x_, &own_, &zero_}) STARLING_RETURN_IF_ERROR(allocate(*a));
-    if (!device_.lossy()) return core::Status::ok();
+    if (!choco_) return core::Status::ok();
     for (Address* a : {&hat_, &s_, &q_}) STARLING_RETURN_IF_ERROR(allocate(*a));
     return core::Status::ok();
   }
@@ -62,7 +64,14 @@ class DeviceGossipImpl final : public DeviceGossip {
       const float step[] = {-static_cast<float>(info.stepSize)};
       STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, zero_, grad, step, dim_));
     }
-    if (!device_.lossy()) {
+    if (chocoSgd_) {
+      // CHOCO-SGD's consensus step joins the local step (optim/elementwise.h's chocoStep):
+      // x <- x + gamma (s - x-hat), from the reference points of the rounds before.
+      const Address sum[] = {s_};
+      const float gamma[] = {gamma_};
+      STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, hat_, sum, gamma, dim_));
+    }
+    if (!choco_) {
       // The message is x itself; own_ keeps it for the combine, which writes x (a device's
       // combine of many neighbours runs in several passes, each reading `self`).
       STARLING_RETURN_IF_ERROR(device_.copy(own_, x_, dim_));
@@ -103,7 +112,7 @@ class DeviceGossipImpl final : public DeviceGossip {
         m.push_back(received_[j]);
       }
     }
-    if (!device_.lossy()) {
+    if (!choco_) {
       // x <- x + sum_j (w_ij gamma) (x_j - x), the weight rounded as optim/combine.h does.
       for (const auto& n : nbrs) c.push_back(static_cast<float>(n.weight) * gamma_);
       STARLING_RETURN_IF_ERROR(device_.combine(x_, own_, own_, m, c, dim_));
@@ -116,9 +125,11 @@ class DeviceGossipImpl final : public DeviceGossip {
       c.push_back(static_cast<float>(info.selfWeight));
       for (const auto& n : nbrs) c.push_back(static_cast<float>(n.weight));
       STARLING_RETURN_IF_ERROR(device_.combine(s_, s_, zero_, m, c, dim_));
-      const Address sum[] = {s_};
-      const float gamma[] = {gamma_};
-      STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, hat_, sum, gamma, dim_));
+      if (!chocoSgd_) {  // (CHOCO-SGD takes this step with the next round's local step)
+        const Address sum[] = {s_};
+        const float gamma[] = {gamma_};
+        STARLING_RETURN_IF_ERROR(device_.combine(x_, x_, hat_, sum, gamma, dim_));
+      }
     }
     const float bound =
         limit >= static_cast<double>(std::numeric_limits<float>::max())
@@ -141,6 +152,8 @@ class DeviceGossipImpl final : public DeviceGossip {
   const float gamma_;
   const size_t dim_;
   core::Rng rng_;
+  const bool chocoSgd_;  // CHOCO-SGD (step()): the consensus step with the next local step
+  const bool choco_;     // reference points: a lossy codec, or CHOCO-SGD
   Address x_ = 0, hat_ = 0, s_ = 0, zero_ = 0, q_ = 0, own_ = 0;
   Address gradient_ = 0;  // setGradient's, until the next writeFrame
   std::vector<Address> received_;
@@ -228,9 +241,10 @@ core::Result<std::unique_ptr<DeviceVectors>> hostDeviceVectors(
 
 core::Result<std::unique_ptr<DeviceGossip>> DeviceGossip::create(DeviceVectors& device,
                                                                  double gamma, size_t dim,
-                                                                 uint64_t codecSeed) {
+                                                                 uint64_t codecSeed,
+                                                                 bool chocoSgd) {
   if (dim == 0) return core::invalidArgument("device gossip: an empty model");
-  auto g = std::make_unique<DeviceGossipImpl>(device, gamma, dim, codecSeed);
+  auto g = std::make_unique<DeviceGossipImpl>(device, gamma, dim, codecSeed, chocoSgd);
   STARLING_RETURN_IF_ERROR(g->init());
   return std::unique_ptr<DeviceGossip>(std::move(g));
 }

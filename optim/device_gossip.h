@@ -89,15 +89,20 @@ core::Result<std::unique_ptr<DeviceVectors>> hostDeviceVectors(
 // asks of it rarely (a membership change, a rejoining neighbour, a log line).
 class DeviceGossip : public Algorithm<float>, public FrameMessages {
  public:
-  // `codecSeed` seeds the frames' random draws (one nextU64 a frame).
+  // `codecSeed` seeds the frames' random draws (one nextU64 a frame). `chocoSgd`: CHOCO-SGD
+  // (Peer::step under choco, optim/choco.cc's static-W rounds, value for value): reference
+  // points whatever the codec, and the consensus step x <- x + gamma (s - x-hat) taken with the
+  // next round's local step, before its message, instead of at the end of the round.
   static core::Result<std::unique_ptr<DeviceGossip>> create(DeviceVectors& device, double gamma,
-                                                            size_t dim, uint64_t codecSeed);
+                                                            size_t dim, uint64_t codecSeed,
+                                                            bool chocoSgd = false);
   virtual core::Status setDeviceModel(DeviceVectors::Address from) = 0;
   virtual core::Status copyModelTo(DeviceVectors::Address to) = 0;
   // The model from host memory (a restart after a membership change).
   virtual core::Status setModel(std::span<const float> x) = 0;
-  // DSGD's local step (Peer::step on GPU memory, uncompressed): the next round's message is
-  // psi = x - eta g, eta the round's step size, from the gradient at device address g; once.
+  // The local step of Peer::step on GPU memory: the next round starts with x <- x - eta g, eta
+  // the round's step size, g the gradient at device address g (DSGD's psi; CHOCO-SGD's first
+  // half step); once.
   virtual void setGradient(DeviceVectors::Address g) = 0;
 };
 

@@ -255,11 +255,12 @@ class Peer {
   Status mix(const DeviceSpan& params);
   Status mixStart(const DeviceSpan& params);
   // step() on a model and its gradient in GPU memory (the same device, float32): the scenario's
-  // dsgd, uncompressed, with plain SGD as the local step (psi = x - eta g, then the gossip
-  // round, on the GPU; what mix(DeviceSpan) says of frames and streams holds). `params` is the
-  // model each step starts from (not checked against what the last step left). Other
-  // algorithms, local optimizers, codecs and the scenario's leader/adascale methods are refused
-  // (kFailedPrecondition naming the key); errors otherwise as mix(DeviceSpan)'s.
+  // dsgd (uncompressed) or choco (CHOCO-SGD under the scenario's GPU codec, static graph), with
+  // plain SGD as the local step, the host's rounds value for value on the GPU; what
+  // mix(DeviceSpan) says of frames and streams holds. `params` is the model each step starts
+  // from (not checked against what the last step left). Other algorithms, local optimizers and
+  // the scenario's leader/adascale methods are refused (kFailedPrecondition naming the key);
+  // errors otherwise as mix(DeviceSpan)'s.
   Status step(const DeviceSpan& params, const DeviceSpan& grads,
               std::optional<double> lr = std::nullopt);
   // Starling's CUDA stream on GPU `device` (opening it; the same for the Peer's lifetime), for a

@@ -260,7 +260,7 @@ std::vector<std::vector<float>> peersStep(const std::string& scenario, bool devi
 
 }  // namespace
 
-TEST_CASE("step on device memory (STARLING_DEVICE=host): dsgd's models, bit for bit",
+TEST_CASE("step on device memory (STARLING_DEVICE=host): dsgd's and choco's models, exactly",
           "[api][unit]") {
   DeviceOnHost on;
   const auto path = writeScenario(
@@ -268,6 +268,18 @@ TEST_CASE("step on device memory (STARLING_DEVICE=host): dsgd's models, bit for 
   const auto want = peersStep(path.string(), false);
   CHECK(peersStep(path.string(), true) == want);
   CHECK(want[0] != want[2]);
+  // CHOCO-SGD: reference points and the consensus step with the next local step, uncompressed
+  // and under fp16 and top-k.
+  for (const char* codec : {"", R"(, "compression": {"kind": "fp16"})",
+                            R"(, "compression": {"kind": "topk", "ratio": 0.05})"}) {
+    CAPTURE(codec);
+    const auto choco = writeScenario(
+        "device-step-choco",
+        ring4(R"({"kind": "choco", "step_size": 0.1, "gamma": 0.6})", 3, kInproc, codec));
+    const auto host = peersStep(choco.string(), false);
+    CHECK(peersStep(choco.string(), true) == host);
+    CHECK(host != want);
+  }
   // What the GPU path does not do yet is refused, naming the key.
   const auto other = writeScenario(
       "device-step-ed", ring4(R"({"kind": "exact_diffusion", "step_size": 0.1})", 3, kInproc));

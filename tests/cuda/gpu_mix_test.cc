@@ -7,6 +7,7 @@
 #include <starling/peer.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -140,6 +141,72 @@ TEST_CASE("GPU Peer::mix: 4 Peers mixing GPU buffers as they mix host buffers",
   const auto fp16 = write("fp16", R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5},
         "compression": {"kind": "fp16"})");
   CHECK(peersMix(fp16, true) == peersMix(fp16, false));
+  std::filesystem::remove_all(dir);
+}
+
+// 4 Peers' 3 steps (the gradient of 0.15 x^2 - rank x) on GPU buffers or host buffers.
+std::vector<std::vector<float>> peersStep(const std::string& scenario, bool onGpu) {
+  const size_t d = 5000;
+  std::vector<std::vector<float>> out(4);
+  std::vector<Status> statuses(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      statuses[rank] = [&]() -> Status {
+        auto peer = Peer::fromScenario(scenario, rank);
+        if (!peer) return peer.status();
+        std::vector<float> x(d), g(d);
+        for (size_t k = 0; k < d; ++k) x[k] = static_cast<float>(std::cos(0.02 * k - rank));
+        cuda::DeviceBuffer xb, gb;
+        if (onGpu) {
+          cuda::Gpu::Scope scope(*theGpu);
+          xb = std::move(cuda::DeviceBuffer::allocate(d * sizeof(float)).value());
+          gb = std::move(cuda::DeviceBuffer::allocate(d * sizeof(float)).value());
+        }
+        for (int t = 0; t < 3; ++t) {
+          for (size_t k = 0; k < d; ++k) g[k] = 0.3f * x[k] - static_cast<float>(rank);
+          if (!onGpu) {
+            STARLING_RETURN_IF_ERROR((*peer)->step(std::span<float>(x), std::span<const float>(g)));
+            continue;
+          }
+          STARLING_RETURN_IF_ERROR(theGpu->copyToDevice(xb.ptr(), x.data(), d * 4));
+          STARLING_RETURN_IF_ERROR(theGpu->copyToDevice(gb.ptr(), g.data(), d * 4));
+          STARLING_RETURN_IF_ERROR(theGpu->sync());
+          STARLING_RETURN_IF_ERROR(
+              (*peer)->step(DeviceSpan{xb.ptr(), d, 0}, DeviceSpan{gb.ptr(), d, 0}));
+          STARLING_RETURN_IF_ERROR(theGpu->copyToHost(x.data(), xb.ptr(), d * 4));
+          STARLING_RETURN_IF_ERROR(theGpu->sync());
+        }
+        out[rank] = x;
+        return (*peer)->close();
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : statuses) {
+    INFO(s.toString());
+    REQUIRE(s.isOk());
+  }
+  return out;
+}
+
+TEST_CASE("GPU Peer::step: dsgd and choco on GPU buffers as on host buffers, bit for bit",
+          "[cuda][gpu][mix]") {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("starling-gpu-step-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const char* algorithm :
+       {R"({"kind": "dsgd", "step_size": 0.1})",
+        R"({"kind": "choco", "step_size": 0.1, "gamma": 0.6}, "compression": {"kind": "fp16"})",
+        R"({"kind": "choco", "step_size": 0.1, "gamma": 0.6},
+            "compression": {"kind": "topk", "ratio": 0.05})"}) {
+    CAPTURE(algorithm);
+    const auto path = dir / "step.json";
+    std::ofstream(path) << R"({"schema_version": 1, "name": "gpu-step", "nodes": 4, "seed": 3,
+        "topology": {"kind": "ring"}, "transport": {"kind": "inproc"}, "algorithm": )"
+                        << algorithm << "}";
+    CHECK(peersStep(path.string(), true) == peersStep(path.string(), false));
+  }
   std::filesystem::remove_all(dir);
 }
 
