@@ -80,17 +80,23 @@ Status Peer::Impl::makeDeviceNode(PeerState<float>& st, size_t dim, uint32_t cha
                                   uint64_t salt, std::unique_ptr<engine::Node<float>>& node,
                                   optim::DeviceGossip*& gossip, const char* call,
                                   bool chocoSgd) {
+  // The seeds of the host rounds' codec streams on the same channel (api/peer.cc), so that a
+  // frame's shared choices (Count-Sketch's hashes) are its neighbours'.
   const uint64_t seed = core::deriveSeed(scenario.seed, salt, rank);
-  auto made = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, dim, seed, chocoSgd);
+  const uint64_t shared = channel == kStepChannel
+                              ? core::deriveSeed(scenario.seed, kSharedCodecSalt)
+                              : core::deriveSeed(scenario.seed, kSharedCodecSalt, 1);
+  auto made = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, dim, seed, shared,
+                                          chocoSgd);
   if (!made) return made.status().withContext(call);
   gossip = made->get();
   node = std::make_unique<engine::Node<float>>(rank, std::move(*made), *net);
   node->configure(scenario::engineOptions(scenario), &schedule->support(), channel);
   // A membership change: the gossip starts afresh from the current model (copied to the host
   // and back: rare), its reference points from zero, as the host rounds' do.
-  return st.session.add(*node, [this, &gossip, seed, chocoSgd](std::vector<float> x0) {
+  return st.session.add(*node, [this, &gossip, seed, shared, chocoSgd](std::vector<float> x0) {
     auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed,
-                                             chocoSgd);
+                                             shared, chocoSgd);
     std::unique_ptr<optim::Algorithm<float>> out;
     if (fresh && (*fresh)->setModel(x0).isOk()) {
       gossip = fresh->get();

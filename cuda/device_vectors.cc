@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "compression/frame.h"
+#include "compression/sketch_hash.h"
+#include "core/rng.h"
 #include "cuda/codecs.h"
 #include "cuda/driver.h"
 
@@ -77,7 +79,7 @@ class GpuVectors final : public optim::DeviceVectors {
   bool lossy() const override { return spec_.kind != CompressorSpec::Kind::kIdentity; }
   size_t maxFrameBytes(size_t n) const override { return cpu_->maxEncodedBytes(n); }
 
-  core::Result<size_t> encode(Address x, size_t n, uint64_t seed,
+  core::Result<size_t> encode(Address x, size_t n, const FrameSeeds& seeds,
                               std::span<std::byte> frame) override {
     if (!lossy()) {
       // The identity frame: the values copied from the device straight into its payload.
@@ -89,6 +91,12 @@ class GpuVectors final : public optim::DeviceVectors {
       compression::sealFrame(out);
       return bytes;
     }
+    // The seed the CPU codec's encodeStream uses: its own draw, or for Count-Sketch the round's
+    // hashes every sender shares (so that tables add up across senders).
+    const uint64_t seed = spec_.kind == CompressorSpec::Kind::kCountSketch
+                              ? core::deriveSeed(seeds.shared, compression::kSketchHashSalt,
+                                                 seeds.round)
+                              : seeds.draw;
     auto got = codecs_.encode(spec_, x, n, seed);
     if (!got) return got.status();
     if (got->size() > frame.size()) return core::internalError("GPU frame beyond its bound");

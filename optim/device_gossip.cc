@@ -18,9 +18,9 @@ using Address = DeviceVectors::Address;
 class DeviceGossipImpl final : public DeviceGossip {
  public:
   DeviceGossipImpl(DeviceVectors& device, double gamma, size_t dim, uint64_t codecSeed,
-                   bool chocoSgd)
+                   uint64_t sharedSeed, bool chocoSgd)
       : device_(device), gamma_(static_cast<float>(gamma)), dim_(dim), rng_(codecSeed),
-        chocoSgd_(chocoSgd), choco_(chocoSgd || device.lossy()) {}
+        sharedSeed_(sharedSeed), chocoSgd_(chocoSgd), choco_(chocoSgd || device.lossy()) {}
 
   core::Status init() {
     for (Address* a : {&x_, &own_, &zero_}) STARLING_RETURN_IF_ERROR(allocate(*a));
@@ -57,7 +57,7 @@ class DeviceGossipImpl final : public DeviceGossip {
   size_t maxFrameBytes() const override { return device_.maxFrameBytes(dim_); }
 
   core::Result<size_t> writeFrame(const RoundInfo& info, std::span<std::byte> frame) override {
-    const uint64_t seed = rng_.nextU64();
+    const DeviceVectors::FrameSeeds seed{rng_.nextU64(), sharedSeed_, info.round};
     if (const Address g = std::exchange(gradient_, 0); g != 0) {
       // psi = x - eta g, as x + (-eta)(g - 0): the same bits as DSGD's x - eta g.
       const Address grad[] = {g};
@@ -152,6 +152,7 @@ class DeviceGossipImpl final : public DeviceGossip {
   const float gamma_;
   const size_t dim_;
   core::Rng rng_;
+  const uint64_t sharedSeed_;
   const bool chocoSgd_;  // CHOCO-SGD (step()): the consensus step with the next local step
   const bool choco_;     // reference points: a lossy codec, or CHOCO-SGD
   Address x_ = 0, hat_ = 0, s_ = 0, zero_ = 0, q_ = 0, own_ = 0;
@@ -206,11 +207,12 @@ class HostVectors final : public DeviceVectors {
   }
   bool lossy() const override { return lossy_; }
   size_t maxFrameBytes(size_t n) const override { return codec_->maxEncodedBytes(n); }
-  core::Result<size_t> encode(Address x, size_t n, uint64_t seed,
+  core::Result<size_t> encode(Address x, size_t n, const FrameSeeds& seeds,
                               std::span<std::byte> frame) override {
-    core::Rng rng(seed);
+    core::Rng rng(seeds.draw);
     std::vector<std::byte> out;
-    codec_->encode(std::span<const float>(at(x), n), rng, out);
+    const compression::StreamContext ctx{seeds.round, seeds.shared};
+    codec_->encodeStream(std::span<const float>(at(x), n), rng, ctx, out);
     if (out.size() > frame.size()) return core::internalError("a frame beyond its bound");
     std::memcpy(frame.data(), out.data(), out.size());
     return out.size();
@@ -242,9 +244,11 @@ core::Result<std::unique_ptr<DeviceVectors>> hostDeviceVectors(
 core::Result<std::unique_ptr<DeviceGossip>> DeviceGossip::create(DeviceVectors& device,
                                                                  double gamma, size_t dim,
                                                                  uint64_t codecSeed,
+                                                                 uint64_t sharedSeed,
                                                                  bool chocoSgd) {
   if (dim == 0) return core::invalidArgument("device gossip: an empty model");
-  auto g = std::make_unique<DeviceGossipImpl>(device, gamma, dim, codecSeed, chocoSgd);
+  auto g = std::make_unique<DeviceGossipImpl>(device, gamma, dim, codecSeed, sharedSeed,
+                                              chocoSgd);
   STARLING_RETURN_IF_ERROR(g->init());
   return std::unique_ptr<DeviceGossip>(std::move(g));
 }

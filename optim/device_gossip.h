@@ -49,9 +49,16 @@ class DeviceVectors {
   // approximation, so the gossip is CHOCO's.
   virtual bool lossy() const = 0;
   virtual size_t maxFrameBytes(size_t n) const = 0;
-  // The sealed frame of the n values at x, written at the start of `frame`; its length. `seed`:
-  // the frame's random draw (stochastic rounding).
-  virtual core::Result<size_t> encode(Address x, size_t n, uint64_t seed,
+  // The sealed frame of the n values at x, written at the start of `frame`; its length. The
+  // frame's random choices as the CPU codec's encodeStream makes them: its own draw (stochastic
+  // rounding) from `seeds.draw`, the choices every sender of a round shares (Count-Sketch's
+  // hashes) from `seeds.shared` and `seeds.round`.
+  struct FrameSeeds {
+    uint64_t draw = 0;
+    uint64_t shared = 0;
+    uint64_t round = 0;
+  };
+  virtual core::Result<size_t> encode(Address x, size_t n, const FrameSeeds& seeds,
                                       std::span<std::byte> frame) = 0;
   // The CPU decoder's checks of a frame of n values, on the host; nothing reaches the device.
   virtual core::Status check(std::span<const std::byte> frame, size_t n) const = 0;
@@ -89,12 +96,14 @@ core::Result<std::unique_ptr<DeviceVectors>> hostDeviceVectors(
 // asks of it rarely (a membership change, a rejoining neighbour, a log line).
 class DeviceGossip : public Algorithm<float>, public FrameMessages {
  public:
-  // `codecSeed` seeds the frames' random draws (one nextU64 a frame). `chocoSgd`: CHOCO-SGD
+  // `codecSeed` seeds the frames' random draws (one nextU64 a frame); `sharedSeed` is the
+  // run's seed of the choices every sender shares (the Node's codecSharedSeed). `chocoSgd`: CHOCO-SGD
   // (Peer::step under choco, optim/choco.cc's static-W rounds, value for value): reference
   // points whatever the codec, and the consensus step x <- x + gamma (s - x-hat) taken with the
   // next round's local step, before its message, instead of at the end of the round.
   static core::Result<std::unique_ptr<DeviceGossip>> create(DeviceVectors& device, double gamma,
                                                             size_t dim, uint64_t codecSeed,
+                                                            uint64_t sharedSeed = 0,
                                                             bool chocoSgd = false);
   virtual core::Status setDeviceModel(DeviceVectors::Address from) = 0;
   virtual core::Status copyModelTo(DeviceVectors::Address to) = 0;

@@ -40,7 +40,7 @@ std::unique_ptr<DeviceVectors> gpuDevice(const compression::CompressorSpec& spec
 TEST_CASE("GPU device gossip: the round written out, codecs with CPU-identical frames",
           "[cuda][gpu][mix]") {
   const auto schedule = mustSchedule(staticSpec(4, topology::GraphKind::kRing));
-  for (Kind kind : {Kind::kIdentity, Kind::kFp16, Kind::kBf16, Kind::kTopK}) {
+  for (Kind kind : {Kind::kIdentity, Kind::kFp16, Kind::kBf16, Kind::kTopK, Kind::kCountSketch}) {
     CAPTURE(static_cast<int>(kind));
     const auto spec = specOf(kind);
     const auto want = reference(spec, *schedule, 4, 6);

@@ -31,6 +31,8 @@ inline compression::CompressorSpec specOf(compression::CompressorSpec::Kind kind
   spec.k = 3;
   spec.bits = 3;
   spec.bucket = 4;
+  spec.rows = 3;  // countsketch: a 3 x 5 table
+  spec.cols = 5;
   return spec;
 }
 
@@ -65,7 +67,8 @@ inline std::vector<std::vector<float>> reference(const compression::CompressorSp
       for (size_t k = 0; k < kDim; ++k) v[k] = lossy ? x[i][k] - hat[i][k] : x[i][k];
       core::Rng rng(seeds[i].nextU64());
       std::vector<std::byte> frame;
-      codec->encode(v, rng, frame);
+      // (encodeStream, as the Node encodes: Count-Sketch's hashes from the round's shared seed.)
+      codec->encodeStream(v, rng, compression::StreamContext{t, 0}, frame);
       REQUIRE(codec->decode(frame, q[i]).isOk());
     }
     for (int i = 0; i < nodes; ++i) {
