@@ -151,7 +151,7 @@ core::Result<std::unique_ptr<optim::DeviceVectors>> openGpuVectors(int ordinal,
   if (spec.kind != CompressorSpec::Kind::kIdentity && !gpuSupports(spec)) {
     return core::invalidArgument(
         "compression.kind: no GPU codec for it; tensors on the GPU take fp16, bf16, qsgd, "
-        "nuqsgd, natural_dithering and topk (or none), docs/cuda.md");
+        "nuqsgd, natural_dithering, topk and countsketch (or none), docs/cuda.md");
   }
   auto cpu = compression::createCompressor<float>(spec);
   if (!cpu) return cpu.status();

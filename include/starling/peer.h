@@ -246,8 +246,8 @@ class Peer {
   // a codec the frame is the model, copied into it). It returns with `params` holding the mixed
   // model (Starling's stream synchronized); mixStart(DeviceSpan) + mixWait() split it, and
   // `params` must then stay untouched and allocated until mixWait(). float32; the scenario's codec
-  // one of fp16, bf16, qsgd, nuqsgd, natural_dithering, topk or none, without error feedback
-  // (CHOCO-gossip's reference points, as mix() on the host). Not yet with diloco, asynchronous
+  // one of fp16, bf16, qsgd, nuqsgd, natural_dithering, topk, countsketch or none, without error
+  // feedback (CHOCO-gossip's reference points, as mix() on the host). Not yet with diloco, asynchronous
   // rounds, compression layers rules, a time-varying schedule under a codec, or a rejoining
   // trainer (kFailedPrecondition naming the key). A Peer mixes host buffers or device buffers,
   // not both. kUnavailable, saying which, in a build without the CUDA path, without a driver,
