@@ -45,7 +45,13 @@ Status deviceMisfit(const scenario::Scenario& s) {
     return core::failedPrecondition("mix on GPU memory: " + key + ": " + what +
                                     " is not on the GPU yet (docs/cuda.md); mix a CPU tensor");
   };
-  if (s.algorithm.kind == optim::AlgorithmKind::kDiloco) return refuse("algorithm.kind", "diloco");
+  // DiLoCo's exchanges are mix() rounds of the trainer's buffers (starling.torch.DiLoCo keeps
+  // them on the model's GPU); its compressed differences need reference points from a common
+  // start (mixReference), which the GPU path does not keep yet.
+  if (s.algorithm.kind == optim::AlgorithmKind::kDiloco &&
+      !compression::sendsIdentityOnly(s.compression)) {
+    return refuse("algorithm.kind", "diloco's compressed differences");
+  }
   if (s.asynchronous.enabled) return refuse("algorithm.asynchronous", "asynchronous gossip");
   if (!s.compression.layers.empty()) return refuse("compression.layers", "per-layer codecs");
   if (s.algorithm.timeVarying && !compression::sendsIdentityOnly(s.compression)) {
@@ -79,24 +85,26 @@ Status Peer::Impl::openDevice(int ordinal, const char* call) {
 Status Peer::Impl::makeDeviceNode(PeerState<float>& st, size_t dim, uint32_t channel,
                                   uint64_t salt, std::unique_ptr<engine::Node<float>>& node,
                                   optim::DeviceGossip*& gossip, const char* call,
-                                  bool chocoSgd) {
+                                  optim::DeviceGossip::Rounds rounds) {
   // The seeds of the host rounds' codec streams on the same channel (api/peer.cc), so that a
   // frame's shared choices (Count-Sketch's hashes) are its neighbours'.
   const uint64_t seed = core::deriveSeed(scenario.seed, salt, rank);
   const uint64_t shared = channel == kStepChannel
                               ? core::deriveSeed(scenario.seed, kSharedCodecSalt)
                               : core::deriveSeed(scenario.seed, kSharedCodecSalt, 1);
-  auto made = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, dim, seed, shared,
-                                          chocoSgd);
+  // (Exact diffusion mixes with half the weights: gamma 1/2, as optim/algorithms.cc.)
+  const double gamma =
+      rounds == optim::DeviceGossip::Rounds::kExactDiffusion ? 0.5 : scenario.algorithm.gamma;
+  auto made = optim::DeviceGossip::create(*device, gamma, dim, seed, shared, rounds);
   if (!made) return made.status().withContext(call);
   gossip = made->get();
   node = std::make_unique<engine::Node<float>>(rank, std::move(*made), *net);
   node->configure(scenario::engineOptions(scenario), &schedule->support(), channel);
   // A membership change: the gossip starts afresh from the current model (copied to the host
   // and back: rare), its reference points from zero, as the host rounds' do.
-  return st.session.add(*node, [this, &gossip, seed, shared, chocoSgd](std::vector<float> x0) {
-    auto fresh = optim::DeviceGossip::create(*device, scenario.algorithm.gamma, x0.size(), seed,
-                                             shared, chocoSgd);
+  return st.session.add(*node, [this, &gossip, gamma, seed, shared,
+                                rounds](std::vector<float> x0) {
+    auto fresh = optim::DeviceGossip::create(*device, gamma, x0.size(), seed, shared, rounds);
     std::unique_ptr<optim::Algorithm<float>> out;
     if (fresh && (*fresh)->setModel(x0).isOk()) {
       gossip = fresh->get();
@@ -185,7 +193,8 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
                                     " is not on the GPU yet (docs/cuda.md); step a CPU tensor");
   };
   const bool choco = a.kind == optim::AlgorithmKind::kChoco;
-  if (a.kind != optim::AlgorithmKind::kDsgd && !choco) {
+  const bool exact = a.kind == optim::AlgorithmKind::kExactDiffusion;
+  if (a.kind != optim::AlgorithmKind::kDsgd && !choco && !exact) {
     return refuse("algorithm.kind", std::string(optim::algorithmInfo(a.kind).name));
   }
   if (choco && a.timeVarying) {
@@ -199,7 +208,8 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
     return refuse("algorithm.local_optimizer", "a local optimizer other than plain SGD");
   }
   if (!choco && !compression::sendsIdentityOnly(scenario.compression)) {
-    return refuse("compression.kind", "dsgd with a codec");
+    return refuse("compression.kind", std::string(optim::algorithmInfo(a.kind).name) +
+                                          " with a codec");
   }
   STARLING_RETURN_IF_ERROR(deviceMisfit(scenario));
   if (rejoin) return refuse("STARLING_REJOIN", "a restarted trainer");
@@ -227,8 +237,11 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
         "step: this Peer steps CPU buffers; one Peer steps either CPU or GPU memory");
   }
   if (!st.stepNode) {
+    using Rounds = optim::DeviceGossip::Rounds;
+    const Rounds rounds = choco ? Rounds::kChocoSgd : exact ? Rounds::kExactDiffusion
+                                                            : Rounds::kGossip;
     STARLING_RETURN_IF_ERROR(makeDeviceNode(st, params.size, kStepChannel, kStepCodecSalt,
-                                            st.stepNode, st.deviceStep, "step", choco));
+                                            st.stepNode, st.deviceStep, "step", rounds));
   }
   if (!st.last) st.last = st.stepNode.get();
   STARLING_RETURN_IF_ERROR(device->checkPointer(params.address, "step: params"));

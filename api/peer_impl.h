@@ -173,7 +173,8 @@ class Peer::Impl {
   // change replaces), registered with the session.
   Status makeDeviceNode(PeerState<float>& st, size_t dim, uint32_t channel, uint64_t salt,
                         std::unique_ptr<engine::Node<float>>& node, optim::DeviceGossip*& gossip,
-                        const char* call, bool chocoSgd = false);
+                        const char* call,
+                        optim::DeviceGossip::Rounds rounds = optim::DeviceGossip::Rounds::kGossip);
   Status poll();
   Status log(const std::map<std::string, double>& m);
   // `fromDestructor`: a mix in flight is finished for the neighbours' sake, but its result is

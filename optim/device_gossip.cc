@@ -18,12 +18,17 @@ using Address = DeviceVectors::Address;
 class DeviceGossipImpl final : public DeviceGossip {
  public:
   DeviceGossipImpl(DeviceVectors& device, double gamma, size_t dim, uint64_t codecSeed,
-                   uint64_t sharedSeed, bool chocoSgd)
+                   uint64_t sharedSeed, Rounds rounds)
       : device_(device), gamma_(static_cast<float>(gamma)), dim_(dim), rng_(codecSeed),
-        sharedSeed_(sharedSeed), chocoSgd_(chocoSgd), choco_(chocoSgd || device.lossy()) {}
+        sharedSeed_(sharedSeed), chocoSgd_(rounds == Rounds::kChocoSgd),
+        exactDiffusion_(rounds == Rounds::kExactDiffusion),
+        choco_(chocoSgd_ || (device.lossy() && !exactDiffusion_)) {}
 
   core::Status init() {
     for (Address* a : {&x_, &own_, &zero_}) STARLING_RETURN_IF_ERROR(allocate(*a));
+    if (exactDiffusion_) {
+      for (Address* a : {&q_, &prev_}) STARLING_RETURN_IF_ERROR(allocate(*a));
+    }
     if (!choco_) return core::Status::ok();
     for (Address* a : {&hat_, &s_, &q_}) STARLING_RETURN_IF_ERROR(allocate(*a));
     return core::Status::ok();
@@ -53,11 +58,31 @@ class DeviceGossipImpl final : public DeviceGossip {
     return device_.fromHost(x_, x);
   }
 
+  // Exact diffusion's message into own_: psi = x - eta g (into q_), phi = (psi + x) - psi_prev,
+  // psi_prev <- psi; psi_prev starts as the first round's x (the host's x0).
+  core::Status exactDiffusionMessage(Address g, double stepSize) {
+    if (!started_) STARLING_RETURN_IF_ERROR(device_.copy(prev_, x_, dim_));
+    started_ = true;
+    const Address grad[] = {g};
+    const float step[] = {-static_cast<float>(stepSize)};
+    STARLING_RETURN_IF_ERROR(device_.combine(q_, x_, zero_, grad, step, dim_));
+    const Address terms[] = {x_, prev_};
+    const float signs[] = {1.0f, -1.0f};
+    STARLING_RETURN_IF_ERROR(device_.combine(own_, q_, zero_, terms, signs, dim_));
+    return device_.copy(prev_, q_, dim_);
+  }
+
   // FrameMessages
   size_t maxFrameBytes() const override { return device_.maxFrameBytes(dim_); }
 
   core::Result<size_t> writeFrame(const RoundInfo& info, std::span<std::byte> frame) override {
     const DeviceVectors::FrameSeeds seed{rng_.nextU64(), sharedSeed_, info.round};
+    if (exactDiffusion_) {
+      const Address g = std::exchange(gradient_, 0);
+      if (g == 0) return core::failedPrecondition("exact diffusion: a round without a gradient");
+      STARLING_RETURN_IF_ERROR(exactDiffusionMessage(g, info.stepSize));
+      return device_.encode(own_, dim_, seed, frame);
+    }
     if (const Address g = std::exchange(gradient_, 0); g != 0) {
       // psi = x - eta g, as x + (-eta)(g - 0): the same bits as DSGD's x - eta g.
       const Address grad[] = {g};
@@ -154,7 +179,10 @@ class DeviceGossipImpl final : public DeviceGossip {
   core::Rng rng_;
   const uint64_t sharedSeed_;
   const bool chocoSgd_;  // CHOCO-SGD (step()): the consensus step with the next local step
-  const bool choco_;     // reference points: a lossy codec, or CHOCO-SGD
+  const bool exactDiffusion_;
+  const bool choco_;     // reference points: a lossy codec (not under exact diffusion), CHOCO-SGD
+  Address prev_ = 0;     // exact diffusion's psi_prev
+  bool started_ = false;  // ... set from x at the first round
   Address x_ = 0, hat_ = 0, s_ = 0, zero_ = 0, q_ = 0, own_ = 0;
   Address gradient_ = 0;  // setGradient's, until the next writeFrame
   std::vector<Address> received_;
@@ -245,10 +273,12 @@ core::Result<std::unique_ptr<DeviceGossip>> DeviceGossip::create(DeviceVectors& 
                                                                  double gamma, size_t dim,
                                                                  uint64_t codecSeed,
                                                                  uint64_t sharedSeed,
-                                                                 bool chocoSgd) {
+                                                                 Rounds rounds) {
   if (dim == 0) return core::invalidArgument("device gossip: an empty model");
-  auto g = std::make_unique<DeviceGossipImpl>(device, gamma, dim, codecSeed, sharedSeed,
-                                              chocoSgd);
+  if (rounds == Rounds::kExactDiffusion && device.lossy()) {
+    return core::invalidArgument("device gossip: exact diffusion sends its message uncompressed");
+  }
+  auto g = std::make_unique<DeviceGossipImpl>(device, gamma, dim, codecSeed, sharedSeed, rounds);
   STARLING_RETURN_IF_ERROR(g->init());
   return std::unique_ptr<DeviceGossip>(std::move(g));
 }

@@ -96,15 +96,22 @@ core::Result<std::unique_ptr<DeviceVectors>> hostDeviceVectors(
 // asks of it rarely (a membership change, a rejoining neighbour, a log line).
 class DeviceGossip : public Algorithm<float>, public FrameMessages {
  public:
-  // `codecSeed` seeds the frames' random draws (one nextU64 a frame); `sharedSeed` is the
-  // run's seed of the choices every sender shares (the Node's codecSharedSeed). `chocoSgd`: CHOCO-SGD
-  // (Peer::step under choco, optim/choco.cc's static-W rounds, value for value): reference
-  // points whatever the codec, and the consensus step x <- x + gamma (s - x-hat) taken with the
-  // next round's local step, before its message, instead of at the end of the round.
+  // What a round is besides its gossip (Peer::step's algorithms, their host rounds value for
+  // value):
+  //   kGossip:          the gossip above (mix(); dsgd's step with setGradient: psi = x - eta g).
+  //   kChocoSgd:        CHOCO-SGD (optim/choco.cc, static W): reference points whatever the
+  //                     codec, and the consensus step x <- x + gamma (s - x-hat) taken with the
+  //                     next round's local step, before its message, not at the end of the round.
+  //   kExactDiffusion:  exact diffusion (optim/algorithms.cc, uncompressed): psi = x - eta g,
+  //                     send phi = psi + x - psi_prev (psi_prev from the first round's x), then
+  //                     x <- phi + sum_j (w_ij / 2)(phi_j - phi); gamma is 1/2.
+  enum class Rounds { kGossip, kChocoSgd, kExactDiffusion };
+  // `codecSeed` seeds the frames' random draws (one nextU64 a frame); `sharedSeed` is the run's
+  // seed of the choices every sender shares (the Node's codecSharedSeed).
   static core::Result<std::unique_ptr<DeviceGossip>> create(DeviceVectors& device, double gamma,
                                                             size_t dim, uint64_t codecSeed,
                                                             uint64_t sharedSeed = 0,
-                                                            bool chocoSgd = false);
+                                                            Rounds rounds = Rounds::kGossip);
   virtual core::Status setDeviceModel(DeviceVectors::Address from) = 0;
   virtual core::Status copyModelTo(DeviceVectors::Address to) = 0;
   // The model from host memory (a restart after a membership change).

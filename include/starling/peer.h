@@ -255,7 +255,8 @@ class Peer {
   Status mix(const DeviceSpan& params);
   Status mixStart(const DeviceSpan& params);
   // step() on a model and its gradient in GPU memory (the same device, float32): the scenario's
-  // dsgd (uncompressed) or choco (CHOCO-SGD under the scenario's GPU codec, static graph), with
+  // dsgd or exact_diffusion (uncompressed) or choco (CHOCO-SGD under the scenario's GPU codec,
+  // static graph), with
   // plain SGD as the local step, the host's rounds value for value on the GPU; what
   // mix(DeviceSpan) says of frames and streams holds. `params` is the model each step starts
   // from (not checked against what the last step left). Other algorithms, local optimizers and

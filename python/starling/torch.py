@@ -227,6 +227,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         neighbours to take this rank back and writes the model they send into the parameters;
         `peer.round` is then the round the run is at. Call it before the first step. For any
         other trainer it does nothing."""
+        if not self.peer.rejoining:
+            return
         self.peer.restore(self._flat)
 
     def close(self):
@@ -362,11 +364,6 @@ class DiLoCo:
         self.model = model
         self._owns_peer = peer is None
         self._params, self._names = _model_parameters(model, inner_optimizer)
-        if any(p.device.type != "cpu" for p in self._params):
-            raise NotImplementedError(
-                "DiLoCo keeps its outer model and exchange on the CPU: mixing a model in GPU "
-                "memory (docs/cuda.md) does not take diloco's rounds yet; train a CPU model, or "
-                "use DecentralizedOptimizer, whose mix() runs on the GPU")
         self._flat, _ = _flatten(self._params, with_grads=False)
         self._param_ptrs = [p.data_ptr() for p in self._params]
         self._layout = [p.numel() for p in self._params if p.numel() > 0]
@@ -402,6 +399,14 @@ class DiLoCo:
                              "peer keeps reference points (and error feedback's residual) for "
                              f"the scenario's fragments ({keys.get('fragments', 1)}); set "
                              '"fragments" there')
+        # A model on a GPU: its outer state and exchange buffers stay there and the exchanges run
+        # there (peer.mix on CUDA tensors, docs/cuda.md), uncompressed.
+        self._on_gpu = self._flat.device.type != "cpu"
+        if self._on_gpu and keys.get("compressed", False):
+            raise NotImplementedError(
+                "DiLoCo on a GPU model mixes uncompressed for now: compressed differences need "
+                "reference points the GPU path does not keep yet (docs/cuda.md); leave the "
+                "scenario's compression out, or train a CPU model")
         if self.seconds is not None and keys.get("compressed", False):
             raise NotImplementedError(
                 "by_time sends each local model weighted by its steps, [h x, h], which the "
@@ -444,13 +449,13 @@ class DiLoCo:
             # fragment into, padded with zeros to ceil(d / F) (noloco: [theta, x] of it, twice
             # that): the parameters themselves when there is one fragment, no overlap and not
             # noloco.
-            self._sent = torch.empty(self._fragment, dtype=self._flat.dtype) if self.overlap \
-                else None
+            self._sent = torch.empty(self._fragment, dtype=self._flat.dtype,
+                                     device=self._flat.device) if self.overlap else None
             self._noloco = self.outer == "noloco"
             # by_time weights each local model by its steps: [h x, h] (exact_diffusion: no).
             self._weighted = self.seconds is not None and self.outer != "exact_diffusion"
             width = (2 if self._noloco else 1) * self._fragment + (1 if self._weighted else 0)
-            self._mixing = torch.empty(width, dtype=self._flat.dtype) \
+            self._mixing = torch.empty(width, dtype=self._flat.dtype, device=self._flat.device) \
                 if self.overlap or self.fragments > 1 or self._noloco or self._weighted \
                 else None
         self._pending = None    # overlap: the fragment (lo, n) whose exchange is in flight
@@ -470,8 +475,9 @@ class DiLoCo:
             if not list(peer.layout) and peer.round == 0:
                 peer.set_layout(self._layout)
         # (noloco's codec needs error feedback, which has no reference points.)
+        # (Uncompressed, as on a GPU, it changes nothing.)
         if shared_start and not self._noloco and not self._weighted and peer.round == 0 and \
-                not peer.rejoining:
+                not peer.rejoining and not self._on_gpu:
             peer.mix_reference(self._flat)
         self.steps = 0          # inner steps taken
         self.outer_rounds = 0

@@ -29,7 +29,8 @@ constexpr bool kCudaBuild = STARLING_TEST_CUDA_BUILD;
 // mix(DeviceSpan) where there is no GPU (the GPU runs are tools/gpu_check's): the Peer says
 // why (no CUDA driver here, or no CUDA path in a build without a PTX compiler), and refuses
 // what it does not do on the GPU before asking for one.
-TEST_CASE("mix on GPU memory: no driver, no GPU codec, no diloco yet, each said", "[api][unit]") {
+TEST_CASE("mix on GPU memory: no driver, no GPU codec, no compressed diloco yet, each said",
+          "[api][unit]") {
   setenv("STARLING_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
   const DeviceSpan span{0x10000, 8, 0};
   {
@@ -58,13 +59,14 @@ TEST_CASE("mix on GPU memory: no driver, no GPU codec, no diloco yet, each said"
   {
     const auto path = writeScenario(
         "device-diloco",
-        ring4(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 5})", 1, kInproc));
+        ring4(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 5})", 1, kInproc,
+              R"(, "compression": {"kind": "topk", "ratio": 0.1})"));
     auto peer = Peer::fromScenario(path.string(), 0);
     INFO(peer.status().toString());
     REQUIRE(peer);
     const Status s = (*peer)->mix(span);
     CHECK(s.code() == StatusCode::kFailedPrecondition);
-    CHECK_THAT(s.message(), Contains("algorithm.kind: diloco"));
+    CHECK_THAT(s.message(), Contains("algorithm.kind: diloco's compressed differences"));
   }
   unsetenv("STARLING_CUDA_DRIVER");
 }
@@ -125,6 +127,11 @@ TEST_CASE("mix on device memory (STARLING_DEVICE=host): the host mix's models", 
   CHECK(peersMix(plain.string(), true) == want);
   // The mixed models moved (ring of 4: each the mean of three).
   CHECK(want[0] != want[1]);
+  // DiLoCo's exchange, uncompressed (what starling.torch.DiLoCo's mix() of a GPU model runs).
+  const auto diloco = writeScenario(
+      "device-mix-diloco",
+      ring4(R"({"kind": "diloco", "step_size": 0.1, "inner_steps": 4})", 3, kInproc));
+  CHECK(peersMix(diloco.string(), true) == peersMix(diloco.string(), false));
   // fp16 CHOCO-gossip: the same frames, the same running sum in the same order: the same bits.
   const auto fp16 = writeScenario(
       "device-mix-fp16", ring4(R"({"kind": "choco", "step_size": 0.1, "gamma": 0.5})", 3,
@@ -260,7 +267,7 @@ std::vector<std::vector<float>> peersStep(const std::string& scenario, bool devi
 
 }  // namespace
 
-TEST_CASE("step on device memory (STARLING_DEVICE=host): dsgd's and choco's models, exactly",
+TEST_CASE("step on device memory (STARLING_DEVICE=host): dsgd, choco, exact diffusion, exactly",
           "[api][unit]") {
   DeviceOnHost on;
   const auto path = writeScenario(
@@ -280,14 +287,20 @@ TEST_CASE("step on device memory (STARLING_DEVICE=host): dsgd's and choco's mode
     CHECK(peersStep(choco.string(), true) == host);
     CHECK(host != want);
   }
+  // Exact diffusion: psi_prev from the first round's model, the message phi, the half weights.
+  const auto ed = writeScenario(
+      "device-step-ed", ring4(R"({"kind": "exact_diffusion", "step_size": 0.1})", 3, kInproc));
+  const auto edHost = peersStep(ed.string(), false);
+  CHECK(peersStep(ed.string(), true) == edHost);
+  CHECK(edHost != want);
   // What the GPU path does not do yet is refused, naming the key.
   const auto other = writeScenario(
-      "device-step-ed", ring4(R"({"kind": "exact_diffusion", "step_size": 0.1})", 3, kInproc));
+      "device-step-gt", ring4(R"({"kind": "gradient_tracking", "step_size": 0.1})", 3, kInproc));
   auto peer = Peer::fromScenario(other.string(), 0);
   REQUIRE(peer);
   std::vector<float> x(4), g(4);
   const Status s = (*peer)->step(DeviceSpan{reinterpret_cast<uint64_t>(x.data()), 4, 0},
                                  DeviceSpan{reinterpret_cast<uint64_t>(g.data()), 4, 0});
   CHECK(s.code() == StatusCode::kFailedPrecondition);
-  CHECK_THAT(s.message(), Contains("algorithm.kind: exact_diffusion"));
+  CHECK_THAT(s.message(), Contains("algorithm.kind: gradient_tracking"));
 }

@@ -190,13 +190,13 @@ std::vector<std::vector<float>> peersStep(const std::string& scenario, bool onGp
   return out;
 }
 
-TEST_CASE("GPU Peer::step: dsgd and choco on GPU buffers as on host buffers, bit for bit",
+TEST_CASE("GPU Peer::step: dsgd, exact diffusion, choco on GPU buffers as on host, bit for bit",
           "[cuda][gpu][mix]") {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("starling-gpu-step-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (const char* algorithm :
-       {R"({"kind": "dsgd", "step_size": 0.1})",
+       {R"({"kind": "dsgd", "step_size": 0.1})", R"({"kind": "exact_diffusion", "step_size": 0.1})",
         R"({"kind": "choco", "step_size": 0.1, "gamma": 0.6}, "compression": {"kind": "fp16"})",
         R"({"kind": "choco", "step_size": 0.1, "gamma": 0.6},
             "compression": {"kind": "topk", "ratio": 0.05})"}) {
