@@ -15,7 +15,9 @@ import os
 
 import numpy as np
 
-FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+# Debian's dataset-fashion-mnist, or the folder STARLING_FASHION_MNIST names (a copy elsewhere, as
+# tools/gpu_check --bundle carries one to a machine without the package).
+FASHION_MNIST_DIR = os.environ.get("STARLING_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
 
 _TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 

@@ -29,6 +29,9 @@ different numbers of steps: the loop is then `optimizer.batches(...)`, which end
 the last round. `--slow-rank R --slow-ms M` makes rank R sleep M ms after each step (a slower
 device, for tools/bench/torch_by_time.py).
 
+`--device cuda` puts the model and the data on the GPU: the optimizer keeps the flat parameters
+there and Starling mixes them there, only the frames crossing to host memory (docs/cuda.md).
+
 With `"faults": {"on_peer_loss": "continue", "restart": true}` in the scenario, a rank that dies
 is started again by the launcher: its `optimizer.restore()` takes a neighbour's model and the
 round the run is at (`peer.round`), and it trains on from there to the same last step as the
@@ -90,22 +93,25 @@ def main():
     ap.add_argument("--slow-rank", type=int, default=-1,
                     help="this rank sleeps --slow-ms after each step (an emulated slow device)")
     ap.add_argument("--slow-ms", type=float, default=0.0)
+    ap.add_argument("--device", default="cpu",
+                    help="where the model and the data live (cuda: Starling mixes there too)")
     args = ap.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
 
     train_x, train_y, test_x, test_y = load_fashion_mnist()
     order = np.random.default_rng(args.seed).permutation(len(train_x))[:args.train_samples]
-    test_x = torch.from_numpy(test_x[:args.test_samples])
-    test_y = torch.from_numpy(test_y[:args.test_samples])
+    test_x = torch.from_numpy(test_x[:args.test_samples]).to(device)
+    test_y = torch.from_numpy(test_y[:args.test_samples]).to(device)
 
     torch.manual_seed(args.seed)
-    model = make_model(args.model)
+    model = make_model(args.model).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     peer = starling.Peer.from_env()  # starling: this process's rank of the run
     rank, nodes = peer.rank, peer.nodes  # starling
     if args.init_seed_per_rank:
         torch.manual_seed(args.seed + 1000 * (rank + 1))
-        model = make_model(args.model)
+        model = make_model(args.model).to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     diloco = peer.diloco is not None  # starling: a DiLoCo scenario (its keys)
     if diloco:
@@ -117,15 +123,15 @@ def main():
     # Equal shards: every rank must take the same number of steps, since each step is a round
     # that its neighbours wait for.
     shard = order[rank::nodes][:len(order) // nodes]
-    x = torch.from_numpy(train_x[shard])
-    y = torch.from_numpy(train_y[shard])
+    x = torch.from_numpy(train_x[shard]).to(device)
+    y = torch.from_numpy(train_y[shard]).to(device)
     gen = torch.Generator().manual_seed(args.seed + rank)
 
     def save(step):
         if args.save:
             os.makedirs(args.save, exist_ok=True)
             np.save(os.path.join(args.save, f"rank-{rank}-step-{step}.npy"),
-                    optimizer.flat_params.numpy())
+                    optimizer.flat_params.cpu().numpy())
 
     # Every rank stops at the same step: each step is a round its neighbours wait for.
     batches = (len(x) + args.batch_size - 1) // args.batch_size
