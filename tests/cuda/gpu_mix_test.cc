@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -76,47 +77,58 @@ TEST_CASE("GPU device gossip: stochastic codecs decode and mix", "[cuda][gpu][mi
   }
 }
 
-// 4 Peers on threads over the in-process transport, 3 mix() rounds with local changes between
-// them, the parameters in host memory or on the GPU; each rank's final model.
-std::vector<std::vector<float>> peersMix(const std::string& scenario, bool onGpu) {
-  const size_t d = 5000;
-  std::vector<std::vector<float>> out(4);
+// Runs body(rank) on 4 threads and requires every status to be ok.
+void onFourThreads(const std::function<Status(int)>& body) {
   std::vector<Status> statuses(4);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 4; ++rank) {
-    threads.emplace_back([&, rank] {
-      statuses[rank] = [&]() -> Status {
-        auto peer = Peer::fromScenario(scenario, rank);
-        if (!peer) return peer.status();
-        std::vector<float> x(d);
-        for (size_t k = 0; k < d; ++k) x[k] = static_cast<float>(std::sin(0.01 * k + rank));
-        cuda::DeviceBuffer buffer;
-        if (onGpu) {
-          cuda::Gpu::Scope scope(*theGpu);
-          buffer = std::move(cuda::DeviceBuffer::allocate(d * sizeof(float)).value());
-        }
-        for (int t = 0; t < 3; ++t) {
-          for (size_t k = 0; k < d; ++k) x[k] += 0.1f * static_cast<float>(rank - t);
-          if (!onGpu) {
-            STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<float>(x)));
-            continue;
-          }
-          STARLING_RETURN_IF_ERROR(theGpu->copyToDevice(buffer.ptr(), x.data(), d * 4));
-          STARLING_RETURN_IF_ERROR(theGpu->sync());
-          STARLING_RETURN_IF_ERROR((*peer)->mix(DeviceSpan{buffer.ptr(), d, 0}));
-          STARLING_RETURN_IF_ERROR(theGpu->copyToHost(x.data(), buffer.ptr(), d * 4));
-          STARLING_RETURN_IF_ERROR(theGpu->sync());
-        }
-        out[rank] = x;
-        return (*peer)->close();
-      }();
-    });
+    threads.emplace_back([&, rank] { statuses[rank] = body(rank); });
   }
   for (auto& t : threads) t.join();
   for (const auto& s : statuses) {
     INFO(s.toString());
     REQUIRE(s.isOk());
   }
+}
+
+// A GPU buffer of d floats, and the copies between it and a host vector (synchronized).
+cuda::DeviceBuffer gpuBuffer(size_t d) {
+  cuda::Gpu::Scope scope(*theGpu);
+  return std::move(cuda::DeviceBuffer::allocate(d * sizeof(float)).value());
+}
+Status upload(const cuda::DeviceBuffer& to, const std::vector<float>& from) {
+  STARLING_RETURN_IF_ERROR(theGpu->copyToDevice(to.ptr(), from.data(), 4 * from.size()));
+  return theGpu->sync();
+}
+Status download(std::vector<float>& to, const cuda::DeviceBuffer& from) {
+  STARLING_RETURN_IF_ERROR(theGpu->copyToHost(to.data(), from.ptr(), 4 * to.size()));
+  return theGpu->sync();
+}
+
+// 4 Peers on threads over the in-process transport, 3 mix() rounds with local changes between
+// them, the parameters in host memory or on the GPU; each rank's final model.
+std::vector<std::vector<float>> peersMix(const std::string& scenario, bool onGpu) {
+  const size_t d = 5000;
+  std::vector<std::vector<float>> out(4);
+  onFourThreads([&](int rank) -> Status {
+    auto peer = Peer::fromScenario(scenario, rank);
+    if (!peer) return peer.status();
+    std::vector<float> x(d);
+    for (size_t k = 0; k < d; ++k) x[k] = static_cast<float>(std::sin(0.01 * k + rank));
+    cuda::DeviceBuffer buffer = onGpu ? gpuBuffer(d) : cuda::DeviceBuffer();
+    for (int t = 0; t < 3; ++t) {
+      for (size_t k = 0; k < d; ++k) x[k] += 0.1f * static_cast<float>(rank - t);
+      if (!onGpu) {
+        STARLING_RETURN_IF_ERROR((*peer)->mix(std::span<float>(x)));
+        continue;
+      }
+      STARLING_RETURN_IF_ERROR(upload(buffer, x));
+      STARLING_RETURN_IF_ERROR((*peer)->mix(DeviceSpan{buffer.ptr(), d, 0}));
+      STARLING_RETURN_IF_ERROR(download(x, buffer));
+    }
+    out[rank] = x;
+    return (*peer)->close();
+  });
   return out;
 }
 
@@ -148,45 +160,28 @@ TEST_CASE("GPU Peer::mix: 4 Peers mixing GPU buffers as they mix host buffers",
 std::vector<std::vector<float>> peersStep(const std::string& scenario, bool onGpu) {
   const size_t d = 5000;
   std::vector<std::vector<float>> out(4);
-  std::vector<Status> statuses(4);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 4; ++rank) {
-    threads.emplace_back([&, rank] {
-      statuses[rank] = [&]() -> Status {
-        auto peer = Peer::fromScenario(scenario, rank);
-        if (!peer) return peer.status();
-        std::vector<float> x(d), g(d);
-        for (size_t k = 0; k < d; ++k) x[k] = static_cast<float>(std::cos(0.02 * k - rank));
-        cuda::DeviceBuffer xb, gb;
-        if (onGpu) {
-          cuda::Gpu::Scope scope(*theGpu);
-          xb = std::move(cuda::DeviceBuffer::allocate(d * sizeof(float)).value());
-          gb = std::move(cuda::DeviceBuffer::allocate(d * sizeof(float)).value());
-        }
-        for (int t = 0; t < 3; ++t) {
-          for (size_t k = 0; k < d; ++k) g[k] = 0.3f * x[k] - static_cast<float>(rank);
-          if (!onGpu) {
-            STARLING_RETURN_IF_ERROR((*peer)->step(std::span<float>(x), std::span<const float>(g)));
-            continue;
-          }
-          STARLING_RETURN_IF_ERROR(theGpu->copyToDevice(xb.ptr(), x.data(), d * 4));
-          STARLING_RETURN_IF_ERROR(theGpu->copyToDevice(gb.ptr(), g.data(), d * 4));
-          STARLING_RETURN_IF_ERROR(theGpu->sync());
-          STARLING_RETURN_IF_ERROR(
-              (*peer)->step(DeviceSpan{xb.ptr(), d, 0}, DeviceSpan{gb.ptr(), d, 0}));
-          STARLING_RETURN_IF_ERROR(theGpu->copyToHost(x.data(), xb.ptr(), d * 4));
-          STARLING_RETURN_IF_ERROR(theGpu->sync());
-        }
-        out[rank] = x;
-        return (*peer)->close();
-      }();
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& s : statuses) {
-    INFO(s.toString());
-    REQUIRE(s.isOk());
-  }
+  onFourThreads([&](int rank) -> Status {
+    auto peer = Peer::fromScenario(scenario, rank);
+    if (!peer) return peer.status();
+    std::vector<float> x(d), g(d);
+    for (size_t k = 0; k < d; ++k) x[k] = static_cast<float>(std::cos(0.02 * k - rank));
+    cuda::DeviceBuffer xb = onGpu ? gpuBuffer(d) : cuda::DeviceBuffer();
+    cuda::DeviceBuffer gb = onGpu ? gpuBuffer(d) : cuda::DeviceBuffer();
+    for (int t = 0; t < 3; ++t) {
+      for (size_t k = 0; k < d; ++k) g[k] = 0.3f * x[k] - static_cast<float>(rank);
+      if (!onGpu) {
+        STARLING_RETURN_IF_ERROR((*peer)->step(std::span<float>(x), std::span<const float>(g)));
+        continue;
+      }
+      STARLING_RETURN_IF_ERROR(upload(xb, x));
+      STARLING_RETURN_IF_ERROR(upload(gb, g));
+      STARLING_RETURN_IF_ERROR(
+          (*peer)->step(DeviceSpan{xb.ptr(), d, 0}, DeviceSpan{gb.ptr(), d, 0}));
+      STARLING_RETURN_IF_ERROR(download(x, xb));
+    }
+    out[rank] = x;
+    return (*peer)->close();
+  });
   return out;
 }
 
