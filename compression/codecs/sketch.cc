@@ -30,6 +30,7 @@
 #include "compression/codecs/bits.h"
 #include "compression/codecs/codecs.h"
 #include "compression/codecs/elementwise.h"
+#include "compression/codecs/sketch_frame.h"
 #include "compression/codecs/wire.h"
 #include "compression/sketch_hash.h"
 
@@ -37,72 +38,13 @@ namespace starling::compression::codecs {
 namespace {
 
 constexpr uint64_t kSketchSalt = kSketchHashSalt;  // "SKET" (compression/sketch_hash.h)
-constexpr size_t kParamsBytes = 34;
+constexpr size_t kParamsBytes = kSketchParamsBytes;  // (sketch_frame.h)
 constexpr uint64_t kMaxRows = kSketchMaxRows;
-constexpr uint64_t kMaxCols = uint64_t{1} << 31;
+constexpr uint64_t kMaxCols = kSketchMaxCols;
 constexpr size_t kBlock = 512;
 
 // The parameters of one frame (docs/wire_format.md, codec 11).
 using SketchParams = CountSketchHeader;
-
-void storeParams(const SketchParams& p, std::byte* out) {
-  out[0] = static_cast<std::byte>(p.mean ? 1 : 0);
-  out[1] = static_cast<std::byte>(p.rows);
-  storeLe<uint32_t>(out + 2, p.cols);
-  storeLe<uint64_t>(out + 6, p.k);
-  storeLe<uint32_t>(out + 14, std::bit_cast<uint32_t>(p.threshold));
-  storeLe<uint64_t>(out + 18, p.seed);
-  storeLe<uint64_t>(out + 26, std::bit_cast<uint64_t>(p.scale));
-}
-
-// Reads and range-checks the params of a frame for d elements.
-core::Result<SketchParams> loadParams(std::span<const std::byte> in, uint64_t d) {
-  SketchParams p;
-  const int mean = std::to_integer<int>(in[0]);
-  if (mean > 1) return core::corruption("countsketch estimate flag " + std::to_string(mean));
-  p.mean = mean == 1;
-  p.rows = std::to_integer<uint32_t>(in[1]);
-  p.cols = loadLe<uint32_t>(in.data() + 2);
-  p.k = loadLe<uint64_t>(in.data() + 6);
-  p.threshold = std::bit_cast<float>(loadLe<uint32_t>(in.data() + 14));
-  p.seed = loadLe<uint64_t>(in.data() + 18);
-  p.scale = std::bit_cast<double>(loadLe<uint64_t>(in.data() + 26));
-  if (p.rows < 1 || p.rows > kMaxRows) {
-    return core::corruption("countsketch rows " + std::to_string(p.rows));
-  }
-  if (p.cols < 1 || p.cols > kMaxCols) {
-    return core::corruption("countsketch cols " + std::to_string(p.cols));
-  }
-  if (!std::isfinite(p.scale)) return core::corruption("countsketch scale is not finite");
-  if (!std::isfinite(p.threshold) || p.threshold < 0.0f || p.threshold > 1.0f) {
-    return core::corruption("countsketch threshold out of [0, 1]");
-  }
-  if (d > UINT32_MAX) return core::corruption("countsketch frame of more than 2^32-1 elements");
-  if (p.mean || d == 0) {
-    if (p.k != 0 || p.threshold != 0.0f) {
-      return core::corruption("countsketch: k or threshold set where none applies");
-    }
-  } else if ((p.k == 0) == (p.threshold == 0.0f)) {
-    return core::corruption("countsketch: exactly one of k and threshold must be set");
-  } else if (p.k > d) {
-    return core::corruption("countsketch k " + std::to_string(p.k) + " > " + std::to_string(d));
-  }
-  return p;
-}
-
-// The frame of params `p` and its table (rows x cols).
-template <typename T>
-void writeFrame(const SketchParams& p, uint64_t d, std::span<const T> table, FrameOut& out) {
-  std::byte params[kParamsBytes];
-  storeParams(p, params);
-  static_assert(std::endian::native == std::endian::little,
-                "the table is copied as is; add a byte-swapping path for big-endian hosts");
-  std::byte* payload =
-      out.begin(CodecId::kCountSketch, elementTypeOf<T>(), d, params, table.size_bytes());
-  if (payload == nullptr) return;
-  if (!table.empty()) std::memcpy(payload, table.data(), table.size_bytes());
-  out.seal();
-}
 
 using compression::SketchHashes;  // compression/sketch_hash.h
 
@@ -374,7 +316,7 @@ class SketchAccumulator final : public LinearAccumulator<T> {
   core::Status check(std::span<const std::byte> frame) override {
     auto v = openFrame<T>(frame, CodecId::kCountSketch, d_, kParamsBytes);
     if (!v) return v.status();
-    auto p = loadParams(v->params, d_);
+    auto p = loadSketchParams(v->params, d_);
     if (!p) return p.status();
     if (!p->mean) return core::corruption("countsketch median frames do not add up linearly");
     if (started_ && (p->seed != first_.seed || p->rows != first_.rows || p->cols != first_.cols)) {
@@ -386,7 +328,7 @@ class SketchAccumulator final : public LinearAccumulator<T> {
   core::Status add(std::span<const std::byte> frame, double weight) override {
     STARLING_RETURN_IF_ERROR(check(frame));
     auto v = openFrame<T>(frame, CodecId::kCountSketch, d_, kParamsBytes);
-    const SketchParams p = *loadParams(v->params, d_);
+    const SketchParams p = *loadSketchParams(v->params, d_);
     if (!started_) {
       started_ = true;
       first_ = p;
@@ -450,7 +392,7 @@ class CountSketchCompressor final : public Compressor<T>, public LinearDecoding<
   core::Status decode(std::span<const std::byte> frame, std::span<T> out) const override {
     auto v = openFrame<T>(frame, CodecId::kCountSketch, out.size(), kParamsBytes);
     if (!v) return v.status();
-    auto p = loadParams(v->params, out.size());
+    auto p = loadSketchParams(v->params, out.size());
     if (!p) return p.status();
     // Every peer of a run shares one spec: a frame of the other estimate is not one a neighbour
     // sends, and the mean-estimate accumulator (which only sums mean frames) must refuse exactly
@@ -523,7 +465,7 @@ class CountSketchCompressor final : public Compressor<T>, public LinearDecoding<
     // the sender's own included, which is how a diverging run shows up with this codec.
     p.scale = yy > 0 ? xy / yy : (finite ? 0.0 : std::numeric_limits<double>::quiet_NaN());
 
-    writeFrame<T>(p, d, std::span<const T>(table), out);
+    writeSketchFrame<T>(p, d, std::span<const T>(table), out);
   }
 
   CompressorSpec spec_;
@@ -539,51 +481,6 @@ std::unique_ptr<Compressor<T>> makeCountSketch(const CompressorSpec& spec) {
 
 template std::unique_ptr<Compressor<float>> makeCountSketch<float>(const CompressorSpec&);
 template std::unique_ptr<Compressor<double>> makeCountSketch<double>(const CompressorSpec&);
-
-CountSketchHeader countSketchHeader(const CompressorSpec& spec, uint64_t d, uint64_t seed) {
-  CountSketchHeader p;
-  p.mean = spec.meanEstimate;
-  p.rows = static_cast<uint32_t>(spec.rows);
-  p.cols = static_cast<uint32_t>(spec.cols);
-  p.seed = seed;
-  if (!p.mean && d > 0) {
-    if (spec.threshold > 0.0) {
-      p.threshold = static_cast<float>(spec.threshold);
-    } else {
-      p.k = keptCount(spec.k, spec.ratio, d);
-    }
-  }
-  return p;
-}
-
-void writeCountSketchFrame(const CountSketchHeader& h, uint64_t d, std::span<const float> table,
-                           FrameOut& out) {
-  writeFrame<float>(h, d, table, out);
-}
-
-core::Result<CountSketchHeader> readCountSketchFrame(const CompressorSpec& spec,
-                                                     std::span<const std::byte> frame, uint64_t d,
-                                                     std::span<const std::byte>& table) {
-  auto v = openFrame<float>(frame, CodecId::kCountSketch, d, kParamsBytes);
-  if (!v) return v.status();
-  auto p = loadParams(v->params, d);
-  if (!p) return p.status();
-  if (p->mean != spec.meanEstimate) {
-    return core::corruption("countsketch frame of the other estimate than this run's");
-  }
-  const uint64_t cells = static_cast<uint64_t>(p->rows) * p->cols;
-  if (v->payload.size() != cells * sizeof(float)) {
-    return core::corruption("countsketch payload of " + std::to_string(v->payload.size()) +
-                            " bytes for a " + std::to_string(p->rows) + " x " +
-                            std::to_string(p->cols) + " table");
-  }
-  for (size_t c = 0; c < cells; ++c) {
-    const float f = std::bit_cast<float>(loadLe<uint32_t>(v->payload.data() + 4 * c));
-    if (!std::isfinite(f)) return core::corruption("countsketch table value not finite");
-  }
-  table = v->payload;
-  return *p;
-}
 
 double countSketchL2(std::span<const float> table, uint32_t rows, uint32_t cols) {
   return l2Estimate<float>(table.data(), rows, cols);

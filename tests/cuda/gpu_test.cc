@@ -1,5 +1,6 @@
 // The GPU codecs and combine against the CPU ones (docs/cuda.md), on a real GPU: frames byte for
-// byte, decodes bit for bit, QSGD's statistics, the combine bit for bit. Without a driver or a
+// byte, decodes bit for bit, QSGD's statistics, the combine bit for bit (top-k and Count-Sketch
+// in gpu_sparse_test.cc, the same program). Without a driver or a
 // device it prints why and exits 77, which meson counts as skipped; tools/gpu_check runs it on a
 // machine with a GPU (also under compute-sanitizer and with nvcc's PTX).
 #include <bit>
@@ -23,6 +24,7 @@
 #include "optim/lead.h"
 #include "optim/regularizer.h"
 #include "tests/catch_runner.h"
+#include "tests/cuda/gpu_testing.h"
 
 using namespace starling;
 using compression::CompressorSpec;
@@ -31,72 +33,7 @@ namespace ew = starling::compression::elementwise;
 
 namespace {
 
-cuda::Gpu* theGpu = nullptr;
-// STARLING_CUDA_TEST_QUICK=1: smaller vectors, for the runs under compute-sanitizer (tens of
-// times slower); the same checks.
-const bool quick = [] {
-  const char* q = std::getenv("STARLING_CUDA_TEST_QUICK");
-  return q != nullptr && *q == '1';
-}();
-
-// A device copy of a host vector, freed with it.
-template <typename T>
-struct OnDevice {
-  cuda::DeviceBuffer buffer;
-  explicit OnDevice(std::span<const T> host) {
-    cuda::Gpu::Scope scope(*theGpu);
-    buffer = std::move(
-        cuda::DeviceBuffer::allocate(std::max<size_t>(host.size(), 1) * sizeof(T)).value());
-    REQUIRE(theGpu->copyToDevice(buffer.ptr(), host.data(), host.size() * sizeof(T)).isOk());
-    REQUIRE(theGpu->sync().isOk());
-  }
-  explicit OnDevice(size_t n) : OnDevice(std::vector<T>(n)) {}
-  std::vector<T> read(size_t n) const {
-    std::vector<T> out(n);
-    REQUIRE(theGpu->copyToHost(out.data(), buffer.ptr(), n * sizeof(T)).isOk());
-    REQUIRE(theGpu->sync().isOk());
-    return out;
-  }
-  cuda::DevicePtr ptr() const { return buffer.ptr(); }
-};
-
-// Gradient-like values with every kind of edge value the conversions treat specially.
-std::vector<float> values(size_t n, uint32_t seed, bool edges) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = normal(gen) * 0.01f;
-  if (edges) {
-    const uint32_t special[] = {0u,          0x80000000u, 1u,          0x7fffffu,   0x7f7fffffu,
-                                0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0x477ff000u,
-                                0x477fefffu, 0x33000000u, 0x387fc000u, 0x7f7f8000u, 0x38800000u};
-    for (size_t i = 0; i < n; i += 97)
-      x[i] = std::bit_cast<float>(special[(i / 97) % std::size(special)]);
-    for (size_t i = 13; i < n; i += 89) x[i] = std::bit_cast<float>(static_cast<uint32_t>(gen()));
-  }
-  return x;
-}
-
-std::vector<std::byte> cpuFrame(const CompressorSpec& spec, std::span<const float> x,
-                                uint64_t seed) {
-  auto codec = compression::createCompressor<float>(spec).value();
-  core::Rng rng(seed);
-  std::vector<std::byte> out;
-  codec->encode(x, rng, out);
-  return out;
-}
-
-std::vector<float> cpuDecode(const CompressorSpec& spec, std::span<const std::byte> frame,
-                             size_t n) {
-  auto codec = compression::createCompressor<float>(spec).value();
-  std::vector<float> out(n);
-  REQUIRE(codec->decode(frame, out).isOk());
-  return out;
-}
-
-bool sameBits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using namespace starling::gpu_testing;
 
 TEST_CASE("GPU fp16 and bf16 frames are the CPU codecs' byte for byte, and decode alike", "[gpu]") {
   cuda::GpuCodecs gpu(*theGpu);
@@ -122,82 +59,6 @@ TEST_CASE("GPU fp16 and bf16 frames are the CPU codecs' byte for byte, and decod
         const auto cpuShifted = cpuFrame(spec, std::span<const float>(x).subspan(1), 1);
         REQUIRE(shifted->size() == cpuShifted.size());
         REQUIRE(std::memcmp(shifted->data(), cpuShifted.data(), cpuShifted.size()) == 0);
-      }
-    }
-  }
-}
-
-TEST_CASE("GPU top-k frames are the CPU codec's byte for byte (ties, NaNs, every k), and decode "
-          "alike", "[gpu][topk]") {
-  cuda::GpuCodecs gpu(*theGpu);
-  std::mt19937 gen(3);
-  for (size_t n : {size_t{1}, size_t{1000}, size_t{4097}, quick ? size_t{20011} : size_t{1} << 22 | 5}) {
-    std::vector<std::vector<float>> inputs = {values(n, static_cast<uint32_t>(n), true)};
-    std::vector<float> ties(n);  // a few values, so that the k-th largest is shared by many
-    for (float& v : ties) v = static_cast<float>(static_cast<int>(gen() % 7) - 3);
-    inputs.push_back(ties);
-    for (const auto& x : inputs) {
-      OnDevice<float> dx(x);
-      for (uint64_t k : {uint64_t{1}, uint64_t{3}, uint64_t{n / 100 + 1}, uint64_t{n / 2 + 1},
-                         uint64_t{n}}) {
-        CompressorSpec spec;
-        spec.kind = Kind::kTopK;
-        spec.k = std::min<uint64_t>(k, n);
-        INFO("n " << n << " k " << spec.k);
-        auto frame = gpu.encode(spec, dx.ptr(), n, 0);
-        REQUIRE(frame);
-        const auto cpu = cpuFrame(spec, x, 1);
-        REQUIRE(frame->size() == cpu.size());
-        REQUIRE(std::memcmp(frame->data(), cpu.data(), cpu.size()) == 0);
-        OnDevice<float> out(n);
-        REQUIRE(gpu.decode(spec, cpu, out.ptr(), n).isOk());
-        REQUIRE(sameBits(out.read(n), cpuDecode(spec, cpu, n)));
-      }
-    }
-  }
-  // By ratio, as a scenario gives it.
-  const auto x = values(10007, 9, false);
-  OnDevice<float> dx(x);
-  CompressorSpec spec;
-  spec.kind = Kind::kTopK;
-  spec.ratio = 0.01;
-  auto frame = gpu.encode(spec, dx.ptr(), x.size(), 0);
-  REQUIRE(frame);
-  const auto cpu = cpuFrame(spec, x, 1);
-  REQUIRE(std::vector<std::byte>(frame->begin(), frame->end()) == cpu);
-}
-
-TEST_CASE("GPU Count-Sketch frames are the CPU codec's byte for byte, and decode alike",
-          "[gpu][countsketch]") {
-  cuda::GpuCodecs gpu(*theGpu);
-  std::mt19937 gen(8);
-  for (size_t n : {size_t{1}, size_t{1000}, quick ? size_t{20011} : size_t{1} << 21 | 3}) {
-    std::vector<std::vector<float>> inputs = {values(n, static_cast<uint32_t>(n) + 1, true)};
-    std::vector<float> small(n);  // cancelling cells: +0 and -0 estimates in the medians
-    for (float& v : small) v = static_cast<float>(static_cast<int>(gen() % 5) - 2);
-    inputs.push_back(small);
-    for (const auto& x : inputs) {
-      OnDevice<float> dx(x);
-      for (uint32_t rows : {1u, 3u, 4u, 5u, 7u}) {
-        for (uint64_t cols : {uint64_t{1}, uint64_t{64}, uint64_t{4099}}) {
-          for (int mode = 0; mode < 3; ++mode) {  // median + top-k, median + threshold, mean
-            CompressorSpec spec;
-            spec.kind = Kind::kCountSketch;
-            spec.rows = rows;
-            spec.cols = cols;
-            spec.ratio = mode == 0 ? 0.01 : 0.0;
-            spec.threshold = mode == 1 ? 0.02 : 0.0;
-            spec.meanEstimate = mode == 2;
-            INFO("n " << n << " rows " << rows << " cols " << cols << " mode " << mode);
-            auto frame = gpu.encode(spec, dx.ptr(), n, core::Rng(1).nextU64());
-            REQUIRE(frame);
-            const auto cpu = cpuFrame(spec, x, 1);
-            REQUIRE(std::vector<std::byte>(frame->begin(), frame->end()) == cpu);
-            OnDevice<float> out(n);
-            REQUIRE(gpu.decode(spec, cpu, out.ptr(), n).isOk());
-            REQUIRE(sameBits(out.read(n), cpuDecode(spec, cpu, n)));
-          }
-        }
       }
     }
   }
