@@ -1,5 +1,5 @@
 // Peer::mix and Peer::step on a model in GPU memory (docs/cuda.md, "Tensors on the GPU"): the
-// mix node (and dsgd's step node) runs optim::DeviceGossip, whose vectors live on the GPU
+// mix node (and the step node: dsgd, exact diffusion, choco) runs optim::DeviceGossip, whose vectors live on the GPU
 // (cuda/device_vectors.h), over the same engine, session and transport as the host buffers'
 // rounds; only the frames are in host memory.
 // This file is the one place outside cuda/ that knows a CUDA path exists (STARLING_CUDA: the
@@ -39,11 +39,13 @@ Result<std::unique_ptr<optim::DeviceVectors>> openGpu(int ordinal,
 #endif
 }
 
-// kFailedPrecondition naming what the scenario asks that mix() on GPU memory does not do yet.
-Status deviceMisfit(const scenario::Scenario& s) {
-  const auto refuse = [](const std::string& key, const std::string& what) {
-    return core::failedPrecondition("mix on GPU memory: " + key + ": " + what +
-                                    " is not on the GPU yet (docs/cuda.md); mix a CPU tensor");
+// kFailedPrecondition naming what the scenario asks that `call` (mix or step) on GPU memory does
+// not do yet.
+Status deviceMisfit(const scenario::Scenario& s, const std::string& call) {
+  const auto refuse = [&call](const std::string& key, const std::string& what) {
+    return core::failedPrecondition(call + " on GPU memory: " + key + ": " + what +
+                                    " is not on the GPU yet (docs/cuda.md); " + call +
+                                    " a CPU tensor");
   };
   // DiLoCo's exchanges are mix() rounds of the trainer's buffers (starling.torch.DiLoCo keeps
   // them on the model's GPU); its compressed differences need reference points from a common
@@ -121,7 +123,7 @@ Status Peer::Impl::mixStartDevice(const DeviceSpan& params) {
         "mix: the scenario's algorithm never averages models (codistillation or sketch); train "
         "with step()");
   }
-  STARLING_RETURN_IF_ERROR(deviceMisfit(scenario));
+  STARLING_RETURN_IF_ERROR(deviceMisfit(scenario, "mix"));
   if (rejoin) {
     return core::failedPrecondition(
         "mix on GPU memory: a restarted trainer (STARLING_REJOIN) rejoins with CPU tensors only "
@@ -211,7 +213,7 @@ Status Peer::Impl::stepDevice(const DeviceSpan& params, const DeviceSpan& grads,
     return refuse("compression.kind", std::string(optim::algorithmInfo(a.kind).name) +
                                           " with a codec");
   }
-  STARLING_RETURN_IF_ERROR(deviceMisfit(scenario));
+  STARLING_RETURN_IF_ERROR(deviceMisfit(scenario, "step"));
   if (rejoin) return refuse("STARLING_REJOIN", "a restarted trainer");
   if (lr && !(*lr > 0 && *lr < 1e12)) {
     return core::invalidArgument("step: the step size must be positive and finite");
